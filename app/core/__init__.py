@@ -1,0 +1,1 @@
+"""The Qt-free core: documents, tokens, strategies, the llama.cpp engine host and jobs."""

@@ -1,0 +1,522 @@
+"""A GGUF reader that does not trust the file.
+
+llama.cpp parses GGUF headers in C; a crafted header (huge counts, huge string lengths, nested
+arrays, shapes that overflow) has been the source of a string of memory-safety bugs. This module
+reads the same header in pure Python with bounded reads *before* llama.cpp ever sees the file, so a
+bad file costs the person one clear sentence instead of a crash.
+
+Every length is checked against the bytes actually left in the file before anything is allocated,
+and against caps that no real model comes near. Only the metadata the app needs is kept; big
+arrays (the vocabulary, the merges) are skipped unless a caller asks for them by key.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4
+
+# Caps far above any real model; they bound the work a hostile file can make us do.
+MAX_KEY_BYTES = 64 * 1024
+MAX_STRING_BYTES = 16 * 1024 * 1024  # chat templates are KBs; 16 MiB is generous
+MAX_ARRAY_ITEMS = 64 * 1024 * 1024  # vocabularies are ~10^5..10^6 entries
+MAX_KV_COUNT = 1_000_000
+MAX_TENSOR_COUNT = 1_000_000
+MAX_TENSOR_ELEMENTS = 2**62  # an element count above this overflows byte sizes in ggml
+SMALL_ARRAY_ITEMS = 64  # arrays up to this length are kept inline in the metadata
+
+# Value type codes of the GGUF format.
+T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = range(8)
+T_STRING, T_ARRAY, T_UINT64, T_INT64, T_FLOAT64 = range(8, 13)
+
+_SCALARS: dict[int, struct.Struct] = {
+    T_UINT8: struct.Struct("<B"),
+    T_INT8: struct.Struct("<b"),
+    T_UINT16: struct.Struct("<H"),
+    T_INT16: struct.Struct("<h"),
+    T_UINT32: struct.Struct("<I"),
+    T_INT32: struct.Struct("<i"),
+    T_FLOAT32: struct.Struct("<f"),
+    T_BOOL: struct.Struct("<B"),
+    T_UINT64: struct.Struct("<Q"),
+    T_INT64: struct.Struct("<q"),
+    T_FLOAT64: struct.Struct("<d"),
+}
+_TYPE_NAMES = {
+    T_UINT8: "uint8", T_INT8: "int8", T_UINT16: "uint16", T_INT16: "int16",
+    T_UINT32: "uint32", T_INT32: "int32", T_FLOAT32: "float32", T_BOOL: "bool",
+    T_STRING: "string", T_ARRAY: "array", T_UINT64: "uint64", T_INT64: "int64",
+    T_FLOAT64: "float64",
+}  # fmt: skip
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+# Bytes one element of each KV cache type takes (block types: bytes per block / block size).
+KV_CACHE_TYPES: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "q8_0": (32, 34),
+    "q5_1": (32, 24),
+    "q5_0": (32, 22),
+    "q4_1": (32, 20),
+    "q4_0": (32, 18),
+    "iq4_nl": (32, 18),
+}
+
+
+class GGUFError(ValueError):
+    """The file is not a GGUF model llama.cpp can safely be given; the message is one sentence."""
+
+
+@dataclass(frozen=True)
+class ArrayValue:
+    """A metadata array: its element type and length; items only when small or asked for."""
+
+    item_type: str
+    count: int
+    items: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int  # relative to the start of the tensor data section
+    n_bytes: int
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class GGUFFile:
+    """What the header says, after every check passed."""
+
+    path: Path
+    file_size: int
+    version: int
+    metadata: dict[str, Any]
+    tensors: tuple[TensorInfo, ...]
+    alignment: int
+    data_offset: int
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    def arch_value(self, suffix: str, default: Any = None) -> Any:
+        return self.metadata.get(f"{self.architecture}.{suffix}", default)
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", "unknown"))
+
+
+class _Reader:
+    """Bounded little-endian reads over a file; every read checks the bytes left first."""
+
+    def __init__(self, fh: BinaryIO, size: int) -> None:
+        self._fh = fh
+        self.size = size
+        self.pos = 0
+
+    @property
+    def left(self) -> int:
+        return self.size - self.pos
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or n > self.left:
+            raise GGUFError(
+                f"file is truncated: {what} needs {n:,} bytes at byte {self.pos:,}, "
+                f"but the file has {self.size:,} bytes"
+            )
+
+    def bytes(self, n: int, what: str) -> bytes:
+        self.need(n, what)
+        data = self._fh.read(n)
+        if len(data) != n:  # the file shrank while we read it
+            raise GGUFError(f"file is truncated: could not read {what} at byte {self.pos:,}")
+        self.pos += n
+        return data
+
+    def skip(self, n: int, what: str) -> None:
+        self.need(n, what)
+        self._fh.seek(n, io.SEEK_CUR)
+        self.pos += n
+
+    def u32(self, what: str) -> int:
+        return _U32.unpack(self.bytes(4, what))[0]
+
+    def u64(self, what: str) -> int:
+        return _U64.unpack(self.bytes(8, what))[0]
+
+    def string(self, what: str, cap: int = MAX_STRING_BYTES) -> str:
+        n = self.u64(f"the length of {what}")
+        if n > cap:
+            raise GGUFError(f"{what} claims {n:,} bytes, more than the limit of {cap:,}")
+        raw = self.bytes(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GGUFError(f"{what} is not valid UTF-8 (byte {exc.start} of the string)") from None
+
+    def skip_string(self, what: str) -> None:
+        n = self.u64(f"the length of {what}")
+        if n > MAX_STRING_BYTES:
+            raise GGUFError(
+                f"{what} claims {n:,} bytes, more than the limit of {MAX_STRING_BYTES:,}"
+            )
+        self.skip(n, what)
+
+
+def _type_name(code: int) -> str:
+    return _TYPE_NAMES.get(code, f"type {code}")
+
+
+def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
+    if vtype in _SCALARS:
+        s = _SCALARS[vtype]
+        (value,) = s.unpack(r.bytes(s.size, f"the value of {key!r}"))
+        if vtype == T_BOOL:
+            if value > 1:
+                raise GGUFError(f"metadata {key!r} is a bool with the invalid value {value}")
+            return bool(value)
+        return value
+    if vtype == T_STRING:
+        return r.string(f"the value of {key!r}")
+    if vtype == T_ARRAY:
+        item_type = r.u32(f"the element type of {key!r}")
+        if item_type == T_ARRAY:
+            raise GGUFError(f"metadata {key!r} is a nested array, which GGUF does not allow")
+        if item_type not in _SCALARS and item_type != T_STRING:
+            raise GGUFError(f"metadata {key!r} is an array of unknown type code {item_type}")
+        count = r.u64(f"the length of {key!r}")
+        min_item = 8 if item_type == T_STRING else _SCALARS[item_type].size
+        if count > MAX_ARRAY_ITEMS or count * min_item > r.left:
+            raise GGUFError(
+                f"metadata {key!r} claims {count:,} elements, more than the file can hold"
+            )
+        keep = keep_items or count <= SMALL_ARRAY_ITEMS
+        if item_type == T_STRING:
+            if keep:
+                items: tuple[Any, ...] = tuple(
+                    r.string(f"element {i} of {key!r}") for i in range(count)
+                )
+            else:
+                for i in range(count):
+                    r.skip_string(f"element {i} of {key!r}")
+                return ArrayValue(_type_name(item_type), count)
+        else:
+            s = _SCALARS[item_type]
+            raw = r.bytes(count * s.size, f"the elements of {key!r}")
+            if not keep:
+                return ArrayValue(_type_name(item_type), count)
+            items = tuple(v for (v,) in s.iter_unpack(raw))
+            if item_type == T_BOOL:
+                items = tuple(bool(v) for v in items)
+        return ArrayValue(_type_name(item_type), count, items)
+    raise GGUFError(f"metadata {key!r} has unknown value type code {vtype}")
+
+
+def _tensor_bytes(name: str, shape: tuple[int, ...], ggml_type: int) -> int:
+    try:
+        qtype = GGMLQuantizationType(ggml_type)
+        block, type_size = GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise GGUFError(f"tensor {name!r} has unknown data type code {ggml_type}") from None
+    if shape[0] % block:
+        raise GGUFError(
+            f"tensor {name!r} has a first dimension of {shape[0]}, "
+            f"not a multiple of the {qtype.name} block size {block}"
+        )
+    n = 1
+    for d in shape:
+        n *= d
+    if n > MAX_TENSOR_ELEMENTS:
+        raise GGUFError(f"tensor {name!r} has a shape {list(shape)} whose size overflows")
+    return n // block * type_size
+
+
+def read_gguf(path: str | os.PathLike[str], *, keep_arrays: Collection[str] = ()) -> GGUFFile:
+    """Read and check a GGUF header; raise GGUFError with one clear sentence if anything is off.
+
+    ``keep_arrays`` names metadata arrays whose items should be returned even when large (for
+    example ``tokenizer.ggml.merges``); other large arrays keep only their type and length.
+    """
+    p = Path(path)
+    try:
+        # A 1 MiB buffer keeps reading tens of thousands of vocabulary strings cheap.
+        fh = p.open("rb", buffering=1 << 20)
+    except FileNotFoundError:
+        raise GGUFError(f"model file not found: {p}") from None
+    except IsADirectoryError:
+        raise GGUFError(f"{p} is a folder, not a model file") from None
+    except PermissionError:
+        raise GGUFError(f"cannot read {p}: permission denied") from None
+    except OSError as exc:
+        raise GGUFError(f"cannot open {p}: {exc.strerror or exc}") from None
+    with fh:
+        try:
+            size = os.fstat(fh.fileno()).st_size
+            return _parse(p, _Reader(fh, size), set(keep_arrays))
+        except OSError as exc:
+            raise GGUFError(f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def _parse(path: Path, r: _Reader, keep_arrays: set[str]) -> GGUFFile:
+    if r.size < 4:
+        raise GGUFError(f"not a GGUF file: it is only {r.size} bytes long")
+    magic = r.bytes(4, "the magic number")
+    if magic != GGUF_MAGIC:
+        raise GGUFError("not a GGUF file (the first four bytes are not 'GGUF')")
+    if r.left < 4:
+        raise GGUFError("file is truncated: it ends before the GGUF version")
+    version = r.u32("the version")
+    if version not in SUPPORTED_VERSIONS:
+        if version == 1:
+            raise GGUFError("GGUF version 1 is obsolete and not supported; convert the model again")
+        raise GGUFError(f"unsupported GGUF version {version} (supported: 2 and 3)")
+    n_tensors = r.u64("the tensor count")
+    n_kv = r.u64("the metadata count")
+    # Smallest possible entries: a metadata pair is an empty key (8) + type (4) + one byte;
+    # a tensor entry is an empty name (8) + n_dims (4) + one dim (8) + type (4) + offset (8).
+    if n_kv > MAX_KV_COUNT or n_kv * 13 > r.left:
+        raise GGUFError(f"header claims {n_kv:,} metadata entries, more than the file can hold")
+    if n_tensors > MAX_TENSOR_COUNT or n_tensors * 32 > r.left:
+        raise GGUFError(f"header claims {n_tensors:,} tensors, more than the file can hold")
+
+    metadata: dict[str, Any] = {}
+    for i in range(n_kv):
+        key = r.string(f"metadata key {i}", cap=MAX_KEY_BYTES)
+        if not key:
+            raise GGUFError(f"metadata key {i} is empty")
+        if key in metadata:
+            raise GGUFError(f"metadata key {key!r} appears twice")
+        vtype = r.u32(f"the type of {key!r}")
+        metadata[key] = _read_value(r, vtype, key, key in keep_arrays)
+
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if (
+        not isinstance(alignment, int)
+        or isinstance(alignment, bool)
+        or alignment <= 0
+        or alignment & (alignment - 1)
+    ):
+        raise GGUFError(f"general.alignment is {alignment!r}, not a power of two")
+
+    tensors: list[TensorInfo] = []
+    names: set[str] = set()
+    for i in range(n_tensors):
+        name = r.string(f"the name of tensor {i}", cap=MAX_KEY_BYTES)
+        if name in names:
+            raise GGUFError(f"tensor name {name!r} appears twice")
+        names.add(name)
+        n_dims = r.u32(f"the dimension count of {name!r}")
+        if not 1 <= n_dims <= GGML_MAX_DIMS:
+            raise GGUFError(
+                f"tensor {name!r} has {n_dims} dimensions (allowed: 1 to {GGML_MAX_DIMS})"
+            )
+        shape = tuple(r.u64(f"dimension {d} of {name!r}") for d in range(n_dims))
+        if any(d == 0 or d >= 2**63 for d in shape):
+            raise GGUFError(f"tensor {name!r} has an invalid shape {list(shape)}")
+        ggml_type = r.u32(f"the data type of {name!r}")
+        offset = r.u64(f"the data offset of {name!r}")
+        n_bytes = _tensor_bytes(name, shape, ggml_type)
+        if offset % alignment:
+            raise GGUFError(
+                f"tensor {name!r} starts at offset {offset:,}, "
+                f"not a multiple of the alignment {alignment}"
+            )
+        tensors.append(TensorInfo(name, shape, ggml_type, offset, n_bytes))
+
+    data_offset = r.pos + (-r.pos % alignment)
+    if data_offset > r.size and tensors:
+        raise GGUFError(
+            f"file is truncated: tensor data should start at byte {data_offset:,}, "
+            f"file has {r.size:,}"
+        )
+    _check_tensor_layout(tensors, data_offset, r.size)
+    return GGUFFile(path, r.size, version, metadata, tuple(tensors), alignment, data_offset)
+
+
+def _check_tensor_layout(tensors: list[TensorInfo], data_offset: int, file_size: int) -> None:
+    end = data_offset
+    for t in sorted(tensors, key=lambda t: t.offset):
+        start = data_offset + t.offset
+        if start < end:
+            raise GGUFError(f"tensor {t.name!r} overlaps the tensor before it")
+        end = start + t.n_bytes
+        if end > file_size:
+            raise GGUFError(
+                f"file is truncated: tensor data ends at byte {end:,}, file has {file_size:,}"
+            )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model card: what a person needs to know before loading a GGUF file."""
+
+    path: str
+    file_size: int
+    gguf_version: int
+    architecture: str
+    name: str | None
+    parameters: int
+    quantization: str
+    n_layers: int | None
+    n_embd: int | None
+    n_head: int | None
+    n_head_kv: int | None
+    head_dim_k: int | None
+    head_dim_v: int | None
+    n_ctx_train: int | None
+    vocab_size: int | None
+    tokenizer_model: str | None
+    tokenizer_pre: str | None
+    chat_template: str | None
+    bos_token_id: int | None
+    eos_token_id: int | None
+    n_tensors: int
+    kv_heads_per_layer: tuple[int, ...] = ()
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.chat_template)
+
+    def kv_bytes_per_token(self, cache_type: str = "f16") -> int | None:
+        """Bytes of K and V cache one token takes, summed over layers; None if unknown."""
+        if cache_type not in KV_CACHE_TYPES:
+            raise ValueError(
+                f"unknown KV cache type {cache_type!r} (known: {', '.join(KV_CACHE_TYPES)})"
+            )
+        if not self.kv_heads_per_layer or self.head_dim_k is None or self.head_dim_v is None:
+            return None
+        block, size = KV_CACHE_TYPES[cache_type]
+        elems = sum(h * (self.head_dim_k + self.head_dim_v) for h in self.kv_heads_per_layer)
+        return elems * size // block
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form (the chat template is reported by presence and length only)."""
+        return {
+            "path": self.path,
+            "file_size": self.file_size,
+            "gguf_version": self.gguf_version,
+            "architecture": self.architecture,
+            "name": self.name,
+            "parameters": self.parameters,
+            "quantization": self.quantization,
+            "n_layers": self.n_layers,
+            "n_embd": self.n_embd,
+            "n_head": self.n_head,
+            "n_head_kv": self.n_head_kv,
+            "head_dim_k": self.head_dim_k,
+            "head_dim_v": self.head_dim_v,
+            "n_ctx_train": self.n_ctx_train,
+            "vocab_size": self.vocab_size,
+            "tokenizer_model": self.tokenizer_model,
+            "tokenizer_pre": self.tokenizer_pre,
+            "has_chat_template": self.has_chat_template,
+            "chat_template_chars": len(self.chat_template or ""),
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "n_tensors": self.n_tensors,
+            "kv_bytes_per_token": {t: self.kv_bytes_per_token(t) for t in KV_CACHE_TYPES},
+        }
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _quantization_name(gf: GGUFFile) -> str:
+    ftype = gf.get("general.file_type")
+    if isinstance(ftype, int):
+        try:
+            return LlamaFileType(ftype).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            return f"file type {ftype}"
+    # Older converters omit file_type: name the most common tensor type by bytes.
+    by_type: dict[int, int] = {}
+    for t in gf.tensors:
+        by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.n_bytes
+    if not by_type:
+        return "unknown"
+    return GGMLQuantizationType(max(by_type, key=by_type.__getitem__)).name
+
+
+def model_info(gf: GGUFFile) -> ModelInfo:
+    """Derive the model card from a checked header."""
+    n_layers = _int_or_none(gf.arch_value("block_count"))
+    n_embd = _int_or_none(gf.arch_value("embedding_length"))
+    n_head_raw = gf.arch_value("attention.head_count")
+    n_head_kv_raw = gf.arch_value("attention.head_count_kv", n_head_raw)
+
+    def per_layer(value: Any) -> tuple[int, ...]:
+        if isinstance(value, ArrayValue) and value.items is not None:
+            return tuple(int(v) for v in value.items)
+        if _int_or_none(value) is not None and n_layers:
+            return (int(value),) * n_layers
+        return ()
+
+    heads = per_layer(n_head_raw)
+    kv_heads = per_layer(n_head_kv_raw)
+    n_head = max(heads) if heads else None
+    head_k = _int_or_none(gf.arch_value("attention.key_length"))
+    head_v = _int_or_none(gf.arch_value("attention.value_length"))
+    if head_k is None and n_embd and n_head:
+        head_k = n_embd // n_head
+    if head_v is None:
+        head_v = head_k
+
+    tokens = gf.get("tokenizer.ggml.tokens")
+    vocab = tokens.count if isinstance(tokens, ArrayValue) else None
+    if vocab is None:
+        vocab = _int_or_none(gf.arch_value("vocab_size"))
+    template = gf.get("tokenizer.chat_template")
+    name = gf.get("general.name")
+    return ModelInfo(
+        path=str(gf.path),
+        file_size=gf.file_size,
+        gguf_version=gf.version,
+        architecture=gf.architecture,
+        name=str(name) if isinstance(name, str) else None,
+        parameters=sum(t.n_elements for t in gf.tensors),
+        quantization=_quantization_name(gf),
+        n_layers=n_layers,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=max(kv_heads) if kv_heads else None,
+        head_dim_k=head_k,
+        head_dim_v=head_v,
+        n_ctx_train=_int_or_none(gf.arch_value("context_length")),
+        vocab_size=vocab,
+        tokenizer_model=gf.get("tokenizer.ggml.model"),
+        tokenizer_pre=gf.get("tokenizer.ggml.pre"),
+        chat_template=template if isinstance(template, str) else None,
+        bos_token_id=_int_or_none(gf.get("tokenizer.ggml.bos_token_id")),
+        eos_token_id=_int_or_none(gf.get("tokenizer.ggml.eos_token_id")),
+        n_tensors=len(gf.tensors),
+        kv_heads_per_layer=kv_heads,
+    )
+
+
+def inspect_model(path: str | os.PathLike[str]) -> ModelInfo:
+    """Check a GGUF file and return its model card; raise GGUFError with one clear sentence."""
+    return model_info(read_gguf(path))

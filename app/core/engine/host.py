@@ -1,0 +1,412 @@
+"""The engine host: llama.cpp in a child process, driven from the app through a pipe.
+
+A native crash inside llama.cpp (a failed GGML_ASSERT, a segfault, an illegal instruction, the
+kernel's OOM killer) kills only the child. The parent notices on its next read, raises
+:class:`EngineCrashedError` naming the signal and what to do, and the next :meth:`EngineHost.load`
+starts a fresh child. The GGUF header is checked here, in the parent, before the child sees it.
+
+One request is in flight at a time (the llama context is not thread-safe); :meth:`cancel` is the
+one method that may be called from any thread, and it reaches the child through a shared flag.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from multiprocessing.connection import Connection
+from types import TracebackType
+from typing import Any
+
+from app.core.engine.chat_template import ChatTemplateError
+from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
+from app.core.engine.ipc import SharedFlag
+from app.core.engine.protocol import (
+    CancelledError,
+    ContextOverflowError,
+    EngineCapabilities,
+    EngineCrashedError,
+    EngineError,
+    EngineNotLoadedError,
+    EvalResult,
+    Finished,
+    GenerationEvent,
+    KVState,
+    KVUsage,
+    LoadedModel,
+    LoadSettings,
+    ModelLoadError,
+    SamplingSettings,
+    TextDelta,
+)
+
+START_TIMEOUT_S = 60.0
+POLL_S = 0.05
+
+_SIGNAL_MEANING = {
+    signal.SIGSEGV: "a segmentation fault inside llama.cpp",
+    signal.SIGABRT: "an abort inside llama.cpp (usually a failed GGML_ASSERT)",
+    signal.SIGILL: (
+        "an illegal instruction: this llama.cpp build uses CPU instructions this machine "
+        "cannot run; rebuild it for this CPU (see README, 'Building llama.cpp')"
+    ),
+    signal.SIGBUS: "a bus error inside llama.cpp (the model file may have changed on disk)",
+    signal.SIGFPE: "an arithmetic fault inside llama.cpp",
+    signal.SIGKILL: "it was killed (often the system ran out of memory)",
+    signal.SIGTERM: "it was terminated",
+}
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Turn a child exit code into words: 'SIGSEGV (a segmentation fault inside llama.cpp)'."""
+    if exitcode is None:
+        return "it stopped answering"
+    if exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode)
+        except ValueError:
+            return f"it was stopped by signal {-exitcode}"
+        meaning = _SIGNAL_MEANING.get(sig)
+        return f"{sig.name} ({meaning})" if meaning else sig.name
+    return f"it exited with status {exitcode}"
+
+
+def _package_root() -> str:
+    import app
+
+    return str(Path(app.__file__).resolve().parent.parent)
+
+
+class EngineHost:
+    """The app's handle on the engine child process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+        self._flag: SharedFlag | None = None
+        self._tmpdir: Path | None = None
+        self.capabilities: EngineCapabilities | None = None
+        self.model: LoadedModel | None = None
+        self.model_info: ModelInfo | None = None
+        self._busy_with = ""
+
+    # ----- life cycle -----
+
+    def __enter__(self) -> EngineHost:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> EngineCapabilities:
+        """Start the child if it is not running (it imports llama.cpp: about a second)."""
+        with self._lock:
+            if self.alive and self.capabilities is not None:
+                return self.capabilities
+            self._reap()
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="contextlens-engine-"))
+            self._flag = SharedFlag(self._tmpdir / "cancel.flag", create=True)
+            ours, theirs = socket.socketpair()
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (_package_root(), env.get("PYTHONPATH", "")) if p
+            )
+            with (self._tmpdir / "engine.log").open("wb") as log, theirs:
+                # The child's stderr goes to a file: native code (ggml asserts) writes there, and
+                # the parent quotes it when the child dies.
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "app.core.engine.worker",
+                     "--fd", str(theirs.fileno()), "--flag", str(self._flag.path)],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    env=env,
+                    start_new_session=True,  # a Ctrl+C in the terminal is the parent's to handle
+                )  # fmt: skip
+            self._conn = Connection(ours.detach())
+            self._busy_with = "starting"
+            reply = self._recv(timeout=START_TIMEOUT_S)
+            self._busy_with = ""
+            self.capabilities = self._unwrap(reply)
+            return self.capabilities
+
+    def close(self) -> None:
+        """Stop the child politely, then firmly; safe to call more than once."""
+        with self._lock:
+            if self._conn is not None and self.alive:
+                try:
+                    self._conn.send(("close", {}))
+                    if self._conn.poll(5):
+                        self._conn.recv()
+                except (OSError, EOFError):
+                    pass
+            self._reap()
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+        if self._flag is not None:
+            self._flag.close()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._proc = self._conn = self._flag = self._tmpdir = None
+        self.capabilities = None
+        self.model = None
+
+    # ----- transport -----
+
+    def _crashed(self) -> EngineCrashedError:
+        code: int | None = None
+        if self._proc is not None:
+            try:
+                code = self._proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                code = None
+        native = self._native_last_words()
+        doing = f" while {self._busy_with}" if self._busy_with else ""
+        msg = (
+            f"the engine process died{doing}: {describe_exit(code)}; the app is unaffected, "
+            "load the model again to start a new engine"
+        )
+        if native:
+            msg += f" (llama.cpp said: {native})"
+        self._reap()
+        return EngineCrashedError(msg, code)
+
+    def _native_last_words(self) -> str:
+        """The most telling line the child wrote to stderr before dying, if any."""
+        if self._tmpdir is None:
+            return ""
+        try:
+            with (self._tmpdir / "engine.log").open("rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 8192))
+                lines = fh.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        for key in ("GGML_ASSERT", "GGML_ABORT", "error", "Error"):
+            for line in reversed(lines):
+                if key in line and not line.startswith(("Traceback", "Fatal Python")):
+                    return line.strip()[:300]
+        return ""
+
+    def _recv(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        conn = self._conn
+        if conn is None:
+            raise EngineCrashedError("the engine is not running; load a model to start it")
+        while True:
+            try:
+                if conn.poll(POLL_S):
+                    return conn.recv()
+            except (EOFError, OSError):
+                raise self._crashed() from None
+            if not self.alive:
+                # The child may have sent its last words before dying: read them first.
+                try:
+                    if conn.poll(0):
+                        return conn.recv()
+                except (EOFError, OSError):
+                    pass
+                raise self._crashed()
+            if deadline is not None and time.monotonic() > deadline and self._proc is not None:
+                self._proc.kill()
+                raise self._crashed()
+
+    @staticmethod
+    def _unwrap(reply: Any) -> Any:
+        tag = reply[0]
+        if tag == "ok":
+            return reply[1]
+        if tag == "err":
+            _, kind, payload = reply
+            if kind == "overflow":
+                raise ContextOverflowError(*payload)
+            cls: type[Exception] = {
+                "load": ModelLoadError,
+                "not-loaded": EngineNotLoadedError,
+                "cancelled": CancelledError,
+                "template": ChatTemplateError,
+                "value": ValueError,
+            }.get(kind, EngineError)
+            raise cls(payload)
+        raise EngineError(f"unexpected reply from the engine: {tag!r}")
+
+    def _call(self, op: str, doing: str, **kwargs: Any) -> Any:
+        with self._lock:
+            if not self.alive:
+                if self.capabilities is None and self._proc is None:
+                    self.start()
+                else:
+                    raise self._crashed()
+            self._flag.clear()
+            self._busy_with = doing
+            try:
+                self._conn.send((op, kwargs))
+            except (OSError, EOFError):
+                raise self._crashed() from None
+            result = self._unwrap(self._recv())
+            self._busy_with = ""
+            return result
+
+    # ----- operations -----
+
+    def cancel(self) -> None:
+        """Ask the running operation to stop; safe from any thread, a no-op when idle."""
+        flag = self._flag
+        if flag is not None:
+            try:
+                flag.set()
+            except ValueError:  # the engine closed at this very moment: nothing to cancel
+                pass
+
+    def load(self, path: str | os.PathLike[str], settings: LoadSettings | None = None) -> LoadedModel:
+        """Check the GGUF header here, then load it in the child (starting one if needed)."""
+        settings = settings or LoadSettings()
+        settings.validate()
+        try:
+            info = inspect_model(path)
+        except GGUFError as exc:
+            raise ModelLoadError(str(exc)) from None
+        with self._lock:
+            if not self.alive:
+                self.start()
+            self.model = None
+            loaded = self._call("load", "loading the model", path=str(Path(path).resolve()),
+                                settings=settings)  # fmt: skip
+            self.model, self.model_info = loaded, info
+            return loaded
+
+    def _need_model(self) -> None:
+        if self.model is None:
+            raise EngineNotLoadedError("no model is loaded; load one first")
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        self._need_model()
+        return self._call("tokenize", "tokenizing", text=text, add_special=add_special,
+                          parse_special=parse_special)  # fmt: skip
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        self._need_model()
+        return self._call("detokenize", "detokenizing", tokens=list(tokens), special=special)
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True
+    ) -> str:
+        self._need_model()
+        return self._call("apply_chat_template", "applying the chat template",
+                          messages=[dict(m) for m in messages],
+                          add_generation_prompt=add_generation_prompt)  # fmt: skip
+
+    def evaluate(self, tokens: Sequence[int]) -> EvalResult:
+        """Append tokens to the KV cache (no prefix matching)."""
+        self._need_model()
+        return self._call("evaluate", "evaluating tokens", tokens=list(tokens))
+
+    def reset(self) -> None:
+        """Empty the KV cache."""
+        self._need_model()
+        self._call("reset", "clearing the KV cache")
+
+    def kv_usage(self) -> KVUsage:
+        self._need_model()
+        return self._call("kv_usage", "reading KV usage")
+
+    def save_state(self) -> KVState:
+        self._need_model()
+        return self._call("save_state", "saving the KV state")
+
+    def restore_state(self, state: KVState) -> int:
+        self._need_model()
+        return self._call("restore_state", "restoring the KV state", state=state)
+
+    def crash_for_test(self, kind: str) -> None:
+        """Fault injection: make the child die the way a native bug would."""
+        self._call("crash", "crashing on purpose", kind=kind)
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int = 256,
+        sampling: SamplingSettings | None = None,
+        stop: Sequence[str] = (),
+    ) -> Iterator[GenerationEvent]:
+        """Stream a reply to ``prompt`` (token ids). The last event is always :class:`Finished`.
+
+        The KV cache keeps the prompt and reply afterwards, so a next prompt that starts the same
+        way evaluates only its new tokens. Abandoning the iterator cancels the generation.
+        """
+        self._need_model()
+        with self._lock:
+            if not self.alive:
+                raise self._crashed()
+            self._flag.clear()
+            self._busy_with = "generating"
+            try:
+                self._conn.send(("generate", {
+                    "prompt": list(prompt),
+                    "max_tokens": max_tokens,
+                    "sampling": sampling or SamplingSettings(),
+                    "stop": list(stop),
+                }))  # fmt: skip
+            except (OSError, EOFError):
+                raise self._crashed() from None
+            finished = False  # True once the child has sent its last message for this request
+            try:
+                while not finished:
+                    reply = self._recv()
+                    if reply[0] != "event":
+                        finished = True
+                        self._unwrap(reply)  # raises the engine's error
+                        raise EngineError(f"unexpected reply from the engine: {reply[0]!r}")
+                    event = reply[1]
+                    finished = isinstance(event, Finished)
+                    yield event
+            finally:
+                if not finished and self.alive:
+                    # The consumer stopped early: cancel and drain so the next request starts clean.
+                    self._flag.set()
+                    while True:
+                        reply = self._recv()
+                        if reply[0] != "event" or isinstance(reply[1], Finished):
+                            break
+                self._busy_with = ""
+
+    def generate_text(self, prompt: Sequence[int], **kwargs: Any) -> tuple[str, Finished]:
+        """Convenience: the whole reply as one string, and the finish record."""
+        parts: list[str] = []
+        last: Finished | None = None
+        for ev in self.generate(prompt, **kwargs):
+            if isinstance(ev, TextDelta):
+                parts.append(ev.text)
+            else:
+                last = ev
+        assert last is not None
+        return "".join(parts), last

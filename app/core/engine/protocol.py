@@ -1,0 +1,211 @@
+"""The engine's vocabulary: settings, results, streamed events and errors.
+
+These plain dataclasses cross the process boundary between the app and the engine host child
+(pickled over a pipe), so they hold only builtins. The same types are what the CLI prints and what
+the GUI observes; nothing here knows about processes or llama.cpp.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+KV_CACHE_TYPE_NAMES = ("f16", "f32", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
+
+
+def default_threads() -> int:
+    """All physical-ish cores: llama-cpp-python's own default (cpu_count // 2) is 1 on 2 cores."""
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How to create the llama.cpp model and context. Every field is explicit on purpose."""
+
+    n_ctx: int = 4096
+    n_threads: int = field(default_factory=default_threads)
+    n_threads_batch: int | None = None  # None: same as n_threads
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_gpu_layers: int = 0
+    kv_cache_type: str = "f16"
+    flash_attn: bool = False
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raise ValueError with one sentence for settings llama.cpp would reject or crash on."""
+        if self.n_ctx < 16:
+            raise ValueError(f"n_ctx must be at least 16 (got {self.n_ctx})")
+        if self.n_threads < 1 or (self.n_threads_batch is not None and self.n_threads_batch < 1):
+            raise ValueError("the number of threads must be at least 1")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise ValueError("batch sizes must be at least 1")
+        if self.n_gpu_layers < -1:
+            raise ValueError("n_gpu_layers must be -1 (all), 0 (none) or a positive count")
+        if self.kv_cache_type not in KV_CACHE_TYPE_NAMES:
+            raise ValueError(
+                f"unknown KV cache type {self.kv_cache_type!r} "
+                f"(choose one of {', '.join(KV_CACHE_TYPE_NAMES)})"
+            )
+        if self.kv_cache_type not in ("f16", "f32", "bf16") and not self.flash_attn:
+            raise ValueError(
+                f"a quantized KV cache ({self.kv_cache_type}) needs flash attention turned on"
+            )
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Sampling; temperature 0 means greedy (deterministic) decoding."""
+
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the engine reports after a successful load."""
+
+    path: str
+    n_ctx: int
+    n_ctx_train: int
+    n_vocab: int
+    n_threads: int
+    n_threads_batch: int
+    n_gpu_layers: int
+    gpu_offload_supported: bool
+    kv_cache_type: str
+    flash_attn: bool
+    load_seconds: float
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    llama_cpp_python_version: str
+    system_info: str
+    gpu_offload_supported: bool
+    pid: int
+
+
+@dataclass(frozen=True)
+class KVUsage:
+    """KV cache figures, read from llama.cpp (not estimated)."""
+
+    n_ctx: int
+    cells_used: int  # tokens resident in sequence 0
+    pos_min: int  # -1 when empty
+    pos_max: int  # -1 when empty
+    state_bytes: int  # llama_state_seq_get_size for sequence 0
+    can_shift: bool
+
+    @property
+    def fraction(self) -> float:
+        return self.cells_used / self.n_ctx if self.n_ctx else 0.0
+
+
+@dataclass(frozen=True)
+class KVState:
+    """A saved KV cache for one sequence, with the tokens that produced it."""
+
+    tokens: tuple[int, ...]
+    data: bytes
+    n_ctx: int
+    kv_cache_type: str
+    model_path: str
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    n_evaluated: int
+    n_past: int
+    seconds: float
+
+
+# ----- streamed generation events -----
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text; always whole characters (a multibyte character is held until complete)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int  # tokens in the prompt
+    prompt_eval_tokens: int  # tokens actually evaluated (the rest were reused from the KV cache)
+    prompt_seconds: float
+    completion_tokens: int
+    gen_seconds: float
+    finish_reason: FinishReason
+    n_past: int  # KV positions in use at the end
+    error: str | None = None
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        return self.prompt_eval_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
+    def gen_tokens_per_s(self) -> float:
+        return self.completion_tokens / self.gen_seconds if self.gen_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["prompt_tokens_per_s"] = round(self.prompt_tokens_per_s, 2)
+        d["gen_tokens_per_s"] = round(self.gen_tokens_per_s, 2)
+        return d
+
+
+@dataclass(frozen=True)
+class Finished:
+    stats: GenerationStats
+
+
+GenerationEvent = TextDelta | Finished
+
+
+# ----- errors (each message is one sentence a person can act on) -----
+
+
+class EngineError(RuntimeError):
+    """Base class for everything the engine reports as a failure."""
+
+
+class ModelLoadError(EngineError):
+    """The model file was refused (by the GGUF check or by llama.cpp)."""
+
+
+class ContextOverflowError(EngineError):
+    """The request cannot fit the context window; nothing was evaluated."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int, reserve: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+        self.reserve = reserve
+        super().__init__(
+            f"prompt needs {prompt_tokens:,} tokens, context is {n_ctx:,} "
+            f"(reply reserve {reserve:,})"
+        )
+
+
+class EngineCrashedError(EngineError):
+    """The engine child process died (native crash or killed); a new engine can be started."""
+
+    def __init__(self, message: str, exitcode: int | None = None) -> None:
+        self.exitcode = exitcode
+        super().__init__(message)
+
+
+class EngineNotLoadedError(EngineError):
+    """An operation needs a model, and none is loaded."""
+
+
+class CancelledError(EngineError):
+    """The operation was cancelled by the person."""

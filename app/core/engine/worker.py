@@ -1,0 +1,555 @@
+"""The engine host's child side: the one process that touches llama.cpp.
+
+Everything native happens here, so that an abort, a segfault or an illegal instruction inside
+llama.cpp ends this process and never the app. The parent (``host.py``) sends one request at a
+time over a pipe; this loop answers with ``("ok", result)``, a stream of ``("event", ...)`` or
+``("err", kind, payload)``. It is the single serial owner of the llama context.
+
+Cancel arrives through a shared flag, not the pipe, so it is seen while a request runs: between
+generated tokens, and inside a long prompt decode through llama.cpp's abort callback.
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import ctypes
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from app.core.engine.ipc import SharedFlag
+from app.core.engine.chat_template import ChatTemplateError, render_chat_template
+from app.core.engine.protocol import (
+    ContextOverflowError,
+    EngineCapabilities,
+    EngineNotLoadedError,
+    EvalResult,
+    Finished,
+    GenerationStats,
+    KVState,
+    KVUsage,
+    LoadedModel,
+    LoadSettings,
+    ModelLoadError,
+    SamplingSettings,
+    TextDelta,
+)
+
+DECODE_OK, DECODE_ABORTED = 0, 2
+_LOG_LINES = 40
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class StopMatcher:
+    """Hold back text that may be the start of a stop string; report a complete match."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Return (text safe to emit now, whether a stop string was found)."""
+        self.pending += text
+        if not self.stops:
+            out, self.pending = self.pending, ""
+            return out, False
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out = self.pending[: min(hits)]
+            self.pending = ""
+            return out, True
+        hold = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(self.pending)), hold, -1):
+                if s.startswith(self.pending[-k:]):
+                    hold = k
+                    break
+        cut = len(self.pending) - hold
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+class Engine:
+    """llama.cpp behind a small, explicit API; lives only in the child process."""
+
+    def __init__(self, cancel_flag: SharedFlag) -> None:
+        import llama_cpp
+
+        self._lc = llama_cpp
+        self._cancel = cancel_flag
+        self.llm: Any = None
+        self.settings: LoadSettings | None = None
+        self.tokens: list[int] = []  # what occupies KV positions 0..len-1 of sequence 0
+        self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
+        self._install_log_capture()
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
+
+    # ----- llama.cpp plumbing -----
+
+    def _install_log_capture(self) -> None:
+        """Keep llama.cpp's warnings and errors so failures can quote them."""
+
+        @self._lc.llama_log_callback
+        def on_log(level: int, text: bytes, _user: Any) -> None:
+            if level in (2, 3) or (level == 5 and self.log):  # warn, error, continuation
+                line = text.decode("utf-8", "replace").rstrip()
+                if line:
+                    self.log.append(line)
+
+        self._log_cb = on_log  # keep a reference: llama.cpp holds only the raw pointer
+        self._lc.llama_log_set(on_log, ctypes.c_void_p(0))
+
+    def _require(self) -> Any:
+        if self.llm is None:
+            raise EngineNotLoadedError("no model is loaded")
+        return self.llm
+
+    @property
+    def _mem(self) -> Any:
+        return self._lc.llama_get_memory(self._require().ctx)
+
+    def _vocab(self) -> Any:
+        return self._require()._model.vocab
+
+    def _decode(self, tokens: Sequence[int], *, abortable: bool) -> None:
+        """Append ``tokens`` to the KV cache in n_batch slices; logits for the last token only."""
+        llm = self._require()
+        lc = self._lc
+        n_ctx = llm.n_ctx()
+        if len(self.tokens) + len(tokens) > n_ctx:
+            raise ContextOverflowError(len(self.tokens) + len(tokens), n_ctx, 0)
+        if abortable:
+            lc.llama_set_abort_callback(llm.ctx, self._abort_cb, None)
+        try:
+            for i in range(0, len(tokens), llm.n_batch):
+                piece = list(tokens[i : i + llm.n_batch])
+                n_past = len(self.tokens)
+                llm._batch.set_batch(batch=piece, n_past=n_past, logits_all=False)
+                rc = lc.llama_decode(llm.ctx, llm._batch.batch)
+                if rc == DECODE_ABORTED or (abortable and self._cancel.is_set()):
+                    # Drop whatever the interrupted batch left behind so tokens and KV agree.
+                    lc.llama_memory_seq_rm(self._mem, -1, n_past, -1)
+                    raise _Cancelled
+                if rc != DECODE_OK:
+                    lc.llama_memory_seq_rm(self._mem, -1, n_past, -1)
+                    raise RuntimeError(self._decode_failure(rc))
+                self.tokens.extend(piece)
+        finally:
+            if abortable:
+                lc.llama_set_abort_callback(llm.ctx, lc.ggml_abort_callback(), None)
+
+    def _decode_failure(self, rc: int) -> str:
+        reasons = {1: "no KV cache slot was free for the batch", -1: "the batch was invalid"}
+        detail = reasons.get(rc, f"llama_decode returned {rc}")
+        last = self.log[-1] if self.log else ""
+        return f"llama.cpp could not evaluate the tokens: {detail}" + (f" ({last})" if last else "")
+
+    # ----- operations (each is one request from the parent) -----
+
+    def capabilities(self) -> EngineCapabilities:
+        lc = self._lc
+        return EngineCapabilities(
+            llama_cpp_python_version=lc.__version__,
+            system_info=lc.llama_print_system_info().decode("utf-8", "replace").strip(),
+            gpu_offload_supported=bool(lc.llama_supports_gpu_offload()),
+            pid=os.getpid(),
+        )
+
+    def load(self, path: str, settings: LoadSettings) -> LoadedModel:
+        from gguf.constants import GGMLQuantizationType
+
+        settings.validate()
+        self.unload()
+        lc = self._lc
+        warnings: list[str] = []
+        offload = bool(lc.llama_supports_gpu_offload())
+        n_gpu_layers = settings.n_gpu_layers
+        if n_gpu_layers and not offload:
+            warnings.append("this llama.cpp build cannot offload to a GPU; every layer runs on the CPU")
+            n_gpu_layers = 0
+        cache_type = int(GGMLQuantizationType[settings.kv_cache_type.upper()])
+        n_threads_batch = settings.n_threads_batch or settings.n_threads
+        self.log.clear()
+        t0 = time.perf_counter()
+        try:
+            from llama_cpp import Llama
+
+            self.llm = Llama(
+                model_path=path,
+                n_ctx=settings.n_ctx,
+                n_batch=min(settings.n_batch, settings.n_ctx),
+                n_ubatch=min(settings.n_ubatch, settings.n_batch, settings.n_ctx),
+                n_threads=settings.n_threads,
+                n_threads_batch=n_threads_batch,
+                n_gpu_layers=n_gpu_layers,
+                type_k=cache_type,
+                type_v=cache_type,
+                flash_attn=settings.flash_attn,
+                seed=settings.seed,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            self.llm = None
+            said = next((ln for ln in reversed(self.log) if "error" in ln.lower()), "")
+            reason = said or str(exc)
+            raise ModelLoadError(f"llama.cpp could not load {os.path.basename(path)}: {reason}") \
+                from None  # fmt: skip
+        self._install_log_capture()  # Llama() may have replaced the global log callback
+        load_s = time.perf_counter() - t0
+        self.settings = settings
+        self.tokens = []
+        n_ctx_train = self.llm._model.n_ctx_train()
+        if settings.n_ctx > n_ctx_train:
+            warnings.append(
+                f"n_ctx {settings.n_ctx:,} is larger than the {n_ctx_train:,} tokens the model "
+                "was trained on; quality may drop past that point"
+            )
+        return LoadedModel(
+            path=path,
+            n_ctx=self.llm.n_ctx(),
+            n_ctx_train=n_ctx_train,
+            n_vocab=self.llm.n_vocab(),
+            n_threads=settings.n_threads,
+            n_threads_batch=n_threads_batch,
+            n_gpu_layers=n_gpu_layers,
+            gpu_offload_supported=offload,
+            kv_cache_type=settings.kv_cache_type,
+            flash_attn=settings.flash_attn,
+            load_seconds=load_s,
+            warnings=tuple(warnings),
+        )
+
+    def unload(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
+            self.llm = None
+        self.tokens = []
+        self.settings = None
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self._require().tokenize(text.encode("utf-8"), add_bos=add_special, special=parse_special)
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        vocab_size = self._require().n_vocab()
+        bad = next((t for t in tokens if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{vocab_size - 1})")
+        return self.llm.detokenize(list(tokens), special=special).decode("utf-8", "replace")
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    ) -> str:
+        llm = self._require()
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ChatTemplateError("this model has no chat template; send a plain prompt instead")
+        vocab = self._vocab()
+        lc = self._lc
+
+        def text_of(tok: int) -> str:
+            return llm._model.token_get_text(tok) if tok >= 0 else ""
+
+        return render_chat_template(
+            template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=text_of(lc.llama_vocab_bos(vocab)),
+            eos_token=text_of(lc.llama_vocab_eos(vocab)),
+        )
+
+    def evaluate(self, tokens: Sequence[int]) -> EvalResult:
+        self._check_ids(tokens)
+        t0 = time.perf_counter()
+        try:
+            self._decode(tokens, abortable=True)
+        except _Cancelled:
+            from app.core.engine.protocol import CancelledError
+
+            raise CancelledError("evaluation cancelled") from None
+        return EvalResult(len(tokens), len(self.tokens), time.perf_counter() - t0)
+
+    def reset(self) -> None:
+        self._require()
+        self._lc.llama_memory_clear(self._mem, True)
+        self.tokens = []
+
+    def kv_usage(self) -> KVUsage:
+        llm = self._require()
+        lc = self._lc
+        mem = self._mem
+        pos_min = lc.llama_memory_seq_pos_min(mem, 0)
+        pos_max = lc.llama_memory_seq_pos_max(mem, 0)
+        used = pos_max - pos_min + 1 if pos_max >= 0 else 0
+        return KVUsage(
+            n_ctx=llm.n_ctx(),
+            cells_used=used,
+            pos_min=pos_min,
+            pos_max=pos_max,
+            state_bytes=lc.llama_state_seq_get_size(llm.ctx, 0),
+            can_shift=bool(lc.llama_memory_can_shift(mem)),
+        )
+
+    def save_state(self) -> KVState:
+        llm = self._require()
+        lc = self._lc
+        size = lc.llama_state_seq_get_size(llm.ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
+        assert self.settings is not None
+        return KVState(
+            tokens=tuple(self.tokens),
+            data=bytes(memoryview(buf)[:n]),
+            n_ctx=llm.n_ctx(),
+            kv_cache_type=self.settings.kv_cache_type,
+            model_path=llm.model_path,
+        )
+
+    def restore_state(self, state: KVState) -> int:
+        llm = self._require()
+        assert self.settings is not None
+        if state.n_ctx != llm.n_ctx() or state.kv_cache_type != self.settings.kv_cache_type:
+            raise ValueError(
+                f"the saved KV state was made with n_ctx {state.n_ctx} and a {state.kv_cache_type} "
+                f"cache; the loaded model has n_ctx {llm.n_ctx()} and a "
+                f"{self.settings.kv_cache_type} cache"
+            )
+        if len(state.tokens) > llm.n_ctx():
+            raise ValueError("the saved KV state holds more tokens than the context")
+        lc = self._lc
+        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        self.tokens = []
+        buf = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
+        n = lc.llama_state_seq_set_data(llm.ctx, buf, len(state.data), 0)
+        if n == 0:
+            lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            raise ValueError("llama.cpp rejected the saved KV state (made by another model?)")
+        self.tokens = list(state.tokens)
+        return len(self.tokens)
+
+    def _check_ids(self, tokens: Sequence[int]) -> None:
+        n_vocab = self._require().n_vocab()
+        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
+
+    def _sampler(self, s: SamplingSettings) -> Any:
+        from llama_cpp._internals import LlamaSampler
+
+        sampler = LlamaSampler()
+        if s.temperature <= 0:
+            sampler.add_greedy()
+        else:
+            sampler.add_top_k(s.top_k)
+            sampler.add_top_p(s.top_p, 1)
+            sampler.add_min_p(s.min_p, 1)
+            sampler.add_temp(s.temperature)
+            sampler.add_dist(s.seed)
+        return sampler
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        sampling: SamplingSettings,
+        stop: Sequence[str],
+        emit: Callable[[Any], None],
+    ) -> None:
+        """Evaluate ``prompt`` (re-using any cached prefix) and stream the reply through ``emit``."""
+        llm = self._require()
+        lc = self._lc
+        prompt = list(prompt)
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        self._check_ids(prompt)
+        n_ctx = llm.n_ctx()
+        if len(prompt) + max_tokens > n_ctx:
+            raise ContextOverflowError(len(prompt), n_ctx, max_tokens)
+
+        # Prefix reuse: keep what the KV cache already holds; always evaluate at least the last
+        # prompt token so its logits are fresh.
+        keep = min(common_prefix_len(self.tokens, prompt), len(prompt) - 1)
+        if keep < len(self.tokens):
+            lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
+            del self.tokens[keep:]
+        todo = prompt[keep:]
+
+        t0 = time.perf_counter()
+        reason = "length"
+        completion = 0
+        try:
+            self._decode(todo, abortable=True)
+        except _Cancelled:
+            reason = "cancelled"
+        t_prompt = time.perf_counter() - t0
+        evaluated = len(self.tokens) - keep
+
+        t1 = time.perf_counter()
+        if reason != "cancelled":
+            reason = self._stream(llm, max_tokens, sampling, stop, emit)
+            completion = self._completion
+        t_gen = time.perf_counter() - t1
+        emit(Finished(GenerationStats(
+            prompt_tokens=len(prompt),
+            prompt_eval_tokens=evaluated,
+            prompt_seconds=t_prompt,
+            completion_tokens=completion,
+            gen_seconds=t_gen,
+            finish_reason=reason,  # type: ignore[arg-type]
+            n_past=len(self.tokens),
+        )))  # fmt: skip
+
+    def _stream(
+        self,
+        llm: Any,
+        max_tokens: int,
+        sampling: SamplingSettings,
+        stop: Sequence[str],
+        emit: Callable[[Any], None],
+    ) -> str:
+        lc = self._lc
+        vocab = self._vocab()
+        sampler = self._sampler(sampling)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        stops = StopMatcher(stop)
+        piece_buf = ctypes.create_string_buffer(256)
+        pending_ids: list[int] = []
+        self._completion = 0
+        reason = "length"
+        try:
+            while True:
+                if self._cancel.is_set():
+                    reason = "cancelled"
+                    break
+                tok = sampler.sample(llm._ctx, -1)
+                if lc.llama_vocab_is_eog(vocab, tok):
+                    reason = "stop"
+                    break
+                n = lc.llama_token_to_piece(vocab, tok, piece_buf, len(piece_buf), 0, False)
+                piece = piece_buf.raw[:n] if n >= 0 else llm._model.token_to_piece(tok)
+                self._completion += 1
+                pending_ids.append(tok)
+                text, hit = stops.feed(decoder.decode(piece))
+                if text:
+                    emit(TextDelta(text, tuple(pending_ids)))
+                    pending_ids = []
+                if hit:
+                    reason = "stop"
+                    break
+                if self._completion >= max_tokens or len(self.tokens) >= llm.n_ctx():
+                    reason = "length"
+                    break
+                try:
+                    self._decode([tok], abortable=True)
+                except _Cancelled:
+                    reason = "cancelled"
+                    break
+        finally:
+            sampler.close()
+        # Bytes of a character the model never finished (the reply was cut mid-character) are
+        # dropped rather than shown as U+FFFD: the stream holds whole characters only.
+        tail = stops.flush() if reason != "stop" else ""
+        if tail or pending_ids:
+            emit(TextDelta(tail, tuple(pending_ids)))
+        return reason
+
+    # ----- fault injection (tests of crash isolation use this; nothing else does) -----
+
+    def crash(self, kind: str) -> None:
+        import signal
+
+        if kind == "segfault":
+            ctypes.string_at(0)
+        elif kind == "abort":
+            os.abort()
+        elif kind == "illegal-instruction":
+            os.kill(os.getpid(), signal.SIGILL)
+        raise ValueError(f"unknown crash kind {kind!r}")
+
+
+def _error_reply(exc: BaseException) -> tuple[str, str, Any]:
+    from app.core.engine.protocol import CancelledError
+
+    if isinstance(exc, ContextOverflowError):
+        return ("err", "overflow", (exc.prompt_tokens, exc.n_ctx, exc.reserve))
+    kinds: list[tuple[type[BaseException], str]] = [
+        (ModelLoadError, "load"),
+        (EngineNotLoadedError, "not-loaded"),
+        (CancelledError, "cancelled"),
+        (ChatTemplateError, "template"),
+        (ValueError, "value"),
+    ]
+    for cls, kind in kinds:
+        if isinstance(exc, cls):
+            return ("err", kind, str(exc))
+    return ("err", "engine", f"{type(exc).__name__}: {exc}")
+
+
+def serve(conn: Connection, cancel_flag: SharedFlag) -> None:
+    """Child main loop: answer requests until the pipe closes or a 'close' request arrives."""
+    engine = Engine(cancel_flag)
+    conn.send(("ok", engine.capabilities()))
+    while True:
+        try:
+            op, kwargs = conn.recv()
+        except (EOFError, OSError):
+            break
+        if op == "close":
+            engine.unload()
+            conn.send(("ok", None))
+            break
+        try:
+            if op == "generate":
+                engine.generate(emit=lambda ev: conn.send(("event", ev)), **kwargs)
+                continue
+            handler = getattr(engine, op, None)
+            if handler is None or op.startswith("_"):
+                raise ValueError(f"unknown engine operation {op!r}")
+            conn.send(("ok", handler(**kwargs)))
+        except Exception as exc:
+            if not isinstance(exc, ValueError | EngineNotLoadedError | ModelLoadError):
+                traceback.print_exc(file=sys.stderr)
+            conn.send(_error_reply(exc))
+
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the child: ``python -m app.core.engine.worker --fd N --flag PATH``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="contextlens-engine")
+    parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
+    parser.add_argument("--flag", required=True, help="file holding the shared cancel byte")
+    args = parser.parse_args(argv)
+    conn = Connection(args.fd)
+    flag = SharedFlag(args.flag)
+    try:
+        serve(conn, flag)
+    finally:
+        flag.close()
+        conn.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Persistence (SQLite through SQLAlchemy). Imports core types only; never Qt."""

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build llama-cpp-python from source once per (version, build flags) and print the wheel's path.
+#
+# Why a script of our own instead of a plain `pip install`: pip caches the wheel it built by
+# version only, so a wheel built earlier with other flags (for example one that dies with SIGILL on
+# CPUs that advertise AMX without the OS enabling it) would silently be reused. Here the cache key
+# is the version *and* the CMake arguments, so changing the flags always rebuilds, and an unchanged
+# set-up never does — not even from a fresh clone on the same machine.
+#
+# Environment:
+#   PYTHON             interpreter that builds the wheel (default: python3)
+#   LLAMA_CPP_VERSION  llama-cpp-python version (default below)
+#   LLAMA_CMAKE_ARGS   extra CMake arguments, e.g. "-DGGML_CUDA=on" or "-DGGML_METAL=on"
+#   CONTEXTLENS_CACHE  where built wheels are kept (default: ${XDG_CACHE_HOME:-~/.cache}/contextlens)
+set -euo pipefail
+
+PYTHON="${PYTHON:-python3}"
+VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
+CACHE="${CONTEXTLENS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/contextlens}"
+
+cmake_args="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+case "$(uname -m)" in
+  x86_64|amd64)
+    # ggml builds with -march=native; on CPUs that advertise AMX while the OS (or hypervisor)
+    # has not enabled it, its AMX kernels die with SIGILL at the first `tilezero`. Explicit -mno-*
+    # flags win over -march=native in GCC and Clang, so the AMX code paths are never compiled.
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    cmake_args="$cmake_args -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
+    ;;
+esac
+cmake_args="$cmake_args ${LLAMA_CMAKE_ARGS:-}"
+
+key="$(printf '%s\n%s\n%s\n' "$VERSION" "$cmake_args" "$(uname -m)" | sha256sum | cut -c1-16)"
+dest="$CACHE/wheels/llama-cpp-python-$VERSION-$key"
+wheel="$(ls "$dest"/llama_cpp_python-*.whl 2>/dev/null | head -n1 || true)"
+if [[ -n "$wheel" ]]; then
+  echo "$wheel"
+  exit 0
+fi
+
+mkdir -p "$CACHE/wheels"
+work="$(mktemp -d "$CACHE/wheels/.build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+echo "building llama-cpp-python $VERSION from source (several minutes on 2 cores)" >&2
+echo "  CMAKE_ARGS=$cmake_args" >&2
+CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+  "$PYTHON" -m pip wheel --no-deps --no-cache-dir --no-binary llama-cpp-python \
+  --wheel-dir "$work/out" "llama-cpp-python==$VERSION" >&2
+printf '%s\n' "$cmake_args" > "$work/out/CMAKE_ARGS"
+rm -rf "$dest"
+mv "$work/out" "$dest"
+ls "$dest"/llama_cpp_python-*.whl | head -n1
