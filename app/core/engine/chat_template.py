@@ -39,9 +39,9 @@ class _CappedSandbox(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
         if operator_name == "*":
             for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(n, int):
-                    if len(seq) * max(n, 0) > MAX_REPEAT_LEN:
-                        raise ChatTemplateError("the chat template builds a string that is too long")
+                repeats = isinstance(seq, str | list | tuple) and isinstance(n, int)
+                if repeats and len(seq) * max(n, 0) > MAX_REPEAT_LEN:
+                    raise ChatTemplateError("the chat template builds a string that is too long")
             return operator.mul(left, right)
         if operator_name == "**":
             if isinstance(right, int) and abs(right) > 64:
@@ -114,9 +114,7 @@ def render_chat_template(
     except MemoryError:
         raise ChatTemplateError("the chat template ran out of memory") from None
     except Exception as exc:  # a template is foreign code: any failure is its failure
-        raise ChatTemplateError(
-            f"the chat template failed: {type(exc).__name__}: {exc}"
-        ) from None
+        raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
     finally:
         sys.settrace(previous)
     if len(out) > MAX_OUTPUT_CHARS:

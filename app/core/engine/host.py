@@ -11,6 +11,7 @@ one method that may be called from any thread, and it reaches the child through 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,8 +22,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from multiprocessing.connection import Connection
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -105,7 +106,10 @@ class EngineHost:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -281,12 +285,13 @@ class EngineHost:
         """Ask the running operation to stop; safe from any thread, a no-op when idle."""
         flag = self._flag
         if flag is not None:
-            try:
+            # ValueError: the engine closed at this very moment, so there is nothing to cancel.
+            with contextlib.suppress(ValueError):
                 flag.set()
-            except ValueError:  # the engine closed at this very moment: nothing to cancel
-                pass
 
-    def load(self, path: str | os.PathLike[str], settings: LoadSettings | None = None) -> LoadedModel:
+    def load(
+        self, path: str | os.PathLike[str], settings: LoadSettings | None = None
+    ) -> LoadedModel:
         """Check the GGUF header here, then load it in the child (starting one if needed)."""
         settings = settings or LoadSettings()
         settings.validate()
@@ -307,7 +312,9 @@ class EngineHost:
         if self.model is None:
             raise EngineNotLoadedError("no model is loaded; load one first")
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
         self._need_model()
         return self._call("tokenize", "tokenizing", text=text, add_special=add_special,
                           parse_special=parse_special)  # fmt: skip

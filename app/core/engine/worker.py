@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from app.core.engine.ipc import SharedFlag
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
+from app.core.engine.ipc import SharedFlag
 from app.core.engine.protocol import (
     ContextOverflowError,
     EngineCapabilities,
@@ -185,7 +185,9 @@ class Engine:
         offload = bool(lc.llama_supports_gpu_offload())
         n_gpu_layers = settings.n_gpu_layers
         if n_gpu_layers and not offload:
-            warnings.append("this llama.cpp build cannot offload to a GPU; every layer runs on the CPU")
+            warnings.append(
+                "this llama.cpp build cannot offload to a GPU; every layer runs on the CPU"
+            )
             n_gpu_layers = 0
         cache_type = int(GGMLQuantizationType[settings.kv_cache_type.upper()])
         n_threads_batch = settings.n_threads_batch or settings.n_threads
@@ -246,8 +248,12 @@ class Engine:
         self.tokens = []
         self.settings = None
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        return self._require().tokenize(text.encode("utf-8"), add_bos=add_special, special=parse_special)
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
+        return self._require().tokenize(
+            text.encode("utf-8"), add_bos=add_special, special=parse_special
+        )
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
         vocab_size = self._require().n_vocab()
@@ -374,7 +380,7 @@ class Engine:
         stop: Sequence[str],
         emit: Callable[[Any], None],
     ) -> None:
-        """Evaluate ``prompt`` (re-using any cached prefix) and stream the reply through ``emit``."""
+        """Evaluate ``prompt`` (re-using a cached prefix) and stream the reply through ``emit``."""
         llm = self._require()
         lc = self._lc
         prompt = list(prompt)
@@ -531,7 +537,6 @@ def serve(conn: Connection, cancel_flag: SharedFlag) -> None:
             if not isinstance(exc, ValueError | EngineNotLoadedError | ModelLoadError):
                 traceback.print_exc(file=sys.stderr)
             conn.send(_error_reply(exc))
-
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,1 @@
+"""The llama.cpp engine: GGUF checks, the child-process host and its protocol."""

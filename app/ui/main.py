@@ -1,0 +1,67 @@
+"""`contextlens`: start the desktop app (by default on the default model and the sample text)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    from app.core.default_model import default_model_path
+    from app.core.paths import sample_document
+
+    parser = argparse.ArgumentParser(prog="contextlens", description=__doc__)
+    parser.add_argument("document", nargs="?", type=Path, help="document to open")
+    parser.add_argument("--model", type=Path, help="GGUF model (default: the default model)")
+    parser.add_argument("--n-ctx", type=int, default=8192, help="context size (default 8192)")
+    parser.add_argument("--demo", action="store_true",
+                        help="open the default model and the sample document")  # fmt: skip
+    parser.add_argument("--screenshot", type=Path,
+                        help="save a PNG of the window once it is ready, then quit")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.demo or (args.document is None and args.model is None):
+        args.document = args.document or sample_document()
+        args.model = args.model or default_model_path()
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.main_window import MainWindow
+
+    app = QApplication(sys.argv[:1])
+    app.setApplicationName("ContextLens")
+    app.setOrganizationName("ContextLens")
+    model = args.model if args.model and args.model.exists() else None
+    window = MainWindow(model, args.document, n_ctx=args.n_ctx)
+    window.show()
+    if args.model is not None and model is None:
+        window.statusBar().showMessage(
+            f"Model not found: {args.model} — run `make` to fetch the default model"
+        )
+    exit_code = 0
+    if args.screenshot:
+
+        def shoot() -> None:
+            window.grab().save(str(args.screenshot))
+            window.close()
+
+        def fail(_message: str) -> None:
+            nonlocal exit_code
+            exit_code = 1
+            shoot()
+
+        window.ready.connect(lambda: QTimer.singleShot(200, shoot))
+        window.failed.connect(fail)
+        QTimer.singleShot(120_000, lambda: fail("timed out"))
+    app.exec()
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Shared fixtures: the real default model, fetched by the set-up (never downloaded by tests)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from app.core.default_model import default_model_path
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    path = default_model_path()
+    if not path.exists():
+        pytest.fail(f"the default model is missing at {path}: run `make test`, which fetches it")
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine(model_path: Path) -> Iterator[object]:
+    """One engine child per test module, loaded with the default model."""
+    from app.core.engine.host import EngineHost
+    from app.core.engine.protocol import LoadSettings
+
+    host = EngineHost()
+    host.load(model_path, LoadSettings(n_ctx=2048))
+    yield host
+    host.close()

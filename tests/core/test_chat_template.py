@@ -1,0 +1,58 @@
+"""A GGUF's chat template is foreign code: it renders in a capped sandbox with a deadline."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.engine.chat_template import ChatTemplateError, render_chat_template
+from app.core.engine.worker import StopMatcher
+
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
+    " + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+MESSAGES = [{"role": "user", "content": "你好"}]
+
+
+def test_renders_a_real_template() -> None:
+    out = render_chat_template(CHATML, MESSAGES)
+    assert out == "<|im_start|>user\n你好<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize(
+    ("template", "phrase"),
+    [
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+         "did not finish"),
+        ("{{ 'x' * 1000000000 }}", "too long"),
+        ("{{ 2 ** 100000 }}", "too large"),
+        ("{{ ().__class__.__bases__[0].__subclasses__() }}", "failed"),
+        ("{{ messages.append(1) }}", "failed"),
+        ("{{ raise_exception('only user and assistant roles') }}", "only user and assistant"),
+        ("{% for %}", "does not compile"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "too deeply"),
+    ],
+)  # fmt: skip
+def test_hostile_templates_end_in_a_clear_error(template: str, phrase: str) -> None:
+    with pytest.raises(ChatTemplateError, match=phrase) as err:
+        render_chat_template(template, MESSAGES, time_limit_s=0.5)
+    assert "\n" not in str(err.value)
+
+
+def test_messages_are_checked() -> None:
+    with pytest.raises(ChatTemplateError, match="role"):
+        render_chat_template(CHATML, [{"content": "x"}])
+
+
+def test_stop_matcher_holds_back_a_possible_stop_string() -> None:
+    m = StopMatcher(["</end>"])
+    assert m.feed("hello </e") == ("hello ", False)
+    assert m.feed("n") == ("", False)
+    assert m.feed("d> tail") == ("", True)
+    m = StopMatcher(["STOP"])
+    assert m.feed("no st") == ("no st", False)
+    assert m.feed("op here") == ("op here", False)
+    assert m.flush() == ""
+    m = StopMatcher([])
+    assert m.feed("anything") == ("anything", False)
