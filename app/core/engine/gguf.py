@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import struct
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -34,7 +35,10 @@ MAX_ARRAY_ITEMS = 64 * 1024 * 1024  # vocabularies are ~10^5..10^6 entries
 MAX_KV_COUNT = 1_000_000
 MAX_TENSOR_COUNT = 1_000_000
 MAX_TENSOR_ELEMENTS = 2**62  # an element count above this overflows byte sizes in ggml
-SMALL_ARRAY_ITEMS = 64  # arrays up to this length are kept inline in the metadata
+SMALL_STRING_ARRAY = 64  # string arrays up to this length are kept inline in the metadata
+SMALL_NUMBER_ARRAY = 4096  # numeric arrays likewise (per-layer values of deep models fit)
+MAX_LAYERS = 4096  # block_count above this is no real model; per-layer lists are bounded by it
+MAX_HEADS = 65536
 
 # Value type codes of the GGUF format.
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = range(8)
@@ -213,7 +217,8 @@ def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
             raise GGUFError(
                 f"metadata {key!r} claims {count:,} elements, more than the file can hold"
             )
-        keep = keep_items or count <= SMALL_ARRAY_ITEMS
+        small = SMALL_STRING_ARRAY if item_type == T_STRING else SMALL_NUMBER_ARRAY
+        keep = keep_items or count <= small
         if item_type == T_STRING:
             if keep:
                 items: tuple[Any, ...] = tuple(
@@ -230,6 +235,8 @@ def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
                 return ArrayValue(_type_name(item_type), count)
             items = tuple(v for (v,) in s.iter_unpack(raw))
             if item_type == T_BOOL:
+                if any(v > 1 for v in items):
+                    raise GGUFError(f"metadata {key!r} holds a bool that is neither 0 nor 1")
                 items = tuple(bool(v) for v in items)
         return ArrayValue(_type_name(item_type), count, items)
     raise GGUFError(f"metadata {key!r} has unknown value type code {vtype}")
@@ -261,6 +268,12 @@ def read_gguf(path: str | os.PathLike[str], *, keep_arrays: Collection[str] = ()
     example ``tokenizer.ggml.merges``); other large arrays keep only their type and length.
     """
     p = Path(path)
+    try:
+        # A FIFO or device would block or never end: only regular files are read.
+        if p.exists() and not p.is_dir() and not stat.S_ISREG(p.stat().st_mode):
+            raise GGUFError(f"{p} is not a regular file")
+    except OSError as exc:
+        raise GGUFError(f"cannot read {p}: {exc.strerror or exc}") from None
     try:
         # A 1 MiB buffer keeps reading tens of thousands of vocabulary strings cheap.
         fh = p.open("rb", buffering=1 << 20)
@@ -461,22 +474,43 @@ def _quantization_name(gf: GGUFFile) -> str:
     return GGMLQuantizationType(max(by_type, key=by_type.__getitem__)).name
 
 
+def _layer_count(gf: GGUFFile) -> int | None:
+    value = gf.arch_value("block_count")
+    if value is None:
+        return None
+    n = _int_or_none(value)
+    if n is None or not 1 <= n <= MAX_LAYERS:
+        raise GGUFError(
+            f"{gf.architecture}.block_count is {value!r}; a model has 1 to {MAX_LAYERS} layers"
+        )
+    return n
+
+
+def _per_layer(gf: GGUFFile, suffix: str, value: Any, n_layers: int | None) -> tuple[int, ...]:
+    """A head count given once for all layers or as one value per layer, checked either way."""
+    key = f"{gf.architecture}.{suffix}"
+    if value is None:
+        return ()
+    if isinstance(value, ArrayValue):
+        if value.items is None or (n_layers is not None and value.count != n_layers):
+            raise GGUFError(f"{key} lists {value.count:,} values for {n_layers} layers")
+        items = value.items
+    else:
+        items = (value,) * (n_layers or 0)
+    for v in items:
+        if _int_or_none(v) is None or not 0 <= v <= MAX_HEADS:
+            raise GGUFError(f"{key} holds {v!r}, not a head count")
+    return tuple(items)
+
+
 def model_info(gf: GGUFFile) -> ModelInfo:
-    """Derive the model card from a checked header."""
-    n_layers = _int_or_none(gf.arch_value("block_count"))
+    """Derive the model card from a checked header; implausible values raise GGUFError."""
+    n_layers = _layer_count(gf)
     n_embd = _int_or_none(gf.arch_value("embedding_length"))
     n_head_raw = gf.arch_value("attention.head_count")
     n_head_kv_raw = gf.arch_value("attention.head_count_kv", n_head_raw)
-
-    def per_layer(value: Any) -> tuple[int, ...]:
-        if isinstance(value, ArrayValue) and value.items is not None:
-            return tuple(int(v) for v in value.items)
-        if _int_or_none(value) is not None and n_layers:
-            return (int(value),) * n_layers
-        return ()
-
-    heads = per_layer(n_head_raw)
-    kv_heads = per_layer(n_head_kv_raw)
+    heads = _per_layer(gf, "attention.head_count", n_head_raw, n_layers)
+    kv_heads = _per_layer(gf, "attention.head_count_kv", n_head_kv_raw, n_layers)
     n_head = max(heads) if heads else None
     head_k = _int_or_none(gf.arch_value("attention.key_length"))
     head_v = _int_or_none(gf.arch_value("attention.value_length"))

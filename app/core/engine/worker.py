@@ -41,6 +41,10 @@ from app.core.engine.protocol import (
 )
 
 DECODE_OK, DECODE_ABORTED = 0, 2
+SLOW_TOKEN_S = 0.05  # a token decode longer than this arms llama.cpp's abort callback
+# Text goes to the parent at most this often: every wake-up of the parent takes CPU from
+# llama.cpp's threads, and 50 deltas a second is as smooth as reading gets.
+STREAM_INTERVAL_S = 0.02
 _LOG_LINES = 40
 
 
@@ -441,8 +445,11 @@ class Engine:
         stops = StopMatcher(stop)
         piece_buf = ctypes.create_string_buffer(256)
         pending_ids: list[int] = []
+        pending_text = ""
+        last_emit = 0.0  # the first piece goes out at once: time to first token matters
         self._completion = 0
         reason = "length"
+        slow = True  # until the first token shows how long one takes
         try:
             while True:
                 if self._cancel.is_set():
@@ -457,25 +464,31 @@ class Engine:
                 self._completion += 1
                 pending_ids.append(tok)
                 text, hit = stops.feed(decoder.decode(piece))
-                if text:
-                    emit(TextDelta(text, tuple(pending_ids)))
-                    pending_ids = []
+                pending_text += text
+                now = time.perf_counter()
+                if pending_text and (now - last_emit >= STREAM_INTERVAL_S or hit):
+                    emit(TextDelta(pending_text, tuple(pending_ids)))
+                    pending_ids, pending_text, last_emit = [], "", now
                 if hit:
                     reason = "stop"
                     break
                 if self._completion >= max_tokens or len(self.tokens) >= llm.n_ctx():
                     reason = "length"
                     break
+                # The abort callback costs a Python call per graph node (~5% of a fast token), so
+                # it is armed only when tokens are slow enough for cancel to need it.
+                t_tok = time.perf_counter()
                 try:
-                    self._decode([tok], abortable=True)
+                    self._decode([tok], abortable=slow)
                 except _Cancelled:
                     reason = "cancelled"
                     break
+                slow = time.perf_counter() - t_tok > SLOW_TOKEN_S
         finally:
             sampler.close()
         # Bytes of a character the model never finished (the reply was cut mid-character) are
         # dropped rather than shown as U+FFFD: the stream holds whole characters only.
-        tail = stops.flush() if reason != "stop" else ""
+        tail = pending_text + (stops.flush() if reason != "stop" else "")
         if tail or pending_ids:
             emit(TextDelta(tail, tuple(pending_ids)))
         return reason
