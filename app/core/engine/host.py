@@ -275,9 +275,10 @@ class EngineHost:
                 self._conn.send((op, kwargs))
             except (OSError, EOFError):
                 raise self._crashed() from None
-            result = self._unwrap(self._recv())
-            self._busy_with = ""
-            return result
+            try:
+                return self._unwrap(self._recv())
+            finally:
+                self._busy_with = ""
 
     # ----- operations -----
 

@@ -25,6 +25,7 @@ from typing import Any
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.protocol import (
+    CancelledError,
     ContextOverflowError,
     EngineCapabilities,
     EngineNotLoadedError,
@@ -293,8 +294,6 @@ class Engine:
         try:
             self._decode(tokens, abortable=True)
         except _Cancelled:
-            from app.core.engine.protocol import CancelledError
-
             raise CancelledError("evaluation cancelled") from None
         return EvalResult(len(tokens), len(self.tokens), time.perf_counter() - t0)
 
@@ -508,8 +507,6 @@ class Engine:
 
 
 def _error_reply(exc: BaseException) -> tuple[str, str, Any]:
-    from app.core.engine.protocol import CancelledError
-
     if isinstance(exc, ContextOverflowError):
         return ("err", "overflow", (exc.prompt_tokens, exc.n_ctx, exc.reserve))
     kinds: list[tuple[type[BaseException], str]] = [
