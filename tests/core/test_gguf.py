@@ -26,7 +26,6 @@ import gguf
 import numpy as np
 import pytest
 
-from app.core.default_model import default_model_path
 from app.core.engine.gguf import (
     ArrayValue,
     GGUFError,
@@ -108,19 +107,11 @@ def _head(path: Path, n: int) -> bytes:
         return fh.read(n)
 
 
-@pytest.fixture(scope="session")
-def real_model() -> Path:
-    path = default_model_path()
-    if not path.is_file():
-        pytest.skip(f"the default model is not at {path}; `make` fetches it")
-    return path
-
-
 @pytest.fixture(scope="module")
-def real_model_copy(real_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def real_model_copy(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One writable copy of the real model, which the mutant tests patch and restore."""
-    path = tmp_path_factory.mktemp("mutants") / real_model.name
-    shutil.copyfile(real_model, path)
+    path = tmp_path_factory.mktemp("mutants") / model_path.name
+    shutil.copyfile(model_path, path)
     return path
 
 
@@ -128,8 +119,8 @@ def real_model_copy(real_model: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="module")
-def real_info(real_model: Path) -> ModelInfo:
-    return inspect_model(real_model)
+def real_info(model_path: Path) -> ModelInfo:
+    return inspect_model(model_path)
 
 
 def test_real_model_card(real_info: ModelInfo) -> None:
@@ -170,8 +161,8 @@ def test_real_model_card_is_json_ready(real_info: ModelInfo) -> None:
     assert card["kv_bytes_per_token"]["f16"] == 23_040
 
 
-def test_real_model_header(real_model: Path) -> None:
-    gf = read_gguf(real_model)
+def test_real_model_header(model_path: Path) -> None:
+    gf = read_gguf(model_path)
     assert gf.alignment == 32
     assert gf.data_offset == REAL_DATA_OFFSET
     assert len(gf.tensors) == 272
@@ -181,8 +172,8 @@ def test_real_model_header(real_model: Path) -> None:
     assert (first.name, first.shape, first.n_bytes) == ("token_embd.weight", (576, 49152), 30081024)
 
 
-def test_real_model_keep_arrays(real_model: Path) -> None:
-    gf = read_gguf(real_model, keep_arrays=("tokenizer.ggml.merges",))
+def test_real_model_keep_arrays(model_path: Path) -> None:
+    gf = read_gguf(model_path, keep_arrays=("tokenizer.ggml.merges",))
     merges = gf.get("tokenizer.ggml.merges")
     assert isinstance(merges, ArrayValue)
     assert merges.count == 48_900
@@ -476,8 +467,8 @@ REAL_CUTS: list[tuple[int, str]] = [
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("keep", "expected"), REAL_CUTS, ids=[str(k) for k, _ in REAL_CUTS])
-def test_truncated_real_model(tmp_path: Path, real_model: Path, keep: int, expected: str) -> None:
-    path = _write(tmp_path, _head(real_model, keep))
+def test_truncated_real_model(tmp_path: Path, model_path: Path, keep: int, expected: str) -> None:
+    path = _write(tmp_path, _head(model_path, keep))
     err, seconds = _error_of(lambda: inspect_model(path))
     _assert_one_sentence(err)
     assert expected in str(err)
@@ -485,9 +476,9 @@ def test_truncated_real_model(tmp_path: Path, real_model: Path, keep: int, expec
 
 
 @pytest.mark.timeout(60)
-def test_real_model_missing_its_last_byte(tmp_path: Path, real_model: Path) -> None:
-    path = tmp_path / real_model.name
-    shutil.copyfile(real_model, path)
+def test_real_model_missing_its_last_byte(tmp_path: Path, model_path: Path) -> None:
+    path = tmp_path / model_path.name
+    shutil.copyfile(model_path, path)
     os.truncate(path, REAL_MODEL_SIZE - 1)
     err, _ = _error_of(lambda: read_gguf(path))
     assert str(err) == (
@@ -533,9 +524,9 @@ def test_byte_flipped_real_model(mutated: Path) -> None:
     assert seconds < REAL_MODEL_S
 
 
-def test_mutants_are_restored(real_model: Path, real_model_copy: Path) -> None:
+def test_mutants_are_restored(model_path: Path, real_model_copy: Path) -> None:
     """Runs after the mutants: the shared copy must be byte-identical again."""
-    assert _head(real_model_copy, 2 * 1024 * 1024) == _head(real_model, 2 * 1024 * 1024)
+    assert _head(real_model_copy, 2 * 1024 * 1024) == _head(model_path, 2 * 1024 * 1024)
 
 
 # --- Paths that are not readable model files ---------------------------------------------------

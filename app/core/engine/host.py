@@ -262,19 +262,22 @@ class EngineHost:
             raise cls(payload)
         raise EngineError(f"unexpected reply from the engine: {tag!r}")
 
+    def _send(self, op: str, doing: str, kwargs: dict[str, Any]) -> None:
+        """Start one request in the running child (the caller holds the lock)."""
+        if self._proc is None:
+            raise EngineCrashedError("the engine is not running; load a model to start it")
+        if not self.alive:
+            raise self._crashed()
+        self._flag.clear()
+        self._busy_with = doing
+        try:
+            self._conn.send((op, kwargs))
+        except (OSError, EOFError):
+            raise self._crashed() from None
+
     def _call(self, op: str, doing: str, **kwargs: Any) -> Any:
         with self._lock:
-            if not self.alive:
-                if self.capabilities is None and self._proc is None:
-                    self.start()
-                else:
-                    raise self._crashed()
-            self._flag.clear()
-            self._busy_with = doing
-            try:
-                self._conn.send((op, kwargs))
-            except (OSError, EOFError):
-                raise self._crashed() from None
+            self._send(op, doing, kwargs)
             try:
                 return self._unwrap(self._recv())
             finally:
@@ -373,19 +376,12 @@ class EngineHost:
         """
         self._need_model()
         with self._lock:
-            if not self.alive:
-                raise self._crashed()
-            self._flag.clear()
-            self._busy_with = "generating"
-            try:
-                self._conn.send(("generate", {
-                    "prompt": list(prompt),
-                    "max_tokens": max_tokens,
-                    "sampling": sampling or SamplingSettings(),
-                    "stop": list(stop),
-                }))  # fmt: skip
-            except (OSError, EOFError):
-                raise self._crashed() from None
+            self._send("generate", "generating", {
+                "prompt": list(prompt),
+                "max_tokens": max_tokens,
+                "sampling": sampling or SamplingSettings(),
+                "stop": list(stop),
+            })  # fmt: skip
             finished = False  # True once the child has sent its last message for this request
             try:
                 while not finished:

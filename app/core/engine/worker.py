@@ -261,10 +261,7 @@ class Engine:
         )
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
-        vocab_size = self._require().n_vocab()
-        bad = next((t for t in tokens if not 0 <= t < vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"token id {bad} is outside the vocabulary (0..{vocab_size - 1})")
+        self._check_ids(tokens)
         return self.llm.detokenize(list(tokens), special=special).decode("utf-8", "replace")
 
     def apply_chat_template(
@@ -416,8 +413,7 @@ class Engine:
 
         t1 = time.perf_counter()
         if reason != "cancelled":
-            reason = self._stream(llm, max_tokens, sampling, stop, emit)
-            completion = self._completion
+            reason, completion = self._stream(llm, max_tokens, sampling, stop, emit)
         t_gen = time.perf_counter() - t1
         emit(Finished(GenerationStats(
             prompt_tokens=len(prompt),
@@ -436,7 +432,8 @@ class Engine:
         sampling: SamplingSettings,
         stop: Sequence[str],
         emit: Callable[[Any], None],
-    ) -> str:
+    ) -> tuple[str, int]:
+        """Sample until a stop; return the finish reason and the number of tokens produced."""
         lc = self._lc
         vocab = self._vocab()
         sampler = self._sampler(sampling)
@@ -446,7 +443,7 @@ class Engine:
         pending_ids: list[int] = []
         pending_text = ""
         last_emit = 0.0  # the first piece goes out at once: time to first token matters
-        self._completion = 0
+        completion = 0
         reason = "length"
         slow = True  # until the first token shows how long one takes
         try:
@@ -460,7 +457,7 @@ class Engine:
                     break
                 n = lc.llama_token_to_piece(vocab, tok, piece_buf, len(piece_buf), 0, False)
                 piece = piece_buf.raw[:n] if n >= 0 else llm._model.token_to_piece(tok)
-                self._completion += 1
+                completion += 1
                 pending_ids.append(tok)
                 text, hit = stops.feed(decoder.decode(piece))
                 pending_text += text
@@ -471,7 +468,7 @@ class Engine:
                 if hit:
                     reason = "stop"
                     break
-                if self._completion >= max_tokens or len(self.tokens) >= llm.n_ctx():
+                if completion >= max_tokens or len(self.tokens) >= llm.n_ctx():
                     reason = "length"
                     break
                 # The abort callback costs a Python call per graph node (~5% of a fast token), so
@@ -490,7 +487,7 @@ class Engine:
         tail = pending_text + (stops.flush() if reason != "stop" else "")
         if tail or pending_ids:
             emit(TextDelta(tail, tuple(pending_ids)))
-        return reason
+        return reason, completion
 
     # ----- fault injection (tests of crash isolation use this; nothing else does) -----
 
