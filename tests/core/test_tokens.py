@@ -33,17 +33,6 @@ def test_differential_corpus_over_5_mb(fast: T.TiktokenCounter, llama: T.Tokeniz
         assert fast.count(text) == len(ref), f"count differs on the {name} part"
 
 
-def test_long_text_is_cut_at_safe_points_and_still_exact(
-    fast: T.TiktokenCounter, llama: T.Tokenize
-) -> None:
-    parts = corpus(seed=5)
-    text = parts["english"][:300_000] + "\n" + parts["chinese"][:100_000] + parts["code"][:300_000]
-    pieces = T.split_at_safe_points(text, 20_000)
-    assert len(pieces) > 10 and "".join(pieces) == text
-    assert sum(fast.count(p) for p in pieces) == len(llama(text, False))
-    assert fast.encode(text) == llama(text, False)
-
-
 _FIXTURES_OK = [HealthCheck.function_scoped_fixture]
 
 
