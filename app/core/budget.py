@@ -1,0 +1,116 @@
+"""The token budget for a document, and the preflight check that refuses what cannot fit.
+
+budget = n_ctx − chat-template overhead − reply reserve. The overhead is measured, not guessed:
+the model's own chat template is rendered around a placeholder document, and the text before and
+after the placeholder is counted with the model's tokenizer, special tokens parsed. The
+document's spans are evaluated as segments of their own between those two parts, so the three
+counts add up exactly to what the context will hold.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from app.core.engine.chat_template import render_chat_template
+from app.core.engine.gguf import read_gguf
+from app.core.engine.protocol import ContextOverflowError
+from app.core.tokens import TokenCounter
+
+_PLACEHOLDER = "\x00CONTEXTLENS-DOCUMENT\x00"
+DEFAULT_TASK = "Summarize the document."
+
+
+@dataclass(frozen=True)
+class Budget:
+    n_ctx: int
+    template_tokens: int  # chat template, system prompt and task around the document
+    reserve: int  # tokens kept free for the reply
+
+    @property
+    def available(self) -> int:
+        """Tokens of the document that fit (never negative)."""
+        return max(0, self.n_ctx - self.template_tokens - self.reserve)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "available": self.available}
+
+
+@dataclass(frozen=True)
+class PromptFrame:
+    """The rendered prompt around the document: text before it and after it."""
+
+    before: str
+    after: str
+    add_bos: bool = False
+
+    def tokens(self, counter: TokenCounter) -> int:
+        bos = 1 if self.add_bos else 0
+        return bos + counter.count_special(self.before) + counter.count_special(self.after)
+
+
+def prompt_frame(
+    template: str | None,
+    *,
+    task: str = DEFAULT_TASK,
+    system: str | None = None,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_bos: bool = False,
+) -> PromptFrame:
+    """Render ``template`` with the document replaced by a placeholder and split around it.
+
+    Without a template (base models) the prompt is the task, a blank line, then the document.
+    """
+    if not template:
+        return PromptFrame(f"{task}\n\n", "", add_bos)
+    messages: list[dict[str, str]] = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": f"{task}\n\n{_PLACEHOLDER}"})
+    rendered = render_chat_template(
+        template, messages, add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token
+    )
+    before, sep, after = rendered.partition(_PLACEHOLDER)
+    if not sep:
+        raise ValueError("the chat template dropped the user's message; it cannot frame a document")
+    if add_bos and bos_token and before.startswith(bos_token):
+        before = before[len(bos_token) :]  # llama.cpp adds the BOS token itself
+    return PromptFrame(before, after, add_bos)
+
+
+def model_frame(
+    model_path: str | os.PathLike[str], *, task: str = DEFAULT_TASK, system: str | None = None
+) -> PromptFrame:
+    """The prompt frame of a GGUF model, from its own chat template and special tokens."""
+    gf = read_gguf(model_path, keep_arrays=("tokenizer.ggml.tokens",))
+    tokens_v = gf.get("tokenizer.ggml.tokens")
+    tokens = tokens_v.items if tokens_v is not None and tokens_v.items else ()
+
+    def token_text(key: str) -> str:
+        tid = gf.get(key)
+        return tokens[tid] if isinstance(tid, int) and 0 <= tid < len(tokens) else ""
+
+    return prompt_frame(
+        gf.get("tokenizer.chat_template"),
+        task=task,
+        system=system,
+        bos_token=token_text("tokenizer.ggml.bos_token_id"),
+        eos_token=token_text("tokenizer.ggml.eos_token_id"),
+        add_bos=bool(gf.get("tokenizer.ggml.add_bos_token", False)),
+    )
+
+
+def compute_budget(n_ctx: int, reserve: int, frame: PromptFrame, counter: TokenCounter) -> Budget:
+    if n_ctx < 1:
+        raise ValueError("the context size must be at least one token")
+    if reserve < 0:
+        raise ValueError("the reply reserve cannot be negative")
+    return Budget(n_ctx=n_ctx, template_tokens=frame.tokens(counter), reserve=reserve)
+
+
+def preflight(prompt_tokens: int, n_ctx: int, reserve: int) -> None:
+    """Refuse, before anything reaches llama.cpp, a prompt that leaves no room for the reply."""
+    if prompt_tokens + reserve > n_ctx:
+        raise ContextOverflowError(prompt_tokens, n_ctx, reserve)

@@ -1,0 +1,76 @@
+"""The loaded document and its structure: plain immutable values, shared by every format.
+
+Offsets are character offsets into ``Document.text`` so the chunker, the token counter and the
+output alignment all speak the same coordinates without knowing where the text came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+
+class DocumentError(ValueError):
+    """A document that cannot be loaded; ``str(err)`` is one sentence meant for the person."""
+
+
+class BlockKind(StrEnum):
+    HEADING = "heading"
+    PARAGRAPH = "paragraph"
+    CODE = "code"
+    LIST = "list"
+    TABLE = "table"
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One structural unit of the text, ``text[start:end]``; the chunker prefers to cut between."""
+
+    kind: BlockKind
+    start: int
+    end: int
+    level: int = 0  # 1..6 for headings, else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Caps that bound the memory and time a hostile or accidental input can cost."""
+
+    max_bytes: int = 200 * 1024 * 1024
+    docx_max_entries: int = 10_000
+    docx_max_uncompressed: int = 512 * 1024 * 1024  # declared sizes, and bytes actually read
+    docx_max_ratio: float = 100.0  # per entry, for entries large enough to matter
+    pdf_max_pages: int = 10_000
+    pdf_max_stream_bytes: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    text: str
+    path: Path | None
+    sha256: str  # of the original file bytes (of the UTF-8 text for in-memory documents)
+    size: int  # bytes of the original file
+    format: str  # "text" | "markdown" | "code" | "html" | "pdf" | "docx"
+    encoding: str
+    lossy: bool  # some bytes could not be decoded and became U+FFFD
+    blocks: tuple[Block, ...]  # sorted, non-overlapping; need not cover all of the text
+    pages: tuple[tuple[int, int], ...] = ()  # paginated formats: consecutive ranges covering text
+    title: str | None = None  # the name of an in-memory document (pasted text has no path)
+
+    @property
+    def name(self) -> str:
+        if self.path is not None and self.path.name:
+            return self.path.name
+        return self.title or "untitled"
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """What a format reader hands back to the loader, before file facts are attached."""
+
+    text: str
+    blocks: tuple[Block, ...]
+    encoding: str = "utf-8"
+    lossy: bool = False
+    pages: tuple[tuple[int, int], ...] = ()

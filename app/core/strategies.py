@@ -1,0 +1,365 @@
+"""Overflow strategies: for a document and a token budget, the plan of what reaches the model.
+
+Every strategy is a pure function of (chunks, budget, options) and returns a :class:`Plan`: kept
+and dropped spans with their token counts and a reason each, and for multi-pass strategies the
+sequence of windows. Spans are made of chunks, and each chunk is evaluated as its own segment, so
+a span's tokens are the sum of its chunks' exact counts and a plan's totals are exact.
+
+Single-pass strategies (refuse, head, tail, middle, entropy) keep at most ``budget`` tokens.
+Multi-pass strategies (rolling, semantic, map-reduce) let every chunk reach the model, each
+window at most ``budget`` tokens.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.core.chunking import Boundary, Chunk, chunk_document, sliding_windows
+from app.core.documents import Document
+from app.core.tokens import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    start: int  # character offsets, end exclusive
+    end: int
+    tokens: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanWindow:
+    """One pass of a multi-pass strategy: chunks ``first..last`` together in the context."""
+
+    start: int
+    end: int
+    tokens: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    strategy: str
+    budget: int
+    total_tokens: int  # the whole document, as the chunks of this plan
+    kept: tuple[Span, ...]
+    dropped: tuple[Span, ...]
+    windows: tuple[PlanWindow, ...] = ()
+    refused: str | None = None  # the refusal message, for ``refuse`` when it does not fit
+    boundary_integrity: float = 1.0
+    seconds: float = 0.0
+    chunks: tuple[Chunk, ...] = field(default=(), repr=False)
+
+    @property
+    def kept_tokens(self) -> int:
+        return sum(s.tokens for s in self.kept)
+
+    @property
+    def multi_pass(self) -> bool:
+        return bool(self.windows)
+
+    @property
+    def peak_tokens(self) -> int:
+        """The most tokens in the context at once: what the budget bounds."""
+        if self.windows:
+            return max(w.tokens for w in self.windows)
+        return self.kept_tokens
+
+    def needle_retention(self, needles: Sequence[tuple[int, int]]) -> float:
+        """Share of ``needles`` (character ranges) that reach the model whole in one pass."""
+        if not needles:
+            return 1.0
+        spans = [(w.start, w.end) for w in self.windows] or [(s.start, s.end) for s in self.kept]
+        hit = sum(any(a <= s and e <= b for a, b in spans) for s, e in needles)
+        return hit / len(needles)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "budget": self.budget,
+            "kept": [asdict(s) for s in self.kept],
+            "dropped": [asdict(s) for s in self.dropped],
+            "windows": [asdict(w) for w in self.windows],
+            "kept_tokens": self.kept_tokens,
+            "total_tokens": self.total_tokens,
+            "peak_tokens": self.peak_tokens,
+            "boundary_integrity": round(self.boundary_integrity, 4),
+            "refused": self.refused,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    overlap: float = 0.15  # semantic windows share about this share of their tokens
+    chunk_tokens: int | None = None  # unit size; None: chosen from the budget
+
+
+StrategyFn = Callable[[Sequence[Chunk], str, int, PlanOptions], "_Draft"]
+
+
+@dataclass
+class _Draft:
+    """What a strategy decides: per chunk kept or a drop reason; windows for multi-pass."""
+
+    keep_reason: str
+    drop: dict[int, str] = field(default_factory=dict)  # chunk index -> reason
+    windows: list[tuple[int, int]] = field(default_factory=list)  # (first, last) chunk index
+    refused: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# the strategies
+
+
+def _refuse(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    total = sum(c.tokens for c in chunks)
+    if total <= budget:
+        return _Draft("fits the budget")
+    message = f"the document needs {total:,} tokens; the budget is {budget:,}"
+    return _Draft("", dict.fromkeys(range(len(chunks)), message), refused=message)
+
+
+def _head(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    n = _fit_prefix(chunks, budget)
+    reason = f"after the first {budget:,} tokens (head)"
+    return _Draft("the start of the document", dict.fromkeys(range(n, len(chunks)), reason))
+
+
+def _tail(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    n = _fit_prefix(chunks[::-1], budget)
+    reason = f"before the last {budget:,} tokens (tail)"
+    return _Draft("the end of the document", dict.fromkeys(range(len(chunks) - n), reason))
+
+
+def _middle(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    head = _fit_prefix(chunks, budget // 2)
+    used = sum(c.tokens for c in chunks[:head])
+    tail = _fit_prefix(chunks[head:][::-1], budget - used)
+    reason = "the middle of the document, dropped to keep its start and end"
+    return _Draft(
+        "the start or end of the document",
+        dict.fromkeys(range(head, len(chunks) - tail), reason),
+    )
+
+
+def _rolling(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    windows: list[tuple[int, int]] = []
+    first, used = 0, 0
+    for i, c in enumerate(chunks):
+        used += c.tokens
+        while used > budget and first < i:
+            used -= chunks[first].tokens
+            first += 1
+        windows.append((first, i))
+    return _Draft("passes through the rolling window", windows=windows)
+
+
+def _semantic(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    windows = [(w.first, w.last) for w in sliding_windows(chunks, budget, opts.overlap)]
+    return _Draft("in a sliding window over semantic chunks", windows=windows)
+
+
+def _map_reduce(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    windows = [(w.first, w.last) for w in sliding_windows(chunks, budget, 0.0)]
+    return _Draft("mapped in its own pass, then reduced", windows=windows)
+
+
+def _entropy(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    scores = information_scores(chunks, text)
+    total = sum(c.tokens for c in chunks)
+    drop: dict[int, str] = {}
+    for i in sorted(range(len(chunks)), key=lambda i: (scores[i][0], -i)):
+        if total <= budget:
+            break
+        drop[i] = scores[i][1]
+        total -= chunks[i].tokens
+    return _Draft("more informative than what was dropped", drop)
+
+
+STRATEGIES: dict[str, StrategyFn] = {
+    "refuse": _refuse,
+    "head": _head,
+    "tail": _tail,
+    "middle": _middle,
+    "rolling": _rolling,
+    "semantic": _semantic,
+    "entropy": _entropy,
+    "map-reduce": _map_reduce,
+}
+MULTI_PASS = frozenset({"rolling", "semantic", "map-reduce"})
+
+
+def _fit_prefix(chunks: Sequence[Chunk], budget: int) -> int:
+    """How many leading chunks fit in ``budget``."""
+    used = 0
+    for n, c in enumerate(chunks):
+        if used + c.tokens > budget:
+            return n
+        used += c.tokens
+    return len(chunks)
+
+
+# ---------------------------------------------------------------------------------------------
+# information scores for `entropy`
+
+_SPACE_RUN = re.compile(r"\s+")
+_DIGITS = re.compile(r"\d+")
+
+
+def information_scores(chunks: Sequence[Chunk], text: str) -> list[tuple[float, str]]:
+    """(score, reason) per chunk; low scores are dropped first.
+
+    Whitespace scores 0; an exact repeat of earlier text (ignoring case and spacing) 0.05;
+    boilerplate (the same text up to numbers, three or more times: page headers, footers) 0.1;
+    anything else the share of its bytes that zlib cannot predict from the 32 KB before it.
+    """
+    norm = [_SPACE_RUN.sub(" ", text[c.start : c.end]).strip().lower() for c in chunks]
+    shape = Counter(_DIGITS.sub("#", s) for s in norm if s)
+    seen: dict[str, int] = {}
+    seen_shape: set[str] = set()
+    out: list[tuple[float, str]] = []
+    for c, s in zip(chunks, norm, strict=True):
+        raw = text[c.start : c.end]
+        if not s:
+            out.append((0.0, "whitespace only"))
+            continue
+        space = sum(ch.isspace() for ch in raw) / len(raw)
+        if s in seen:
+            first = chunks[seen[s]]
+            out.append((0.05, f"repeats the text at characters {first.start:,}–{first.end:,}"))
+            continue
+        seen[s] = c.index
+        digits_shape = _DIGITS.sub("#", s)
+        if shape[digits_shape] >= 3 and digits_shape in seen_shape:
+            out.append((0.1, f"boilerplate: the same text appears {shape[digits_shape]} times"))
+            continue
+        seen_shape.add(digits_shape)
+        novelty = _novelty(text, c.start, raw)
+        if space > 0.6:
+            out.append((min(novelty, 0.15), f"mostly whitespace ({space:.0%})"))
+        else:
+            out.append((novelty, f"low information: {novelty:.0%} new after compression"))
+    return out
+
+
+def _novelty(text: str, start: int, raw: str) -> float:
+    """Compressed size of ``raw`` given the preceding 32 KB, relative to its plain size."""
+    data = raw.encode("utf-8", "replace")
+    context = text[max(0, start - 32_768) : start].encode("utf-8", "replace")[-32_768:]
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, context or b"\0")
+    size = len(comp.compress(data)) + len(comp.flush())
+    return min(1.0, size / max(1, len(data)))
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+
+
+def unit_tokens(strategy: str, budget: int, opts: PlanOptions) -> int:
+    """The chunk size a strategy plans with: fine for single pass, larger for windows."""
+    if opts.chunk_tokens:
+        return max(1, min(opts.chunk_tokens, budget))
+    if strategy == "map-reduce":
+        return max(1, budget)
+    if strategy in MULTI_PASS:
+        return max(1, min(budget, max(budget // 4, 32)))
+    return max(1, min(budget, max(budget // 8, 32), 256))
+
+
+class Planner:
+    """Plans for one document and counter; chunkings are shared between strategies."""
+
+    def __init__(self, doc: Document | str, counter: TokenCounter) -> None:
+        self.doc = doc
+        self.text = doc if isinstance(doc, str) else doc.text
+        self.counter = counter
+        self._chunks: dict[int, list[Chunk]] = {}
+
+    def chunks(self, max_tokens: int) -> list[Chunk]:
+        if max_tokens not in self._chunks:
+            self._chunks[max_tokens] = chunk_document(self.doc, self.counter, max_tokens)
+        return self._chunks[max_tokens]
+
+    def plan(self, strategy: str, budget: int, opts: PlanOptions | None = None) -> Plan:
+        if strategy not in STRATEGIES:
+            names = ", ".join(STRATEGIES)
+            raise ValueError(f"unknown strategy {strategy!r} (choose one of {names})")
+        opts = opts or PlanOptions()
+        t0 = time.perf_counter()
+        if budget < 1:
+            total = self.counter.count(self.text)
+            message = f"nothing of the document fits: the budget is {budget:,} tokens"
+            dropped = (Span(0, len(self.text), total, message),) if self.text else ()
+            return Plan(strategy, budget, total, (), dropped, refused=message,
+                        boundary_integrity=1.0, seconds=time.perf_counter() - t0)  # fmt: skip
+        chunks = self.chunks(unit_tokens(strategy, budget, opts))
+        draft = STRATEGIES[strategy](chunks, self.text, budget, opts)
+        return _assemble(strategy, budget, chunks, draft, time.perf_counter() - t0)
+
+
+def plan(
+    doc: Document | str,
+    counter: TokenCounter,
+    budget: int,
+    strategy: str,
+    opts: PlanOptions | None = None,
+) -> Plan:
+    return Planner(doc, counter).plan(strategy, budget, opts)
+
+
+def _assemble(
+    strategy: str, budget: int, chunks: Sequence[Chunk], draft: _Draft, seconds: float
+) -> Plan:
+    kept: list[Span] = []
+    dropped: list[Span] = []
+    for c in chunks:  # merge runs of chunks with the same fate and reason into one span
+        reason = draft.drop.get(c.index)
+        target = kept if reason is None else dropped
+        reason = draft.keep_reason if reason is None else reason
+        last = target[-1] if target else None
+        if last is not None and last.end == c.start and last.reason == reason:
+            target[-1] = Span(last.start, c.end, last.tokens + c.tokens, reason)
+        else:
+            target.append(Span(c.start, c.end, c.tokens, reason))
+    windows = tuple(
+        PlanWindow(
+            chunks[a].start, chunks[b].end, sum(c.tokens for c in chunks[a : b + 1]), a, b
+        )
+        for a, b in draft.windows
+    )
+    return Plan(
+        strategy=strategy,
+        budget=budget,
+        total_tokens=sum(c.tokens for c in chunks),
+        kept=tuple(kept),
+        dropped=tuple(dropped),
+        windows=windows,
+        refused=draft.refused,
+        boundary_integrity=_integrity(chunks, draft),
+        seconds=seconds,
+        chunks=tuple(chunks),
+    )
+
+
+def _integrity(chunks: Sequence[Chunk], draft: _Draft) -> float:
+    """Share of the plan's cut points that fall on a sentence or stronger boundary."""
+    cuts: set[int] = set()  # chunk index whose end is a cut
+    for i in range(len(chunks) - 1):
+        if (i in draft.drop) != (i + 1 in draft.drop):
+            cuts.add(i)
+    for a, b in draft.windows:
+        if a > 0:
+            cuts.add(a - 1)
+        if b < len(chunks) - 1:
+            cuts.add(b)
+    if not cuts:
+        return 1.0
+    return sum(chunks[i].boundary >= Boundary.SENTENCE for i in cuts) / len(cuts)
