@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from app import __version__
+from app.cli_input import add_commands
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_CONTEXT, EXIT_CANCELLED = 0, 2, 3, 4, 130
 
@@ -256,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
     p.set_defaults(func=cmd_generate)
+
+    add_commands(sub)
 
     p = sub.add_parser("fetch-model", help="fetch and verify the default model into models/")
     p.add_argument("--dir", help="target folder (default: models/)")

@@ -63,6 +63,7 @@ _CLAUSE = re.compile(r"""[,;:][)"'\]»”’]*(?=\s)|[，、：）]|—""")
 _PARA = re.compile(r"\n[ \t\r\f\v]*\n")
 _WORD = re.compile(r"(?<=\S)\s")
 _LINE_END = re.compile(r"\n")
+_WHITESPACE_RUN = re.compile(r"\s{16,}")  # long enough to be a unit of its own
 
 
 class _Cuts:
@@ -83,6 +84,8 @@ class _Cuts:
             add(m.end(), Boundary.CLAUSE)
         for m in _PARA.finditer(text):
             add(_trim_back(text, m.start()), Boundary.PARAGRAPH)
+        for m in _WHITESPACE_RUN.finditer(text):
+            add(m.end(), Boundary.PARAGRAPH if "\n" in m.group() else Boundary.WORD)
         for block in blocks:
             strength = Boundary.HEADING if block.kind == BlockKind.HEADING else Boundary.PARAGRAPH
             add(_trim_back(text, block.start), strength)
@@ -159,11 +162,15 @@ def chunk_document(
     max_tokens: int,
     *,
     min_fill: float = 0.5,
+    split_at: Boundary | None = None,
 ) -> list[Chunk]:
     """Cut the text into chunks of at most ``max_tokens`` tokens on the strongest boundaries.
 
     Each chunk is filled to at least ``min_fill`` of the budget where the text allows, and within
     that range ends on the strongest boundary (the last one, if several are equally strong).
+    Only a single character that alone needs more tokens than the budget (an emoji under a
+    budget of one token) makes a chunk over the budget; planners drop such chunks. With
+    ``split_at``, every boundary at least that strong also ends a chunk (paragraph units).
     """
     if max_tokens < 1:
         raise ValueError("the chunk budget must be at least one token")
@@ -171,13 +178,15 @@ def chunk_document(
     blocks: Sequence[Block] = () if isinstance(doc, str) else doc.blocks
     if not text:
         return []
-    chunker = _Chunker(text, blocks, counter, max_tokens, min_fill)
+    chunker = _Chunker(
+        text, blocks, counter, max_tokens=max_tokens, min_fill=min_fill, split_at=split_at
+    )
     chunks: list[Chunk] = []
     start = 0
     while start < len(text):
         end, strength = chunker.next_cut(start)
         tokens = counter.count(text[start:end])
-        while tokens > max_tokens:  # counts were not additive here: cut earlier
+        while tokens > max_tokens and end - start > 1:  # counts were not additive: cut earlier
             end, strength = chunker.fine_cut(start, end)
             tokens = counter.count(text[start:end])
         chunks.append(Chunk(len(chunks), start, end, tokens, strength))
@@ -193,8 +202,10 @@ class _Chunker:
         text: str,
         blocks: Sequence[Block],
         counter: TokenCounter,
+        *,
         max_tokens: int,
         min_fill: float,
+        split_at: Boundary | None = None,
     ) -> None:
         self.text, self.counter = text, counter
         self.max_tokens, self.min_fill = max_tokens, min_fill
@@ -204,8 +215,18 @@ class _Chunker:
         self.edges = [0, *(p for p, s in strong if s >= Boundary.SENTENCE), len(text)]
         units = [text[a:b] for a, b in itertools.pairwise(self.edges)]
         self.prefix = [0, *itertools.accumulate(counter.count_many(units))]
+        pairs = zip(self.cuts.positions, self.cuts.strengths, strict=True)
+        self.forced = [] if split_at is None else [(p, s) for p, s in pairs if s >= split_at]
 
     def next_cut(self, start: int) -> tuple[int, Boundary]:
+        """Where the chunk starting at ``start`` should end; never past a forced cut."""
+        end, strength = self._next_cut(start)
+        i = bisect.bisect_right(self.forced, (start, math.inf))
+        if i < len(self.forced) and self.forced[i][0] < end:
+            return self.forced[i][0], Boundary(self.forced[i][1])
+        return end, strength
+
+    def _next_cut(self, start: int) -> tuple[int, Boundary]:
         """Where the chunk starting at ``start`` should end, from the estimated unit counts."""
         text, edges, prefix, cuts = self.text, self.edges, self.prefix, self.cuts
         k = bisect.bisect_left(edges, start)  # first unit edge at or after start
@@ -276,3 +297,37 @@ def sliding_windows(chunks: Sequence[Chunk], budget: int, overlap: float = 0.0) 
             shared += chunks[nxt].tokens
         first = max(nxt, first + 1)
     return windows
+
+
+def overlapping_chunks(
+    doc: Document | str, counter: TokenCounter, max_tokens: int, overlap: float
+) -> list[Chunk]:
+    """Chunks of at most ``max_tokens`` that each repeat about ``overlap`` of the previous one.
+
+    Built as sliding windows over finer chunks (a quarter of the budget), so every chunk still
+    starts and ends on the strongest boundaries; each is one contiguous text, counted exactly.
+    """
+    if overlap <= 0:
+        return chunk_document(doc, counter, max_tokens)
+    text = doc if isinstance(doc, str) else doc.text
+    fine = chunk_document(doc, counter, max(1, max_tokens // 4))
+    out: list[Chunk] = []
+    first, n = 0, len(fine)
+    while first < n:
+        last, total = first, fine[first].tokens
+        while last + 1 < n and total + fine[last + 1].tokens <= max_tokens:
+            last += 1
+            total += fine[last].tokens
+        tokens = counter.count(text[fine[first].start : fine[last].end])
+        while tokens > max_tokens and last > first:  # the joined text counted more than its parts
+            last -= 1
+            tokens = counter.count(text[fine[first].start : fine[last].end])
+        out.append(Chunk(len(out), fine[first].start, fine[last].end, tokens, fine[last].boundary))
+        if last == n - 1:
+            break
+        nxt, shared = last + 1, 0
+        while nxt - 1 > first and shared + fine[nxt - 1].tokens <= overlap * tokens:
+            nxt -= 1
+            shared += fine[nxt].tokens
+        first = nxt
+    return out

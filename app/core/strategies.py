@@ -113,6 +113,7 @@ class _Draft:
     drop: dict[int, str] = field(default_factory=dict)  # chunk index -> reason
     windows: list[tuple[int, int]] = field(default_factory=list)  # (first, last) chunk index
     refused: str | None = None
+    window_ends_are_cuts: bool = True  # False for rolling: the next chunk follows at once
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,15 +152,19 @@ def _middle(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) 
 
 
 def _rolling(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
+    """One window per resident state: the chunks in the context just before each eviction."""
     windows: list[tuple[int, int]] = []
     first, used = 0, 0
     for i, c in enumerate(chunks):
+        if used + c.tokens > budget and i > first:
+            windows.append((first, i - 1))
+            while used + c.tokens > budget and first < i:
+                used -= chunks[first].tokens
+                first += 1
         used += c.tokens
-        while used > budget and first < i:
-            used -= chunks[first].tokens
-            first += 1
-        windows.append((first, i))
-    return _Draft("passes through the rolling window", windows=windows)
+    if chunks:
+        windows.append((first, len(chunks) - 1))
+    return _Draft("passes through the rolling window", windows=windows, window_ends_are_cuts=False)
 
 
 def _semantic(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
@@ -217,32 +222,37 @@ _DIGITS = re.compile(r"\d+")
 def information_scores(chunks: Sequence[Chunk], text: str) -> list[tuple[float, str]]:
     """(score, reason) per chunk; low scores are dropped first.
 
-    Whitespace scores 0; an exact repeat of earlier text (ignoring case and spacing) 0.05;
-    boilerplate (the same text up to numbers, three or more times: page headers, footers) 0.1;
-    anything else the share of its bytes that zlib cannot predict from the 32 KB before it.
+    Whitespace scores 0; a repeat of earlier text (ignoring case and spacing) 0.05, the first
+    occurrence being kept; boilerplate, text that recurs three or more times differing only in
+    its numbers (page headers and footers), 0.1 everywhere; anything else the share of its bytes
+    that zlib cannot predict from the 32 KB before it.
     """
     norm = [_SPACE_RUN.sub(" ", text[c.start : c.end]).strip().lower() for c in chunks]
-    shape = Counter(_DIGITS.sub("#", s) for s in norm if s)
+    shapes: dict[str, set[str]] = {}
+    shape_count: Counter[str] = Counter()
+    for s in norm:
+        if s:
+            shape = _DIGITS.sub("#", s)
+            shapes.setdefault(shape, set()).add(s)
+            shape_count[shape] += 1
     seen: dict[str, int] = {}
-    seen_shape: set[str] = set()
     out: list[tuple[float, str]] = []
     for c, s in zip(chunks, norm, strict=True):
         raw = text[c.start : c.end]
         if not s:
             out.append((0.0, "whitespace only"))
             continue
-        space = sum(ch.isspace() for ch in raw) / len(raw)
+        shape = _DIGITS.sub("#", s)
+        if shape_count[shape] >= 3 and len(shapes[shape]) >= 2:
+            out.append((0.1, f"boilerplate: the same line recurs {shape_count[shape]} times"))
+            continue
         if s in seen:
             first = chunks[seen[s]]
             out.append((0.05, f"repeats the text at characters {first.start:,}–{first.end:,}"))
             continue
         seen[s] = c.index
-        digits_shape = _DIGITS.sub("#", s)
-        if shape[digits_shape] >= 3 and digits_shape in seen_shape:
-            out.append((0.1, f"boilerplate: the same text appears {shape[digits_shape]} times"))
-            continue
-        seen_shape.add(digits_shape)
         novelty = _novelty(text, c.start, raw)
+        space = sum(ch.isspace() for ch in raw) / len(raw)
         if space > 0.6:
             out.append((min(novelty, 0.15), f"mostly whitespace ({space:.0%})"))
         else:
@@ -281,12 +291,15 @@ class Planner:
         self.doc = doc
         self.text = doc if isinstance(doc, str) else doc.text
         self.counter = counter
-        self._chunks: dict[int, list[Chunk]] = {}
+        self._chunks: dict[tuple[int, Boundary | None], list[Chunk]] = {}
 
-    def chunks(self, max_tokens: int) -> list[Chunk]:
-        if max_tokens not in self._chunks:
-            self._chunks[max_tokens] = chunk_document(self.doc, self.counter, max_tokens)
-        return self._chunks[max_tokens]
+    def chunks(self, max_tokens: int, split_at: Boundary | None = None) -> list[Chunk]:
+        key = (max_tokens, split_at)
+        if key not in self._chunks:
+            self._chunks[key] = chunk_document(
+                self.doc, self.counter, max_tokens, split_at=split_at
+            )
+        return self._chunks[key]
 
     def plan(self, strategy: str, budget: int, opts: PlanOptions | None = None) -> Plan:
         if strategy not in STRATEGIES:
@@ -300,8 +313,11 @@ class Planner:
             dropped = (Span(0, len(self.text), total, message),) if self.text else ()
             return Plan(strategy, budget, total, (), dropped, refused=message,
                         boundary_integrity=1.0, seconds=time.perf_counter() - t0)  # fmt: skip
-        chunks = self.chunks(unit_tokens(strategy, budget, opts))
+        # entropy judges paragraphs one by one, so they must not share a chunk
+        split_at = Boundary.PARAGRAPH if strategy == "entropy" else None
+        chunks = self.chunks(unit_tokens(strategy, budget, opts), split_at)
         draft = STRATEGIES[strategy](chunks, self.text, budget, opts)
+        draft = _drop_oversize(draft, chunks, budget)
         return _assemble(strategy, budget, chunks, draft, time.perf_counter() - t0)
 
 
@@ -313,6 +329,23 @@ def plan(
     opts: PlanOptions | None = None,
 ) -> Plan:
     return Planner(doc, counter).plan(strategy, budget, opts)
+
+
+def _drop_oversize(draft: _Draft, chunks: Sequence[Chunk], budget: int) -> _Draft:
+    """Chunks that alone exceed the budget (one character of many tokens) never reach the model."""
+    over = [c.index for c in chunks if c.tokens > budget]
+    if not over:
+        return draft
+    for i in over:
+        draft.drop[i] = f"a single character here needs {chunks[i].tokens} tokens, over the budget"
+    windows: list[tuple[int, int]] = []
+    for a, b in draft.windows:
+        inner = [i for i in over if a <= i <= b]
+        for lo, hi in zip([a] + [i + 1 for i in inner], [i - 1 for i in inner] + [b], strict=True):
+            if lo <= hi:
+                windows.append((lo, hi))
+    draft.windows = windows
+    return draft
 
 
 def _assemble(
@@ -330,9 +363,7 @@ def _assemble(
         else:
             target.append(Span(c.start, c.end, c.tokens, reason))
     windows = tuple(
-        PlanWindow(
-            chunks[a].start, chunks[b].end, sum(c.tokens for c in chunks[a : b + 1]), a, b
-        )
+        PlanWindow(chunks[a].start, chunks[b].end, sum(c.tokens for c in chunks[a : b + 1]), a, b)
         for a, b in draft.windows
     )
     return Plan(
@@ -358,7 +389,7 @@ def _integrity(chunks: Sequence[Chunk], draft: _Draft) -> float:
     for a, b in draft.windows:
         if a > 0:
             cuts.add(a - 1)
-        if b < len(chunks) - 1:
+        if b < len(chunks) - 1 and draft.window_ends_are_cuts:
             cuts.add(b)
     if not cuts:
         return 1.0

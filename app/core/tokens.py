@@ -332,10 +332,9 @@ def gguf_encoding(path: str | os.PathLike[str]) -> TiktokenCounter:
         mergeable_ranks=tables.ranks,
         special_tokens=tables.specials,
     )
-    name = str(gf.get("general.name") or Path(path).stem)
     return TiktokenCounter(
         encoding,
-        name=name,
+        name=Path(path).name,
         exact=True,
         rank_to_id=tables.rank_to_id,
         always_special=tables.user_defined,
@@ -387,7 +386,7 @@ def exact_counter(
     the fast encoding is checked and a failure falls back to it. Without it, the fast encoding is
     used only when it can be built, and :class:`TokenizerUnsupported` is raised otherwise.
     """
-    name = Path(model_path).stem
+    name = Path(model_path).name
     try:
         fast = gguf_encoding(model_path)
     except TokenizerUnsupported:
