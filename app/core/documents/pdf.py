@@ -8,6 +8,7 @@ read only, so other readers in the process keep pypdf's defaults.
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -32,6 +33,11 @@ _PLAIN = str.maketrans(
         "\ufb06": "st",
     }
 )
+
+
+# pypdf reports repairable damage ("EOF marker not found") through logging; with no handler set
+# Python would print it to stderr next to our one-sentence error. The outcome is what counts.
+logging.getLogger("pypdf").addHandler(logging.NullHandler())
 
 
 def parse_pdf(data: bytes, *, name: str, limits: Limits) -> Parsed:

@@ -1,0 +1,137 @@
+"""contextlens-cli count / plan / chunk as a user runs them: real files, real exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.tokens import gguf_encoding
+from tests.test_cli import assert_one_line_error, run
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_count_json_exact_and_estimate(model_path: Path) -> None:
+    doc = DATA / "chinese-gbk.txt"
+    proc = run("count", str(doc), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    text = doc.read_bytes().decode("gb18030")
+    assert data["bytes"] == doc.stat().st_size and data["chars"] == len(text)
+    assert data["encoding"] in ("gbk", "gb18030")
+    assert data["tokens_model"] == gguf_encoding(model_path).count(text)
+    assert data["tokens_cl100k"] > 0 and data["seconds"] >= 0
+
+
+def test_count_without_a_model_gives_the_estimate_only(tmp_path: Path) -> None:
+    env_models = tmp_path / "no-models"
+    env_models.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "count", str(DATA / "sample.md"), "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "CONTEXTLENS_MODELS": str(env_models)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["tokens_model"] is None and data["tokens_cl100k"] > 0
+
+
+def test_plan_json_contract(model_path: Path) -> None:
+    proc = run("plan", str(DATA / "sample.pdf"), "--n-ctx", "512", "--reserve", "64",
+               "--strategy", "head", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    for key in ("strategy", "budget", "kept", "dropped", "kept_tokens", "total_tokens",
+                "boundary_integrity", "seconds"):  # fmt: skip
+        assert key in data
+    assert data["strategy"] == "head" and data["exact"] is True
+    assert data["budget"] == 512 - 64 - data["template_tokens"]
+    assert data["kept_tokens"] <= data["budget"] < data["total_tokens"]
+    for span in data["kept"] + data["dropped"]:
+        assert set(span) == {"start", "end", "tokens", "reason"}
+    assert data["kept"][0]["start"] == 0
+
+
+def test_plan_all_prints_one_plan_per_strategy(model_path: Path) -> None:
+    proc = run("plan", str(DATA / "sample.html"), "--n-ctx", "300", "--reserve", "32",
+               "--strategy", "all", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    plans = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [p["strategy"] for p in plans] == ["refuse", "head", "tail", "middle", "rolling",
+                                              "semantic", "entropy", "map-reduce"]  # fmt: skip
+    for p in plans:
+        assert p["peak_tokens"] <= p["budget"]
+
+
+def test_plan_refuse_exits_4_with_the_numbers(model_path: Path) -> None:
+    proc = run("plan", str(DATA / "sample.docx"), "--n-ctx", "128", "--reserve", "16",
+               "--strategy", "refuse")  # fmt: skip
+    assert proc.returncode == 4
+    assert_one_line_error(proc)
+    assert "tokens; the budget is" in proc.stderr
+
+
+def test_plan_with_no_room_for_the_document_exits_4(model_path: Path) -> None:
+    proc = run("plan", str(DATA / "sample.md"), "--n-ctx", "64", "--reserve", "60",
+               "--strategy", "head")  # fmt: skip
+    assert proc.returncode == 4
+    assert_one_line_error(proc)
+    assert "context is 64 (reply reserve 60)" in proc.stderr
+
+
+def test_chunk_json_with_overlap(model_path: Path) -> None:
+    proc = run("chunk", str(DATA / "sample.py"), "--max-tokens", "80", "--overlap", "0.25",
+               "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    chunks = data["chunks"]
+    assert len(chunks) > 3 and all(c["tokens"] <= 80 for c in chunks)
+    assert any(b["start"] < a["end"] for a, b in itertools.pairwise(chunks))
+
+
+def test_chunk_human_output(model_path: Path) -> None:
+    proc = run("chunk", str(DATA / "sample.md"), "--max-tokens", "50")
+    assert proc.returncode == 0, proc.stderr
+    assert "chunks of at most 50 tokens" in proc.stdout
+
+
+BAD = sorted((DATA / "bad").iterdir())
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.name for p in BAD])
+def test_bad_documents_exit_2_with_one_line(path: Path) -> None:
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    for args in (["count", str(path)], ["chunk", str(path), "--max-tokens", "50"]):
+        proc = run(*args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert_one_line_error(proc)
+        assert path.name in proc.stderr
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["count", "/no/such/file.txt"],
+        ["count", str(DATA / "sample.md"), "--model", "/no/such/model.gguf"],
+        ["count", str(DATA / "sample.md"), "--model", str(DATA / "sample.md")],
+        ["plan", str(DATA / "sample.md"), "--n-ctx", "512", "--strategy", "best"],
+        ["plan", str(DATA / "sample.md"), "--n-ctx", "0", "--strategy", "head"],
+        ["plan", str(DATA / "sample.md"), "--n-ctx", "512", "--strategy", "semantic",
+         "--overlap", "1.5"],
+        ["plan", str(DATA / "sample.md"), "--strategy", "head"],
+        ["chunk", str(DATA / "sample.md"), "--max-tokens", "0"],
+        ["chunk", str(DATA)],
+    ],
+)  # fmt: skip
+def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
+    proc = run(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert_one_line_error(proc)
