@@ -155,17 +155,35 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail(EXIT_CONTEXT, f"no room for the document: {exc}", args.json)
     except ValueError as exc:  # a chat template that cannot frame a document
         return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+    needles = _needles(doc.text, args.needle or [])
+    if args.needle and not needles:
+        return _fail(EXIT_BAD_INPUT, "none of the --needle texts occurs in the document", args.json)
     for p in plans:
         data = {**p.as_dict(), "counter": counter.name, "exact": counter.exact,
                 **{k: v for k, v in budget.as_dict().items() if k != "available"}}  # fmt: skip
+        if needles:
+            data["needle_retention"] = round(p.needle_retention(needles), 4)
         if args.json:
             print(json.dumps(data))
         else:
             _print_plan(p, budget, counter)
+            if needles:
+                print(f"  needle retention {data['needle_retention']:.0%} of {len(needles)}")
     if len(plans) == 1 and plans[0].refused:
         print(f"error: refused: {plans[0].refused}", file=sys.stderr)
         return EXIT_CONTEXT
     return EXIT_OK
+
+
+def _needles(text: str, needles: list[str]) -> list[tuple[int, int]]:
+    """Character ranges of every occurrence of each needle text."""
+    found: list[tuple[int, int]] = []
+    for needle in needles:
+        at = text.find(needle)
+        while needle and at >= 0:
+            found.append((at, at + len(needle)))
+            at = text.find(needle, at + 1)
+    return found
 
 
 def _print_plan(p: Any, budget: Any, counter: Any) -> None:
@@ -241,6 +259,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--strategy", required=True, help=f"{', '.join(STRATEGIES)}, or all")
     p.add_argument("--task", default="Summarize the document.", help="the instruction")
     p.add_argument("--overlap", type=float, default=0.15, help="window overlap for semantic")
+    p.add_argument("--needle", action="append", help="a planted fact to look for (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object per plan")
     p.set_defaults(func=cmd_plan)
 

@@ -59,6 +59,20 @@ def test_plan_json_contract(model_path: Path) -> None:
     assert data["kept"][0]["start"] == 0
 
 
+def test_plan_reports_needle_retention(model_path: Path) -> None:
+    proc = run("plan", str(DATA / "sample.pdf"), "--n-ctx", "400", "--reserve", "64",
+               "--strategy", "all", "--json", "--needle", "Four score and seven years ago",
+               "--needle", "We the People")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    plans = {p["strategy"]: p for p in map(json.loads, proc.stdout.splitlines())}
+    assert plans["map-reduce"]["needle_retention"] == 1.0
+    assert plans["head"]["needle_retention"] < 1.0
+    missing = run("plan", str(DATA / "sample.pdf"), "--n-ctx", "400", "--reserve", "64",
+                  "--strategy", "head", "--needle", "not in this document")  # fmt: skip
+    assert missing.returncode == 2
+    assert_one_line_error(missing)
+
+
 def test_plan_all_prints_one_plan_per_strategy(model_path: Path) -> None:
     proc = run("plan", str(DATA / "sample.html"), "--n-ctx", "300", "--reserve", "32",
                "--strategy", "all", "--json")  # fmt: skip
