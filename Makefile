@@ -45,8 +45,15 @@ pytest: setup
 
 test: setup lint pytest
 
-bench: setup
+# The benchmarks compare against other chunkers, which only they need (the `bench` extra).
+$(VENV)/.bench: pyproject.toml | $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
+	touch $@
+
+bench: setup $(VENV)/.bench
 	$(PY) tests/benchmarks/bench_engine_host.py
+	$(PY) tests/benchmarks/bench_tokens.py
+	$(PY) tests/benchmarks/bench_chunking.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

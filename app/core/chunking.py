@@ -94,9 +94,8 @@ class _Cuts:
             for m in _LINE_END.finditer(text, start, end):
                 pos = _trim_back(text, m.start())
                 if start < pos < end:
-                    strength = Boundary.SENTENCE
-                    if text.startswith("\n", m.end()) or text[m.end() : m.end() + 1].isspace():
-                        strength = Boundary.PARAGRAPH if _blank_after(text, m.end()) else strength
+                    blank = _blank_after(text, m.end())
+                    strength = Boundary.PARAGRAPH if blank else Boundary.SENTENCE
                     if strengths.get(pos, -1) < strength:
                         strengths[pos] = strength
         self.positions = sorted(strengths)
