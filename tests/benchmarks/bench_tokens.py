@@ -1,0 +1,144 @@
+"""Exact token counting: the fast GGUF counter vs llama-cpp-python's own tokenizer, side by side.
+
+Run with ``python tests/benchmarks/bench_tokens.py``. Measures throughput (MB/s of UTF-8) of
+``Llama.tokenize`` (the model loaded with ``vocab_only``, in process) against the fast counter's
+``encode`` and ``count`` from ``gguf_encoding``, on the differential-test corpus (tests/core/
+token_corpus.py: English, code, Chinese, numbers, whitespace, emoji, scripts, lone surrogates),
+per part and on the whole concatenated text. Every token list must equal llama.cpp's: a
+difference is a correctness failure and exits non-zero. Timing is never asserted: rounds
+alternate the order of the sides so that machine noise hits all alike, and medians are compared.
+cl100k throughput is printed for information (it is the estimate used when no model is loaded).
+
+Goal (issue: exact counting): count/llama >= 8x on the whole corpus (printed as PASS/FAIL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from app.core.default_model import default_model_path  # noqa: E402
+from app.core.textutil import utf8  # noqa: E402
+from app.core.tokens import cl100k, gguf_encoding  # noqa: E402
+from tests.core.token_corpus import corpus  # noqa: E402
+
+GOAL = 8.0
+MB = 1_000_000
+
+
+def scaled(parts: dict[str, str], mb: float) -> dict[str, str]:
+    """Each part repeated (or cut) so that together they hold about ``mb`` MB of UTF-8."""
+    total = sum(len(utf8(t)) for t in parts.values())
+    factor = mb * MB / total
+    out = {}
+    for name, text in parts.items():
+        size = max(1, round(len(text) * factor))
+        out[name] = (text * math.ceil(size / len(text)))[:size]
+    return out
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=6.0, help="corpus size in MB (10^6 bytes)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from llama_cpp import Llama
+
+    model = default_model_path()
+    llm = Llama(str(model), vocab_only=True, verbose=False)
+    counter = gguf_encoding(model)
+    approx = cl100k()
+
+    parts = scaled(corpus(args.seed), args.mb)
+    parts["whole"] = "".join(parts.values())
+    size = {name: len(utf8(text)) for name, text in parts.items()}
+    print(f"model {model.name}, corpus {size['whole'] / MB:.2f} MB, rounds {args.rounds}")
+
+    sides: dict[str, Callable[[str], Any]] = {
+        "llama": lambda t: llm.tokenize(utf8(t), add_bos=False, special=False),
+        "encode": counter.encode,
+        "count": counter.count,
+        "cl100k": approx.count,
+    }
+    times: dict[tuple[str, str], list[float]] = {(p, s): [] for p in parts for s in sides}
+    ntokens: dict[str, int] = {}
+    failures: list[str] = []
+    order = list(sides)
+    for r in range(args.rounds):
+        for part, text in parts.items():
+            results: dict[str, Any] = {}
+            for side in order if r % 2 == 0 else order[::-1]:
+                seconds, results[side] = timed(lambda s=side, t=text: sides[s](t))
+                times[(part, side)].append(seconds)
+            ref, mine = results["llama"], results["encode"]
+            ntokens[part] = len(ref)
+            if mine != ref:
+                at = first_difference(ref, mine)
+                failures.append(
+                    f"round {r + 1}, {part}: encode gives {len(mine)} tokens, llama.cpp "
+                    f"{len(ref)}; first difference at token {at}"
+                )
+            if results["count"] != len(ref):
+                failures.append(f"round {r + 1}, {part}: count {results['count']} != {len(ref)}")
+    llm.close()
+
+    med = statistics.median
+
+    def rate(part: str, side: str) -> float:
+        return size[part] / MB / med(times[(part, side)])
+
+    print()
+    header = (
+        f"{'part':12s} {'MB':>6s} {'tokens':>10s} {'llama':>8s} {'encode':>8s} {'count':>8s}"
+        f" {'enc/llama':>9s} {'cnt/llama':>9s} {'cl100k':>8s}"
+    )
+    print("throughput in MB/s of UTF-8 (median of the rounds); ratios are of those medians")
+    print(header)
+    for part in parts:
+        llama, enc, cnt = rate(part, "llama"), rate(part, "encode"), rate(part, "count")
+        print(
+            f"{part:12s} {size[part] / MB:6.2f} {ntokens[part]:10,d} {llama:8.2f} {enc:8.2f}"
+            f" {cnt:8.2f} {enc / llama:8.1f}x {cnt / llama:8.1f}x {rate(part, 'cl100k'):8.2f}"
+        )
+
+    whole_count = rate("whole", "count") / rate("whole", "llama")
+    whole_encode = rate("whole", "encode") / rate("whole", "llama")
+    print()
+    print(f"whole corpus: count vs llama {whole_count:.1f}x, encode vs llama {whole_encode:.1f}x")
+    verdict = "PASS" if whole_count >= GOAL else "FAIL"
+    print(f"goal: >= {GOAL:g}x (count vs llama-cpp-python tokenize, whole corpus): {verdict}")
+    if failures:
+        print()
+        print("TOKENS DIFFER from llama.cpp (a correctness failure, not timing):")
+        for line in failures:
+            print(f"  {line}")
+        return 1
+    print("tokens: identical to llama.cpp on every part and the whole, every round")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
