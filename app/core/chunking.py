@@ -1,9 +1,11 @@
 """Semantic chunking under a token budget, and sliding windows over the chunks.
 
-A chunk ends on the strongest boundary available: heading > paragraph > sentence > clause >
-word > character. Inside a code block only line ends (and blank lines) are boundaries, so no chunk
-ends in the middle of a line of code unless one line alone is over the budget. Chinese sentence
-and clause marks count like their Latin counterparts.
+A chunk ends on the strongest boundary available: heading > paragraph > sentence > line end >
+clause > word > character. Inside a code block only line ends (and blank lines) are boundaries,
+so no chunk ends in the middle of a line of code unless one line alone is over the budget.
+Chinese sentence and clause marks count like their Latin counterparts. A line end ranks below a
+sentence end (prose is often hard-wrapped) but is what tables, logs and code read as plain text
+offer, so it is the cut there instead of a comma or a word.
 
 Cuts are placed before the whitespace that separates two units, so the whitespace opens the next
 chunk; with GPT-2 style pre-tokenizers that keeps counts additive. Additivity is only used to
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+
+import numpy as np
 
 from app.core.documents import Block, BlockKind, Document
 from app.core.tokens import TokenCounter
@@ -32,10 +35,11 @@ class Boundary(IntEnum):
     CHAR = 0
     WORD = 1
     CLAUSE = 2
-    SENTENCE = 3
-    PARAGRAPH = 4
-    HEADING = 5
-    END = 6  # the start or end of the document
+    LINE = 3
+    SENTENCE = 4
+    PARAGRAPH = 5
+    HEADING = 6
+    END = 7  # the start or end of the document
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,70 +65,93 @@ class Window:
 _SENTENCE = re.compile(r"""[.!?…][)"'\]»”’]*(?=\s)|[。！？；][)」』”’）]*""")
 _CLAUSE = re.compile(r"""[,;:][)"'\]»”’]*(?=\s)|[，、：）]|—""")
 _PARA = re.compile(r"\n[ \t\r\f\v]*\n")
+_LINE = re.compile(r"(?<=\S)[ \t\r]*\n(?=[ \t]*\S)")  # a line end with text on both sides
 _WORD = re.compile(r"(?<=\S)\s")
-_LINE_END = re.compile(r"\n")
+_NEWLINE = re.compile(r"\n")
 _WHITESPACE_RUN = re.compile(r"\s{16,}")  # long enough to be a unit of its own
 
 
 class _Cuts:
-    """Candidate cut points of a text with their strengths, searchable by position."""
+    """The candidate cut points of a text that are sentence or line ends or stronger.
+
+    Held as two sorted numpy arrays (position, strength) built in one vectorised pass; the
+    clause and word cuts, needed only where a single line is over the budget, are found on demand.
+    """
 
     def __init__(self, text: str, blocks: Sequence[Block]) -> None:
         self.text = text
-        code = _code_spans(blocks)
-        strengths: dict[int, int] = {}
+        code = [(b.start, b.end) for b in blocks if b.kind == BlockKind.CODE]
+        found: list[tuple[np.ndarray, int]] = []
 
-        def add(pos: int, strength: Boundary) -> None:
-            if 0 < pos < len(text) and strengths.get(pos, -1) < strength and not _in(code, pos):
-                strengths[pos] = strength
+        def collect(positions: Iterable[int], strength: Boundary) -> None:
+            found.append((np.fromiter(positions, dtype=np.int64), int(strength)))
 
-        for m in _SENTENCE.finditer(text):
-            add(m.end(), Boundary.SENTENCE)
-        for m in _CLAUSE.finditer(text):
-            add(m.end(), Boundary.CLAUSE)
-        for m in _PARA.finditer(text):
-            add(_trim_back(text, m.start()), Boundary.PARAGRAPH)
+        collect((m.end() for m in _SENTENCE.finditer(text)), Boundary.SENTENCE)
+        collect((m.start() for m in _LINE.finditer(text)), Boundary.LINE)
+        collect((_trim_back(text, m.start()) for m in _PARA.finditer(text)), Boundary.PARAGRAPH)
         for m in _WHITESPACE_RUN.finditer(text):
-            add(m.end(), Boundary.PARAGRAPH if "\n" in m.group() else Boundary.WORD)
-        for block in blocks:
-            strength = Boundary.HEADING if block.kind == BlockKind.HEADING else Boundary.PARAGRAPH
-            add(_trim_back(text, block.start), strength)
-            add(_trim_back(text, block.end), Boundary.PARAGRAPH)
-        for start, end in code:  # inside code: line ends only (blank lines are paragraphs)
-            for m in _LINE_END.finditer(text, start, end):
-                pos = _trim_back(text, m.start())
-                if start < pos < end:
-                    blank = _blank_after(text, m.end())
-                    strength = Boundary.PARAGRAPH if blank else Boundary.SENTENCE
-                    if strengths.get(pos, -1) < strength:
-                        strengths[pos] = strength
-        self.positions = sorted(strengths)
-        self.strengths = [strengths[p] for p in self.positions]
+            strength = Boundary.PARAGRAPH if "\n" in m.group() else Boundary.WORD
+            collect((m.end(),), strength)
+        headings = [b.start for b in blocks if b.kind == BlockKind.HEADING]
+        collect((_trim_back(text, p) for p in headings), Boundary.HEADING)
+        others = [b.start for b in blocks if b.kind != BlockKind.HEADING]
+        collect((_trim_back(text, p) for p in others + [b.end for b in blocks]), Boundary.PARAGRAPH)
+        positions = np.concatenate([p for p, _ in found]) if found else np.empty(0, np.int64)
+        strengths = np.concatenate([np.full(len(p), s, np.int8) for p, s in found] or [[]])
+        if code:  # nothing above cuts inside code; its line ends are added next
+            starts, ends = np.array(code, dtype=np.int64).T
+            k = np.searchsorted(starts, positions, side="right") - 1
+            inside = (k >= 0) & (positions > starts[k]) & (positions < ends[np.maximum(k, 0)])
+            positions, strengths = positions[~inside], strengths[~inside]
+            for start, end in code:
+                newlines = [m.start() for m in _NEWLINE.finditer(text, start, end)]
+                cuts = [(_trim_back(text, q), _blank_line_after(text, q)) for q in newlines]
+                cuts = [(p, blank) for p, blank in cuts if start < p < end]
+                line_ends = np.array([p for p, _ in cuts], np.int64)
+                kinds = [Boundary.PARAGRAPH if blank else Boundary.SENTENCE for _, blank in cuts]
+                line_strengths = np.array(kinds, np.int8)
+                positions = np.concatenate([positions, line_ends])
+                strengths = np.concatenate([strengths, line_strengths])
+        keep = (positions > 0) & (positions < len(text))
+        positions, strengths = positions[keep], strengths[keep]
+        order = np.lexsort((-strengths.astype(np.int16), positions))  # by position, strongest first
+        positions, strengths = positions[order], strengths[order]
+        first = np.ones(len(positions), dtype=bool)
+        first[1:] = positions[1:] != positions[:-1]
+        self.positions, self.strengths = positions[first], strengths[first]
+        self._code = code
 
-    def word_cuts(self, start: int, end: int) -> list[int]:
-        """Word boundaries in ``(start, end)``: before each whitespace run."""
-        return [m.start() for m in _WORD.finditer(self.text, start, end)]
+    def at_least(self, strength: Boundary) -> np.ndarray:
+        return self.positions[self.strengths >= strength]
 
     def strongest_in(self, lo: int, hi: int) -> tuple[int, Boundary] | None:
         """The last of the strongest cuts with ``lo < pos < hi``."""
-        i = bisect.bisect_right(self.positions, lo)
-        j = bisect.bisect_left(self.positions, hi)
+        i = int(np.searchsorted(self.positions, lo, side="right"))
+        j = int(np.searchsorted(self.positions, hi, side="left"))
         if i >= j:
             return None
-        best = max(self.strengths[i:j])
-        for k in range(j - 1, i - 1, -1):
-            if self.strengths[k] == best:
-                return self.positions[k], Boundary(best)
+        window = self.strengths[i:j]
+        best = window.max()
+        k = j - 1 - int(np.argmax(window[::-1] == best))
+        return int(self.positions[k]), Boundary(int(best))
+
+    def fine_in(self, lo: int, hi: int) -> tuple[int, Boundary] | None:
+        """The last clause cut, else the last word cut, in ``(lo, hi]``."""
+        fine = ((_CLAUSE, Boundary.CLAUSE, True), (_WORD, Boundary.WORD, False))
+        for pattern, strength, after in fine:
+            last = None
+            for m in pattern.finditer(self.text, lo + 1, hi + 1):
+                pos = m.end() if after else m.start()
+                if lo < pos <= hi:
+                    last = pos
+            if last is not None:
+                return last, strength
         return None
 
 
-def _code_spans(blocks: Sequence[Block]) -> list[tuple[int, int]]:
-    return [(b.start, b.end) for b in blocks if b.kind == BlockKind.CODE]
-
-
-def _in(spans: list[tuple[int, int]], pos: int) -> bool:
-    i = bisect.bisect_right(spans, (pos, math.inf)) - 1
-    return i >= 0 and spans[i][0] < pos < spans[i][1]
+def _splits(text: str, pos: int) -> bool:
+    """A non-space character then ASCII whitespace at ``pos``: a pre-token boundary for GPT-2."""
+    return text[pos] in " \t\n\r\f\v" and not text[pos - 1].isspace()
 
 
 def _trim_back(text: str, pos: int) -> int:
@@ -133,9 +160,10 @@ def _trim_back(text: str, pos: int) -> int:
     return pos
 
 
-def _blank_after(text: str, pos: int) -> bool:
-    nl = text.find("\n", pos)
-    return nl >= 0 and not text[pos:nl].strip()
+def _blank_line_after(text: str, newline: int) -> bool:
+    """Whether the line after the newline at ``newline`` is blank (a paragraph break in code)."""
+    nxt = text.find("\n", newline + 1)
+    return nxt >= 0 and not text[newline + 1 : nxt].strip()
 
 
 def _grapheme_safe(text: str, pos: int) -> int:
@@ -184,7 +212,9 @@ def chunk_document(
     start = 0
     while start < len(text):
         end, strength = chunker.next_cut(start)
-        tokens = counter.count(text[start:end])
+        tokens = chunker.exact_sum(start, end)
+        if tokens is None:
+            tokens = counter.count(text[start:end])
         while tokens > max_tokens and end - start > 1:  # counts were not additive: cut earlier
             end, strength = chunker.fine_cut(start, end)
             tokens = counter.count(text[start:end])
@@ -194,7 +224,11 @@ def chunk_document(
 
 
 class _Chunker:
-    """The cut points of one text and the estimated token counts of its sentence units."""
+    """The cut points of one text and the estimated token counts of its units.
+
+    Units are the text between consecutive line-or-stronger cuts, counted once in a batch; the
+    token count from any unit edge to another is then a difference of prefix sums.
+    """
 
     def __init__(
         self,
@@ -209,20 +243,35 @@ class _Chunker:
         self.text, self.counter = text, counter
         self.max_tokens, self.min_fill = max_tokens, min_fill
         self.cuts = _Cuts(text, blocks)
-        # Units: the text between consecutive sentence-or-stronger cuts, counted in one batch.
-        strong = zip(self.cuts.positions, self.cuts.strengths, strict=True)
-        self.edges = [0, *(p for p, s in strong if s >= Boundary.SENTENCE), len(text)]
+        self.edges: list[int] = [0, *self.cuts.at_least(Boundary.LINE).tolist(), len(text)]
         units = [text[a:b] for a, b in itertools.pairwise(self.edges)]
         self.prefix = [0, *itertools.accumulate(counter.count_many(units))]
-        pairs = zip(self.cuts.positions, self.cuts.strengths, strict=True)
-        self.forced = [] if split_at is None else [(p, s) for p, s in pairs if s >= split_at]
+        self.forced: list[int] = [] if split_at is None else self.cuts.at_least(split_at).tolist()
+        # Unit edges across which counts provably add up (see TokenCounter.splits_at_spaces).
+        unsafe = [0, *(0 if _splits(text, e) else 1 for e in self.edges[1:-1]), 0]
+        self._unsafe_before = [0, *itertools.accumulate(unsafe)]
+        self._additive = counter.splits_at_spaces
+
+    def exact_sum(self, start: int, end: int) -> int | None:
+        """The exact count of ``text[start:end]`` from unit counts, when they provably add up."""
+        if not self._additive:
+            return None
+        k = bisect.bisect_left(self.edges, start)
+        j = bisect.bisect_left(self.edges, end)
+        if j >= len(self.edges) or self.edges[k] != start or self.edges[j] != end:
+            return None
+        if self._unsafe_before[j] - self._unsafe_before[k + 1] > 0:  # an interior edge
+            return None
+        return self.prefix[j] - self.prefix[k]
 
     def next_cut(self, start: int) -> tuple[int, Boundary]:
         """Where the chunk starting at ``start`` should end; never past a forced cut."""
         end, strength = self._next_cut(start)
-        i = bisect.bisect_right(self.forced, (start, math.inf))
-        if i < len(self.forced) and self.forced[i][0] < end:
-            return self.forced[i][0], Boundary(self.forced[i][1])
+        i = bisect.bisect_right(self.forced, start)
+        if i < len(self.forced) and self.forced[i] < end:
+            found = self.cuts.strongest_in(self.forced[i] - 1, self.forced[i] + 1)
+            assert found is not None  # forced cuts are cuts
+            return found
         return end, strength
 
     def _next_cut(self, start: int) -> tuple[int, Boundary]:
@@ -230,7 +279,7 @@ class _Chunker:
         text, edges, prefix, cuts = self.text, self.edges, self.prefix, self.cuts
         k = bisect.bisect_left(edges, start)  # first unit edge at or after start
         head = self.counter.count(text[start : edges[k]]) if edges[k] > start else 0
-        if head > self.max_tokens:  # even the rest of this sentence is too long
+        if head > self.max_tokens:  # even the rest of this line is too long
             return self.fine_cut(start, edges[k])
         offset = prefix[k] - head  # estimated tokens from start to edge e: prefix[e] - offset
         j = bisect.bisect_right(prefix, self.max_tokens + offset, lo=k) - 1  # last edge that fits
@@ -242,27 +291,32 @@ class _Chunker:
         found = cuts.strongest_in(max(start, edges[lo] - 1), edges[j] + 1)
         if found is None:
             found = cuts.strongest_in(start, edges[j] + 1)
-        assert found is not None  # edges[j] itself is a clean cut after start
+        assert found is not None  # edges[j] itself is a cut after start
         return found
 
     def fine_cut(self, start: int, end: int) -> tuple[int, Boundary]:
-        """The best cut in ``(start, end)`` that fits, found with exact counts."""
-        text, count = self.text, self.counter.count
-        lo, hi, reach = start + 1, end - 1, start + 1
+        """The best cut in ``(start, end)`` that fits, found with exact counts.
+
+        The search window grows from about four characters a token, so a long line costs counts
+        of the order of one chunk, not of the whole line.
+        """
+        text, count, budget = self.text, self.counter.count, self.max_tokens
+        hi = min(end - 1, start + 4 * budget)
+        while hi < end - 1 and count(text[start:hi]) <= budget:
+            hi = min(end - 1, start + 2 * (hi - start))
+        lo, reach = start + 1, start + 1
         while lo <= hi:  # the furthest character the budget reaches
             mid = (lo + hi) // 2
-            if count(text[start:mid]) <= self.max_tokens:
+            if count(text[start:mid]) <= budget:
                 reach, lo = mid, mid + 1
             else:
                 hi = mid - 1
         floor = start + int((reach - start) * self.min_fill)
         found = self.cuts.strongest_in(max(start, floor - 1), reach + 1)
-        if found is not None:
-            return found
-        words = [p for p in self.cuts.word_cuts(start, reach + 1) if start < p <= reach]
-        if words:
-            return words[-1], Boundary.WORD
-        found = self.cuts.strongest_in(start, reach + 1)
+        if found is None:
+            found = self.cuts.fine_in(max(start, floor - 1), reach)
+        if found is None:
+            found = self.cuts.strongest_in(start, reach + 1) or self.cuts.fine_in(start, reach)
         if found is not None:
             return found
         pos = _grapheme_safe(text, reach)

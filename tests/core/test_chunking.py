@@ -98,6 +98,14 @@ def test_code_lines_are_never_split_when_lines_fit(counter: TiktokenCounter) -> 
         )
 
 
+def test_text_without_sentence_ends_is_cut_at_line_ends(counter: TiktokenCounter) -> None:
+    table = "\n".join(f"{i}\t{i * i}\tvalue {i}, more, and more" for i in range(400))
+    chunks = chunk_document(table, counter, 50)
+    assert len(chunks) > 10
+    for c in chunks[:-1]:
+        assert table[c.end] == "\n" and c.boundary == Boundary.LINE
+
+
 def test_budget_smaller_than_a_sentence_cuts_at_words_then_chars(counter: TiktokenCounter) -> None:
     text = "An extraordinarily long sentence without any punctuation " * 5 + "x" * 300
     chunks = chunk_document(text, counter, 5)

@@ -62,6 +62,16 @@ def test_special_tokens_parsed_only_when_asked(fast: T.TiktokenCounter, llama: T
     assert fast.count_special(text) < fast.count(text)
 
 
+def test_bytes_missing_from_the_vocabulary_are_dropped_like_llama(
+    fast: T.TiktokenCounter, llama: T.Tokenize
+) -> None:
+    # SmolLM2 has no token for bytes such as 0x04 or 0xF1 (the lead byte of U+40000-U+7FFFF);
+    # llama.cpp emits nothing for them.
+    for text in ("a\x04b\x06c", "x\U00040000y", "\U0004ffff", "plain é 中 😀", "\x1d\x1d"):
+        assert fast.encode(text) == llama(text, False), repr(text)
+        assert fast.count(text) == len(llama(text, False)), repr(text)
+
+
 def test_count_many_equals_count(fast: T.TiktokenCounter) -> None:
     texts = [f"Paragraph {i}: " + "word " * i for i in range(40)]
     assert fast.count_many(texts) == [fast.count(t) for t in texts]
