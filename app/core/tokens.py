@@ -15,6 +15,7 @@ import functools
 import os
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -134,7 +135,12 @@ class TiktokenCounter:
 
     def _encode(self, text: str, allowed: frozenset[str] | str) -> np.ndarray:
         text = scrub(text)
-        ranks = self._ranks(text, allowed)
+        pieces = split_at_safe_points(text, self.splits_at_spaces) if allowed != "all" else [text]
+        if len(pieces) == 1:
+            ranks = self._ranks(text, allowed)
+        else:  # tiktoken releases the GIL: long texts are encoded on several cores
+            parts = list(_pool().map(lambda piece: self._ranks(piece, allowed), pieces))
+            ranks = np.concatenate(parts)
         return self._kept(ranks) if self._may_drop(text) else ranks
 
     def _ids(self, ranks: np.ndarray) -> list[int]:
@@ -157,6 +163,61 @@ class TiktokenCounter:
 
     def count_special(self, text: str) -> int:
         return len(self._encode(text, "all"))
+
+
+_PARALLEL_CHARS = 1 << 18  # texts longer than this are split and encoded on several threads
+
+
+def _workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="tokens")
+
+
+def split_at_safe_points(text: str, splits_at_spaces: bool) -> list[str]:
+    """``text`` cut for parallel encoding, only where every piece's tokens stay those of the whole.
+
+    Pre-tokens never cross these points, and tokens never cross pre-tokens. With
+    ``splits_at_spaces`` (GPT-2 patterns) a point is any non-space followed by ASCII whitespace.
+    Otherwise (llama3, cl100k) it is just after a lone newline with a non-space on both sides:
+    no alternative lets the next piece absorb that newline, and each piece ends it the same way.
+    A longer whitespace run is never a point: ``\\s+(?!\\S)`` splits "\\n\\nA" as "\\n",
+    "\\n" but a trailing "\\n\\n" as one piece.
+    """
+    workers = _workers()
+    if len(text) < _PARALLEL_CHARS or workers < 2:
+        return [text]
+    size = max(_PARALLEL_CHARS // 4, len(text) // (workers * 4))
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        cut = _safe_point(text, start + size, splits_at_spaces)
+        if cut < 0:
+            break
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
+def _safe_point(text: str, pos: int, splits_at_spaces: bool) -> int:
+    n = len(text)
+    while True:
+        at = text.find(" " if splits_at_spaces else "\n", pos)
+        if splits_at_spaces:
+            nl = text.find("\n", pos)
+            at = nl if at < 0 or 0 <= nl < at else at
+        if at <= 0 or at + 1 >= n:
+            return -1
+        before, after = text[at - 1], text[at + 1]
+        if splits_at_spaces and not before.isspace():
+            return at
+        if not splits_at_spaces and not before.isspace() and not after.isspace():
+            return at + 1
+        pos = at + 1
 
 
 def _chars_with_bytes(byte_values: list[int]) -> tuple[re.Pattern[str] | None, bool]:

@@ -33,6 +33,21 @@ def test_differential_corpus_over_5_mb(fast: T.TiktokenCounter, llama: T.Tokeniz
         assert fast.count(text) == len(ref), f"count differs on the {name} part"
 
 
+def test_long_texts_are_split_only_where_tokens_cannot_change(
+    fast: T.TiktokenCounter, llama: T.Tokenize
+) -> None:
+    parts = corpus(seed=5)
+    text = parts["english"][:400_000] + parts["chinese"][:100_000] + parts["code"][:400_000]
+    for spaces in (True, False):
+        pieces = T.split_at_safe_points(text, spaces)
+        assert "".join(pieces) == text
+        assert len(pieces) > 1 or T._workers() < 2
+    ref = llama(text, False)
+    assert fast.encode(text) == ref and fast.count(text) == len(ref)
+    cl = T.cl100k()
+    assert cl.encode(text) == cl.encoding.encode_ordinary(text)  # the newline rule, for cl100k
+
+
 _FIXTURES_OK = [HealthCheck.function_scoped_fixture]
 
 
