@@ -168,6 +168,7 @@ class TiktokenCounter:
 _PARALLEL_CHARS = 1 << 18  # texts longer than this are split and encoded on several threads
 
 
+@functools.cache
 def _workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
@@ -187,8 +188,7 @@ def split_at_safe_points(text: str, splits_at_spaces: bool) -> list[str]:
     A longer whitespace run is never a point: ``\\s+(?!\\S)`` splits "\\n\\nA" as "\\n",
     "\\n" but a trailing "\\n\\n" as one piece.
     """
-    workers = _workers()
-    if len(text) < _PARALLEL_CHARS or workers < 2:
+    if len(text) < _PARALLEL_CHARS or (workers := _workers()) < 2:
         return [text]
     size = max(_PARALLEL_CHARS // 4, len(text) // (workers * 4))
     pieces: list[str] = []
