@@ -8,11 +8,11 @@ sentence, never a page of mojibake.
 from __future__ import annotations
 
 import codecs
-import re
 
 from charset_normalizer import from_bytes
 
 from app.core.documents.model import DocumentError
+from app.core.textutil import scrub
 
 # Longest first: the UTF-32 LE mark starts with the UTF-16 LE one.
 _BOMS: tuple[tuple[bytes, str], ...] = (
@@ -27,7 +27,6 @@ _REPLACEMENT_UTF8 = "\ufffd".encode()
 # garble every correct character to save a handful of wrong ones. "Mostly" means at least this
 # many bytes of valid multi-byte sequences per undecodable sequence.
 _MOSTLY_UTF8_RATIO = 10
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def decode_bytes(data: bytes, *, name: str = "the input") -> tuple[str, str, bool]:
@@ -64,10 +63,9 @@ def canonical_encoding(label: str) -> str | None:
 
 
 def strip_surrogates(text: str) -> tuple[str, bool]:
-    """Replace lone surrogates (which cannot be encoded or shown) with U+FFFD."""
-    if _LONE_SURROGATE.search(text) is None:
-        return text, False
-    return _LONE_SURROGATE.sub("\ufffd", text), True
+    """Replace lone surrogates (which cannot be encoded or shown) with U+FFFD; say if any were."""
+    clean = scrub(text)
+    return clean, clean is not text
 
 
 def _decode(data: bytes, encoding: str, name: str) -> tuple[str, str, bool]:
