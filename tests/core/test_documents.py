@@ -336,6 +336,12 @@ def test_text_without_blank_lines_has_one_paragraph_per_line() -> None:
     assert block_texts(doc) == ["第一段。", "第二段！", "第三段？"]
 
 
+def test_hard_wrapped_prose_without_blank_lines_is_one_paragraph() -> None:
+    text = "\n".join(["The context window is the text a model sees at once; what falls"] * 20)
+    doc = document_from_text(text)
+    assert [(b.start, b.end) for b in doc.blocks] == [(0, len(text))]
+
+
 def test_crlf_and_cr_line_endings_split_paragraphs() -> None:
     doc = document_from_text("one\r\nstill one\r\n\r\ntwo\r\n \r\n\r\nthree")
     assert block_texts(doc) == ["one\r\nstill one", "two", "three"]

@@ -23,6 +23,9 @@ _BLANK_LINES_CR = re.compile(r"\r(?:[^\S\r]*\r)+")
 _LINE_BREAK_LF = re.compile(r"\n")
 _LINE_BREAK_CR = re.compile(r"\r")
 _NEWLINE = re.compile(r"\r\n?|\n")  # markdown-it's own definition of a line
+_NEVER = re.compile(r"(?!)")
+_INDENTED_LINE = re.compile(r"^[ \t\u3000]+\S", re.MULTILINE)
+_LONG_LINE: Final = 100  # mean characters per line above which a line reads as a paragraph
 
 # Above this size Markdown is split with the cheap line rules below instead of a full parse:
 # markdown-it-py parses about 1 MB/s, so a full parse would stall the load by seconds per MB.
@@ -56,13 +59,21 @@ def structure(text: str, fmt: str) -> tuple[Block, ...]:
 
 
 def text_paragraphs(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
-    """Paragraphs separated by blank lines; text with no blank line at all has one per line.
+    """Paragraphs separated by blank lines, or, in text with no blank line at all, lines that
+    read as paragraphs: long ones, or ones that mostly open with an indent.
 
-    (Chinese prose, for one, often puts each paragraph on one line with no blank line between.)
+    (Chinese prose, for one, often puts each paragraph on one line, opened by two ideographic
+    spaces, with no blank line between. Short unindented lines are hard-wrapped prose instead:
+    their line ends are not paragraph ends.)
     """
     blank_lines, line_break = _separators(text)
     if blank_lines.search(text, start, end) is None:
-        return split_paragraphs(text, start, end, line_break)
+        newline = "\n" if line_break is _LINE_BREAK_LF else "\r"
+        lines = text.count(newline, start, end) + 1
+        indented = len(_INDENTED_LINE.findall(text, start, end))
+        if (end - start) / lines >= _LONG_LINE or indented * 2 >= lines:
+            return split_paragraphs(text, start, end, line_break)
+        return split_paragraphs(text, start, end, _NEVER)
     return split_paragraphs(text, start, end, blank_lines)
 
 
