@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_CONTEXT = 0, 2, 4
+DEFAULT_RESERVE = 512
 
 
 class BadInput(Exception):
@@ -134,6 +135,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.strategy != "all" and args.strategy not in STRATEGIES:
             raise BadInput(f"unknown strategy {args.strategy!r} (choose one of "
                            f"{', '.join(STRATEGIES)}, or all)")  # fmt: skip
+        if args.reserve is None:
+            args.reserve = min(DEFAULT_RESERVE, args.n_ctx // 4)
         if args.n_ctx < 1 or args.reserve < 0:
             raise BadInput("--n-ctx must be at least 1 and --reserve at least 0")
         if not 0 <= args.overlap < 1:
@@ -255,7 +258,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("document")
     p.add_argument("--model", help="GGUF model (default: the default model)")
     p.add_argument("--n-ctx", type=int, required=True, help="context size in tokens")
-    p.add_argument("--reserve", type=int, default=512, help="tokens kept for the reply (512)")
+    p.add_argument("--reserve", type=int, help="tokens kept for the reply (default: a quarter "
+                   f"of the context, at most {DEFAULT_RESERVE})")  # fmt: skip
     p.add_argument("--strategy", required=True, help=f"{', '.join(STRATEGIES)}, or all")
     p.add_argument("--task", default="Summarize the document.", help="the instruction")
     p.add_argument("--overlap", type=float, default=0.15, help="window overlap for semantic")

@@ -67,8 +67,8 @@ def test_plan_reports_needle_retention(model_path: Path) -> None:
     plans = {p["strategy"]: p for p in map(json.loads, proc.stdout.splitlines())}
     assert plans["map-reduce"]["needle_retention"] == 1.0
     assert plans["head"]["needle_retention"] < 1.0
-    missing = run("plan", str(DATA / "sample.pdf"), "--n-ctx", "400", "--reserve", "64",
-                  "--strategy", "head", "--needle", "not in this document")  # fmt: skip
+    missing = run("plan", str(DATA / "sample.pdf"), "--n-ctx", "400", "--strategy", "head",
+                  "--needle", "not in this document")  # fmt: skip
     assert missing.returncode == 2
     assert_one_line_error(missing)
 
@@ -90,6 +90,12 @@ def test_plan_refuse_exits_4_with_the_numbers(model_path: Path) -> None:
     assert proc.returncode == 4
     assert_one_line_error(proc)
     assert "tokens; the budget is" in proc.stderr
+
+
+def test_plan_default_reserve_is_a_quarter_of_a_small_context(model_path: Path) -> None:
+    proc = run("plan", str(DATA / "sample.md"), "--n-ctx", "400", "--strategy", "tail", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["reserve"] == 100
 
 
 def test_plan_with_no_room_for_the_document_exits_4(model_path: Path) -> None:
