@@ -194,7 +194,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     else:
                         out.write(ev.text)
                     out.flush()
-                else:
+                elif isinstance(ev, Finished):
                     finished = ev
             assert finished is not None
             stats = finished.stats

@@ -40,11 +40,13 @@ from app.core.engine.protocol import (
     EvalResult,
     Finished,
     GenerationEvent,
+    KVEdit,
     KVState,
     KVUsage,
     LoadedModel,
     LoadSettings,
     ModelLoadError,
+    OnFull,
     SamplingSettings,
     TextDelta,
 )
@@ -357,6 +359,11 @@ class EngineHost:
         self._need_model()
         return self._call("restore_state", "restoring the KV state", state=state)
 
+    def remove(self, start: int, end: int) -> KVEdit:
+        """Remove KV positions ``[start, end)`` and move what follows down (see Ring.evict)."""
+        self._need_model()
+        return self._call("remove", "removing from the KV cache", start=start, end=end)
+
     def crash_for_test(self, kind: str) -> None:
         """Fault injection: make the child die the way a native bug would."""
         self._call("crash", "crashing on purpose", kind=kind)
@@ -368,11 +375,16 @@ class EngineHost:
         max_tokens: int = 256,
         sampling: SamplingSettings | None = None,
         stop: Sequence[str] = (),
+        on_full: OnFull = "stop",
+        keep: int = 0,
     ) -> Iterator[GenerationEvent]:
         """Stream a reply to ``prompt`` (token ids). The last event is always :class:`Finished`.
 
         The KV cache keeps the prompt and reply afterwards, so a next prompt that starts the same
-        way evaluates only its new tokens. Abandoning the iterator cancels the generation.
+        way evaluates only its new tokens. Abandoning the iterator cancels the generation. When
+        the context fills, ``on_full="stop"`` ends the reply (reason ``length``); ``"shift"``
+        drops half of what follows the first ``keep`` positions and goes on, with a
+        :class:`Shifted` event.
         """
         self._need_model()
         with self._lock:
@@ -381,6 +393,8 @@ class EngineHost:
                 "max_tokens": max_tokens,
                 "sampling": sampling or SamplingSettings(),
                 "stop": list(stop),
+                "on_full": on_full,
+                "keep": keep,
             })  # fmt: skip
             finished = False  # True once the child has sent its last message for this request
             try:
@@ -410,7 +424,7 @@ class EngineHost:
         for ev in self.generate(prompt, **kwargs):
             if isinstance(ev, TextDelta):
                 parts.append(ev.text)
-            else:
+            elif isinstance(ev, Finished):
                 last = ev
         assert last is not None
         return "".join(parts), last

@@ -126,6 +126,18 @@ class EvalResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class KVEdit:
+    """What removing KV positions cost: shifted in place, or re-evaluated where shifting is
+    impossible (some cache types and architectures cannot shift)."""
+
+    removed: int  # positions removed
+    moved: int  # positions after them, now moved down
+    reevaluated: int  # of those, how many had to be evaluated again
+    seconds: float
+    n_past: int
+
+
 # ----- streamed generation events -----
 
 
@@ -135,6 +147,16 @@ class TextDelta:
 
     text: str
     token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Shifted:
+    """The context was full while generating: KV positions ``[start, end)`` were removed and
+    everything after them moved down (the ring mirrors this with ``Ring.shift``)."""
+
+    start: int
+    end: int
+    n_past: int  # positions held just before the removal (the reply so far included)
 
 
 @dataclass(frozen=True)
@@ -168,7 +190,8 @@ class Finished:
     stats: GenerationStats
 
 
-GenerationEvent = TextDelta | Finished
+GenerationEvent = TextDelta | Shifted | Finished
+OnFull = Literal["stop", "shift"]  # what generation does when the context is full
 
 
 # ----- errors (each message is one sentence a person can act on) -----

@@ -32,12 +32,15 @@ from app.core.engine.protocol import (
     EvalResult,
     Finished,
     GenerationStats,
+    KVEdit,
     KVState,
     KVUsage,
     LoadedModel,
     LoadSettings,
     ModelLoadError,
+    OnFull,
     SamplingSettings,
+    Shifted,
     TextDelta,
 )
 from app.core.textutil import utf8
@@ -351,6 +354,34 @@ class Engine:
         self.tokens = list(state.tokens)
         return len(self.tokens)
 
+    def remove(self, start: int, end: int) -> KVEdit:
+        """Remove KV positions ``[start, end)``; what follows moves down so positions stay
+        contiguous. Where llama.cpp cannot shift this cache, what follows is evaluated again."""
+        self._require()
+        lc = self._lc
+        if not 0 <= start < end <= len(self.tokens):
+            held = f"0..{len(self.tokens) - 1}" if self.tokens else "nothing"
+            raise ValueError(
+                f"cannot remove positions {start}..{end - 1}; the context holds {held}"
+            )
+        t0 = time.perf_counter()
+        mem = self._mem
+        rest = self.tokens[end:]
+        reevaluated = 0
+        if not rest or lc.llama_memory_can_shift(mem):
+            lc.llama_memory_seq_rm(mem, 0, start, end)
+            if rest:
+                lc.llama_memory_seq_add(mem, 0, end, -1, start - end)
+            del self.tokens[start:end]
+        else:
+            lc.llama_memory_seq_rm(mem, 0, start, -1)
+            del self.tokens[start:]
+            self._decode(rest, abortable=False)
+            reevaluated = len(rest)
+        # llama.cpp applies the position change to the cached keys itself at the next decode.
+        return KVEdit(end - start, len(rest), reevaluated, time.perf_counter() - t0,
+                      len(self.tokens))  # fmt: skip
+
     def _check_ids(self, tokens: Sequence[int]) -> None:
         n_vocab = self._require().n_vocab()
         bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
@@ -374,12 +405,20 @@ class Engine:
     def generate(
         self,
         prompt: Sequence[int],
+        *,
         max_tokens: int,
         sampling: SamplingSettings,
         stop: Sequence[str],
         emit: Callable[[Any], None],
+        on_full: OnFull = "stop",
+        keep: int = 0,
     ) -> None:
-        """Evaluate ``prompt`` (re-using a cached prefix) and stream the reply through ``emit``."""
+        """Evaluate ``prompt`` (re-using a cached prefix) and stream the reply through ``emit``.
+
+        When the context fills up while generating, ``on_full="stop"`` ends with finish reason
+        ``length``; ``"shift"`` removes half of what follows the first ``keep`` positions (the
+        pinned prefix), emits :class:`Shifted`, and goes on.
+        """
         llm = self._require()
         lc = self._lc
         prompt = list(prompt)
@@ -389,16 +428,21 @@ class Engine:
             raise ValueError("max_tokens must be at least 1")
         self._check_ids(prompt)
         n_ctx = llm.n_ctx()
-        if len(prompt) + max_tokens > n_ctx:
+        if on_full == "stop" and len(prompt) + max_tokens > n_ctx:
             raise ContextOverflowError(len(prompt), n_ctx, max_tokens)
+        if on_full == "shift":
+            if len(prompt) >= n_ctx:
+                raise ContextOverflowError(len(prompt), n_ctx, 1)
+            if not 0 <= keep < len(prompt):
+                raise ValueError(f"keep must be between 0 and the prompt length ({len(prompt)})")
 
         # Prefix reuse: keep what the KV cache already holds; always evaluate at least the last
         # prompt token so its logits are fresh.
-        keep = min(common_prefix_len(self.tokens, prompt), len(prompt) - 1)
-        if keep < len(self.tokens):
-            lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
-            del self.tokens[keep:]
-        todo = prompt[keep:]
+        reused = min(common_prefix_len(self.tokens, prompt), len(prompt) - 1)
+        if reused < len(self.tokens):
+            lc.llama_memory_seq_rm(self._mem, 0, reused, -1)
+            del self.tokens[reused:]
+        todo = prompt[reused:]
 
         t0 = time.perf_counter()
         reason = "length"
@@ -408,11 +452,15 @@ class Engine:
         except _Cancelled:
             reason = "cancelled"
         t_prompt = time.perf_counter() - t0
-        evaluated = len(self.tokens) - keep
+        evaluated = len(self.tokens) - reused
 
         t1 = time.perf_counter()
         if reason != "cancelled":
-            reason, completion = self._stream(llm, max_tokens, sampling, stop, emit)
+            shift_keep = keep if on_full == "shift" else None
+            reason, completion = self._stream(
+                llm, max_tokens=max_tokens, sampling=sampling, stop=stop, emit=emit,
+                shift_keep=shift_keep,
+            )  # fmt: skip
         t_gen = time.perf_counter() - t1
         emit(Finished(GenerationStats(
             prompt_tokens=len(prompt),
@@ -427,12 +475,18 @@ class Engine:
     def _stream(
         self,
         llm: Any,
+        *,
         max_tokens: int,
         sampling: SamplingSettings,
         stop: Sequence[str],
         emit: Callable[[Any], None],
+        shift_keep: int | None = None,
     ) -> tuple[str, int]:
-        """Sample until a stop; return the finish reason and the number of tokens produced."""
+        """Sample until a stop; return the finish reason and the number of tokens produced.
+
+        With ``shift_keep`` a full context is shifted (keeping that many positions) instead of
+        ending the reply.
+        """
         lc = self._lc
         vocab = self._vocab()
         sampler = self._sampler(sampling)
@@ -467,9 +521,20 @@ class Engine:
                 if hit:
                     reason = "stop"
                     break
-                if completion >= max_tokens or len(self.tokens) >= llm.n_ctx():
+                if completion >= max_tokens:
                     reason = "length"
                     break
+                if len(self.tokens) >= llm.n_ctx():
+                    if shift_keep is None:
+                        reason = "length"
+                        break
+                    if pending_text or pending_ids:  # text before the shift stays before it
+                        emit(TextDelta(pending_text, tuple(pending_ids)))
+                        pending_ids, pending_text = [], ""
+                    held = len(self.tokens)
+                    discard = max(1, (held - shift_keep) // 2)
+                    self.remove(shift_keep, shift_keep + discard)
+                    emit(Shifted(shift_keep, shift_keep + discard, held))
                 # The abort callback costs a Python call per graph node (~5% of a fast token), so
                 # it is armed only when tokens are slow enough for cancel to need it.
                 t_tok = time.perf_counter()

@@ -1,0 +1,130 @@
+"""The ring against the real engine: after every step llama.cpp holds what the ring says."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core.engine.host import EngineHost
+from app.core.engine.protocol import (
+    ContextOverflowError,
+    Finished,
+    LoadSettings,
+    Shifted,
+    TextDelta,
+)
+from app.core.ring import Ring, RingError, SegmentKind
+
+N_CTX = 256  # llama.cpp's smallest step: shifts and evictions happen often
+
+
+@pytest.fixture(scope="module")
+def small_engine(model_path: Path) -> Iterator[EngineHost]:
+    host = EngineHost()
+    host.load(model_path, LoadSettings(n_ctx=N_CTX))
+    yield host
+    host.close()
+
+
+def _agree(ring: Ring, host: EngineHost) -> None:
+    usage = host.kv_usage()
+    assert usage.cells_used <= usage.n_ctx
+    mismatch = ring.agrees_with(usage.cells_used, usage.pos_min, usage.pos_max)
+    assert mismatch is None, mismatch
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_operations_keep_ring_and_kv_cache_in_step(
+    small_engine: EngineHost, seed: int
+) -> None:
+    rng = random.Random(seed)
+    host = small_engine
+    host.reset()
+    ring = Ring(N_CTX)
+    for _ in range(40):
+        op = rng.choice(["append", "append", "append", "evict", "evict_named", "shift", "clear"])
+        try:
+            if op == "append":
+                n = rng.randint(1, 70)
+                tokens = [rng.randrange(100, 40_000) for _ in range(n)]
+                ring.append(rng.choice(list(SegmentKind)), n, pinned=rng.random() < 0.15)
+                host.evaluate(tokens)
+            elif op == "evict":
+                removal = ring.evict()
+                host.remove(removal.start, removal.end)
+            elif op == "evict_named" and len(ring):
+                removal = ring.evict(rng.choice([s.id for s in ring]))
+                host.remove(removal.start, removal.end)
+            elif op == "shift":
+                for removal in ring.shift(rng.randint(1, 80)):
+                    host.remove(removal.start, removal.end)
+            elif op == "clear":
+                ring.clear()
+                host.reset()
+        except RingError:
+            pass  # refused by the ring (full, pinned): nothing reached the engine
+        ring.check()
+        _agree(ring, host)
+
+
+def test_generation_shifts_instead_of_overflowing_and_the_ring_follows(
+    small_engine: EngineHost,
+) -> None:
+    host = small_engine
+    host.reset()
+    head = host.tokenize("Count from 1 to 1000:", add_special=False)
+    rest = host.tokenize(" 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", add_special=False)
+    ring = Ring(N_CTX)
+    ring.append(SegmentKind.SYSTEM, len(head), pinned=True)
+    ring.append(SegmentKind.CHUNK, len(rest))
+    out = ring.append(SegmentKind.OUTPUT, 1)  # the reply grows this segment
+    generated = 0
+    shifts = 0
+    text: list[str] = []
+    finished = None
+    for ev in host.generate(head + rest, max_tokens=600, on_full="shift", keep=len(head)):
+        if isinstance(ev, TextDelta):
+            text.append(ev.text)
+            generated += len(ev.token_ids)
+        elif isinstance(ev, Shifted):
+            shifts += 1
+            assert ev.start == len(head) and ev.n_past == N_CTX  # shifted when full, prefix kept
+            ring.grow(out.id, ev.n_past - ring.used)  # the reply so far fills the context
+            removals = ring.shift(ev.end - ev.start)
+            assert removals[0].start == ev.start
+        elif isinstance(ev, Finished):
+            finished = ev
+    assert finished is not None and finished.stats.finish_reason in ("length", "stop")
+    assert shifts >= 1, "600 tokens in a 256-token context must shift"
+    # The ring's output segment holds what the engine kept of the reply (the last generated
+    # token is sampled but never evaluated, so it is not in the KV cache).
+    kept_output = finished.stats.n_past - (ring.used - ring.get(out.id).tokens)
+    assert 0 < kept_output <= N_CTX
+    if kept_output - ring.get(out.id).tokens:
+        ring.grow(out.id, kept_output - ring.get(out.id).tokens)
+    _agree(ring, host)
+    assert "".join(text).count(",") > 100  # kept counting across the shifts
+
+
+def test_stop_policy_ends_with_length_at_the_limit(small_engine: EngineHost) -> None:
+    host = small_engine
+    host.reset()
+    prompt = host.tokenize("Count from 1 to 1000: 1, 2, 3,", add_special=False)
+    with pytest.raises(ContextOverflowError, match="reply reserve 600"):
+        host.generate_text(prompt, max_tokens=600)
+    _, done = host.generate_text(prompt, max_tokens=N_CTX - len(prompt))
+    assert done.stats.finish_reason in ("length", "stop")
+    assert host.kv_usage().cells_used <= N_CTX
+
+
+def test_remove_checks_its_range(small_engine: EngineHost) -> None:
+    host = small_engine
+    host.reset()
+    host.evaluate(host.tokenize("A few tokens here.", add_special=False))
+    with pytest.raises(ValueError, match="cannot remove positions"):
+        host.remove(3, 99)
+    edit = host.remove(0, 2)
+    assert edit.removed == 2 and edit.n_past == host.kv_usage().cells_used
