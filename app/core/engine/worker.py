@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import codecs
 import collections
+import contextlib
 import ctypes
+import mmap
 import os
 import sys
 import time
@@ -317,22 +319,35 @@ class Engine:
             can_shift=bool(lc.llama_memory_can_shift(mem)),
         )
 
-    def save_state(self) -> KVState:
+    def save_state(self, path: str | None = None) -> KVState:
+        """The sequence's KV state; with ``path`` the bytes go to that file, not the reply."""
         llm = self._require()
         lc = self._lc
         size = lc.llama_state_seq_get_size(llm.ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        n = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
         assert self.settings is not None
+        data = b""
+        if path is not None:  # llama.cpp writes straight into the mapped file
+            with open(path, "w+b") as out:
+                out.truncate(size)
+                with mmap.mmap(out.fileno(), size) as view:
+                    buf = (ctypes.c_uint8 * size).from_buffer(view)
+                    n = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
+                    del buf  # the mapping closes only once nothing exports it
+                out.truncate(n)
+        else:
+            buf = (ctypes.c_uint8 * size)()
+            n = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
+            data = bytes(memoryview(buf)[:n])
         return KVState(
             tokens=tuple(self.tokens),
-            data=bytes(memoryview(buf)[:n]),
+            data=data,
             n_ctx=llm.n_ctx(),
             kv_cache_type=self.settings.kv_cache_type,
             model_path=llm.model_path,
         )
 
-    def restore_state(self, state: KVState) -> int:
+    def restore_state(self, state: KVState, path: str | None = None) -> int:
+        """Load a saved state; with ``path`` its bytes are read from that file."""
         llm = self._require()
         assert self.settings is not None
         if state.n_ctx != llm.n_ctx() or state.kv_cache_type != self.settings.kv_cache_type:
@@ -346,8 +361,19 @@ class Engine:
         lc = self._lc
         lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
         self.tokens = []
-        buf = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
-        n = lc.llama_state_seq_set_data(llm.ctx, buf, len(state.data), 0)
+        with contextlib.ExitStack() as stack:
+            if path is not None:  # mapped, not copied: llama.cpp reads the pages directly
+                src = stack.enter_context(open(path, "rb"))
+                size = os.fstat(src.fileno()).st_size
+                if size == 0:
+                    raise ValueError("the saved KV state is empty")
+                view = stack.enter_context(mmap.mmap(src.fileno(), size, access=mmap.ACCESS_COPY))
+                buf = (ctypes.c_uint8 * size).from_buffer(view)
+            else:
+                size = len(state.data)
+                buf = (ctypes.c_uint8 * size).from_buffer_copy(state.data)
+            n = lc.llama_state_seq_set_data(llm.ctx, buf, size, 0)
+            del buf  # the mapping closes only once nothing exports it
         if n == 0:
             lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
             raise ValueError("llama.cpp rejected the saved KV state (made by another model?)")
