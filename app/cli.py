@@ -17,6 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from app import __version__
 from app.cli_input import add_commands
+from app.cli_jobs import add_commands as add_job_commands
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_CONTEXT, EXIT_CANCELLED = 0, 2, 3, 4, 130
 
@@ -259,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     add_commands(sub)
+    add_job_commands(sub)
 
     p = sub.add_parser("fetch-model", help="fetch and verify the default model into models/")
     p.add_argument("--dir", help="target folder (default: models/)")

@@ -33,3 +33,13 @@ def engine(model_path: Path) -> Iterator[object]:
     host.load(model_path, LoadSettings(n_ctx=2048))
     yield host
     host.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run only with SLOW=1 (``SLOW=1 make test``)."""
+    if os.environ.get("SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: run with SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

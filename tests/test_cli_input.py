@@ -155,3 +155,24 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
     proc = run(*args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert_one_line_error(proc)
+
+
+def test_run_summarize_json_contract(tmp_path: Path, model_path: Path) -> None:
+    from app.core.paths import sample_document
+
+    doc = tmp_path / "part.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:9000], encoding="utf-8")
+    proc = run("run", str(doc), "--task", "summarize", "--strategy", "tail", "--n-ctx", "512",
+               "--max-tokens", "32", "--json", timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[0]["type"] == "plan_ready" and all("type" in line for line in lines)
+    done = lines[-1]
+    assert done["type"] == "done"
+    for key in ("finish_reason", "prompt_tokens", "completion_tokens", "kv_peak_cells", "n_ctx",
+                "ttft_s", "seconds", "outputs"):  # fmt: skip
+        assert key in done
+    assert done["kv_peak_cells"] <= done["n_ctx"] == 512
+    assert done["outputs"] and {"text", "source_spans"} <= set(done["outputs"][0])
+    refused = run("run", str(doc), "--strategy", "refuse", "--n-ctx", "512", timeout=300)
+    assert refused.returncode == 4 and "budget is" in refused.stderr

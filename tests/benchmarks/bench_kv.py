@@ -85,8 +85,10 @@ def bench_prefix(host: EngineHost, doc_tokens: int, rounds: int) -> float:
         first, n1 = time_to_first_token(host, prompt_for(host, doc, q1))
         second, n2 = time_to_first_token(host, prompt_for(host, doc, q2))
         ratios.append(second / first)
-        print(f"  round {r + 1}: first question {first * 1000:8.1f} ms ({n1:,} evaluated), "
-              f"second {second * 1000:7.1f} ms ({n2:,} evaluated), ratio {second / first:.3f}")  # fmt: skip
+        print(
+            f"  round {r + 1}: first question {first * 1000:8.1f} ms ({n1:,} evaluated), "
+            f"second {second * 1000:7.1f} ms ({n2:,} evaluated), ratio {second / first:.3f}"
+        )
     ratio = statistics.median(ratios)
     print(f"time to first token, second / first question (median): {ratio:.3f}")
     print(f"goal: <= 0.10: {'PASS' if ratio <= 0.10 else 'FAIL'}")

@@ -1,0 +1,457 @@
+"""Jobs on a long document, as generators of plain events (the CLI prints them, the GUI shows them).
+
+A job plans with the input stage (chunks, strategies, budget), drives the engine host through the
+KV stage, and keeps a :class:`~app.core.ring.Ring` in step with what llama.cpp holds, so every
+piece of output is recorded with the ring version and the document spans that were resident
+when it was generated. Nothing here polls: each engine reply becomes events as it arrives.
+
+Only ``summarize`` is here so far; ``ask``, ``extract`` and ``compare`` follow the same shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from app.core.chunking import Boundary, Chunk, sliding_windows
+from app.core.engine.chat_template import ChatTemplateError
+from app.core.engine.protocol import Finished, KVUsage, TextDelta
+from app.core.ring import Ring, SegmentKind
+from app.core.strategies import MULTI_PASS, Plan, Planner
+from app.core.tokens import TokenCounter
+
+SUMMARIZE = "Summarize the document."
+SUMMARIZE_PART = "Summarize this part of a longer document."
+COMBINE = "These are summaries of consecutive parts of one document. Combine them into one summary."
+ROLLING = (
+    "Update the running summary with the next part of the document. "
+    "Reply with the whole updated summary."
+)
+_PLACEHOLDER = "\x00CONTEXTLENS-SEGMENTS\x00"
+
+
+class Engine(Protocol):
+    """What a job needs from the engine host (tests may pass another implementation)."""
+
+    def tokenize(
+        self, text: str, *, add_special: bool = ..., parse_special: bool = ...
+    ) -> list[int]: ...
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = ...
+    ) -> str: ...
+
+    def generate(self, prompt: Sequence[int], **kwargs: Any) -> Iterator[Any]: ...
+
+    def kv_usage(self) -> KVUsage: ...
+
+
+# ----- events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanReady:
+    strategy: str
+    budget: int
+    kept_tokens: int
+    total_tokens: int
+    passes: int
+    boundary_integrity: float
+    dropped_spans: int
+
+
+@dataclass(frozen=True)
+class ChunkQueued:
+    step: str
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ChunkEvaluated:
+    step: str
+    start: int
+    end: int
+    tokens: int
+    kv_start: int  # KV positions the chunk occupies
+    kv_end: int
+    ring_version: int
+
+
+@dataclass(frozen=True)
+class ChunkEvicted:
+    step: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    step: str
+    text: str
+    tokens: int
+    ring_version: int
+    sources: tuple[tuple[int, int], ...]  # document spans resident while this was generated
+
+
+@dataclass(frozen=True)
+class KVStats:
+    cells_used: int
+    n_ctx: int
+    state_bytes: int
+
+
+@dataclass(frozen=True)
+class PartialResult:
+    step: str
+    text: str
+    sources: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class OutputSpan:
+    step: str
+    text: str
+    source_spans: tuple[tuple[int, int], ...]
+    ring_version: int
+    finish_reason: str
+
+
+@dataclass
+class JobResult:
+    task: str
+    strategy: str
+    finish_reason: str  # stop, length, cancelled, error
+    n_ctx: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    kv_peak_cells: int = 0
+    ttft_s: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    outputs: list[OutputSpan] = field(default_factory=list)
+    truncated: bool = False  # some of the document never reached the model
+    refused: str | None = None
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return self.outputs[-1].text if self.outputs else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["outputs"] = [
+            {"step": o.step, "text": o.text, "source_spans": [list(s) for s in o.source_spans],
+             "finish_reason": o.finish_reason, "ring_version": o.ring_version}
+            for o in self.outputs
+        ]  # fmt: skip
+        return d
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    result: JobResult
+
+
+Event = (
+    PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | TokenBatch | KVStats
+    | PartialResult | JobFinished
+)  # fmt: skip
+
+
+class CancelToken:
+    """Set from any thread; the job stops at its next step (the engine is cancelled separately)."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+# ----- one model call over segments ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Segment:
+    text: str
+    source: tuple[int, int] | None  # document span, for chunks
+
+
+class _Frame:
+    """The chat template around the segments, for one instruction, as token lists."""
+
+    def __init__(self, engine: Engine, instruction: str) -> None:
+        try:
+            rendered = engine.apply_chat_template(
+                [{"role": "user", "content": f"{instruction}\n\n{_PLACEHOLDER}"}]
+            )
+            before, sep, after = rendered.partition(_PLACEHOLDER)
+            if not sep:
+                raise ChatTemplateError("the chat template dropped the user's message")
+        except ChatTemplateError:
+            before, after = f"{instruction}\n\n", "\n\n"
+        self.before = engine.tokenize(before, add_special=True, parse_special=True)
+        self.after = engine.tokenize(after, add_special=False, parse_special=True)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.before) + len(self.after)
+
+
+class _Session:
+    """Calls the model over segments, mirrors the KV layout in a ring, gathers the figures."""
+
+    def __init__(self, engine: Engine, n_ctx: int, result: JobResult, cancel: CancelToken) -> None:
+        self.engine = engine
+        self.ring = Ring(n_ctx)
+        self.result = result
+        self.cancel = cancel
+        self._frames: dict[str, _Frame] = {}
+
+    def frame(self, instruction: str) -> _Frame:
+        if instruction not in self._frames:
+            self._frames[instruction] = _Frame(self.engine, instruction)
+        return self._frames[instruction]
+
+    def call(
+        self, step: str, instruction: str, segments: Sequence[_Segment], max_tokens: int
+    ) -> Generator[Event, None, OutputSpan]:
+        frame = self.frame(instruction)
+        ring = self.ring
+        ring.clear()
+        ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
+        prompt = list(frame.before)
+        placed = []
+        for seg in segments:
+            tokens = self.engine.tokenize(seg.text, add_special=False, parse_special=False)
+            if not tokens:
+                continue
+            s = ring.append(SegmentKind.CHUNK, len(tokens), source=seg.source)
+            placed.append((seg, s))
+            prompt += tokens
+            if seg.source is not None:
+                yield ChunkQueued(step, seg.source[0], seg.source[1], len(tokens))
+        ring.append(SegmentKind.QUESTION, len(frame.after), pinned=True)
+        prompt += frame.after
+        sources = tuple(ring.resident_sources())
+        t0 = time.perf_counter()
+        parts: list[str] = []
+        finished: Finished | None = None
+        output = None
+        for ev in self.engine.generate(prompt, max_tokens=max_tokens):
+            if isinstance(ev, TextDelta):
+                if not parts and not finished:
+                    self.result.ttft_s.append(time.perf_counter() - t0)
+                    for seg, s in placed:
+                        if seg.source is not None:
+                            yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens,
+                                                 s.pos, s.end, ring.version)  # fmt: skip
+                parts.append(ev.text)
+                if ev.token_ids and ring.free:
+                    output = (
+                        ring.append(SegmentKind.OUTPUT, len(ev.token_ids))
+                        if output is None
+                        else ring.grow(output.id, min(len(ev.token_ids), ring.free))
+                    )
+                yield TokenBatch(step, ev.text, len(ev.token_ids), ring.version, sources)
+            elif isinstance(ev, Finished):
+                finished = ev
+        assert finished is not None
+        stats = finished.stats
+        self.result.prompt_tokens += stats.prompt_tokens
+        self.result.completion_tokens += stats.completion_tokens
+        usage = self.engine.kv_usage()
+        self.result.kv_peak_cells = max(self.result.kv_peak_cells, usage.cells_used, stats.n_past)
+        yield KVStats(usage.cells_used, usage.n_ctx, usage.state_bytes)
+        span = OutputSpan(step, "".join(parts).strip(), sources, ring.version,
+                          stats.finish_reason)  # fmt: skip
+        self.result.outputs.append(span)
+        if stats.finish_reason == "cancelled":
+            self.cancel.set()
+        return span
+
+
+# ----- summarize ----------------------------------------------------------------------------
+
+
+def summarize(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    strategy: str,
+    n_ctx: int,
+    max_tokens: int = 256,
+    cancel: CancelToken | None = None,
+    planner: Planner | None = None,
+) -> Iterator[Event]:
+    """Summarize ``text`` under ``strategy``; the last event is :class:`JobFinished`.
+
+    Single-pass strategies summarize what their plan keeps. ``map-reduce`` and ``semantic``
+    summarize each window of their plan, then combine the partial summaries (in groups, again,
+    while they do not fit). ``rolling`` carries a running summary through the document, window
+    by window.
+    """
+    cancel = cancel or CancelToken()
+    t0 = time.perf_counter()
+    result = JobResult("summarize", strategy, "stop", n_ctx)
+    session = _Session(engine, n_ctx, result, cancel)
+    planner = planner or Planner(text, counter)
+    try:
+        instruction = SUMMARIZE if strategy not in MULTI_PASS else SUMMARIZE_PART
+        frame = session.frame(ROLLING if strategy == "rolling" else instruction)
+        budget = n_ctx - frame.tokens - max_tokens
+        if budget < 1:
+            result.finish_reason = "error"
+            result.refused = (
+                f"prompt needs {frame.tokens + 1:,} tokens, context is {n_ctx:,} "
+                f"(reply reserve {max_tokens:,})"
+            )
+            return
+        if strategy == "rolling":
+            # room for the running summary (and its label) next to each window
+            budget = max(1, budget - max_tokens - 16)
+        plan = planner.plan(strategy, budget)
+        result.plan = {k: v for k, v in plan.as_dict().items() if k not in ("kept", "dropped")}
+        result.truncated = bool(plan.dropped)
+        passes = max(1, len(plan.windows))
+        yield PlanReady(strategy, budget, plan.kept_tokens, plan.total_tokens, passes,
+                        plan.boundary_integrity, len(plan.dropped))  # fmt: skip
+        if plan.refused:
+            result.finish_reason = "error"
+            result.refused = plan.refused
+            return
+        if strategy == "rolling":
+            yield from _rolling(session, text, plan, max_tokens)
+        elif plan.multi_pass:
+            yield from _map_reduce(session, text, plan, counter, n_ctx=n_ctx, max_tokens=max_tokens)
+        else:
+            kept = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in _kept_chunks(plan)]
+            yield from session.call("summary", SUMMARIZE, kept, max_tokens)
+        if result.outputs:
+            result.finish_reason = result.outputs[-1].finish_reason
+        if cancel.is_set():
+            result.finish_reason = "cancelled"
+    finally:
+        result.seconds = time.perf_counter() - t0
+        yield JobFinished(result)
+
+
+def _kept_chunks(plan: Plan) -> list[Chunk]:
+    kept = [(s.start, s.end) for s in plan.kept]
+    return [c for c in plan.chunks if any(a <= c.start and c.end <= b for a, b in kept)]
+
+
+def _map_reduce(
+    session: _Session, text: str, plan: Plan, counter: TokenCounter, *, n_ctx: int, max_tokens: int
+) -> Generator[Event, None, None]:
+    part_tokens = max(32, min(max_tokens, plan.budget // 4))
+    partials: list[tuple[str, tuple[int, int]]] = []
+    for i, w in enumerate(plan.windows):
+        if session.cancel.is_set():
+            return
+        segs = [_Segment(text[c.start : c.end], (c.start, c.end))
+                for c in plan.chunks[w.first : w.last + 1]]  # fmt: skip
+        out = yield from session.call(f"part {i + 1}", SUMMARIZE_PART, segs, part_tokens)
+        partials.append((out.text, (w.start, w.end)))
+        yield PartialResult(out.step, out.text, ((w.start, w.end),))
+    level = 1
+    frame = session.frame(COMBINE)
+    budget = max(1, n_ctx - frame.tokens - max_tokens)
+    while True:
+        if session.cancel.is_set():
+            return
+        sizes = [max(1, counter.count(p)) for p, _ in partials]
+        if sum(sizes) <= budget or len(partials) == 1:
+            break
+        # Too many partial summaries for one call: combine them in groups, then again.
+        pseudo = [Chunk(i, 0, 0, n, Boundary.END) for i, n in enumerate(sizes)]
+        merged: list[tuple[str, tuple[int, int]]] = []
+        for g, w in enumerate(sliding_windows(pseudo, budget, 0.0)):
+            group = partials[w.first : w.last + 1]
+            segs = [_Segment(p, None) for p, _ in group]
+            span = (group[0][1][0], group[-1][1][1])
+            out = yield from session.call(f"combine {level}.{g + 1}", COMBINE, segs, part_tokens)
+            merged.append((out.text, span))
+            yield PartialResult(out.step, out.text, (span,))
+        if len(merged) >= len(partials):
+            break  # no progress: the final call keeps what fits
+        partials, level = merged, level + 1
+    segs = [_Segment(p, None) for p, _ in partials]
+    fits: list[_Segment] = []
+    used = 0
+    for seg, n in zip(segs, [counter.count(s.text) for s in segs], strict=True):
+        if used + n > budget:
+            session.result.truncated = True
+            break
+        fits.append(seg)
+        used += n
+    yield from session.call("summary", COMBINE, fits, max_tokens)
+    session.result.outputs[-1] = _with_sources(session.result.outputs[-1], [s for _, s in partials])
+
+
+def _with_sources(span: OutputSpan, sources: Sequence[tuple[int, int]]) -> OutputSpan:
+    return OutputSpan(span.step, span.text, tuple(sources), span.ring_version, span.finish_reason)
+
+
+def _rolling(
+    session: _Session, text: str, plan: Plan, max_tokens: int
+) -> Generator[Event, None, None]:
+    """Windows of the document in order, each with the summary so far pinned in front of it."""
+    summary = ""
+    windows = _disjoint_windows(plan)
+    seen: list[tuple[int, int]] = []
+    for i, (first, last) in enumerate(windows):
+        if session.cancel.is_set():
+            return
+        chunks = plan.chunks[first : last + 1]
+        segs = [_Segment(f"Summary so far:\n{summary}\n\nNext part:\n", None)] if summary else []
+        segs += [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
+        instruction = ROLLING if summary else SUMMARIZE_PART
+        out = yield from session.call(f"window {i + 1}", instruction, segs, max_tokens)
+        if out.text:
+            summary = out.text
+        for c in plan.chunks[first : last + 1]:
+            yield ChunkEvicted(f"window {i + 1}", c.start, c.end)
+        seen.append((chunks[0].start, chunks[-1].end))
+        yield PartialResult(out.step, summary, (seen[-1],))
+    if session.result.outputs:
+        last = session.result.outputs[-1]
+        final = OutputSpan("summary", summary, tuple(seen), last.ring_version, last.finish_reason)
+        session.result.outputs.append(final)
+
+
+def _disjoint_windows(plan: Plan) -> list[tuple[int, int]]:
+    """Consecutive runs of chunks that fill the plan's budget, without overlap."""
+    out: list[tuple[int, int]] = []
+    first, used = 0, 0
+    for i, c in enumerate(plan.chunks):
+        if c.tokens > plan.budget:
+            continue
+        if used + c.tokens > plan.budget and i > first:
+            out.append((first, i - 1))
+            first, used = i, 0
+        used += c.tokens
+    if plan.chunks:
+        out.append((first, len(plan.chunks) - 1))
+    return out
+
+
+def run_summary(
+    events: Iterator[Event], on_event: Callable[[Event], None] | None = None
+) -> JobResult:
+    """Drain a job's events (passing each to ``on_event``) and return its result."""
+    result: JobResult | None = None
+    for ev in events:
+        if on_event is not None:
+            on_event(ev)
+        if isinstance(ev, JobFinished):
+            result = ev.result
+    assert result is not None
+    return result

@@ -1,0 +1,112 @@
+"""Jobs on the real engine: events in order, the ring in step, KV never past n_ctx."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core.engine.host import EngineHost
+from app.core.engine.protocol import LoadSettings
+from app.core.jobs import (
+    ChunkEvaluated,
+    JobFinished,
+    JobResult,
+    KVStats,
+    PartialResult,
+    PlanReady,
+    TokenBatch,
+    summarize,
+)
+from app.core.paths import sample_document
+from app.core.strategies import STRATEGIES
+from app.core.tokens import exact_counter, host_tokenize
+
+N_CTX = 512
+
+
+@pytest.fixture(scope="module")
+def host(model_path: Path) -> Iterator[EngineHost]:
+    h = EngineHost()
+    h.load(model_path, LoadSettings(n_ctx=N_CTX))
+    yield h
+    h.close()
+
+
+@pytest.fixture(scope="module")
+def counter(host: EngineHost, model_path: Path) -> object:
+    return exact_counter(model_path, host_tokenize(host))
+
+
+def _text(chars: int) -> str:
+    return sample_document().read_text(encoding="utf-8")[:chars]
+
+
+def _run(host: EngineHost, counter: object, text: str, strategy: str, max_tokens: int):
+    events = list(summarize(host, text, counter, strategy=strategy, n_ctx=N_CTX,  # type: ignore[arg-type]
+                            max_tokens=max_tokens))  # fmt: skip
+    assert isinstance(events[-1], JobFinished)
+    return events, events[-1].result
+
+
+def _check(events: list[object], result: JobResult, text: str) -> None:
+    assert isinstance(events[0], PlanReady)
+    assert result.kv_peak_cells <= N_CTX
+    assert all(ev.cells_used <= N_CTX for ev in events if isinstance(ev, KVStats))
+    versions = [ev.ring_version for ev in events if isinstance(ev, TokenBatch)]
+    assert versions == sorted(versions)
+    for out in result.outputs:
+        for start, end in out.source_spans:
+            assert 0 <= start < end <= len(text)
+    assert result.finish_reason in ("stop", "length")
+    assert result.text, "a summary was produced"
+
+
+def test_head_summary_records_sources_and_kv(host: EngineHost, counter: object) -> None:
+    text = _text(9000)
+    events, result = _run(host, counter, text, "head", 48)
+    _check(events, result, text)
+    plan = events[0]
+    assert isinstance(plan, PlanReady) and plan.kept_tokens <= plan.budget < plan.total_tokens
+    assert result.truncated  # head drops the rest, and says so
+    evaluated = [ev for ev in events if isinstance(ev, ChunkEvaluated)]
+    assert evaluated and evaluated[0].start == 0 and evaluated[0].kv_start > 0
+    assert result.outputs[-1].source_spans[0][0] == 0
+
+
+def test_map_reduce_reaches_every_part(host: EngineHost, counter: object) -> None:
+    text = _text(6000)
+    events, result = _run(host, counter, text, "map-reduce", 32)
+    _check(events, result, text)
+    partials = [ev for ev in events if isinstance(ev, PartialResult)]
+    assert len(partials) >= 2 and not result.truncated
+    covered = sorted(s for ev in partials for s in ev.sources)
+    assert covered[0][0] == 0 and covered[-1][1] == len(text)
+
+
+def test_rolling_carries_a_summary_through(host: EngineHost, counter: object) -> None:
+    text = _text(5000)
+    events, result = _run(host, counter, text, "rolling", 32)
+    _check(events, result, text)
+    assert result.outputs[-1].step == "summary" and len(result.outputs) >= 3
+
+
+def test_refuse_refuses_with_the_numbers(host: EngineHost, counter: object) -> None:
+    _, result = _run(host, counter, _text(9000), "refuse", 48)
+    assert result.refused and "budget is" in result.refused and result.finish_reason == "error"
+    assert result.completion_tokens == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_every_strategy_on_a_document_ten_times_the_context(
+    host: EngineHost, counter: object, strategy: str
+) -> None:
+    text = _text(22_000)
+    assert counter.count(text) >= 10 * N_CTX  # type: ignore[attr-defined]
+    events, result = _run(host, counter, text, strategy, 96)
+    if strategy == "refuse":
+        assert result.refused
+        return
+    _check(events, result, text)
