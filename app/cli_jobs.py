@@ -1,8 +1,9 @@
-"""contextlens-cli run: a job on a document, with every event as it happens.
+"""contextlens-cli run / compare: a job on a document, with every event as it happens.
 
 ``--json`` prints one JSON line per event (``type`` is the event's name in snake case) and a last
 line of type ``done`` with the finish reason, token counts, ``kv_peak_cells`` (from llama.cpp),
-``n_ctx``, ``ttft_s``, ``seconds`` and ``outputs`` (each ``{text, source_spans}``).
+``n_ctx``, ``ttft_s``, ``seconds`` and ``outputs`` (each ``{text, source_spans}``). ``compare``
+prints a ``result`` line per strategy and a last ``done`` line with all of them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from app.cli_input import EXIT_BAD_INPUT, EXIT_CONTEXT, EXIT_OK, BadInput, _fail, _load, _model_path
 
 EXIT_ENGINE_CRASHED, EXIT_CANCELLED = 3, 130
-TASKS = ("summarize",)
+TASKS = ("summarize", "ask", "extract")
 
 
 def _type_name(event: object) -> str:
@@ -30,20 +31,13 @@ def _type_name(event: object) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from app.core.engine.host import EngineHost
     from app.core.engine.protocol import EngineCrashedError, EngineError, LoadSettings
-    from app.core.jobs import CancelToken, JobFinished, TokenBatch, summarize
+    from app.core.jobs import CancelToken, CompareFinished, JobFinished, TokenBatch, compare
     from app.core.strategies import STRATEGIES
     from app.core.tokens import exact_counter, host_tokenize
 
     try:
-        if args.task not in TASKS:
-            raise BadInput(
-                f"the task {args.task!r} is not available yet (choose {', '.join(TASKS)})"
-            )
-        if args.strategy not in STRATEGIES:
-            raise BadInput(f"unknown strategy {args.strategy!r} (choose one of "
-                           f"{', '.join(STRATEGIES)})")  # fmt: skip
-        if args.max_tokens < 1:
-            raise BadInput("--max-tokens must be at least 1")
+        strategies = args.strategies.split(",") if args.command == "compare" else [args.strategy]
+        _check_job_args(args, strategies, STRATEGIES)
         settings = LoadSettings(n_ctx=args.n_ctx)
         settings.validate()
         doc = _load(args.document)
@@ -65,14 +59,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             loaded = host.load(Path(model), settings)
             counter = exact_counter(model, host_tokenize(host))
-            events = summarize(
-                host, doc.text, counter, strategy=args.strategy, n_ctx=loaded.n_ctx,
-                max_tokens=args.max_tokens, cancel=cancel,
-            )  # fmt: skip
-            result = None
+            options: dict[str, Any] = {"n_ctx": loaded.n_ctx, "max_tokens": args.max_tokens,
+                                       "cancel": cancel}  # fmt: skip
+            if args.task == "ask":
+                options["questions"] = args.question
+            if args.task == "extract":
+                options["instruction"] = args.instruction
+            events = compare(host, doc.text, counter, task=args.task, strategies=strategies,
+                             **options)  # fmt: skip
+            results = []
             for ev in events:
                 if isinstance(ev, JobFinished):
-                    result = ev.result
+                    results.append(ev.result)
+                    if args.command == "compare" and args.json:
+                        print(json.dumps({**_done(ev.result), "type": "result"}), flush=True)
+                elif isinstance(ev, CompareFinished):
+                    pass
                 elif args.json:
                     print(
                         json.dumps({"type": _type_name(ev), **dataclasses.asdict(ev)}), flush=True
@@ -81,7 +83,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(ev.text, end="", flush=True)
                 else:
                     _print_event(ev)
-            assert result is not None
         except EngineCrashedError as exc:
             return _fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
         except EngineError as exc:
@@ -92,6 +93,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             return _fail(EXIT_BAD_INPUT, str(exc), args.json)
         finally:
             signal.signal(signal.SIGINT, previous)
+    if args.command == "compare":
+        return _report_compare(results, args.json)
+    result = results[-1]
     done = _done(result)
     if args.json:
         print(json.dumps(done), flush=True)
@@ -103,6 +107,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: refused: {result.refused}", file=sys.stderr)
         return EXIT_CONTEXT
     if result.finish_reason == "cancelled":
+        return EXIT_CANCELLED
+    return EXIT_OK
+
+
+def _check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) -> None:
+    if args.task not in TASKS:
+        raise BadInput(f"unknown task {args.task!r} (choose one of {', '.join(TASKS)})")
+    for name in strategies:
+        if name not in known:
+            raise BadInput(f"unknown strategy {name!r} (choose from {', '.join(known)})")
+    if args.max_tokens < 1:
+        raise BadInput("--max-tokens must be at least 1")
+    if args.task == "ask" and not (args.question and all(q.strip() for q in args.question)):
+        raise BadInput("--task ask needs at least one --question")
+    if args.task == "extract" and not (args.instruction or "").strip():
+        raise BadInput("--task extract needs an --instruction")
+
+
+def _report_compare(results: list[Any], as_json: bool) -> int:
+    rows = [_done(r) for r in results]
+    if as_json:
+        print(json.dumps({"type": "done", "results": rows}), flush=True)
+    else:
+        print(f"\n{'strategy':12s} {'finish':9s} {'prompt':>8s} {'reply':>6s} {'kv peak':>8s} "
+              f"{'seconds':>8s}  kept/total tokens")  # fmt: skip
+        for row in rows:
+            plan = row["plan"] or {}
+            kept = f"{plan.get('kept_tokens', 0):,}/{plan.get('total_tokens', 0):,}"
+            print(f"{row['strategy']:12s} {row['finish_reason']:9s} {row['prompt_tokens']:>8,} "
+                  f"{row['completion_tokens']:>6,} {row['kv_peak_cells']:>8,} "
+                  f"{row['seconds']:>8.1f}  {kept}")  # fmt: skip
+    if any(r.finish_reason == "cancelled" for r in results):
         return EXIT_CANCELLED
     return EXIT_OK
 
@@ -146,12 +182,19 @@ def _print_event(ev: object) -> None:
 def add_commands(sub: Any) -> None:
     from app.core.strategies import STRATEGIES
 
-    p = sub.add_parser("run", help="run a job (summarize) on a document, streaming events")
-    p.add_argument("document")
-    p.add_argument("--task", default="summarize", help="summarize")
-    p.add_argument("--strategy", required=True, help=", ".join(STRATEGIES))
-    p.add_argument("--model", help="GGUF model (default: the default model)")
-    p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
-    p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
-    p.add_argument("--json", action="store_true", help="print JSON lines, one per event")
-    p.set_defaults(func=cmd_run)
+    for name in ("run", "compare"):
+        if name == "run":
+            p = sub.add_parser("run", help="run a job on a document, streaming its events")
+            p.add_argument("--strategy", required=True, help=", ".join(STRATEGIES))
+        else:
+            p = sub.add_parser("compare", help="the same job under several strategies")
+            p.add_argument("--strategies", required=True, help="comma-separated, e.g. head,tail")
+        p.add_argument("document")
+        p.add_argument("--task", default="summarize", help=", ".join(TASKS))
+        p.add_argument("--question", action="append", help="for ask (repeatable)")
+        p.add_argument("--instruction", help="for extract: what to do with each part")
+        p.add_argument("--model", help="GGUF model (default: the default model)")
+        p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
+        p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
+        p.add_argument("--json", action="store_true", help="print JSON lines, one per event")
+        p.set_defaults(func=cmd_run)

@@ -176,3 +176,35 @@ def test_run_summarize_json_contract(tmp_path: Path, model_path: Path) -> None:
     assert done["outputs"] and {"text", "source_spans"} <= set(done["outputs"][0])
     refused = run("run", str(doc), "--strategy", "refuse", "--n-ctx", "512", timeout=300)
     assert refused.returncode == 4 and "budget is" in refused.stderr
+
+
+def test_compare_json_has_a_result_per_strategy(tmp_path: Path, model_path: Path) -> None:
+    from app.core.paths import sample_document
+
+    doc = tmp_path / "part.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:6000], encoding="utf-8")
+    proc = run("compare", str(doc), "--task", "ask", "--question", "What is this?",
+               "--strategies", "head,tail", "--n-ctx", "512", "--max-tokens", "16", "--json",
+               timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [ln["strategy"] for ln in lines if ln["type"] == "result"] == ["head", "tail"]
+    assert lines[-1]["type"] == "done" and len(lines[-1]["results"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", str(DATA / "sample.md"), "--strategy", "best"],
+        ["run", str(DATA / "sample.md"), "--strategy", "head", "--task", "ask"],
+        ["run", str(DATA / "sample.md"), "--strategy", "head", "--task", "extract"],
+        ["run", str(DATA / "sample.md"), "--strategy", "head", "--task", "translate"],
+        ["run", str(DATA / "bad" / "empty.txt"), "--strategy", "head"],
+        ["compare", str(DATA / "sample.md"), "--strategies", "head,nope"],
+        ["run", str(DATA / "sample.md"), "--strategy", "head", "--max-tokens", "0"],
+    ],
+)  # fmt: skip
+def test_bad_job_arguments_exit_2_with_one_line(args: list[str]) -> None:
+    proc = run(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert_one_line_error(proc)

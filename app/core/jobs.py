@@ -5,7 +5,8 @@ KV stage, and keeps a :class:`~app.core.ring.Ring` in step with what llama.cpp h
 piece of output is recorded with the ring version and the document spans that were resident
 when it was generated. Nothing here polls: each engine reply becomes events as it arrives.
 
-Only ``summarize`` is here so far; ``ask``, ``extract`` and ``compare`` follow the same shape.
+Jobs: ``summarize``, ``ask`` (several questions reuse the evaluated document), ``extract`` (an
+instruction per window, merged in document order) and ``compare`` (one job, several strategies).
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.protocol import Finished, KVUsage, TextDelta
 from app.core.ring import Ring, SegmentKind
-from app.core.strategies import MULTI_PASS, Plan, Planner
+from app.core.strategies import MULTI_PASS, STRATEGIES, Plan, Planner
 from app.core.tokens import TokenCounter
 
 SUMMARIZE = "Summarize the document."
 SUMMARIZE_PART = "Summarize this part of a longer document."
 COMBINE = "These are summaries of consecutive parts of one document. Combine them into one summary."
+ASK = "Answer the question about the document."
+ASK_PART = "Answer the question from this part of a longer document, or say it is not in this part."
+COMBINE_ANSWERS = (
+    "These are answers from different parts of one document. Give the one best answer."
+)
 ROLLING = (
     "Update the running summary with the next part of the document. "
     "Reply with the whole updated summary."
@@ -280,6 +286,57 @@ class _Session:
 # ----- summarize ----------------------------------------------------------------------------
 
 
+def _planned(
+    session: _Session,
+    planner: Planner,
+    strategy: str,
+    instruction: str,
+    *,
+    reserve: int,
+) -> Generator[Event, None, Plan | None]:
+    """The plan for the document next to ``instruction`` with ``reserve`` tokens kept free;
+    None (and the refusal recorded) when nothing can be done."""
+    result = session.result
+    frame = session.frame(instruction)
+    budget = result.n_ctx - frame.tokens - reserve
+    if budget < 1:
+        result.finish_reason = "error"
+        result.refused = (
+            f"prompt needs {frame.tokens + 1:,} tokens, context is {result.n_ctx:,} "
+            f"(reply reserve {reserve:,})"
+        )
+        return None
+    plan = planner.plan(strategy, budget)
+    result.plan = {k: v for k, v in plan.as_dict().items() if k not in ("kept", "dropped")}
+    result.truncated = bool(plan.dropped)
+    passes = max(1, len(plan.windows))
+    yield PlanReady(strategy, budget, plan.kept_tokens, plan.total_tokens, passes,
+                    plan.boundary_integrity, len(plan.dropped))  # fmt: skip
+    if plan.refused:
+        result.finish_reason = "error"
+        result.refused = plan.refused
+        return None
+    return plan
+
+
+def _job(
+    task: str, strategy: str, n_ctx: int, engine: Engine, cancel: CancelToken | None
+) -> tuple[JobResult, _Session]:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (choose one of {', '.join(STRATEGIES)})")
+    result = JobResult(task, strategy, "stop", n_ctx)
+    return result, _Session(engine, n_ctx, result, cancel or CancelToken())
+
+
+def _finish(result: JobResult, session: _Session, t0: float) -> JobFinished:
+    if result.outputs and result.refused is None:
+        result.finish_reason = result.outputs[-1].finish_reason
+    if session.cancel.is_set():
+        result.finish_reason = "cancelled"
+    result.seconds = time.perf_counter() - t0
+    return JobFinished(result)
+
+
 def summarize(
     engine: Engine,
     text: str,
@@ -298,34 +355,17 @@ def summarize(
     while they do not fit). ``rolling`` carries a running summary through the document, window
     by window.
     """
-    cancel = cancel or CancelToken()
     t0 = time.perf_counter()
-    result = JobResult("summarize", strategy, "stop", n_ctx)
-    session = _Session(engine, n_ctx, result, cancel)
+    result, session = _job("summarize", strategy, n_ctx, engine, cancel)
     planner = planner or Planner(text, counter)
     try:
-        instruction = SUMMARIZE if strategy not in MULTI_PASS else SUMMARIZE_PART
-        frame = session.frame(ROLLING if strategy == "rolling" else instruction)
-        budget = n_ctx - frame.tokens - max_tokens
-        if budget < 1:
-            result.finish_reason = "error"
-            result.refused = (
-                f"prompt needs {frame.tokens + 1:,} tokens, context is {n_ctx:,} "
-                f"(reply reserve {max_tokens:,})"
-            )
-            return
-        if strategy == "rolling":
-            # room for the running summary (and its label) next to each window
-            budget = max(1, budget - max_tokens - 16)
-        plan = planner.plan(strategy, budget)
-        result.plan = {k: v for k, v in plan.as_dict().items() if k not in ("kept", "dropped")}
-        result.truncated = bool(plan.dropped)
-        passes = max(1, len(plan.windows))
-        yield PlanReady(strategy, budget, plan.kept_tokens, plan.total_tokens, passes,
-                        plan.boundary_integrity, len(plan.dropped))  # fmt: skip
-        if plan.refused:
-            result.finish_reason = "error"
-            result.refused = plan.refused
+        if strategy == "rolling":  # room for the running summary next to each window
+            instruction, reserve = ROLLING, 2 * max_tokens + 16
+        else:
+            instruction = SUMMARIZE_PART if strategy in MULTI_PASS else SUMMARIZE
+            reserve = max_tokens
+        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve)
+        if plan is None:
             return
         if strategy == "rolling":
             yield from _rolling(session, text, plan, max_tokens)
@@ -334,13 +374,173 @@ def summarize(
         else:
             kept = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in _kept_chunks(plan)]
             yield from session.call("summary", SUMMARIZE, kept, max_tokens)
-        if result.outputs:
-            result.finish_reason = result.outputs[-1].finish_reason
-        if cancel.is_set():
-            result.finish_reason = "cancelled"
     finally:
-        result.seconds = time.perf_counter() - t0
-        yield JobFinished(result)
+        yield _finish(result, session, t0)
+
+
+def ask(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    questions: Sequence[str],
+    strategy: str,
+    n_ctx: int,
+    max_tokens: int = 256,
+    cancel: CancelToken | None = None,
+    planner: Planner | None = None,
+) -> Iterator[Event]:
+    """Answer ``questions`` about ``text``, one output per question.
+
+    With a single-pass strategy the document comes first and the question after it, so every
+    question after the first reuses the evaluated document from the KV cache (only the question
+    is evaluated). Multi-pass strategies ask each window and then combine the answers.
+    """
+    t0 = time.perf_counter()
+    result, session = _job("ask", strategy, n_ctx, engine, cancel)
+    planner = planner or Planner(text, counter)
+    try:
+        if not questions or not all(q.strip() for q in questions):
+            raise ValueError("ask needs at least one question, and no empty ones")
+        room = max(counter.count(_question(q)) for q in questions) + 2
+        multi = strategy in MULTI_PASS
+        plan = yield from _planned(session, planner, strategy, ASK_PART if multi else ASK,
+                                   reserve=max_tokens + room)  # fmt: skip
+        if plan is None:
+            return
+        for i, q in enumerate(questions):
+            if session.cancel.is_set():
+                return
+            step = f"answer {i + 1}"
+            if not plan.multi_pass:
+                doc = [
+                    _Segment(text[c.start : c.end], (c.start, c.end)) for c in _kept_chunks(plan)
+                ]
+                yield from session.call(step, ASK, [*doc, _Segment(_question(q), None)], max_tokens)
+                continue
+            partials = []
+            for w, (first, last) in enumerate(_window_ranges(plan)):
+                segs = [_Segment(text[c.start : c.end], (c.start, c.end))
+                        for c in plan.chunks[first : last + 1]]  # fmt: skip
+                segs.append(_Segment(_question(q), None))
+                out = yield from session.call(f"{step} part {w + 1}", ASK_PART, segs, max_tokens)
+                partials.append(_Segment(out.text, None))
+                yield PartialResult(out.step, out.text, out.source_spans)
+            fits = _fit(partials, counter, n_ctx - session.frame(COMBINE_ANSWERS).tokens
+                        - max_tokens - room)  # fmt: skip
+            yield from session.call(step, COMBINE_ANSWERS, [*fits, _Segment(_question(q), None)],
+                                    max_tokens)  # fmt: skip
+    finally:
+        yield _finish(result, session, t0)
+
+
+def extract(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    instruction: str,
+    strategy: str,
+    n_ctx: int,
+    max_tokens: int = 256,
+    cancel: CancelToken | None = None,
+    planner: Planner | None = None,
+) -> Iterator[Event]:
+    """Apply ``instruction`` to each window of the plan; the results merged in document order."""
+    t0 = time.perf_counter()
+    result, session = _job("extract", strategy, n_ctx, engine, cancel)
+    planner = planner or Planner(text, counter)
+    try:
+        if not instruction.strip():
+            raise ValueError("extract needs an instruction")
+        plan = yield from _planned(session, planner, strategy, instruction, reserve=max_tokens)
+        if plan is None:
+            return
+        pieces: list[OutputSpan] = []
+        ranges = _window_ranges(plan) if plan.multi_pass else [_kept_range(plan)]
+        for w, (first, last) in enumerate(ranges):
+            if session.cancel.is_set():
+                return
+            chunks = [
+                c for c in plan.chunks[first : last + 1] if plan.multi_pass or _is_kept(plan, c)
+            ]
+            segs = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
+            out = yield from session.call(f"part {w + 1}", instruction, segs, max_tokens)
+            pieces.append(out)
+            yield PartialResult(out.step, out.text, out.source_spans)
+        if len(pieces) > 1:
+            merged = "\n".join(p.text for p in pieces if p.text)
+            sources = tuple(s for p in pieces for s in p.source_spans)
+            last = pieces[-1]
+            result.outputs.append(OutputSpan("merged", merged, sources, last.ring_version,
+                                             last.finish_reason))  # fmt: skip
+    finally:
+        yield _finish(result, session, t0)
+
+
+@dataclass(frozen=True)
+class StrategyStarted:
+    strategy: str
+
+
+@dataclass(frozen=True)
+class CompareFinished:
+    results: tuple[JobResult, ...]
+
+
+def compare(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    task: str,
+    strategies: Sequence[str],
+    **options: Any,
+) -> Iterator[Event | StrategyStarted | CompareFinished]:
+    """The same job under several strategies, one after another on one engine."""
+    jobs = {"summarize": summarize, "ask": ask, "extract": extract}
+    if task not in jobs:
+        raise ValueError(f"unknown task {task!r} (choose one of {', '.join(jobs)})")
+    planner = Planner(text, counter)  # chunkings are shared between the strategies
+    results: list[JobResult] = []
+    for strategy in strategies:
+        yield StrategyStarted(strategy)
+        for ev in jobs[task](engine, text, counter, strategy=strategy, planner=planner, **options):
+            if isinstance(ev, JobFinished):
+                results.append(ev.result)
+            yield ev
+        if results and results[-1].finish_reason == "cancelled":
+            break
+    yield CompareFinished(tuple(results))
+
+
+def _question(q: str) -> str:
+    return f"\n\nQuestion: {q.strip()}"
+
+
+def _fit(segments: Sequence[_Segment], counter: TokenCounter, budget: int) -> list[_Segment]:
+    out, used = [], 0
+    for seg in segments:
+        n = counter.count(seg.text)
+        if used + n > budget:
+            break
+        out.append(seg)
+        used += n
+    return out
+
+
+def _window_ranges(plan: Plan) -> list[tuple[int, int]]:
+    if plan.strategy == "rolling":
+        return _disjoint_windows(plan)
+    return [(w.first, w.last) for w in plan.windows]
+
+
+def _is_kept(plan: Plan, c: Chunk) -> bool:
+    return any(s.start <= c.start and c.end <= s.end for s in plan.kept)
+
+
+def _kept_range(plan: Plan) -> tuple[int, int]:
+    return 0, len(plan.chunks) - 1
 
 
 def _kept_chunks(plan: Plan) -> list[Chunk]:

@@ -103,10 +103,49 @@ def test_refuse_refuses_with_the_numbers(host: EngineHost, counter: object) -> N
 def test_every_strategy_on_a_document_ten_times_the_context(
     host: EngineHost, counter: object, strategy: str
 ) -> None:
-    text = _text(22_000)
+    text = _text(24_000)
     assert counter.count(text) >= 10 * N_CTX  # type: ignore[attr-defined]
     events, result = _run(host, counter, text, strategy, 96)
     if strategy == "refuse":
         assert result.refused
         return
     _check(events, result, text)
+
+
+def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter: object) -> None:
+    from app.core.jobs import ask
+
+    text = _text(6000)
+    questions = ["Who edited the Jargon File?", "What is a hacker?"]
+    events = list(ask(host, text, counter, questions=questions, strategy="head",  # type: ignore[arg-type]
+                      n_ctx=N_CTX, max_tokens=24))  # fmt: skip
+    result = events[-1].result  # type: ignore[attr-defined]
+    assert [o.step for o in result.outputs] == ["answer 1", "answer 2"]
+    first, second = result.ttft_s
+    assert second < first / 3, "the second question evaluated only itself"
+    assert result.kv_peak_cells <= N_CTX
+
+
+def test_extract_merges_parts_in_document_order(host: EngineHost, counter: object) -> None:
+    from app.core.jobs import extract
+
+    text = _text(5000)
+    events = list(extract(host, text, counter, instruction="List the names in this text.",  # type: ignore[arg-type]
+                          strategy="map-reduce", n_ctx=N_CTX, max_tokens=24))  # fmt: skip
+    result = events[-1].result  # type: ignore[attr-defined]
+    parts = [o for o in result.outputs if o.step.startswith("part")]
+    assert len(parts) >= 2 and result.outputs[-1].step == "merged"
+    starts = [p.source_spans[0][0] for p in parts]
+    assert starts == sorted(starts) and starts[0] == 0
+
+
+def test_compare_runs_each_strategy_on_one_engine(host: EngineHost, counter: object) -> None:
+    from app.core.jobs import CompareFinished, StrategyStarted, compare
+
+    events = list(compare(host, _text(6000), counter, task="summarize",  # type: ignore[arg-type]
+                          strategies=["head", "tail"], n_ctx=N_CTX, max_tokens=16))  # fmt: skip
+    assert [e.strategy for e in events if isinstance(e, StrategyStarted)] == ["head", "tail"]
+    done = events[-1]
+    assert isinstance(done, CompareFinished)
+    assert [r.strategy for r in done.results] == ["head", "tail"]
+    assert all(r.kv_peak_cells <= N_CTX and r.outputs for r in done.results)
