@@ -137,6 +137,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         EngineCrashedError,
         EngineError,
         Finished,
+        InsufficientMemoryError,
         LoadSettings,
         ModelLoadError,
         SamplingSettings,
@@ -213,7 +214,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             if stats.finish_reason == "cancelled" or cancelled:
                 return EXIT_CANCELLED
             return EXIT_OK
-        except ContextOverflowError as exc:
+        except (ContextOverflowError, InsufficientMemoryError) as exc:
             return _fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
         except EngineCrashedError as exc:
             return _fail(EXIT_ENGINE_CRASHED, str(exc), args.json)

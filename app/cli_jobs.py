@@ -30,7 +30,12 @@ def _type_name(event: object) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from app.core.engine.host import EngineHost
-    from app.core.engine.protocol import EngineCrashedError, EngineError, LoadSettings
+    from app.core.engine.protocol import (
+        EngineCrashedError,
+        EngineError,
+        InsufficientMemoryError,
+        LoadSettings,
+    )
     from app.core.jobs import CancelToken, CompareFinished, JobFinished, TokenBatch, compare
     from app.core.strategies import STRATEGIES
     from app.core.tokens import exact_counter, host_tokenize
@@ -83,6 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(ev.text, end="", flush=True)
                 else:
                     _print_event(ev)
+        except InsufficientMemoryError as exc:
+            return _fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
         except EngineCrashedError as exc:
             return _fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
         except EngineError as exc:

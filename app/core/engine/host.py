@@ -51,6 +51,7 @@ from app.core.engine.protocol import (
     SamplingSettings,
     TextDelta,
 )
+from app.core.telemetry import memory_preflight
 
 START_TIMEOUT_S = 60.0
 POLL_S = 0.05
@@ -308,6 +309,7 @@ class EngineHost:
             info = inspect_model(path)
         except GGUFError as exc:
             raise ModelLoadError(str(exc)) from None
+        memory_preflight(info, settings)  # InsufficientMemoryError before anything is allocated
         with self._lock:
             if not self.alive:
                 self.start()

@@ -218,6 +218,10 @@ class ContextOverflowError(EngineError):
         )
 
 
+class InsufficientMemoryError(EngineError):
+    """The context would not fit in free memory; refused before llama.cpp allocated anything."""
+
+
 class EngineCrashedError(EngineError):
     """The engine child process died (native crash or killed); a new engine can be started."""
 
