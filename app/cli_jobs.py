@@ -113,6 +113,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.refused:
         print(f"error: refused: {result.refused}", file=sys.stderr)
         return EXIT_CONTEXT
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+        return EXIT_ENGINE_CRASHED
     if result.finish_reason == "cancelled":
         return EXIT_CANCELLED
     return EXIT_OK
@@ -165,6 +168,7 @@ def _done(result: Any) -> dict[str, Any]:
         "seconds": round(data["seconds"], 3),
         "truncated": data["truncated"],
         "refused": data["refused"],
+        "error": data["error"],
         "plan": data["plan"],
         "outputs": [
             {"text": o["text"], "source_spans": o["source_spans"], "step": o["step"]}

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
-from app.core.engine.protocol import Finished, KVUsage, TextDelta
+from app.core.engine.protocol import CancelledError, EngineError, Finished, KVUsage, TextDelta
 from app.core.ring import Ring, SegmentKind
 from app.core.strategies import MULTI_PASS, STRATEGIES, Plan, Planner
 from app.core.tokens import TokenCounter
@@ -140,6 +140,8 @@ class JobResult:
     outputs: list[OutputSpan] = field(default_factory=list)
     truncated: bool = False  # some of the document never reached the model
     refused: str | None = None
+    error: str | None = None
+    prompt_lengths: list[int] = field(default_factory=list)  # per model call, for the histogram
     plan: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -157,13 +159,20 @@ class JobResult:
 
 
 @dataclass(frozen=True)
+class JobError:
+    """The engine failed mid-job; the outputs so far are kept in the result that follows."""
+
+    message: str
+
+
+@dataclass(frozen=True)
 class JobFinished:
     result: JobResult
 
 
 Event = (
     PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | TokenBatch | KVStats
-    | PartialResult | JobFinished
+    | PartialResult | JobError | JobFinished
 )  # fmt: skip
 
 
@@ -271,6 +280,7 @@ class _Session:
         assert finished is not None
         stats = finished.stats
         self.result.prompt_tokens += stats.prompt_tokens
+        self.result.prompt_lengths.append(stats.prompt_tokens)
         self.result.completion_tokens += stats.completion_tokens
         usage = self.engine.kv_usage()
         self.result.kv_peak_cells = max(self.result.kv_peak_cells, usage.cells_used, stats.n_past)
@@ -328,8 +338,18 @@ def _job(
     return result, _Session(engine, n_ctx, result, cancel or CancelToken())
 
 
+def _failed(result: JobResult, session: _Session, exc: EngineError) -> JobError:
+    """Record an engine failure; what was generated before it stays in the result."""
+    if isinstance(exc, CancelledError):
+        session.cancel.set()
+    else:
+        result.finish_reason = "error"
+        result.error = str(exc)
+    return JobError(str(exc))
+
+
 def _finish(result: JobResult, session: _Session, t0: float) -> JobFinished:
-    if result.outputs and result.refused is None:
+    if result.outputs and result.refused is None and result.error is None:
         result.finish_reason = result.outputs[-1].finish_reason
     if session.cancel.is_set():
         result.finish_reason = "cancelled"
@@ -374,6 +394,8 @@ def summarize(
         else:
             kept = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in _kept_chunks(plan)]
             yield from session.call("summary", SUMMARIZE, kept, max_tokens)
+    except EngineError as exc:
+        yield _failed(result, session, exc)
     finally:
         yield _finish(result, session, t0)
 
@@ -430,6 +452,8 @@ def ask(
                         - max_tokens - room)  # fmt: skip
             yield from session.call(step, COMBINE_ANSWERS, [*fits, _Segment(_question(q), None)],
                                     max_tokens)  # fmt: skip
+    except EngineError as exc:
+        yield _failed(result, session, exc)
     finally:
         yield _finish(result, session, t0)
 
@@ -474,6 +498,8 @@ def extract(
             last = pieces[-1]
             result.outputs.append(OutputSpan("merged", merged, sources, last.ring_version,
                                              last.finish_reason))  # fmt: skip
+    except EngineError as exc:
+        yield _failed(result, session, exc)
     finally:
         yield _finish(result, session, t0)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 
 class SegmentKind(StrEnum):
@@ -180,6 +181,42 @@ class Ring:
         for j in range(after, len(self._segments)):
             s = self._segments[j]
             self._segments[j] = replace(s, pos=s.pos - amount)
+
+    # ----- saving with a KV state -----
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data to store next to a saved KV state (see ``from_dict``)."""
+        return {
+            "capacity": self.capacity,
+            "version": self.version,
+            "next_id": self._next_id,
+            "segments": [
+                {"id": s.id, "kind": s.kind.value, "tokens": s.tokens, "pos": s.pos,
+                 "pinned": s.pinned, "source": list(s.source) if s.source else None,
+                 "trimmed": s.trimmed}
+                for s in self._segments
+            ],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Ring:
+        """The ring ``to_dict`` saved; RingError when the data breaks an invariant."""
+        try:
+            ring = cls(int(data["capacity"]))
+            ring.version = int(data["version"])
+            ring._next_id = int(data["next_id"])
+            for d in data["segments"]:
+                source = (int(d["source"][0]), int(d["source"][1])) if d["source"] else None
+                seg = Segment(
+                    id=int(d["id"]), kind=SegmentKind(d["kind"]), tokens=int(d["tokens"]),
+                    pos=int(d["pos"]), pinned=bool(d["pinned"]), source=source,
+                    trimmed=int(d["trimmed"]),
+                )  # fmt: skip
+                ring._segments.append(seg)
+            ring.check()
+        except (KeyError, TypeError, ValueError, AssertionError) as exc:
+            raise RingError(f"the saved ring is not valid ({exc})") from None
+        return ring
 
     # ----- checks -----
 

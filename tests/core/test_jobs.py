@@ -149,3 +149,33 @@ def test_compare_runs_each_strategy_on_one_engine(host: EngineHost, counter: obj
     assert isinstance(done, CompareFinished)
     assert [r.strategy for r in done.results] == ["head", "tail"]
     assert all(r.kv_peak_cells <= N_CTX and r.outputs for r in done.results)
+
+
+def test_an_engine_failure_mid_job_keeps_the_outputs_so_far(
+    host: EngineHost, counter: object
+) -> None:
+    from app.core.engine.protocol import EngineCrashedError
+    from app.core.jobs import JobError
+
+    class Failing:
+        """The real engine until its second generation, which fails as a crash would."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(host, name)
+
+        def generate(self, prompt, **kwargs):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            if self.calls == 2:
+                raise EngineCrashedError("the engine process died while generating: SIGKILL")
+            return host.generate(prompt, **kwargs)
+
+    events = list(summarize(Failing(), _text(6000), counter, strategy="map-reduce",  # type: ignore[arg-type]
+                            n_ctx=N_CTX, max_tokens=16))  # fmt: skip
+    errors = [e for e in events if isinstance(e, JobError)]
+    result = events[-1].result  # type: ignore[attr-defined]
+    assert errors and "SIGKILL" in errors[0].message
+    assert result.finish_reason == "error" and "SIGKILL" in (result.error or "")
+    assert len(result.outputs) == 1  # the first part's summary is kept

@@ -150,3 +150,19 @@ def test_errors_leave_the_ring_unchanged() -> None:
     assert ring.version == version and ring.used == 8
     with pytest.raises(RingError, match="capacity"):
         Ring(0)
+
+
+def test_ring_round_trips_through_plain_data_and_rejects_broken_data() -> None:
+    ring = Ring(100)
+    ring.append(SegmentKind.SYSTEM, 10, pinned=True)
+    ring.append(SegmentKind.CHUNK, 30, source=(0, 120))
+    ring.shift(5)
+    copy = Ring.from_dict(ring.to_dict())
+    assert list(copy) == list(ring) and copy.version == ring.version
+    assert copy.append(SegmentKind.QUESTION, 3).id == ring.append(SegmentKind.QUESTION, 3).id
+    broken = ring.to_dict()
+    broken["segments"][1]["pos"] = 42  # type: ignore[index]
+    with pytest.raises(RingError, match="not valid"):
+        Ring.from_dict(broken)
+    with pytest.raises(RingError, match="not valid"):
+        Ring.from_dict({"capacity": 10})
