@@ -99,6 +99,7 @@ def test_refuse_refuses_with_the_numbers(host: EngineHost, counter: object) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the multi-pass strategies make dozens of model calls
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_every_strategy_on_a_document_ten_times_the_context(
     host: EngineHost, counter: object, strategy: str
