@@ -36,7 +36,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         InsufficientMemoryError,
         LoadSettings,
     )
-    from app.core.jobs import CancelToken, CompareFinished, JobFinished, TokenBatch, compare
+    from app.core.jobs import (
+        CancelToken,
+        CompareFinished,
+        JobFinished,
+        StrategyStarted,
+        TokenBatch,
+        compare,
+    )
     from app.core.strategies import STRATEGIES
     from app.core.tokens import exact_counter, host_tokenize
 
@@ -78,8 +85,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                     results.append(ev.result)
                     if args.command == "compare" and args.json:
                         print(json.dumps({**_done(ev.result), "type": "result"}), flush=True)
-                elif isinstance(ev, CompareFinished):
-                    pass
+                elif isinstance(ev, CompareFinished) or (
+                    isinstance(ev, StrategyStarted) and args.command == "run"
+                ):
+                    pass  # one strategy: the plan_ready event says which
                 elif args.json:
                     print(
                         json.dumps({"type": _type_name(ev), **dataclasses.asdict(ev)}), flush=True
