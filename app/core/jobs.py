@@ -259,20 +259,23 @@ class _Session:
         parts: list[str] = []
         finished: Finished | None = None
         output = None
+        first = True
         for ev in self.engine.generate(prompt, max_tokens=max_tokens):
+            if first and isinstance(ev, TextDelta | Finished):  # the prompt is in the KV cache
+                first = False
+                self.result.ttft_s.append(time.perf_counter() - t0)
+                for seg, s in placed:
+                    if seg.source is not None:
+                        yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens,
+                                             s.pos, s.end, ring.version)  # fmt: skip
             if isinstance(ev, TextDelta):
-                if not parts and not finished:
-                    self.result.ttft_s.append(time.perf_counter() - t0)
-                    for seg, s in placed:
-                        if seg.source is not None:
-                            yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens,
-                                                 s.pos, s.end, ring.version)  # fmt: skip
                 parts.append(ev.text)
-                if ev.token_ids and ring.free:
+                grow = min(len(ev.token_ids), ring.free)
+                if grow:
                     output = (
-                        ring.append(SegmentKind.OUTPUT, len(ev.token_ids))
+                        ring.append(SegmentKind.OUTPUT, grow)
                         if output is None
-                        else ring.grow(output.id, min(len(ev.token_ids), ring.free))
+                        else ring.grow(output.id, grow)
                     )
                 yield TokenBatch(step, ev.text, len(ev.token_ids), ring.version, sources)
             elif isinstance(ev, Finished):
