@@ -101,16 +101,31 @@ def test_refuse_refuses_with_the_numbers(host: EngineHost, counter: object) -> N
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the multi-pass strategies make dozens of model calls
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
-def test_every_strategy_on_a_document_ten_times_the_context(
-    host: EngineHost, counter: object, strategy: str
+def test_every_strategy_through_the_cli_on_a_document_ten_times_the_context(
+    tmp_path: Path, counter: object, strategy: str
 ) -> None:
+    import json
+    import subprocess
+    import sys
+
     text = _text(24_000)
     assert counter.count(text) >= 10 * N_CTX  # type: ignore[attr-defined]
-    events, result = _run(host, counter, text, strategy, 96)
+    doc = tmp_path / "long.txt"
+    doc.write_text(text, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "run", str(doc), "--task", "summarize",
+         "--strategy", strategy, "--n-ctx", str(N_CTX), "--max-tokens", "96", "--json"],
+        capture_output=True, text=True, timeout=880, check=False,
+    )  # fmt: skip
+    done = json.loads(proc.stdout.splitlines()[-1])
+    assert done["type"] == "done" and done["n_ctx"] == N_CTX
+    assert done["kv_peak_cells"] <= N_CTX
     if strategy == "refuse":
-        assert result.refused
+        assert proc.returncode == 4 and "budget is" in proc.stderr
         return
-    _check(events, result, text)
+    assert proc.returncode == 0, proc.stderr
+    assert done["finish_reason"] in ("stop", "length") and done["outputs"][-1]["text"]
+    assert done["truncated"] == (strategy not in ("rolling", "semantic", "map-reduce"))
 
 
 def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter: object) -> None:
