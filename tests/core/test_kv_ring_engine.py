@@ -128,3 +128,50 @@ def test_remove_checks_its_range(small_engine: EngineHost) -> None:
         host.remove(3, 99)
     edit = host.remove(0, 2)
     assert edit.removed == 2 and edit.n_past == host.kv_usage().cells_used
+
+
+def test_where_llama_cpp_cannot_shift_the_rest_is_evaluated_again(
+    model_path: Path, tmp_path: Path
+) -> None:
+    """The fallback of Engine.remove, driven in-process with can_shift forced to False.
+
+    (Every cache type of the default model can shift, so the path is forced here; re-evaluation
+    is exact, so the result must equal evaluating the remaining tokens from scratch.)
+    """
+    import types
+
+    from app.core.engine.ipc import SharedFlag
+    from app.core.engine.protocol import SamplingSettings
+    from app.core.engine.worker import Engine
+
+    engine = Engine(SharedFlag(tmp_path / "flag", create=True))
+    engine.load(str(model_path), LoadSettings(n_ctx=N_CTX))
+    real = engine._lc
+    engine._lc = types.SimpleNamespace(  # type: ignore[assignment]
+        **{name: getattr(real, name) for name in dir(real) if not name.startswith("__")}
+    )
+    engine._lc.llama_memory_can_shift = lambda _mem: False
+    try:
+        tokens = engine.tokenize("The quick brown fox jumps over the lazy dog again and again.",
+                                 add_special=False)  # fmt: skip
+        engine.evaluate(tokens)
+        edit = engine.remove(2, 6)
+        assert edit.reevaluated == len(tokens) - 6 and edit.removed == 4
+        kept = tokens[:2] + tokens[6:]
+        assert engine.tokens == kept
+        usage = engine.kv_usage()
+        assert (usage.cells_used, usage.pos_min, usage.pos_max) == (len(kept), 0, len(kept) - 1)
+
+        def reply() -> list[int]:
+            out: list[int] = []
+            engine.generate(kept, max_tokens=8, sampling=SamplingSettings(), stop=[],
+                            emit=lambda ev: out.extend(getattr(ev, "token_ids", ())))  # fmt: skip
+            return out
+
+        after_remove = reply()
+        engine.reset()
+        engine.evaluate(kept)
+        assert reply() == after_remove  # identical to evaluating the kept tokens afresh
+    finally:
+        engine._lc = real
+        engine.unload()
