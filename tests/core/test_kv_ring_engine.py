@@ -70,22 +70,32 @@ def test_random_operations_keep_ring_and_kv_cache_in_step(
         _agree(ring, host)
 
 
+@pytest.mark.parametrize("policy", ["rolling", "truncate-middle"])
 def test_generation_shifts_instead_of_overflowing_and_the_ring_follows(
-    small_engine: EngineHost,
+    small_engine: EngineHost, policy: str
 ) -> None:
     host = small_engine
     host.reset()
-    head = host.tokenize("Count from 1 to 1000:", add_special=False)
-    rest = host.tokenize(" 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", add_special=False)
+    task = host.tokenize("Count from 1 to 1000:", add_special=False)
+    opening = host.tokenize(" 1, 2, 3,", add_special=False)
+    rest = host.tokenize(" 4, 5, 6, 7, 8, 9, 10,", add_special=False)
     ring = Ring(N_CTX)
-    ring.append(SegmentKind.SYSTEM, len(head), pinned=True)
-    ring.append(SegmentKind.CHUNK, len(rest))
+    if policy == "rolling":  # the task is pinned; the document scrolls away
+        head = task
+        ring.append(SegmentKind.SYSTEM, len(task), pinned=True)
+        ring.append(SegmentKind.CHUNK, len(opening + rest))
+    else:  # the document's opening is pinned too: the middle goes
+        head = task + opening
+        ring.append(SegmentKind.SYSTEM, len(task), pinned=True)
+        ring.append(SegmentKind.CHUNK, len(opening), pinned=True)
+        ring.append(SegmentKind.CHUNK, len(rest))
+    prompt = task + opening + rest
     out = ring.append(SegmentKind.OUTPUT, 1)  # the reply grows this segment
     generated = 0
     shifts = 0
     text: list[str] = []
     finished = None
-    for ev in host.generate(head + rest, max_tokens=600, on_full="shift", keep=len(head)):
+    for ev in host.generate(prompt, max_tokens=600, on_full="shift", keep=len(head)):
         if isinstance(ev, TextDelta):
             text.append(ev.text)
             generated += len(ev.token_ids)

@@ -443,7 +443,9 @@ class Engine:
 
         When the context fills up while generating, ``on_full="stop"`` ends with finish reason
         ``length``; ``"shift"`` removes half of what follows the first ``keep`` positions (the
-        pinned prefix), emits :class:`Shifted`, and goes on.
+        pinned prefix), emits :class:`Shifted`, and goes on. ``keep`` makes the policy: the
+        system prompt and task for a rolling window; those plus the document's opening to
+        truncate the middle (the start and the latest text stay).
         """
         llm = self._require()
         lc = self._lc
