@@ -24,14 +24,14 @@ class BadInput(Exception):
     """One sentence for the person; the command exits with code 2."""
 
 
-def _fail(code: int, message: str, as_json: bool) -> int:
+def fail(code: int, message: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"type": "error", "exit_code": code, "message": message}), flush=True)
     print(f"error: {message}", file=sys.stderr, flush=True)
     return code
 
 
-def _load(path: str) -> Any:
+def read_document(path: str) -> Any:
     from app.core.documents import DocumentError, load_document
 
     try:
@@ -40,7 +40,7 @@ def _load(path: str) -> Any:
         raise BadInput(str(exc)) from None
 
 
-def _model_path(arg: str | None) -> Path | None:
+def model_path_or_default(arg: str | None) -> Path | None:
     """The model to count with: the one given (must exist), else the default one if present."""
     from app.core.default_model import default_model_path
 
@@ -74,7 +74,7 @@ def _exact_counter(model: Path) -> Iterator[Any]:
 def _counter(arg: str | None, stack: ExitStack) -> tuple[Any, Path | None]:
     from app.core.tokens import cl100k
 
-    model = _model_path(arg)
+    model = model_path_or_default(arg)
     if model is None:
         return cl100k(), None
     return stack.enter_context(_exact_counter(model)), model
@@ -87,9 +87,9 @@ def cmd_count(args: argparse.Namespace) -> int:
     from app.core.tokens import cl100k
 
     try:
-        doc = _load(args.document)
+        doc = read_document(args.document)
         with ExitStack() as stack:
-            model = _model_path(args.model)
+            model = model_path_or_default(args.model)
             exact = stack.enter_context(_exact_counter(model)) if model else None
             t0 = time.perf_counter()
             tokens_model = exact.count(doc.text) if exact else None
@@ -97,7 +97,7 @@ def cmd_count(args: argparse.Namespace) -> int:
             tokens_cl100k = cl100k().count(doc.text)
             t2 = time.perf_counter()
     except BadInput as exc:
-        return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
     data = {
         "document": str(doc.path),
         "format": doc.format,
@@ -141,7 +141,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise BadInput("--n-ctx must be at least 1 and --reserve at least 0")
         if not 0 <= args.overlap < 1:
             raise BadInput("--overlap must be at least 0 and less than 1")
-        doc = _load(args.document)
+        doc = read_document(args.document)
         with ExitStack() as stack:
             counter, model = _counter(args.model, stack)
             frame = (
@@ -153,14 +153,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             plans = [planner.plan(n, budget.available, PlanOptions(overlap=args.overlap))
                      for n in names]  # fmt: skip
     except BadInput as exc:
-        return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
     except ContextOverflowError as exc:
-        return _fail(EXIT_CONTEXT, f"no room for the document: {exc}", args.json)
+        return fail(EXIT_CONTEXT, f"no room for the document: {exc}", args.json)
     except ValueError as exc:  # a chat template that cannot frame a document
-        return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
     needles = _needles(doc.text, args.needle or [])
     if args.needle and not needles:
-        return _fail(EXIT_BAD_INPUT, "none of the --needle texts occurs in the document", args.json)
+        return fail(EXIT_BAD_INPUT, "none of the --needle texts occurs in the document", args.json)
     for p in plans:
         data = {**p.as_dict(), "counter": counter.name, "exact": counter.exact,
                 **{k: v for k, v in budget.as_dict().items() if k != "available"}}  # fmt: skip
@@ -218,14 +218,14 @@ def cmd_chunk(args: argparse.Namespace) -> int:
             raise BadInput("--max-tokens must be at least 1")
         if not 0 <= args.overlap < 1:
             raise BadInput("--overlap must be at least 0 and less than 1")
-        doc = _load(args.document)
+        doc = read_document(args.document)
         with ExitStack() as stack:
             counter, _model = _counter(args.model, stack)
             t0 = time.perf_counter()
             chunks = overlapping_chunks(doc, counter, args.max_tokens, args.overlap)
             seconds = time.perf_counter() - t0
     except BadInput as exc:
-        return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
     rows = [{"index": c.index, "start": c.start, "end": c.end, "tokens": c.tokens,
              "boundary": c.boundary.name.lower()} for c in chunks]  # fmt: skip
     if args.json:

@@ -18,7 +18,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from app.cli_input import EXIT_BAD_INPUT, EXIT_CONTEXT, EXIT_OK, BadInput, _fail, _load, _model_path
+from app.cli_input import (
+    EXIT_BAD_INPUT,
+    EXIT_CONTEXT,
+    EXIT_OK,
+    BadInput,
+    fail,
+    model_path_or_default,
+    read_document,
+)
 
 EXIT_ENGINE_CRASHED, EXIT_CANCELLED = 3, 130
 TASKS = ("summarize", "ask", "extract")
@@ -52,12 +60,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         _check_job_args(args, strategies, STRATEGIES)
         settings = LoadSettings(n_ctx=args.n_ctx)
         settings.validate()
-        doc = _load(args.document)
-        model = _model_path(args.model)
+        doc = read_document(args.document)
+        model = model_path_or_default(args.model)
         if model is None:
             raise BadInput("no model: pass --model or fetch the default one (`make`)")
     except (BadInput, ValueError) as exc:
-        return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
     cancel = CancelToken()
     with EngineHost() as host:
@@ -98,15 +106,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 else:
                     _print_event(ev)
         except InsufficientMemoryError as exc:
-            return _fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
+            return fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
         except EngineCrashedError as exc:
-            return _fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
         except EngineError as exc:
             if cancel.is_set():
-                return _fail(EXIT_CANCELLED, "cancelled", args.json)
-            return _fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+                return fail(EXIT_CANCELLED, "cancelled", args.json)
+            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
         except ValueError as exc:
-            return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+            return fail(EXIT_BAD_INPUT, str(exc), args.json)
         finally:
             signal.signal(signal.SIGINT, previous)
     if args.command == "compare":
