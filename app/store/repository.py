@@ -1,0 +1,325 @@
+"""The history API over the database: sessions, versions as a tree, runs, KV states.
+
+Writes go through one serial worker thread, one transaction per user action; reads use
+short-lived sessions. Nothing here knows about Qt: the UI and the CLI call these methods.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session as OrmSession
+
+from app.core.documents import Document as CoreDocument
+from app.core.engine.protocol import KVState
+from app.store.db import Database
+from app.store.models import (
+    Document,
+    DocumentText,
+    KVStateRow,
+    PromptVersion,
+    Run,
+    Session,
+    now,
+)
+
+T = TypeVar("T")
+
+
+class RepositoryError(ValueError):
+    """An action the history cannot take (unknown id, deleted item); one sentence."""
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    id: int
+    session: int
+    parent: int | None
+    number: int
+    created: datetime
+    task: str
+    strategy: str
+    prompt: str
+    model_path: str
+    model_sha256: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    children: tuple[int, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "session": self.session, "parent": self.parent,
+            "number": self.number, "created": self.created.isoformat(), "task": self.task,
+            "strategy": self.strategy, "prompt": self.prompt, "model_path": self.model_path,
+            "model_sha256": self.model_sha256, "settings": self.settings,
+            "children": list(self.children),
+        }  # fmt: skip
+
+
+_CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
+
+
+def _info(v: PromptVersion, children: tuple[int, ...] = ()) -> VersionInfo:
+    return VersionInfo(
+        id=v.id, session=v.session_id, parent=v.parent_id, number=v.number, created=v.created,
+        task=v.task, strategy=v.strategy, prompt=v.prompt, model_path=v.model_path,
+        model_sha256=v.model_sha256, settings=dict(v.settings or {}), children=children,
+    )  # fmt: skip
+
+
+class Repository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        self._undo: list[tuple[str, int]] = []  # soft deletions that can be undone this run
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=True)
+
+    # ----- plumbing -----
+
+    def _write(self, action: Callable[[OrmSession], T]) -> T:
+        """Run ``action`` in one transaction on the single writer thread."""
+
+        def run() -> T:
+            with OrmSession(self._db.engine, expire_on_commit=False) as s, s.begin():
+                return action(s)
+
+        return self._writer.submit(run).result()
+
+    def _read(self, action: Callable[[OrmSession], T]) -> T:
+        with OrmSession(self._db.engine) as s:
+            return action(s)
+
+    @staticmethod
+    def _version(s: OrmSession, version_id: int) -> PromptVersion:
+        v = s.get(PromptVersion, version_id)
+        if v is None or v.deleted is not None:
+            raise RepositoryError(f"there is no version {version_id}")
+        return v
+
+    # ----- documents and sessions -----
+
+    def add_document(self, doc: CoreDocument) -> int:
+        """Record a document; its text is stored once per sha256, compressed."""
+
+        def action(s: OrmSession) -> int:
+            if s.get(DocumentText, doc.sha256) is None:
+                blob = zlib.compress(doc.text.encode("utf-8", "surrogatepass"), 6)
+                s.add(DocumentText(sha256=doc.sha256, chars=len(doc.text), compressed=blob))
+                s.flush()  # the text row first: the document refers to it
+            row = Document(path=str(doc.path or doc.name), sha256=doc.sha256, size=doc.size,
+                           encoding=doc.encoding)  # fmt: skip
+            s.add(row)
+            s.flush()
+            return row.id
+
+        return self._write(action)
+
+    def document_text(self, document_id: int) -> str:
+        def action(s: OrmSession) -> str:
+            doc = s.get(Document, document_id)
+            if doc is None:
+                raise RepositoryError(f"there is no document {document_id}")
+            text = s.get(DocumentText, doc.sha256)
+            assert text is not None  # a foreign key guarantees it
+            return zlib.decompress(text.compressed).decode("utf-8", "surrogatepass")
+
+        return self._read(action)
+
+    def create_session(self, name: str, document_id: int | None = None) -> int:
+        def action(s: OrmSession) -> int:
+            row = Session(name=name, document_id=document_id)
+            s.add(row)
+            s.flush()
+            return row.id
+
+        return self._write(action)
+
+    # ----- versions -----
+
+    def save_version(
+        self,
+        session_id: int,
+        *,
+        task: str,
+        strategy: str,
+        prompt: str = "",
+        parent_id: int | None = None,
+        model_path: str = "",
+        model_sha256: str = "",
+        settings: dict[str, Any] | None = None,
+    ) -> VersionInfo:
+        """A new version, numbered after the session's last; ``parent_id`` places it in the tree
+        (by default after the session's newest version)."""
+
+        def action(s: OrmSession) -> VersionInfo:
+            session = s.get(Session, session_id)
+            if session is None or session.deleted is not None:
+                raise RepositoryError(f"there is no session {session_id}")
+            last = s.scalar(
+                select(PromptVersion)
+                .where(PromptVersion.session_id == session_id, PromptVersion.deleted.is_(None))
+                .order_by(PromptVersion.number.desc())
+                .limit(1)
+            )
+            parent = parent_id
+            if parent is None and last is not None:
+                parent = last.id
+            if parent is not None:
+                self._version(s, parent)
+            highest = select(func.max(PromptVersion.number)).where(
+                PromptVersion.session_id == session_id
+            )
+            number = (s.scalar(highest) or 0) + 1
+            v = PromptVersion(session_id=session_id, parent_id=parent, number=number, task=task,
+                              prompt=prompt, strategy=strategy, model_path=model_path,
+                              model_sha256=model_sha256, settings=settings or {})  # fmt: skip
+            s.add(v)
+            s.flush()
+            return _info(v)
+
+        return self._write(action)
+
+    def get_version(self, version_id: int) -> VersionInfo:
+        return self._read(lambda s: _info(self._version(s, version_id)))
+
+    def history(self, session_id: int | None = None) -> list[VersionInfo]:
+        """Versions (of one session, or all) in creation order, each with its children: a tree."""
+
+        def action(s: OrmSession) -> list[VersionInfo]:
+            query = select(PromptVersion).where(PromptVersion.deleted.is_(None))
+            if session_id is not None:
+                query = query.where(PromptVersion.session_id == session_id)
+            rows = s.scalars(query.order_by(PromptVersion.session_id, PromptVersion.number)).all()
+            children: dict[int, list[int]] = {}
+            for v in rows:
+                if v.parent_id is not None:
+                    children.setdefault(v.parent_id, []).append(v.id)
+            return [_info(v, tuple(children.get(v.id, ()))) for v in rows]
+
+        return self._read(action)
+
+    def branch(self, version_id: int, **changes: Any) -> VersionInfo:
+        """A new version from an old one with ``changes`` (task, prompt, strategy, settings...)."""
+        unknown = set(changes) - set(_CONTENT)
+        if unknown:
+            raise RepositoryError(f"a version has no field {sorted(unknown)[0]!r}")
+        old = self.get_version(version_id)
+        content = {k: getattr(old, k) for k in _CONTENT} | changes
+        return self.save_version(old.session, parent_id=old.id, **content)
+
+    def rollback(self, version_id: int) -> VersionInfo:
+        """A new version equal to an old one (its child), so nothing after it is lost."""
+        return self.branch(version_id)
+
+    def diff(self, a: int, b: int) -> str:
+        """Unified diff of two versions: task, strategy, model, prompt and settings."""
+        va, vb = self.get_version(a), self.get_version(b)
+
+        def lines(v: VersionInfo) -> list[str]:
+            head = [f"task: {v.task}", f"strategy: {v.strategy}", f"model: {v.model_path}"]
+            settings = json.dumps(v.settings, indent=2, sort_keys=True).splitlines()
+            return [*head, "prompt:", *v.prompt.splitlines(), "settings:", *settings]
+
+        return "\n".join(difflib.unified_diff(lines(va), lines(vb), f"version {va.number}",
+                                              f"version {vb.number}", lineterm=""))  # fmt: skip
+
+    def delete_version(self, version_id: int) -> None:
+        """Soft delete: hidden from history, back with :meth:`undo_delete` until the app closes."""
+
+        def action(s: OrmSession) -> None:
+            self._version(s, version_id).deleted = now()
+
+        self._write(action)
+        self._undo.append(("version", version_id))
+
+    def undo_delete(self) -> int | None:
+        """Bring back the last deleted version; its id, or None when there is nothing to undo."""
+        if not self._undo:
+            return None
+        _kind, version_id = self._undo.pop()
+
+        def action(s: OrmSession) -> None:
+            v = s.get(PromptVersion, version_id)
+            if v is not None:
+                v.deleted = None
+
+        self._write(action)
+        return version_id
+
+    # ----- runs and KV states -----
+
+    def save_run(self, version_id: int, result: Any) -> int:
+        """Record a job result (app.core.jobs.JobResult) under a version."""
+        data = result.as_dict()
+
+        def action(s: OrmSession) -> int:
+            self._version(s, version_id)
+            run = Run(version_id=version_id, strategy=data["strategy"], plan=data["plan"],
+                      outputs=data["outputs"], prompt_tokens=data["prompt_tokens"],
+                      completion_tokens=data["completion_tokens"],
+                      kv_peak_cells=data["kv_peak_cells"],
+                      timings={"seconds": data["seconds"], "ttft_s": data["ttft_s"]},
+                      finish_reason=data["finish_reason"], truncated=data["truncated"])  # fmt: skip
+            s.add(run)
+            s.flush()
+            return run.id
+
+        return self._write(action)
+
+    def runs(self, version_id: int) -> list[dict[str, Any]]:
+        def action(s: OrmSession) -> list[dict[str, Any]]:
+            rows = s.scalars(select(Run).where(Run.version_id == version_id).order_by(Run.id))
+            return [{"id": r.id, "strategy": r.strategy, "finish_reason": r.finish_reason,
+                     "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                     "kv_peak_cells": r.kv_peak_cells, "outputs": r.outputs,
+                     "truncated": r.truncated, "timings": r.timings} for r in rows]  # fmt: skip
+
+        return self._read(action)
+
+    def save_kv_state(
+        self, version_id: int, state: KVState, model_sha256: str, ring: dict[str, Any] | None = None
+    ) -> int:
+        tokens = zlib.compress(np.asarray(state.tokens, dtype="<i4").tobytes(), 1)
+        data = zlib.compress(state.data, 1)
+
+        def action(s: OrmSession) -> int:
+            self._version(s, version_id)
+            row = KVStateRow(version_id=version_id, model_sha256=model_sha256, n_ctx=state.n_ctx,
+                             cache_type=state.kv_cache_type, tokens=tokens, data=data,
+                             ring=ring or {})  # fmt: skip
+            s.add(row)
+            s.flush()
+            return row.id
+
+        return self._write(action)
+
+    def kv_state(
+        self, version_id: int, *, model_sha256: str, n_ctx: int, cache_type: str, model_path: str
+    ) -> KVState | None:
+        """The newest saved state of a version usable with this model and settings, or None."""
+
+        def action(s: OrmSession) -> KVState | None:
+            row = s.scalar(
+                select(KVStateRow)
+                .where(KVStateRow.version_id == version_id,
+                       KVStateRow.model_sha256 == model_sha256, KVStateRow.n_ctx == n_ctx,
+                       KVStateRow.cache_type == cache_type)
+                .order_by(KVStateRow.id.desc()).limit(1)
+            )  # fmt: skip
+            if row is None:
+                return None
+            tokens = np.frombuffer(zlib.decompress(row.tokens), dtype="<i4").tolist()
+            return KVState(tuple(tokens), zlib.decompress(row.data), row.n_ctx, row.cache_type,
+                           model_path)  # fmt: skip
+
+        return self._read(action)

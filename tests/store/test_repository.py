@@ -1,0 +1,97 @@
+"""The history API on a real SQLite file: tree, branch, diff, rollback, runs, KV states."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core.documents import document_from_text
+from app.core.engine.protocol import KVState
+from app.core.jobs import JobResult, OutputSpan
+from app.store.db import open_database
+from app.store.repository import Repository, RepositoryError
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[Repository]:
+    db = open_database(tmp_path / "history.db")
+    r = Repository(db)
+    yield r
+    r.close()
+    db.close()
+
+
+def test_history_is_a_tree_and_editing_an_old_version_branches(repo: Repository) -> None:
+    sid = repo.create_session("report")
+    v1 = repo.save_version(sid, task="summarize", strategy="head", prompt="Summarize.")
+    v2 = repo.save_version(sid, task="summarize", strategy="tail", prompt="Summarize.")
+    v3 = repo.branch(v1.id, prompt="Summarize in French.")
+    assert (v1.parent, v2.parent, v3.parent) == (None, v1.id, v1.id)
+    assert [v.number for v in repo.history(sid)] == [1, 2, 3]
+    tree = {v.id: v.children for v in repo.history(sid)}
+    assert tree[v1.id] == (v2.id, v3.id) and tree[v2.id] == ()
+
+
+def test_diff_shows_prompt_and_settings(repo: Repository) -> None:
+    sid = repo.create_session("s")
+    a = repo.save_version(sid, task="ask", strategy="head", prompt="What?",
+                          settings={"n_ctx": 2048})  # fmt: skip
+    b = repo.branch(a.id, prompt="What exactly?", settings={"n_ctx": 4096})
+    diff = repo.diff(a.id, b.id)
+    assert "-What?" in diff and "+What exactly?" in diff
+    assert '-  "n_ctx": 2048' in diff and '+  "n_ctx": 4096' in diff
+    assert repo.diff(a.id, a.id) == ""
+
+
+def test_rollback_makes_a_new_equal_version(repo: Repository) -> None:
+    sid = repo.create_session("s")
+    v1 = repo.save_version(sid, task="summarize", strategy="head", prompt="one")
+    repo.save_version(sid, task="summarize", strategy="tail", prompt="two")
+    back = repo.rollback(v1.id)
+    assert back.number == 3 and back.parent == v1.id
+    assert (back.prompt, back.strategy) == ("one", "head")
+    assert len(repo.history(sid)) == 3  # nothing after v1 was lost
+
+
+def test_soft_delete_and_undo(repo: Repository) -> None:
+    sid = repo.create_session("s")
+    v1 = repo.save_version(sid, task="summarize", strategy="head")
+    repo.delete_version(v1.id)
+    assert repo.history(sid) == []
+    with pytest.raises(RepositoryError, match=f"no version {v1.id}"):
+        repo.get_version(v1.id)
+    assert repo.undo_delete() == v1.id and [v.id for v in repo.history(sid)] == [v1.id]
+    assert repo.undo_delete() is None
+
+
+def test_documents_are_stored_once_per_hash(repo: Repository) -> None:
+    doc = document_from_text("The same text. 同じ文章。" * 100, name="a.txt")
+    first, second = repo.add_document(doc), repo.add_document(doc)
+    assert first != second and repo.document_text(second) == doc.text
+
+
+def test_runs_and_kv_states_round_trip(repo: Repository) -> None:
+    sid = repo.create_session("s")
+    v = repo.save_version(sid, task="summarize", strategy="head")
+    out = OutputSpan("summary", "Short.", ((0, 100),), 3, "stop")
+    result = JobResult("summarize", "head", "stop", 512, prompt_tokens=400,
+                       completion_tokens=20, kv_peak_cells=420, ttft_s=[1.5],
+                       outputs=[out])  # fmt: skip
+    repo.save_run(v.id, result)
+    [run] = repo.runs(v.id)
+    assert run["kv_peak_cells"] == 420 and run["outputs"][0]["source_spans"] == [[0, 100]]
+    state = KVState((1, 2, 3, 70000), b"\x01\x02" * 1000, 512, "f16", "/m.gguf")
+    repo.save_kv_state(v.id, state, "abc", ring={"capacity": 512})
+    got = repo.kv_state(v.id, model_sha256="abc", n_ctx=512, cache_type="f16", model_path="/m.gguf")
+    assert got == state
+    assert repo.kv_state(v.id, model_sha256="other", n_ctx=512, cache_type="f16",
+                         model_path="/m.gguf") is None  # fmt: skip
+
+
+def test_unknown_ids_are_one_sentence(repo: Repository) -> None:
+    with pytest.raises(RepositoryError, match="no session 42"):
+        repo.save_version(42, task="ask", strategy="head")
+    with pytest.raises(RepositoryError, match="no field 'colour'"):
+        repo.branch(1, colour="red")
