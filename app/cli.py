@@ -18,6 +18,7 @@ from typing import Any, NoReturn, TextIO
 from app import __version__
 from app.cli_input import add_commands
 from app.cli_jobs import add_commands as add_job_commands
+from app.cli_snapshots import add_commands as add_snapshot_commands
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_CONTEXT, EXIT_CANCELLED = 0, 2, 3, 4, 130
 
@@ -262,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     add_job_commands(sub)
+    add_snapshot_commands(sub)
 
     p = sub.add_parser("fetch-model", help="fetch and verify the default model into models/")
     p.add_argument("--dir", help="target folder (default: models/)")

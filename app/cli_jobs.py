@@ -117,6 +117,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             return fail(EXIT_BAD_INPUT, str(exc), args.json)
         finally:
             signal.signal(signal.SIGINT, previous)
+    try:
+        from app.cli_snapshots import record_runs
+
+        record_runs(args.db, doc, Path(model), args, results)
+    except (ValueError, OSError) as exc:  # the run itself succeeded: say so, keep its output
+        print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)
     if args.command == "compare":
         return _report_compare(results, args.json)
     result = results[-1]
@@ -224,5 +230,6 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--model", help="GGUF model (default: the default model)")
         p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
         p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
+        p.add_argument("--db", help="history database (default: the user's)")
         p.add_argument("--json", action="store_true", help="print JSON lines, one per event")
         p.set_defaults(func=cmd_run)

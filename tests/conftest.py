@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Runs record their history; tests never write into the user's own database.
+os.environ["CONTEXTLENS_DB"] = os.path.join(tempfile.mkdtemp(prefix="contextlens-test-"), "h.db")
 
 from app.core.default_model import default_model_path
 
