@@ -16,23 +16,22 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from app import __version__
+from app.cli_common import (
+    EXIT_BAD_INPUT,
+    EXIT_CANCELLED,
+    EXIT_CONTEXT,
+    EXIT_ENGINE_CRASHED,
+    EXIT_OK,
+    fail,
+)
 from app.cli_input import add_commands
 from app.cli_jobs import add_commands as add_job_commands
 from app.cli_snapshots import add_commands as add_snapshot_commands
-
-EXIT_OK, EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_CONTEXT, EXIT_CANCELLED = 0, 2, 3, 4, 130
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
-
-
-def _fail(code: int, message: str, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps({"type": "error", "exit_code": code, "message": message}), flush=True)
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    return code
 
 
 def _resolve_model(arg: str | None) -> Path:
@@ -64,7 +63,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     try:
         info = inspect_model(_resolve_model(args.model))
     except (GGUFError, FileNotFoundError) as exc:
-        return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
     data = info.as_dict()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -98,7 +97,7 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
             Path(args.dir) if args.dir else None, log=lambda m: print(m, file=sys.stderr)
         )
     except ModelFetchError as exc:
-        return _fail(EXIT_BAD_INPUT, str(exc), False)
+        return fail(EXIT_BAD_INPUT, str(exc), False)
     print(path)
     return EXIT_OK
 
@@ -160,7 +159,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.max_tokens < 1:
             raise ValueError("--max-tokens must be at least 1")
     except (ValueError, FileNotFoundError) as exc:
-        return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
     cancelled = False
     with EngineHost() as host:
@@ -175,7 +174,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         try:
             host.load(model_path, settings)
             if cancelled:
-                return _fail(EXIT_CANCELLED, "cancelled", args.json)
+                return fail(EXIT_CANCELLED, "cancelled", args.json)
             if not args.raw and host.model_info and host.model_info.has_chat_template:
                 messages = []
                 if args.system:
@@ -216,17 +215,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 return EXIT_CANCELLED
             return EXIT_OK
         except (ContextOverflowError, InsufficientMemoryError) as exc:
-            return _fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
+            return fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
         except EngineCrashedError as exc:
-            return _fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
         except (ModelLoadError, ChatTemplateError, ValueError) as exc:
-            return _fail(EXIT_BAD_INPUT, str(exc), args.json)
+            return fail(EXIT_BAD_INPUT, str(exc), args.json)
         except EngineError as exc:
             if cancelled:
-                return _fail(EXIT_CANCELLED, "cancelled", args.json)
-            return _fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+                return fail(EXIT_CANCELLED, "cancelled", args.json)
+            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
         except KeyboardInterrupt:
-            return _fail(EXIT_CANCELLED, "cancelled", args.json)
+            return fail(EXIT_CANCELLED, "cancelled", args.json)
         finally:
             signal.signal(signal.SIGINT, previous)
 

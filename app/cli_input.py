@@ -16,19 +16,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_CONTEXT = 0, 2, 4
+from app.cli_common import EXIT_BAD_INPUT, EXIT_CONTEXT, EXIT_OK, BadInput, fail
+
 DEFAULT_RESERVE = 512
-
-
-class BadInput(Exception):
-    """One sentence for the person; the command exits with code 2."""
-
-
-def fail(code: int, message: str, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps({"type": "error", "exit_code": code, "message": message}), flush=True)
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    return code
 
 
 def read_document(path: str) -> Any:

@@ -18,17 +18,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from app.cli_input import (
+from app.cli_common import (
     EXIT_BAD_INPUT,
+    EXIT_CANCELLED,
     EXIT_CONTEXT,
+    EXIT_ENGINE_CRASHED,
     EXIT_OK,
     BadInput,
     fail,
-    model_path_or_default,
-    read_document,
 )
+from app.cli_input import model_path_or_default, read_document
 
-EXIT_ENGINE_CRASHED, EXIT_CANCELLED = 3, 130
 TASKS = ("summarize", "ask", "extract")
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli_input import EXIT_BAD_INPUT, EXIT_OK, fail
+from app.cli_common import EXIT_BAD_INPUT, EXIT_OK, fail
 
 
 def _open(path: str | None) -> Any:
