@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from app.cli_common import EXIT_BAD_INPUT, EXIT_OK, fail
+from app.core.default_model import sha256_of
 
 
 def _open(path: str | None) -> Any:
@@ -28,14 +28,6 @@ def _open(path: str | None) -> Any:
     return db, Repository(db)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def record_runs(db_path: str | None, doc: Any, model: Path, args: argparse.Namespace,
                 results: list[Any]) -> list[int]:  # fmt: skip
     """One session per command, one version per strategy, its run under it; the version ids."""
@@ -44,7 +36,7 @@ def record_runs(db_path: str | None, doc: Any, model: Path, args: argparse.Names
         document_id = repo.add_document(doc)
         session = repo.create_session(doc.name, document_id)
         prompt = "\n".join(args.question or []) or (args.instruction or "")
-        sha = file_sha256(model)
+        sha = sha256_of(model)
         ids = []
         for result in results:
             version = repo.save_version(

@@ -50,6 +50,21 @@ class PromptFrame:
         return bos + counter.count_special(self.before) + counter.count_special(self.after)
 
 
+def document_messages(task: str, system: str | None = None) -> list[dict[str, str]]:
+    """Chat messages with the task and a placeholder where the document goes."""
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": f"{task}\n\n{_PLACEHOLDER}"})
+    return messages
+
+
+def split_at_document(rendered: str) -> tuple[str, str]:
+    """The rendered prompt before and after the document's placeholder."""
+    before, sep, after = rendered.partition(_PLACEHOLDER)
+    if not sep:
+        raise ValueError("the chat template dropped the user's message; it cannot frame a document")
+    return before, after
+
+
 def prompt_frame(
     template: str | None,
     *,
@@ -65,16 +80,11 @@ def prompt_frame(
     """
     if not template:
         return PromptFrame(f"{task}\n\n", "", add_bos)
-    messages: list[dict[str, str]] = []
-    if system:
-        messages.append({"role": "system", "content": system})
-    messages.append({"role": "user", "content": f"{task}\n\n{_PLACEHOLDER}"})
     rendered = render_chat_template(
-        template, messages, add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token
-    )
-    before, sep, after = rendered.partition(_PLACEHOLDER)
-    if not sep:
-        raise ValueError("the chat template dropped the user's message; it cannot frame a document")
+        template, document_messages(task, system), add_generation_prompt=True,
+        bos_token=bos_token, eos_token=eos_token,
+    )  # fmt: skip
+    before, after = split_at_document(rendered)
     if add_bos and bos_token and before.startswith(bos_token):
         before = before[len(bos_token) :]  # llama.cpp adds the BOS token itself
     return PromptFrame(before, after, add_bos)

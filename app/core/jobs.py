@@ -12,10 +12,11 @@ instruction per window, merged in document order) and ``compare`` (one job, seve
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from app.core.budget import document_messages, split_at_document
 from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.protocol import CancelledError, EngineError, Finished, KVUsage, TextDelta
@@ -35,7 +36,6 @@ ROLLING = (
     "Update the running summary with the next part of the document. "
     "Reply with the whole updated summary."
 )
-_PLACEHOLDER = "\x00CONTEXTLENS-SEGMENTS\x00"
 
 
 class Engine(Protocol):
@@ -203,13 +203,9 @@ class _Frame:
 
     def __init__(self, engine: Engine, instruction: str) -> None:
         try:
-            rendered = engine.apply_chat_template(
-                [{"role": "user", "content": f"{instruction}\n\n{_PLACEHOLDER}"}]
-            )
-            before, sep, after = rendered.partition(_PLACEHOLDER)
-            if not sep:
-                raise ChatTemplateError("the chat template dropped the user's message")
-        except ChatTemplateError:
+            rendered = engine.apply_chat_template(document_messages(instruction))
+            before, after = split_at_document(rendered)
+        except (ChatTemplateError, ValueError):  # no usable template: a plain prompt
             before, after = f"{instruction}\n\n", "\n\n"
         self.before = engine.tokenize(before, add_special=True, parse_special=True)
         self.after = engine.tokenize(after, add_special=False, parse_special=True)
@@ -395,7 +391,7 @@ def summarize(
         elif plan.multi_pass:
             yield from _map_reduce(session, text, plan, counter, n_ctx=n_ctx, max_tokens=max_tokens)
         else:
-            kept = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in _kept_chunks(plan)]
+            kept = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in plan.kept_chunks()]
             yield from session.call("summary", SUMMARIZE, kept, max_tokens)
     except EngineError as exc:
         yield _failed(result, session, exc)
@@ -439,7 +435,7 @@ def ask(
             step = f"answer {i + 1}"
             if not plan.multi_pass:
                 doc = [
-                    _Segment(text[c.start : c.end], (c.start, c.end)) for c in _kept_chunks(plan)
+                    _Segment(text[c.start : c.end], (c.start, c.end)) for c in plan.kept_chunks()
                 ]
                 yield from session.call(step, ASK, [*doc, _Segment(_question(q), None)], max_tokens)
                 continue
@@ -484,13 +480,13 @@ def extract(
         if plan is None:
             return
         pieces: list[OutputSpan] = []
-        ranges = _window_ranges(plan) if plan.multi_pass else [_kept_range(plan)]
-        for w, (first, last) in enumerate(ranges):
+        if plan.multi_pass:
+            passes = [plan.chunks[first : last + 1] for first, last in _window_ranges(plan)]
+        else:
+            passes = [plan.kept_chunks()]
+        for w, chunks in enumerate(passes):
             if session.cancel.is_set():
                 return
-            chunks = [
-                c for c in plan.chunks[first : last + 1] if plan.multi_pass or _is_kept(plan, c)
-            ]
             segs = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
             out = yield from session.call(f"part {w + 1}", instruction, segs, max_tokens)
             pieces.append(out)
@@ -564,19 +560,6 @@ def _window_ranges(plan: Plan) -> list[tuple[int, int]]:
     return [(w.first, w.last) for w in plan.windows]
 
 
-def _is_kept(plan: Plan, c: Chunk) -> bool:
-    return any(s.start <= c.start and c.end <= s.end for s in plan.kept)
-
-
-def _kept_range(plan: Plan) -> tuple[int, int]:
-    return 0, len(plan.chunks) - 1
-
-
-def _kept_chunks(plan: Plan) -> list[Chunk]:
-    kept = [(s.start, s.end) for s in plan.kept]
-    return [c for c in plan.chunks if any(a <= c.start and c.end <= b for a, b in kept)]
-
-
 def _map_reduce(
     session: _Session, text: str, plan: Plan, counter: TokenCounter, *, n_ctx: int, max_tokens: int
 ) -> Generator[Event, None, None]:
@@ -612,15 +595,9 @@ def _map_reduce(
         if len(merged) >= len(partials):
             break  # no progress: the final call keeps what fits
         partials, level = merged, level + 1
-    segs = [_Segment(p, None) for p, _ in partials]
-    fits: list[_Segment] = []
-    used = 0
-    for seg, n in zip(segs, [counter.count(s.text) for s in segs], strict=True):
-        if used + n > budget:
-            session.result.truncated = True
-            break
-        fits.append(seg)
-        used += n
+    fits = _fit([_Segment(p, None) for p, _ in partials], counter, budget)
+    if len(fits) < len(partials):
+        session.result.truncated = True
     yield from session.call("summary", COMBINE, fits, max_tokens)
     session.result.outputs[-1] = _with_sources(session.result.outputs[-1], [s for _, s in partials])
 
@@ -657,30 +634,7 @@ def _rolling(
 
 
 def _disjoint_windows(plan: Plan) -> list[tuple[int, int]]:
-    """Consecutive runs of chunks that fill the plan's budget, without overlap."""
-    out: list[tuple[int, int]] = []
-    first, used = 0, 0
-    for i, c in enumerate(plan.chunks):
-        if c.tokens > plan.budget:
-            continue
-        if used + c.tokens > plan.budget and i > first:
-            out.append((first, i - 1))
-            first, used = i, 0
-        used += c.tokens
-    if plan.chunks:
-        out.append((first, len(plan.chunks) - 1))
-    return out
-
-
-def run_summary(
-    events: Iterator[Event], on_event: Callable[[Event], None] | None = None
-) -> JobResult:
-    """Drain a job's events (passing each to ``on_event``) and return its result."""
-    result: JobResult | None = None
-    for ev in events:
-        if on_event is not None:
-            on_event(ev)
-        if isinstance(ev, JobFinished):
-            result = ev.result
-    assert result is not None
-    return result
+    """Consecutive runs of chunks that fill the plan's budget, without overlap; a chunk that
+    alone exceeds the budget (the plan dropped it) is in none."""
+    windows = sliding_windows(plan.chunks, plan.budget, 0.0)
+    return [(w.first, w.last) for w in windows if w.tokens <= plan.budget]

@@ -72,6 +72,11 @@ class Plan:
             return max(w.tokens for w in self.windows)
         return self.kept_tokens
 
+    def kept_chunks(self) -> list[Chunk]:
+        """The chunks inside kept spans, in document order (the segments a pass evaluates)."""
+        return [c for c in self.chunks if any(s.start <= c.start and c.end <= s.end
+                                              for s in self.kept)]  # fmt: skip
+
     def needle_retention(self, needles: Sequence[tuple[int, int]]) -> float:
         """Share of ``needles`` (character ranges) that reach the model whole in one pass."""
         if not needles:
