@@ -45,7 +45,7 @@ class Database:
         self.engine.dispose()
 
 
-def _alembic_config(connection: object | None = None) -> Config:
+def alembic_config(connection: object | None = None) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     if connection is not None:
@@ -54,7 +54,14 @@ def _alembic_config(connection: object | None = None) -> Config:
 
 
 def known_revisions() -> set[str]:
-    return {s.revision for s in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
+def head_revision() -> str:
+    """The schema this app writes."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
 
 
 def _current_revision(path: Path) -> str | None:
@@ -128,7 +135,7 @@ def open_database(path: Path | None = None) -> Database:
     event.listen(engine, "connect", _on_connect)
     try:
         with engine.begin() as conn:
-            command.upgrade(_alembic_config(conn), "head")
+            command.upgrade(alembic_config(conn), "head")
     except Exception as exc:
         engine.dispose()
         raise StoreError(f"{path.name} could not be opened ({exc}).") from exc

@@ -94,7 +94,8 @@ class Run(Base):
 
 
 class KVStateRow(Base):
-    """A saved KV cache for a version, usable only with the same model, n_ctx and cache type."""
+    """A saved KV cache for a version, usable only with the same model, n_ctx and cache type.
+    ``tokens`` are the prompt (its first ``prompt_tokens``) and the reply that followed."""
 
     __tablename__ = "kv_states"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -105,4 +106,6 @@ class KVStateRow(Base):
     tokens: Mapped[bytes] = mapped_column(LargeBinary)  # int32 little-endian, zlib
     data: Mapped[bytes] = mapped_column(LargeBinary)  # llama.cpp's sequence state, zlib
     ring: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    state_bytes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created: Mapped[datetime] = mapped_column(default=now)

@@ -86,7 +86,7 @@ class Repository:
 
     # ----- plumbing -----
 
-    def _write(self, action: Callable[[OrmSession], T]) -> T:
+    def write(self, action: Callable[[OrmSession], T]) -> T:
         """Run ``action`` in one transaction on the single writer thread."""
 
         def run() -> T:
@@ -95,7 +95,8 @@ class Repository:
 
         return self._writer.submit(run).result()
 
-    def _read(self, action: Callable[[OrmSession], T]) -> T:
+    def read(self, action: Callable[[OrmSession], T]) -> T:
+        """Run ``action`` in a short-lived session on the calling thread."""
         with OrmSession(self._db.engine) as s:
             return action(s)
 
@@ -122,7 +123,7 @@ class Repository:
             s.flush()
             return row.id
 
-        return self._write(action)
+        return self.write(action)
 
     def document_text(self, document_id: int) -> str:
         def action(s: OrmSession) -> str:
@@ -133,7 +134,7 @@ class Repository:
             assert text is not None  # a foreign key guarantees it
             return zlib.decompress(text.compressed).decode("utf-8", "surrogatepass")
 
-        return self._read(action)
+        return self.read(action)
 
     def create_session(self, name: str, document_id: int | None = None) -> int:
         def action(s: OrmSession) -> int:
@@ -142,7 +143,7 @@ class Repository:
             s.flush()
             return row.id
 
-        return self._write(action)
+        return self.write(action)
 
     # ----- versions -----
 
@@ -187,10 +188,10 @@ class Repository:
             s.flush()
             return _info(v)
 
-        return self._write(action)
+        return self.write(action)
 
     def get_version(self, version_id: int) -> VersionInfo:
-        return self._read(lambda s: _info(self._version(s, version_id)))
+        return self.read(lambda s: _info(self._version(s, version_id)))
 
     def history(self, session_id: int | None = None) -> list[VersionInfo]:
         """Versions (of one session, or all) in creation order, each with its children: a tree."""
@@ -206,7 +207,7 @@ class Repository:
                     children.setdefault(v.parent_id, []).append(v.id)
             return [_info(v, tuple(children.get(v.id, ()))) for v in rows]
 
-        return self._read(action)
+        return self.read(action)
 
     def branch(self, version_id: int, **changes: Any) -> VersionInfo:
         """A new version from an old one with ``changes`` (task, prompt, strategy, settings...)."""
@@ -239,7 +240,7 @@ class Repository:
         def action(s: OrmSession) -> None:
             self._version(s, version_id).deleted = now()
 
-        self._write(action)
+        self.write(action)
         self._undo.append(("version", version_id))
 
     def undo_delete(self) -> int | None:
@@ -253,7 +254,7 @@ class Repository:
             if v is not None:
                 v.deleted = None
 
-        self._write(action)
+        self.write(action)
         return version_id
 
     # ----- runs and KV states -----
@@ -274,7 +275,7 @@ class Repository:
             s.flush()
             return run.id
 
-        return self._write(action)
+        return self.write(action)
 
     def runs(self, version_id: int) -> list[dict[str, Any]]:
         def action(s: OrmSession) -> list[dict[str, Any]]:
@@ -284,7 +285,7 @@ class Repository:
                      "kv_peak_cells": r.kv_peak_cells, "outputs": r.outputs,
                      "truncated": r.truncated, "timings": r.timings} for r in rows]  # fmt: skip
 
-        return self._read(action)
+        return self.read(action)
 
     def save_kv_state(
         self, version_id: int, state: KVState, model_sha256: str, ring: dict[str, Any] | None = None
@@ -301,7 +302,7 @@ class Repository:
             s.flush()
             return row.id
 
-        return self._write(action)
+        return self.write(action)
 
     def kv_state(
         self, version_id: int, *, model_sha256: str, n_ctx: int, cache_type: str, model_path: str
@@ -322,4 +323,4 @@ class Repository:
             return KVState(tuple(tokens), zlib.decompress(row.data), row.n_ctx, row.cache_type,
                            model_path)  # fmt: skip
 
-        return self._read(action)
+        return self.read(action)

@@ -11,8 +11,17 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session as OrmSession
 
-from app.store.db import StoreError, known_revisions, open_database
-from app.store.models import PromptVersion, Session
+from alembic import command
+from sqlalchemy import create_engine
+
+from app.store.db import (
+    StoreError,
+    alembic_config,
+    head_revision,
+    known_revisions,
+    open_database,
+)
+from app.store.models import KVStateRow, PromptVersion, Session
 
 
 def _digest(path: Path) -> str:
@@ -97,5 +106,42 @@ def test_an_empty_file_becomes_a_database(tmp_path: Path) -> None:
     db = open_database(path)
     db.close()
     with sqlite3.connect(path) as con:
-        assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+        assert (
+            con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == head_revision()
+        )
+    con.close()
+
+
+def test_a_database_of_the_first_schema_is_migrated_with_its_rows(tmp_path: Path) -> None:
+    """A file written by the first release (schema 0001) opens in this one, nothing lost."""
+    path = tmp_path / "old.db"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        conn.exec_driver_sql("INSERT INTO sessions (id, name, created) VALUES (1, 'old', "
+                             "'2026-01-01 00:00:00')")  # fmt: skip
+        conn.exec_driver_sql(
+            "INSERT INTO prompt_versions (id, session_id, number, task, prompt, strategy, "
+            "model_path, model_sha256, settings, created) VALUES (1, 1, 1, 'ask', 'why?', "
+            "'head', 'm.gguf', 'ab', '{\"n_ctx\": 512}', '2026-01-01 00:00:00')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO kv_states (id, version_id, model_sha256, n_ctx, cache_type, tokens, "
+            "data, ring, created) VALUES (1, 1, 'ab', 512, 'f16', x'00', x'00', '{}', "
+            "'2026-01-01 00:00:00')"
+        )
+    engine.dispose()
+    db = open_database(path)
+    try:
+        with OrmSession(db.engine) as s:
+            version = s.scalars(select(PromptVersion)).one()
+            state = s.scalars(select(KVStateRow)).one()
+        assert (version.prompt, version.settings) == ("why?", {"n_ctx": 512})
+        assert (state.prompt_tokens, state.state_bytes) == (0, 0)  # the new columns' defaults
+    finally:
+        db.close()
+    with sqlite3.connect(path) as con:
+        assert (
+            con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == head_revision()
+        )
     con.close()
