@@ -7,12 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from alembic import command
+from sqlalchemy import create_engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session as OrmSession
-
-from alembic import command
-from sqlalchemy import create_engine
 
 from app.store.db import (
     StoreError,
