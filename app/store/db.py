@@ -38,11 +38,21 @@ def default_db_path() -> Path:
 @dataclass
 class Database:
     path: Path
-    engine: Engine
+    engine: Engine  # readers: short-lived sessions
+    writer: Engine  # the single writer's transactions
     notice: str | None = None  # for the person, e.g. that a damaged file was set aside
+    read_only: bool = False  # the file cannot be written: browse only
 
     def close(self) -> None:
         self.engine.dispose()
+        if self.writer is not self.engine:
+            self.writer.dispose()
+
+
+def describe_failure(exc: BaseException, path: Path) -> str:
+    """One sentence for a failed write (disk full, locked, read-only, I/O error)."""
+    text = str(getattr(exc, "orig", None) or exc)
+    return f"{path.name} could not be written ({text}); nothing was saved."
 
 
 def alembic_config(connection: object | None = None) -> Config:
@@ -139,4 +149,4 @@ def open_database(path: Path | None = None) -> Database:
     except Exception as exc:
         engine.dispose()
         raise StoreError(f"{path.name} could not be opened ({exc}).") from exc
-    return Database(path, engine, notice)
+    return Database(path, engine, engine, notice)

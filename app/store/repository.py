@@ -17,11 +17,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session as OrmSession
 
 from app.core.documents import Document as CoreDocument
 from app.core.engine.protocol import KVState
-from app.store.db import Database
+from app.store.db import Database, StoreError, describe_failure
 from app.store.models import (
     Document,
     DocumentText,
@@ -89,11 +90,17 @@ class Repository:
     def write(self, action: Callable[[OrmSession], T]) -> T:
         """Run ``action`` in one transaction on the single writer thread."""
 
+        if self._db.read_only:
+            raise StoreError(f"{self._db.path.name} is read-only; nothing was saved.")
+
         def run() -> T:
-            with OrmSession(self._db.engine, expire_on_commit=False) as s, s.begin():
+            with OrmSession(self._db.writer, expire_on_commit=False) as s, s.begin():
                 return action(s)
 
-        return self._writer.submit(run).result()
+        try:
+            return self._writer.submit(run).result()
+        except DBAPIError as exc:  # disk full, locked, I/O error: one sentence, nothing half-saved
+            raise StoreError(describe_failure(exc, self._db.path)) from exc
 
     def read(self, action: Callable[[OrmSession], T]) -> T:
         """Run ``action`` in a short-lived session on the calling thread."""
