@@ -53,6 +53,7 @@ $(VENV)/.bench: pyproject.toml | $(VENV)/.installed
 bench: setup $(VENV)/.bench
 	$(PY) tests/benchmarks/bench_engine_host.py
 	$(PY) tests/benchmarks/bench_kv.py
+	$(PY) tests/benchmarks/bench_rollback.py
 	$(PY) tests/benchmarks/bench_tokens.py
 	$(PY) tests/benchmarks/bench_chunking.py
 

@@ -28,6 +28,7 @@ from app.cli_common import (
     fail,
 )
 from app.cli_input import model_path_or_default, read_document
+from app.cli_snapshots import check_writable, record_runs
 
 TASKS = ("summarize", "ask", "extract")
 
@@ -64,6 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = model_path_or_default(args.model)
         if model is None:
             raise BadInput("no model: pass --model or fetch the default one (`make`)")
+        check_writable(args.db)  # now, not after a long run that could not be recorded
     except (BadInput, ValueError) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
@@ -88,11 +90,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             events = compare(host, doc.text, counter, task=args.task, strategies=strategies,
                              **options)  # fmt: skip
             results = []
+            states: dict[int, Any] = {}  # results' index -> the KV state right after its job
             for ev in events:
                 if isinstance(ev, JobFinished):
                     results.append(ev.result)
+                    if args.keep_kv:
+                        state = _state_after(host, ev.result)
+                        if state is not None:
+                            states[len(results) - 1] = state
                     if args.command == "compare" and args.json:
-                        print(json.dumps({**_done(ev.result), "type": "result"}), flush=True)
+                        print(json.dumps({**done_record(ev.result), "type": "result"}), flush=True)
                 elif isinstance(ev, CompareFinished) or (
                     isinstance(ev, StrategyStarted) and args.command == "run"
                 ):
@@ -117,16 +124,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             return fail(EXIT_BAD_INPUT, str(exc), args.json)
         finally:
             signal.signal(signal.SIGINT, previous)
-    try:
-        from app.cli_snapshots import record_runs
+    from app.store.db import StoreError
 
-        record_runs(args.db, doc, Path(model), args, results)
-    except (ValueError, OSError) as exc:  # the run itself succeeded: say so, keep its output
+    try:
+        record_runs(args.db, doc, Path(model), args, results, states=states)
+    except (
+        BadInput,
+        ValueError,
+        StoreError,
+        OSError,
+    ) as exc:  # the run itself succeeded: say so, keep its output
         print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)
     if args.command == "compare":
         return _report_compare(results, args.json)
     result = results[-1]
-    done = _done(result)
+    done = done_record(result)
     if args.json:
         print(json.dumps(done), flush=True)
     else:
@@ -144,6 +156,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _state_after(host: Any, result: Any) -> Any:
+    """The KV state holding the job's last prompt (for a rollback to resume), or None when the
+    job did not end with that prompt in the cache (refused, failed, cancelled, shifted)."""
+    prompt = result.final_prompt
+    if not prompt or result.finish_reason not in ("stop", "length"):
+        return None
+    state = host.save_state()
+    return state if state.tokens[: len(prompt)] == prompt else None
+
+
 def _check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) -> None:
     if args.task not in TASKS:
         raise BadInput(f"unknown task {args.task!r} (choose one of {', '.join(TASKS)})")
@@ -159,7 +181,7 @@ def _check_job_args(args: argparse.Namespace, strategies: list[str], known: Any)
 
 
 def _report_compare(results: list[Any], as_json: bool) -> int:
-    rows = [_done(r) for r in results]
+    rows = [done_record(r) for r in results]
     if as_json:
         print(json.dumps({"type": "done", "results": rows}), flush=True)
     else:
@@ -176,7 +198,8 @@ def _report_compare(results: list[Any], as_json: bool) -> int:
     return EXIT_OK
 
 
-def _done(result: Any) -> dict[str, Any]:
+def done_record(result: Any) -> dict[str, Any]:
+    """The last JSON line of a job: its figures and outputs."""
     data = result.as_dict()
     return {
         "type": "done",
@@ -184,6 +207,7 @@ def _done(result: Any) -> dict[str, Any]:
         "strategy": data["strategy"],
         "finish_reason": data["finish_reason"],
         "prompt_tokens": data["prompt_tokens"],
+        "evaluated_tokens": data["evaluated_tokens"],
         "completion_tokens": data["completion_tokens"],
         "kv_peak_cells": data["kv_peak_cells"],
         "n_ctx": data["n_ctx"],
@@ -231,5 +255,8 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
         p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
         p.add_argument("--db", help="history database (default: the user's)")
+        p.add_argument("--keep-kv", action="store_true",
+                       help="save the KV state with the run, so a rollback resumes instantly "
+                            "(tens of MB per run)")  # fmt: skip
         p.add_argument("--json", action="store_true", help="print JSON lines, one per event")
         p.set_defaults(func=cmd_run)

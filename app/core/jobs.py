@@ -19,8 +19,15 @@ from typing import Any, Protocol
 from app.core.budget import document_messages, split_at_document
 from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
-from app.core.engine.protocol import CancelledError, EngineError, Finished, KVUsage, TextDelta
-from app.core.ring import Ring, SegmentKind
+from app.core.engine.protocol import (
+    CancelledError,
+    EngineError,
+    Finished,
+    KVState,
+    KVUsage,
+    TextDelta,
+)
+from app.core.ring import Ring, Segment, SegmentKind
 from app.core.strategies import MULTI_PASS, STRATEGIES, Plan, Planner
 from app.core.tokens import TokenCounter
 
@@ -133,6 +140,7 @@ class JobResult:
     finish_reason: str  # stop, length, cancelled, error
     n_ctx: int
     prompt_tokens: int = 0
+    evaluated_tokens: int = 0  # prompt tokens llama.cpp actually evaluated (not found cached)
     completion_tokens: int = 0
     kv_peak_cells: int = 0
     ttft_s: list[float] = field(default_factory=list)
@@ -143,6 +151,9 @@ class JobResult:
     error: str | None = None
     prompt_lengths: list[int] = field(default_factory=list)  # per model call, for the histogram
     plan: dict[str, Any] = field(default_factory=dict)
+    # The token ids of the last model call's prompt: with the KV state saved right after the job,
+    # a rollback can resume that call without evaluating it again. Not part of as_dict().
+    final_prompt: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def text(self) -> str:
@@ -150,6 +161,7 @@ class JobResult:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["final_prompt"]
         d["outputs"] = [
             {"step": o.step, "text": o.text, "source_spans": [list(s) for s in o.source_spans],
              "finish_reason": o.finish_reason, "ring_version": o.ring_version}
@@ -251,6 +263,19 @@ class _Session:
         ring.append(SegmentKind.QUESTION, len(frame.after), pinned=True)
         prompt += frame.after
         sources = tuple(ring.resident_sources())
+        self.result.final_prompt = tuple(prompt)
+        return (yield from self.stream(step, prompt, placed, sources, max_tokens))
+
+    def stream(
+        self,
+        step: str,
+        prompt: Sequence[int],
+        placed: Sequence[tuple[_Segment, Segment]],
+        sources: tuple[tuple[int, int], ...],
+        max_tokens: int,
+    ) -> Generator[Event, None, OutputSpan]:
+        """Generate after ``prompt`` (its segments already in the ring) and record the output."""
+        ring = self.ring
         t0 = time.perf_counter()
         parts: list[str] = []
         finished: Finished | None = None
@@ -279,6 +304,7 @@ class _Session:
         assert finished is not None
         stats = finished.stats
         self.result.prompt_tokens += stats.prompt_tokens
+        self.result.evaluated_tokens += stats.prompt_eval_tokens
         self.result.prompt_lengths.append(stats.prompt_tokens)
         self.result.completion_tokens += stats.completion_tokens
         usage = self.engine.kv_usage()
@@ -537,6 +563,41 @@ def compare(
         if results and results[-1].finish_reason == "cancelled":
             break
     yield CompareFinished(tuple(results))
+
+
+class ResumableEngine(Engine, Protocol):
+    def restore_state(self, state: KVState) -> int: ...
+
+
+def resume(
+    engine: ResumableEngine,
+    state: KVState,
+    prompt_tokens: int,
+    *,
+    task: str,
+    strategy: str,
+    max_tokens: int = 256,
+    sources: Sequence[tuple[int, int]] = (),
+    cancel: CancelToken | None = None,
+) -> Iterator[Event]:
+    """Generate again after a saved prompt without evaluating it: the KV state of a finished job
+    is put back and its last call's prompt (the first ``prompt_tokens`` of the state) is sent
+    once more, so llama.cpp finds it cached and evaluates one token. ``sources`` are the
+    document spans that prompt held, for the output's provenance."""
+    t0 = time.perf_counter()
+    result, session = _job(task, strategy, state.n_ctx, engine, cancel)
+    try:
+        if not 0 < prompt_tokens <= len(state.tokens):
+            raise ValueError("the saved KV state does not say which of its tokens are the prompt")
+        prompt = state.tokens[:prompt_tokens]
+        engine.restore_state(state)
+        session.ring.append(SegmentKind.SYSTEM, prompt_tokens, pinned=True)
+        result.final_prompt = tuple(prompt)
+        yield from session.stream("resumed", prompt, (), tuple(sources), max_tokens)
+    except EngineError as exc:
+        yield _failed(result, session, exc)
+    finally:
+        yield _finish(result, session, t0)
 
 
 def _question(q: str) -> str:

@@ -22,7 +22,7 @@ class Base(DeclarativeBase):
 
 
 class DocumentText(Base):
-    """The text of a document, once per content hash, zlib-compressed UTF-8."""
+    """The text of a document, once per content hash, compressed UTF-8 (app/store/blobs.py)."""
 
     __tablename__ = "document_texts"
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -103,8 +103,8 @@ class KVStateRow(Base):
     model_sha256: Mapped[str] = mapped_column(String(64))
     n_ctx: Mapped[int] = mapped_column(Integer)
     cache_type: Mapped[str] = mapped_column(String(16))
-    tokens: Mapped[bytes] = mapped_column(LargeBinary)  # int32 little-endian, zlib
-    data: Mapped[bytes] = mapped_column(LargeBinary)  # llama.cpp's sequence state, zlib
+    tokens: Mapped[bytes] = mapped_column(LargeBinary)  # int32 little-endian, compressed
+    data: Mapped[bytes] = mapped_column(LargeBinary)  # llama.cpp's sequence state, compressed
     ring: Mapped[dict[str, Any]] = mapped_column(default=dict)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     state_bytes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import difflib
 import json
-import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session as OrmSession
 
 from app.core.documents import Document as CoreDocument
 from app.core.engine.protocol import KVState
+from app.store.blobs import pack, pack_tokens, unpack, unpack_tokens
 from app.store.db import Database, StoreError, describe_failure
 from app.store.models import (
     Document,
@@ -63,6 +62,16 @@ class VersionInfo:
             "model_sha256": self.model_sha256, "settings": self.settings,
             "children": list(self.children),
         }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SavedKV:
+    """A stored KV state: the prompt is its first ``prompt_tokens`` tokens; ``version`` is the
+    version it was saved for (an ancestor when the asked-for version is a rollback copy)."""
+
+    state: KVState
+    prompt_tokens: int
+    version: int
 
 
 _CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
@@ -121,7 +130,7 @@ class Repository:
 
         def action(s: OrmSession) -> int:
             if s.get(DocumentText, doc.sha256) is None:
-                blob = zlib.compress(doc.text.encode("utf-8", "surrogatepass"), 6)
+                blob = pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
                 s.add(DocumentText(sha256=doc.sha256, chars=len(doc.text), compressed=blob))
                 s.flush()  # the text row first: the document refers to it
             row = Document(path=str(doc.path or doc.name), sha256=doc.sha256, size=doc.size,
@@ -139,7 +148,7 @@ class Repository:
                 raise RepositoryError(f"there is no document {document_id}")
             text = s.get(DocumentText, doc.sha256)
             assert text is not None  # a foreign key guarantees it
-            return zlib.decompress(text.compressed).decode("utf-8", "surrogatepass")
+            return unpack(text.compressed).decode("utf-8", "surrogatepass")
 
         return self.read(action)
 
@@ -295,16 +304,27 @@ class Repository:
         return self.read(action)
 
     def save_kv_state(
-        self, version_id: int, state: KVState, model_sha256: str, ring: dict[str, Any] | None = None
+        self,
+        version_id: int,
+        state: KVState,
+        model_sha256: str,
+        *,
+        prompt_tokens: int,
+        ring: dict[str, Any] | None = None,
     ) -> int:
-        tokens = zlib.compress(np.asarray(state.tokens, dtype="<i4").tobytes(), 1)
-        data = zlib.compress(state.data, 1)
+        """Keep a KV state (the prompt, its first ``prompt_tokens`` tokens, and the reply) so a
+        rollback to this version can resume without evaluating the prompt again."""
+        if not 0 < prompt_tokens <= len(state.tokens):
+            raise RepositoryError("a KV state must say which of its tokens are the prompt")
+        tokens = pack_tokens(state.tokens)
+        data = pack(state.data)
 
         def action(s: OrmSession) -> int:
             self._version(s, version_id)
             row = KVStateRow(version_id=version_id, model_sha256=model_sha256, n_ctx=state.n_ctx,
                              cache_type=state.kv_cache_type, tokens=tokens, data=data,
-                             ring=ring or {})  # fmt: skip
+                             ring=ring or {}, prompt_tokens=prompt_tokens,
+                             state_bytes=len(state.data))  # fmt: skip
             s.add(row)
             s.flush()
             return row.id
@@ -312,22 +332,55 @@ class Repository:
         return self.write(action)
 
     def kv_state(
-        self, version_id: int, *, model_sha256: str, n_ctx: int, cache_type: str, model_path: str
-    ) -> KVState | None:
-        """The newest saved state of a version usable with this model and settings, or None."""
+        self,
+        version_id: int,
+        *,
+        model_sha256: str,
+        n_ctx: int | None = None,
+        cache_type: str | None = None,
+        model_path: str = "",
+    ) -> SavedKV | None:
+        """The newest resumable state for a version with this model (and, when given, this n_ctx
+        and cache type), or None. A version made by rollback has no state of its own: the state
+        of the version it equals (its parent, and so on up) is used."""
 
-        def action(s: OrmSession) -> KVState | None:
-            row = s.scalar(
+        def action(s: OrmSession) -> SavedKV | None:
+            v: PromptVersion | None = self._version(s, version_id)
+            while v is not None:
+                query = select(KVStateRow).where(
+                    KVStateRow.version_id == v.id, KVStateRow.model_sha256 == model_sha256,
+                    KVStateRow.prompt_tokens > 0,
+                )  # fmt: skip
+                if n_ctx is not None:
+                    query = query.where(KVStateRow.n_ctx == n_ctx)
+                if cache_type is not None:
+                    query = query.where(KVStateRow.cache_type == cache_type)
+                row = s.scalar(query.order_by(KVStateRow.id.desc()).limit(1))
+                if row is not None:
+                    state = KVState(unpack_tokens(row.tokens), unpack(row.data), row.n_ctx,
+                                    row.cache_type, model_path)  # fmt: skip
+                    return SavedKV(state, row.prompt_tokens, v.id)
+                parent = s.get(PromptVersion, v.parent_id) if v.parent_id is not None else None
+                same = parent is not None and all(
+                    getattr(parent, k) == getattr(v, k) for k in _CONTENT
+                )
+                v = parent if same else None
+            return None
+
+        return self.read(action)
+
+    def kv_states(self, version_id: int) -> list[dict[str, Any]]:
+        """What is saved for a version, without the bytes (for showing)."""
+
+        def action(s: OrmSession) -> list[dict[str, Any]]:
+            rows = s.scalars(
                 select(KVStateRow)
-                .where(KVStateRow.version_id == version_id,
-                       KVStateRow.model_sha256 == model_sha256, KVStateRow.n_ctx == n_ctx,
-                       KVStateRow.cache_type == cache_type)
-                .order_by(KVStateRow.id.desc()).limit(1)
-            )  # fmt: skip
-            if row is None:
-                return None
-            tokens = np.frombuffer(zlib.decompress(row.tokens), dtype="<i4").tolist()
-            return KVState(tuple(tokens), zlib.decompress(row.data), row.n_ctx, row.cache_type,
-                           model_path)  # fmt: skip
+                .where(KVStateRow.version_id == version_id)
+                .order_by(KVStateRow.id)
+            )
+            return [{"id": r.id, "model_sha256": r.model_sha256, "n_ctx": r.n_ctx,
+                     "cache_type": r.cache_type, "prompt_tokens": r.prompt_tokens,
+                     "state_bytes": r.state_bytes, "created": r.created.isoformat()}
+                    for r in rows]  # fmt: skip
 
         return self.read(action)

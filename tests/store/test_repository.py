@@ -83,11 +83,27 @@ def test_runs_and_kv_states_round_trip(repo: Repository) -> None:
     [run] = repo.runs(v.id)
     assert run["kv_peak_cells"] == 420 and run["outputs"][0]["source_spans"] == [[0, 100]]
     state = KVState((1, 2, 3, 70000), b"\x01\x02" * 1000, 512, "f16", "/m.gguf")
-    repo.save_kv_state(v.id, state, "abc", ring={"capacity": 512})
+    repo.save_kv_state(v.id, state, "abc", prompt_tokens=3, ring={"capacity": 512})
     got = repo.kv_state(v.id, model_sha256="abc", n_ctx=512, cache_type="f16", model_path="/m.gguf")
-    assert got == state
-    assert repo.kv_state(v.id, model_sha256="other", n_ctx=512, cache_type="f16",
-                         model_path="/m.gguf") is None  # fmt: skip
+    assert got is not None and (got.state, got.prompt_tokens, got.version) == (state, 3, v.id)
+    assert repo.kv_states(v.id)[0]["state_bytes"] == 2000
+    for other in ({"model_sha256": "other"}, {"n_ctx": 1024}, {"cache_type": "q8_0"}):
+        wanted = {"model_sha256": "abc", "n_ctx": 512, "cache_type": "f16"} | other
+        assert repo.kv_state(v.id, **wanted) is None  # another model or settings: no resume
+    with pytest.raises(RepositoryError, match="which of its tokens"):
+        repo.save_kv_state(v.id, state, "abc", prompt_tokens=5)
+
+
+def test_a_rollback_copy_resumes_from_the_state_of_the_version_it_equals(repo: Repository) -> None:
+    sid = repo.create_session("s")
+    v1 = repo.save_version(sid, task="ask", strategy="head", prompt="why?")
+    state = KVState((5, 6, 7), b"kv", 512, "f16", "")
+    repo.save_kv_state(v1.id, state, "abc", prompt_tokens=2)
+    back = repo.rollback(repo.rollback(v1.id).id)  # a copy of a copy
+    got = repo.kv_state(back.id, model_sha256="abc")
+    assert got is not None and got.version == v1.id and got.state.tokens == (5, 6, 7)
+    edited = repo.branch(v1.id, prompt="why not?")  # a different prompt: the state is not its
+    assert repo.kv_state(edited.id, model_sha256="abc") is None
 
 
 def test_unknown_ids_are_one_sentence(repo: Repository) -> None:
