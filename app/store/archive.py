@@ -286,7 +286,11 @@ def _put_member(
     """Write one member, recording its sha256 and size for the manifest."""
     digest = hashlib.sha256()
     size = 0
-    with zf.open(name, "w", force_zip64=name.startswith("kv/")) as out:
+    target: str | zipfile.ZipInfo = name
+    if name.startswith("kv/"):  # KV values are near-random: deflate saves ~8% at ~30 s per GB
+        target = zipfile.ZipInfo(name, datetime.now(UTC).timetuple()[:6])
+        target.compress_type = zipfile.ZIP_STORED
+    with zf.open(target, "w", force_zip64=name.startswith("kv/")) as out:
         for chunk in chunks:
             digest.update(chunk)
             size += len(chunk)
