@@ -58,27 +58,22 @@ def record_runs(
     *,
     states: dict[int, Any] | None = None,
 ) -> list[int]:
-    """One session per command, one version per strategy, its run (and KV state) under it; the
-    version ids."""
+    """One session per command, one version per strategy with its run (and KV state), all in
+    one transaction; the version ids."""
+    from app.store.repository import Entry
+
+    prompt = "\n".join(args.question or []) or (args.instruction or "")
+    sha = sha256_of(model)
+    entries = []
+    for i, result in enumerate(results):
+        content = {"task": result.task, "strategy": result.strategy, "prompt": prompt,
+                   "model_path": str(model), "model_sha256": sha,
+                   "settings": {"n_ctx": result.n_ctx, "max_tokens": args.max_tokens}}  # fmt: skip
+        state = (states or {}).get(i)
+        entries.append(Entry(content, result, state, len(result.final_prompt)))
     db, repo = _open(db_path)
     try:
-        document_id = repo.add_document(doc)
-        session = repo.create_session(doc.name, document_id)
-        prompt = "\n".join(args.question or []) or (args.instruction or "")
-        sha = sha256_of(model)
-        ids = []
-        for i, result in enumerate(results):
-            version = repo.save_version(
-                session, task=result.task, strategy=result.strategy, prompt=prompt,
-                model_path=str(model), model_sha256=sha,
-                settings={"n_ctx": result.n_ctx, "max_tokens": args.max_tokens},
-            )  # fmt: skip
-            repo.save_run(version.id, result)
-            state = (states or {}).get(i)
-            if state is not None:
-                repo.save_kv_state(version.id, state, sha, prompt_tokens=len(result.final_prompt))
-            ids.append(version.id)
-        return ids
+        return repo.record(doc, doc.name, entries)
     finally:
         repo.close()
         db.close()

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session as OrmSession
 
@@ -77,9 +77,15 @@ class SavedKV:
 _CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
 
 
-def _info(v: PromptVersion, children: tuple[int, ...] = ()) -> VersionInfo:
+def _utc(value: datetime) -> datetime:
+    """The database keeps naive UTC times; callers get aware ones."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _info(v: PromptVersion, parent: int | None, children: tuple[int, ...] = ()) -> VersionInfo:
     return VersionInfo(
-        id=v.id, session=v.session_id, parent=v.parent_id, number=v.number, created=v.created,
+        id=v.id, session=v.session_id, parent=parent,
+        number=v.number, created=_utc(v.created),
         task=v.task, strategy=v.strategy, prompt=v.prompt, model_path=v.model_path,
         model_sha256=v.model_sha256, settings=dict(v.settings or {}), children=children,
     )  # fmt: skip
@@ -92,7 +98,14 @@ class Repository:
         self._undo: list[tuple[str, int]] = []  # soft deletions that can be undone this run
 
     def close(self) -> None:
-        self._writer.shutdown(wait=True)
+        """Deletions become final (no undo after closing), then the writer stops."""
+        try:
+            if not self._db.read_only:
+                self.purge_deleted()
+        except StoreError:
+            pass  # cannot write now (disk full, busy): they stay hidden and go next time
+        finally:
+            self._writer.shutdown(wait=True)
 
     # ----- plumbing -----
 
@@ -116,30 +129,12 @@ class Repository:
         with OrmSession(self._db.engine) as s:
             return action(s)
 
-    @staticmethod
-    def _version(s: OrmSession, version_id: int) -> PromptVersion:
-        v = s.get(PromptVersion, version_id)
-        if v is None or v.deleted is not None:
-            raise RepositoryError(f"there is no version {version_id}")
-        return v
-
     # ----- documents and sessions -----
 
     def add_document(self, doc: CoreDocument) -> int:
         """Record a document; its text is stored once per sha256, compressed."""
-
-        def action(s: OrmSession) -> int:
-            if s.get(DocumentText, doc.sha256) is None:
-                blob = pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
-                s.add(DocumentText(sha256=doc.sha256, chars=len(doc.text), compressed=blob))
-                s.flush()  # the text row first: the document refers to it
-            row = Document(path=str(doc.path or doc.name), sha256=doc.sha256, size=doc.size,
-                           encoding=doc.encoding)  # fmt: skip
-            s.add(row)
-            s.flush()
-            return row.id
-
-        return self.write(action)
+        blob = pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
+        return self.write(lambda s: _add_document(s, doc, blob))
 
     def document_text(self, document_id: int) -> str:
         def action(s: OrmSession) -> str:
@@ -153,13 +148,7 @@ class Repository:
         return self.read(action)
 
     def create_session(self, name: str, document_id: int | None = None) -> int:
-        def action(s: OrmSession) -> int:
-            row = Session(name=name, document_id=document_id)
-            s.add(row)
-            s.flush()
-            return row.id
-
-        return self.write(action)
+        return self.write(lambda s: _create_session(s, name, document_id))
 
     # ----- versions -----
 
@@ -177,51 +166,61 @@ class Repository:
     ) -> VersionInfo:
         """A new version, numbered after the session's last; ``parent_id`` places it in the tree
         (by default after the session's newest version)."""
+        content = {"task": task, "strategy": strategy, "prompt": prompt,
+                   "model_path": model_path, "model_sha256": model_sha256,
+                   "settings": settings or {}}  # fmt: skip
 
         def action(s: OrmSession) -> VersionInfo:
-            session = s.get(Session, session_id)
-            if session is None or session.deleted is not None:
-                raise RepositoryError(f"there is no session {session_id}")
-            last = s.scalar(
-                select(PromptVersion)
-                .where(PromptVersion.session_id == session_id, PromptVersion.deleted.is_(None))
-                .order_by(PromptVersion.number.desc())
-                .limit(1)
-            )
-            parent = parent_id
-            if parent is None and last is not None:
-                parent = last.id
-            if parent is not None:
-                self._version(s, parent)
-            highest = select(func.max(PromptVersion.number)).where(
-                PromptVersion.session_id == session_id
-            )
-            number = (s.scalar(highest) or 0) + 1
-            v = PromptVersion(session_id=session_id, parent_id=parent, number=number, task=task,
-                              prompt=prompt, strategy=strategy, model_path=model_path,
-                              model_sha256=model_sha256, settings=settings or {})  # fmt: skip
-            s.add(v)
-            s.flush()
-            return _info(v)
+            v = _save_version(s, session_id, parent_id, content)
+            return _info(v, v.parent_id)
 
         return self.write(action)
 
     def get_version(self, version_id: int) -> VersionInfo:
-        return self.read(lambda s: _info(self._version(s, version_id)))
+        def action(s: OrmSession) -> VersionInfo:
+            v = _version(s, version_id)
+            return _info(v, _visible_parent(s, v))
+
+        return self.read(action)
 
     def history(self, session_id: int | None = None) -> list[VersionInfo]:
-        """Versions (of one session, or all) in creation order, each with its children: a tree."""
+        """Versions (of one session, or all) in creation order, each with its children: a tree.
+        A version whose parent was deleted hangs from its nearest remaining ancestor."""
 
         def action(s: OrmSession) -> list[VersionInfo]:
-            query = select(PromptVersion).where(PromptVersion.deleted.is_(None))
+            query = select(PromptVersion).join(Session).where(Session.deleted.is_(None))
             if session_id is not None:
                 query = query.where(PromptVersion.session_id == session_id)
             rows = s.scalars(query.order_by(PromptVersion.session_id, PromptVersion.number)).all()
+            by_id = {v.id: v for v in rows}
+            parents = {v.id: _visible_parent(s, v) for v in rows if v.deleted is None}
             children: dict[int, list[int]] = {}
-            for v in rows:
-                if v.parent_id is not None:
-                    children.setdefault(v.parent_id, []).append(v.id)
-            return [_info(v, tuple(children.get(v.id, ()))) for v in rows]
+            for vid, parent in parents.items():
+                if parent is not None:
+                    children.setdefault(parent, []).append(vid)
+            return [_info(by_id[vid], parents[vid], tuple(children.get(vid, ())))
+                    for vid in parents]  # fmt: skip
+
+        return self.read(action)
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """The sessions that are not deleted, oldest first, with their document and size."""
+
+        def action(s: OrmSession) -> list[dict[str, Any]]:
+            count = (
+                select(func.count(PromptVersion.id))
+                .where(PromptVersion.session_id == Session.id, PromptVersion.deleted.is_(None))
+                .scalar_subquery()
+            )
+            rows = s.execute(
+                select(Session, Document.path, count)
+                .outerjoin(Document, Session.document_id == Document.id)
+                .where(Session.deleted.is_(None))
+                .order_by(Session.id)
+            )
+            return [{"id": row.id, "name": row.name, "document": path, "versions": n,
+                     "created": _utc(row.created).isoformat()}
+                    for row, path, n in rows]  # fmt: skip
 
         return self.read(action)
 
@@ -251,47 +250,52 @@ class Repository:
                                               f"version {vb.number}", lineterm=""))  # fmt: skip
 
     def delete_version(self, version_id: int) -> None:
-        """Soft delete: hidden from history, back with :meth:`undo_delete` until the app closes."""
+        """Soft delete: hidden from history, back with :meth:`undo_delete` until the repository
+        closes; then it is gone (its children hang from its parent)."""
 
         def action(s: OrmSession) -> None:
-            self._version(s, version_id).deleted = now()
+            _version(s, version_id).deleted = now()
 
         self.write(action)
         self._undo.append(("version", version_id))
 
-    def undo_delete(self) -> int | None:
-        """Bring back the last deleted version; its id, or None when there is nothing to undo."""
-        if not self._undo:
-            return None
-        _kind, version_id = self._undo.pop()
+    def delete_session(self, session_id: int) -> None:
+        """Soft delete of a whole session, like :meth:`delete_version`."""
 
         def action(s: OrmSession) -> None:
-            v = s.get(PromptVersion, version_id)
-            if v is not None:
-                v.deleted = None
+            _session(s, session_id).deleted = now()
 
         self.write(action)
-        return version_id
+        self._undo.append(("session", session_id))
+
+    def undo_delete(self) -> tuple[str, int] | None:
+        """Bring back the last deleted version or session: ("version" or "session", its id), or
+        None when there is nothing to undo."""
+        if not self._undo:
+            return None
+        kind, item = self._undo.pop()
+        model = PromptVersion if kind == "version" else Session
+
+        def action(s: OrmSession) -> None:
+            row = s.get(model, item)
+            if row is not None:
+                row.deleted = None
+
+        self.write(action)
+        return kind, item
+
+    def purge_deleted(self) -> int:
+        """Remove for good what is marked deleted (also what a crashed run left marked): runs,
+        KV states, versions (children move to the nearest remaining ancestor), sessions, and
+        documents no session uses. The number of versions removed."""
+        self._undo.clear()
+        return self.write(_purge)
 
     # ----- runs and KV states -----
 
     def save_run(self, version_id: int, result: Any) -> int:
         """Record a job result (app.core.jobs.JobResult) under a version."""
-        data = result.as_dict()
-
-        def action(s: OrmSession) -> int:
-            self._version(s, version_id)
-            run = Run(version_id=version_id, strategy=data["strategy"], plan=data["plan"],
-                      outputs=data["outputs"], prompt_tokens=data["prompt_tokens"],
-                      completion_tokens=data["completion_tokens"],
-                      kv_peak_cells=data["kv_peak_cells"],
-                      timings={"seconds": data["seconds"], "ttft_s": data["ttft_s"]},
-                      finish_reason=data["finish_reason"], truncated=data["truncated"])  # fmt: skip
-            s.add(run)
-            s.flush()
-            return run.id
-
-        return self.write(action)
+        return self.write(lambda s: _save_run(s, version_id, result.as_dict()))
 
     def runs(self, version_id: int) -> list[dict[str, Any]]:
         def action(s: OrmSession) -> list[dict[str, Any]]:
@@ -314,20 +318,29 @@ class Repository:
     ) -> int:
         """Keep a KV state (the prompt, its first ``prompt_tokens`` tokens, and the reply) so a
         rollback to this version can resume without evaluating the prompt again."""
-        if not 0 < prompt_tokens <= len(state.tokens):
-            raise RepositoryError("a KV state must say which of its tokens are the prompt")
-        tokens = pack_tokens(state.tokens)
-        data = pack(state.data)
+        packed = _PackedKV.of(state, model_sha256, prompt_tokens, ring)
+        return self.write(lambda s: _save_kv(s, version_id, packed))
 
-        def action(s: OrmSession) -> int:
-            self._version(s, version_id)
-            row = KVStateRow(version_id=version_id, model_sha256=model_sha256, n_ctx=state.n_ctx,
-                             cache_type=state.kv_cache_type, tokens=tokens, data=data,
-                             ring=ring or {}, prompt_tokens=prompt_tokens,
-                             state_bytes=len(state.data))  # fmt: skip
-            s.add(row)
-            s.flush()
-            return row.id
+    def record(self, doc: CoreDocument, name: str, entries: Sequence[Entry]) -> list[int]:
+        """What one command or click produced, in ONE transaction: the document, a session, a
+        version per entry with its run and (when given) its KV state. The version ids."""
+        blob = pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
+        packed = [
+            None if e.state is None
+            else _PackedKV.of(e.state, e.content.get("model_sha256", ""), e.prompt_tokens)
+            for e in entries
+        ]  # fmt: skip
+
+        def action(s: OrmSession) -> list[int]:
+            session = _create_session(s, name, _add_document(s, doc, blob))
+            ids = []
+            for entry, kv in zip(entries, packed, strict=True):
+                v = _save_version(s, session, None, dict(entry.content))
+                _save_run(s, v.id, entry.result.as_dict())
+                if kv is not None:
+                    _save_kv(s, v.id, kv)
+                ids.append(v.id)
+            return ids
 
         return self.write(action)
 
@@ -345,7 +358,7 @@ class Repository:
         of the version it equals (its parent, and so on up) is used."""
 
         def action(s: OrmSession) -> SavedKV | None:
-            v: PromptVersion | None = self._version(s, version_id)
+            v: PromptVersion | None = _version(s, version_id)
             while v is not None:
                 query = select(KVStateRow).where(
                     KVStateRow.version_id == v.id, KVStateRow.model_sha256 == model_sha256,
@@ -384,3 +397,157 @@ class Repository:
                     for r in rows]  # fmt: skip
 
         return self.read(action)
+
+
+# ----- inside a write transaction -----
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One version to record: its content (task, strategy, prompt, model_path, model_sha256,
+    settings), the job result, and optionally the KV state after it."""
+
+    content: dict[str, Any]
+    result: Any  # app.core.jobs.JobResult
+    state: KVState | None = None
+    prompt_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class _PackedKV:
+    """A KV state compressed before the transaction, so the writer is not held up packing."""
+
+    model_sha256: str
+    n_ctx: int
+    cache_type: str
+    tokens: bytes
+    data: bytes
+    state_bytes: int
+    prompt_tokens: int
+    ring: dict[str, Any]
+
+    @classmethod
+    def of(cls, state: KVState, model_sha256: str, prompt_tokens: int,
+           ring: dict[str, Any] | None = None) -> _PackedKV:  # fmt: skip
+        if not 0 < prompt_tokens <= len(state.tokens):
+            raise RepositoryError("a KV state must say which of its tokens are the prompt")
+        return cls(model_sha256, state.n_ctx, state.kv_cache_type, pack_tokens(state.tokens),
+                   pack(state.data), len(state.data), prompt_tokens, ring or {})  # fmt: skip
+
+
+def _version(s: OrmSession, version_id: int) -> PromptVersion:
+    v = s.get(PromptVersion, version_id)
+    if v is None or v.deleted is not None or v.session.deleted is not None:
+        raise RepositoryError(f"there is no version {version_id}")
+    return v
+
+
+def _add_document(s: OrmSession, doc: CoreDocument, blob: bytes) -> int:
+    if s.get(DocumentText, doc.sha256) is None:
+        s.add(DocumentText(sha256=doc.sha256, chars=len(doc.text), compressed=blob))
+        s.flush()  # the text row first: the document refers to it
+    row = Document(path=str(doc.path or doc.name), sha256=doc.sha256, size=doc.size,
+                   encoding=doc.encoding)  # fmt: skip
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def _create_session(s: OrmSession, name: str, document_id: int | None) -> int:
+    row = Session(name=name, document_id=document_id)
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def _save_version(
+    s: OrmSession, session_id: int, parent_id: int | None, content: dict[str, Any]
+) -> PromptVersion:
+    session = s.get(Session, session_id)
+    if session is None or session.deleted is not None:
+        raise RepositoryError(f"there is no session {session_id}")
+    parent = parent_id
+    if parent is None:
+        parent = s.scalar(
+            select(PromptVersion.id)
+            .where(PromptVersion.session_id == session_id, PromptVersion.deleted.is_(None))
+            .order_by(PromptVersion.number.desc())
+            .limit(1)
+        )
+    elif _version(s, parent).session_id != session_id:
+        raise RepositoryError(f"version {parent} belongs to another session")
+    highest = select(func.max(PromptVersion.number)).where(PromptVersion.session_id == session_id)
+    number = (s.scalar(highest) or 0) + 1
+    v = PromptVersion(session_id=session_id, parent_id=parent, number=number, **content)
+    s.add(v)
+    s.flush()
+    return v
+
+
+def _save_run(s: OrmSession, version_id: int, data: dict[str, Any]) -> int:
+    _version(s, version_id)
+    run = Run(version_id=version_id, strategy=data["strategy"], plan=data["plan"],
+              outputs=data["outputs"], prompt_tokens=data["prompt_tokens"],
+              completion_tokens=data["completion_tokens"], kv_peak_cells=data["kv_peak_cells"],
+              timings={"seconds": data["seconds"], "ttft_s": data["ttft_s"],
+                       "evaluated_tokens": data["evaluated_tokens"]},
+              finish_reason=data["finish_reason"], truncated=data["truncated"])  # fmt: skip
+    s.add(run)
+    s.flush()
+    return run.id
+
+
+def _save_kv(s: OrmSession, version_id: int, kv: _PackedKV) -> int:
+    _version(s, version_id)
+    row = KVStateRow(version_id=version_id, model_sha256=kv.model_sha256, n_ctx=kv.n_ctx,
+                     cache_type=kv.cache_type, tokens=kv.tokens, data=kv.data, ring=kv.ring,
+                     prompt_tokens=kv.prompt_tokens, state_bytes=kv.state_bytes)  # fmt: skip
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def _session(s: OrmSession, session_id: int) -> Session:
+    row = s.get(Session, session_id)
+    if row is None or row.deleted is not None:
+        raise RepositoryError(f"there is no session {session_id}")
+    return row
+
+
+def _visible_parent(s: OrmSession, v: PromptVersion) -> int | None:
+    """The nearest ancestor that is not deleted (None at the root). Rows already loaded come
+    from the session's identity map, so walking a loaded tree costs no queries."""
+    parent = v.parent_id
+    seen = {v.id}
+    while parent is not None and parent not in seen:
+        row = s.get(PromptVersion, parent)
+        if row is None:
+            return None
+        if row.deleted is None:
+            return parent
+        seen.add(parent)
+        parent = row.parent_id
+    return None
+
+
+def _purge(s: OrmSession) -> int:
+    gone_sessions = set(s.scalars(select(Session.id).where(Session.deleted.is_not(None))))
+    versions = s.scalars(select(PromptVersion)).all()
+    gone = {v.id for v in versions if v.deleted is not None or v.session_id in gone_sessions}
+    for v in versions:
+        if v.id not in gone and v.parent_id in gone:
+            v.parent_id = _visible_parent(s, v)
+    for v in versions:
+        if v.id in gone:
+            v.parent_id = None  # no row refers to another that is about to go
+    s.flush()
+    if gone:
+        s.execute(delete(KVStateRow).where(KVStateRow.version_id.in_(gone)))
+        s.execute(delete(Run).where(Run.version_id.in_(gone)))
+        s.execute(delete(PromptVersion).where(PromptVersion.id.in_(gone)))
+    if gone_sessions:
+        s.execute(delete(Session).where(Session.id.in_(gone_sessions)))
+    used = select(Session.document_id).where(Session.document_id.is_not(None))
+    s.execute(delete(Document).where(Document.id.not_in(used)))
+    s.execute(delete(DocumentText).where(DocumentText.sha256.not_in(select(Document.sha256))))
+    return len(gone)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from app.core.documents import document_from_text
 from app.core.engine.protocol import KVState
 from app.core.jobs import JobResult, OutputSpan
 from app.store.db import open_database
-from app.store.repository import Repository, RepositoryError
+from app.store.repository import Entry, Repository, RepositoryError
 
 
 @pytest.fixture
@@ -62,8 +63,67 @@ def test_soft_delete_and_undo(repo: Repository) -> None:
     assert repo.history(sid) == []
     with pytest.raises(RepositoryError, match=f"no version {v1.id}"):
         repo.get_version(v1.id)
-    assert repo.undo_delete() == v1.id and [v.id for v in repo.history(sid)] == [v1.id]
+    assert repo.undo_delete() == ("version", v1.id) and [v.id for v in repo.history(sid)] == [v1.id]
     assert repo.undo_delete() is None
+
+
+def test_a_deleted_middle_version_leaves_its_children_on_its_parent(repo: Repository) -> None:
+    sid = repo.create_session("s")
+    v1, v2, v3 = (
+        repo.save_version(sid, task="ask", strategy=s) for s in ("head", "tail", "middle")
+    )
+    repo.delete_version(v2.id)
+    tree = {v.id: (v.parent, v.children) for v in repo.history(sid)}
+    assert tree == {v1.id: (None, (v3.id,)), v3.id: (v1.id, ())}
+    assert repo.get_version(v3.id).parent == v1.id
+
+
+def test_a_deleted_session_can_be_undone_until_close_and_is_then_gone(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "h.db")
+    repo = Repository(db)
+    doc = document_from_text("A text only this session uses.", name="only.txt")
+    kept_doc = document_from_text("Another text.", name="kept.txt")
+    result = JobResult("ask", "head", "stop", 512, final_prompt=(1, 2))
+    state = KVState((1, 2, 3), b"kv", 512, "f16", "")
+    [gone_v] = repo.record(doc, "gone", [Entry({"task": "ask", "strategy": "head"}, result,
+                                               state, 2)])  # fmt: skip
+    [kept_v] = repo.record(kept_doc, "kept", [Entry({"task": "ask", "strategy": "tail"}, result)])
+    gone_s = repo.get_version(gone_v).session
+    repo.delete_session(gone_s)
+    assert [v.id for v in repo.history()] == [kept_v]
+    with pytest.raises(RepositoryError, match=f"no version {gone_v}"):
+        repo.get_version(gone_v)
+    assert repo.undo_delete() == ("session", gone_s)
+    assert [v.id for v in repo.history()] == [gone_v, kept_v]
+    assert [s["name"] for s in repo.sessions()] == ["gone", "kept"]
+    repo.delete_session(gone_s)
+    repo.close()  # deletions become final: rows, runs, KV state and the unused text are gone
+    counts = {}
+    with sqlite3.connect(db.path) as con:
+        for table in ("sessions", "prompt_versions", "runs", "kv_states", "documents",
+                      "document_texts"):  # fmt: skip
+            counts[table] = con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    con.close()
+    db.close()
+    assert counts == {"sessions": 1, "prompt_versions": 1, "runs": 1, "kv_states": 0,
+                      "documents": 1, "document_texts": 1}  # fmt: skip
+    again = Repository(open_database(db.path))
+    assert again.undo_delete() is None and [v.id for v in again.history()] == [kept_v]
+    again.close()
+
+
+def test_record_is_one_transaction(repo: Repository) -> None:
+    """A command's versions, runs and states go in together or not at all: the second entry
+    fails inside the transaction, after the first version and run were written."""
+    doc = document_from_text("Some text.", name="t.txt")
+    good = Entry({"task": "ask", "strategy": "head"}, JobResult("ask", "head", "stop", 512))
+    bad = Entry({"task": "ask", "strategy": "tail", "colour": "red"},
+                JobResult("ask", "tail", "stop", 512))  # fmt: skip
+    with pytest.raises(TypeError, match="colour"):
+        repo.record(doc, "t", [good, bad])
+    assert repo.history() == [] and repo.sessions() == []
+    ids = repo.record(doc, "t", [good, good])
+    assert [v.number for v in repo.history()] == [1, 2] and len(ids) == 2
 
 
 def test_documents_are_stored_once_per_hash(repo: Repository) -> None:
