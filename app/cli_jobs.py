@@ -128,12 +128,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         record_runs(args.db, doc, Path(model), args, results, states=states)
-    except (
-        BadInput,
-        ValueError,
-        StoreError,
-        OSError,
-    ) as exc:  # the run itself succeeded: say so, keep its output
+    except (BadInput, ValueError, StoreError, OSError) as exc:
+        # the run itself succeeded: say so, keep its output
         print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)
     if args.command == "compare":
         return _report_compare(results, args.json)

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session as OrmSession
 
 import app
 from app.store.blobs import pack, unpack
-from app.store.models import Document, DocumentText, KVStateRow, PromptVersion, Run, Session
+from app.store.models import Document, DocumentText, KVStateRow, PromptVersion, Run, Session, as_utc
 
 if TYPE_CHECKING:
     from app.store.repository import Repository
@@ -94,13 +94,7 @@ def _show(name: str) -> str:
 
 
 def _iso(value: datetime) -> str:
-    """ISO 8601 in UTC; the database keeps naive UTC times."""
-    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return aware.isoformat()
-
-
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return as_utc(value).isoformat()
 
 
 # ----- the file's schema -----
@@ -650,7 +644,7 @@ def _insert(plan: _Plan, s: OrmSession) -> ImportSummary:
         s.flush()
         document_id = row.id
     session = Session(name=body.session.name, document_id=document_id,
-                      created=_utc(body.session.created))  # fmt: skip
+                      created=as_utc(body.session.created))  # fmt: skip
     s.add(session)
     s.flush()
     new_ids: dict[int, int] = {}
@@ -659,7 +653,7 @@ def _insert(plan: _Plan, s: OrmSession) -> ImportSummary:
             session_id=session.id, parent_id=None if v.parent is None else new_ids[v.parent],
             number=v.number, task=v.task, prompt=v.prompt, strategy=v.strategy,
             model_path=v.model_path, model_sha256=v.model_sha256, settings=v.settings,
-            created=_utc(v.created),
+            created=as_utc(v.created),
         )  # fmt: skip
         s.add(pv)
         s.flush()
@@ -669,13 +663,13 @@ def _insert(plan: _Plan, s: OrmSession) -> ImportSummary:
                   outputs=r.outputs, prompt_tokens=r.prompt_tokens,
                   completion_tokens=r.completion_tokens, kv_peak_cells=r.kv_peak_cells,
                   timings=r.timings, finish_reason=r.finish_reason, truncated=r.truncated,
-                  created=_utc(r.created)))  # fmt: skip
+                  created=as_utc(r.created)))  # fmt: skip
     for k in sorted(body.kv_states, key=lambda k: k.id):
         tokens, data = plan.kv[k.id]
         s.add(KVStateRow(version_id=new_ids[k.version], model_sha256=k.model_sha256,
                          n_ctx=k.n_ctx, cache_type=k.cache_type, tokens=tokens, data=data,
                          ring=k.ring, prompt_tokens=k.prompt_tokens, state_bytes=k.state_bytes,
-                         created=_utc(k.created)))  # fmt: skip
+                         created=as_utc(k.created)))  # fmt: skip
     s.flush()
     return ImportSummary(session.id, len(body.versions), len(body.runs), len(body.kv_states))
 

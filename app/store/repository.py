@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, select
@@ -29,6 +29,7 @@ from app.store.models import (
     PromptVersion,
     Run,
     Session,
+    as_utc,
     now,
 )
 
@@ -77,15 +78,10 @@ class SavedKV:
 _CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
 
 
-def _utc(value: datetime) -> datetime:
-    """The database keeps naive UTC times; callers get aware ones."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
 def _info(v: PromptVersion, parent: int | None, children: tuple[int, ...] = ()) -> VersionInfo:
     return VersionInfo(
         id=v.id, session=v.session_id, parent=parent,
-        number=v.number, created=_utc(v.created),
+        number=v.number, created=as_utc(v.created),
         task=v.task, strategy=v.strategy, prompt=v.prompt, model_path=v.model_path,
         model_sha256=v.model_sha256, settings=dict(v.settings or {}), children=children,
     )  # fmt: skip
@@ -219,7 +215,7 @@ class Repository:
                 .order_by(Session.id)
             )
             return [{"id": row.id, "name": row.name, "document": path, "versions": n,
-                     "created": _utc(row.created).isoformat()}
+                     "created": as_utc(row.created).isoformat()}
                     for row, path, n in rows]  # fmt: skip
 
         return self.read(action)
