@@ -1,0 +1,64 @@
+"""Running slow calls off the GUI thread, with the answer delivered back on it.
+
+Store reads and writes, GGUF inspection, planning a large document, export and import: each is
+a plain function handed to :func:`run_in_background`; its result or its error comes back as a
+signal on the GUI thread, so a handler may touch widgets. An exception is never swallowed: it
+reaches ``on_error`` as one sentence, and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+log = logging.getLogger(__name__)
+
+
+class _Relay(QObject):
+    """Lives on the GUI thread; signals emitted from the pool thread arrive there queued."""
+
+    done = Signal(object)
+    failed = Signal(str)
+
+
+class _Job(QRunnable):
+    def __init__(self, fn: Callable[[], Any], relay: _Relay) -> None:
+        super().__init__()
+        self._fn = fn
+        self._relay = relay
+
+    def run(self) -> None:
+        try:
+            result = self._fn()
+        except Exception as exc:  # reported, never swallowed
+            log.exception("background task failed")
+            self._relay.failed.emit(str(exc) or type(exc).__name__)
+        else:
+            self._relay.done.emit(result)
+
+
+_pending: set[_Relay] = set()  # relays are kept alive until their answer has been delivered
+
+
+def run_in_background(
+    fn: Callable[[], Any],
+    on_done: Callable[[Any], None],
+    on_error: Callable[[str], None],
+    pool: QThreadPool | None = None,
+) -> None:
+    """Call ``fn()`` on a pool thread; then ``on_done(result)`` or ``on_error(message)`` on the
+    GUI thread. Must be called from the GUI thread."""
+    relay = _Relay()
+    _pending.add(relay)
+
+    def finish(handler: Callable[[Any], None], value: Any) -> None:
+        _pending.discard(relay)
+        relay.deleteLater()
+        handler(value)
+
+    relay.done.connect(lambda value: finish(on_done, value))
+    relay.failed.connect(lambda message: finish(on_error, message))
+    (pool or QThreadPool.globalInstance()).start(_Job(fn, relay))
