@@ -54,6 +54,7 @@ bench: setup $(VENV)/.bench
 	$(PY) tests/benchmarks/bench_engine_host.py
 	$(PY) tests/benchmarks/bench_kv.py
 	$(PY) tests/benchmarks/bench_rollback.py
+	$(PY) tests/benchmarks/bench_gui_responsiveness.py
 	$(PY) tests/benchmarks/bench_tokens.py
 	$(PY) tests/benchmarks/bench_chunking.py
 

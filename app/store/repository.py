@@ -93,6 +93,11 @@ class Repository:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
         self._undo: list[tuple[str, int]] = []  # soft deletions that can be undone this run
 
+    @property
+    def read_only(self) -> bool:
+        """The database cannot be written: browse only (every write raises StoreError)."""
+        return self._db.read_only
+
     def close(self) -> None:
         """Deletions become final (no undo after closing), then the writer stops."""
         try:

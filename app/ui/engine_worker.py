@@ -1,58 +1,259 @@
 """The engine's one serial owner on the Qt side: a QObject living on its own QThread.
 
-The window never calls the engine directly (a model load or a tokenization of a long document
-would freeze it); it emits requests, this worker runs them one at a time off the GUI thread, and
-answers with signals that Qt delivers back on the GUI thread.
+The window never calls the engine directly (a model load, a tokenization of a long document or a
+job would freeze it); it emits requests, this worker runs them one at a time off the GUI thread,
+and answers with signals that Qt delivers back on the GUI thread. Job events are sent in batches
+(at most every 50 ms, and at once at the end of each model call) so a fast stream never floods
+the event loop. If llama.cpp dies, the worker says so, starts a fresh engine process and loads
+the same model again: the window and its session survive.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import EngineError, LoadSettings
+from app.core.engine.protocol import (
+    EngineCrashedError,
+    EngineError,
+    KVState,
+    LoadSettings,
+)
+from app.core.jobs import (
+    CancelToken,
+    JobFinished,
+    JobResult,
+    KVStats,
+    PartialResult,
+    compare,
+    resume,
+)
+from app.core.tokens import TokenCounter, exact_counter, host_tokenize
+
+BATCH_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the person asked for: one task under one or more strategies."""
+
+    task: str  # summarize, ask, extract
+    strategies: tuple[str, ...]
+    text: str
+    questions: tuple[str, ...] = ()
+    instruction: str = ""
+    max_tokens: int = 256
+    keep_kv: bool = True  # save the KV state after each strategy, for an instant rollback
+
+
+@dataclass(frozen=True)
+class ResumeSpec:
+    """A rollback that resumes: the saved state, how much of it is the prompt, what it was."""
+
+    state: KVState
+    prompt_tokens: int
+    task: str
+    strategy: str
+    max_tokens: int = 256
+    sources: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass
+class JobOutcome:
+    """A finished job: a result per strategy, and the KV state after each (when kept)."""
+
+    spec: JobSpec
+    results: list[JobResult] = field(default_factory=list)
+    states: dict[int, KVState] = field(default_factory=dict)
 
 
 class EngineWorker(QObject):
-    model_loaded = Signal(object, object)  # ModelInfo, LoadedModel
+    model_loaded = Signal(object, object, object)  # ModelInfo, LoadedModel, EngineCapabilities
+    unloaded = Signal()
     tokens_counted = Signal(int, int)  # tokens, characters
+    job_events = Signal(list)  # core job events, in order, batched
+    job_done = Signal(object)  # JobOutcome (also after a cancel or an engine error)
+    crashed = Signal(str)  # the engine died; a new one is being started
+    restarted = Signal()
     failed = Signal(str)
     status = Signal(str)
 
     def __init__(self) -> None:
         super().__init__()
         self._host = EngineHost()
+        self._cancel = CancelToken()
+        self._model: tuple[str, LoadSettings] | None = None
+        self._counter: TokenCounter | None = None
+
+    # ----- called from the GUI thread directly (the worker may be busy) -----
+
+    def cancel(self) -> None:
+        """Stop the running job at once: the job stops at its next step, llama.cpp now."""
+        self._cancel.set()
+        self._host.cancel()
+
+    @property
+    def engine_pid(self) -> int | None:
+        return self._host.pid
+
+    @property
+    def counter(self) -> TokenCounter | None:
+        """The loaded model's exact token counter (pure Python where verified: any thread)."""
+        return self._counter
+
+    # ----- requests, run one at a time on the worker thread -----
 
     @Slot(str, object)
     def load_model(self, path: str, settings: LoadSettings) -> None:
         self.status.emit(self.tr("Loading model…"))
         try:
             loaded = self._host.load(path, settings)
-        except (EngineError, ValueError) as exc:
+            caps = self._host.capabilities
+            self._counter = exact_counter(Path(path), host_tokenize(self._host))
+        except EngineCrashedError as exc:
+            self._recover(str(exc))
+            return
+        except (EngineError, ValueError, OSError) as exc:
             self.failed.emit(str(exc))
             return
-        self.model_loaded.emit(self._host.model_info, loaded)
+        self._model = (path, settings)
+        self.model_loaded.emit(self._host.model_info, loaded, caps)
+
+    @Slot()
+    def unload(self) -> None:
+        self._host.close()
+        self._host = EngineHost()
+        self._model = None
+        self._counter = None
+        self.unloaded.emit()
 
     @Slot(str)
     def count_tokens(self, text: str) -> None:
+        if self._counter is None:
+            return
         self.status.emit(self.tr("Counting tokens…"))
         try:
-            n = len(self._host.tokenize(text, add_special=False))
+            n = self._counter.count(text)
         except (EngineError, ValueError) as exc:
             self.failed.emit(str(exc))
             return
         self.tokens_counted.emit(n, len(text))
 
+    @Slot(object)
+    def run_job(self, spec: JobSpec) -> None:
+        outcome = JobOutcome(spec)
+        if self._counter is None or self._host.model is None:
+            self.failed.emit(self.tr("Load a model first."))
+            self.job_done.emit(outcome)
+            return
+        self._cancel = CancelToken()
+        options: dict[str, Any] = {
+            "n_ctx": self._host.model.n_ctx,
+            "max_tokens": spec.max_tokens,
+            "cancel": self._cancel,
+        }
+        if spec.task == "ask":
+            options["questions"] = list(spec.questions)
+        if spec.task == "extract":
+            options["instruction"] = spec.instruction
+        self.status.emit(self.tr("Running…"))
+        try:
+            events = compare(self._host, spec.text, self._counter, task=spec.task,
+                             strategies=list(spec.strategies), **options)  # fmt: skip
+            self._pump(events, outcome)
+        except EngineCrashedError as exc:
+            self._recover(str(exc))
+        except (EngineError, ValueError) as exc:
+            self.failed.emit(str(exc))
+        else:
+            self._recover_if_dead(outcome)
+        self.job_done.emit(outcome)
+
+    @Slot(object)
+    def resume_state(self, spec: ResumeSpec) -> None:
+        """Roll back with a saved KV state: restore it and generate without re-evaluating."""
+        outcome = JobOutcome(JobSpec(spec.task, (spec.strategy,), "", max_tokens=spec.max_tokens,
+                                     keep_kv=False))  # fmt: skip
+        self._cancel = CancelToken()
+        try:
+            events = resume(self._host, spec.state, spec.prompt_tokens, task=spec.task,
+                            strategy=spec.strategy, max_tokens=spec.max_tokens,
+                            sources=spec.sources, cancel=self._cancel)  # fmt: skip
+            self._pump(events, outcome)
+        except EngineCrashedError as exc:
+            self._recover(str(exc))
+        except (EngineError, ValueError) as exc:
+            self.failed.emit(str(exc))
+        else:
+            self._recover_if_dead(outcome)
+        self.job_done.emit(outcome)
+
     @Slot()
     def shutdown(self) -> None:
         self._host.close()
+
+    # ----- plumbing -----
+
+    def _pump(self, events: Any, outcome: JobOutcome) -> None:
+        """Forward events in batches; keep each strategy's result and KV state."""
+        batch: list[object] = []
+        last = time.monotonic()
+        for ev in events:
+            batch.append(ev)
+            if isinstance(ev, JobFinished):
+                outcome.results.append(ev.result)
+                if outcome.spec.keep_kv:
+                    state = self._state_after(ev.result)
+                    if state is not None:
+                        outcome.states[len(outcome.results) - 1] = state
+            now = time.monotonic()
+            if isinstance(ev, JobFinished | KVStats | PartialResult) or now - last >= BATCH_SECONDS:
+                self.job_events.emit(batch)
+                batch, last = [], now
+        if batch:
+            self.job_events.emit(batch)
+
+    def _state_after(self, result: JobResult) -> KVState | None:
+        prompt = result.final_prompt
+        if not prompt or result.finish_reason not in ("stop", "length"):
+            return None
+        try:
+            state = self._host.save_state()
+        except EngineError:
+            return None
+        return state if state.tokens[: len(prompt)] == prompt else None
+
+    def _recover_if_dead(self, outcome: JobOutcome) -> None:
+        """A job reports an engine failure as its result's error and ends; if the engine process
+        is gone, restart it now rather than fail the next request."""
+        if self._model is not None and not self._host.alive:
+            errors = [r.error for r in outcome.results if r.error]
+            self._recover(errors[-1] if errors else self.tr("the engine process ended"))
+
+    def _recover(self, message: str) -> None:
+        """The engine process died: say so, start a new one, load the same model again."""
+        self.crashed.emit(message)
+        self._host.close()
+        self._host = EngineHost()
+        if self._model is not None:
+            path, settings = self._model
+            self.load_model(path, settings)
+        self.restarted.emit()
 
 
 class EngineThread(QObject):
     """Starts the worker on a QThread and stops both cleanly."""
 
     request_load = Signal(str, object)
+    request_unload = Signal()
     request_count = Signal(str)
+    request_job = Signal(object)
+    request_resume = Signal(object)
     _request_shutdown = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -62,12 +263,19 @@ class EngineThread(QObject):
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
         self.request_load.connect(self.worker.load_model)
+        self.request_unload.connect(self.worker.unload)
         self.request_count.connect(self.worker.count_tokens)
+        self.request_job.connect(self.worker.run_job)
+        self.request_resume.connect(self.worker.resume_state)
         self._request_shutdown.connect(self.worker.shutdown)
         self.thread.start()
 
+    def cancel(self) -> None:
+        self.worker.cancel()
+
     def stop(self) -> None:
         if self.thread.isRunning():
+            self.worker.cancel()
             self._request_shutdown.emit()
             self.thread.quit()
             self.thread.wait(10_000)

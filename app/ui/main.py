@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+DEMO_STRATEGY = "entropy"  # keeps spans all through the document: the highlighting shows it
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     from app.core.default_model import default_model_path
@@ -17,14 +19,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", type=Path, help="GGUF model (default: the default model)")
     parser.add_argument("--n-ctx", type=int, default=8192, help="context size (default 8192)")
     parser.add_argument("--demo", action="store_true",
-                        help="open the default model and the sample document")  # fmt: skip
+                        help="summarize the sample document with the default model")  # fmt: skip
     parser.add_argument("--screenshot", type=Path,
-                        help="save a PNG of the window once it is ready, then quit")  # fmt: skip
+                        help="save a PNG of the window when ready (with --demo: when the job is "
+                             "done), then quit")  # fmt: skip
     args = parser.parse_args(argv)
     if args.demo or (args.document is None and args.model is None):
         args.document = args.document or sample_document()
         args.model = args.model or default_model_path()
     return args
+
+
+def _log_to_file() -> None:
+    """Warnings and unexpected errors go to contextlens.log in the user log folder."""
+    import logging
+
+    import platformdirs
+
+    folder = Path(platformdirs.user_log_dir("ContextLens"))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(folder / "contextlens.log")
+    except OSError:
+        handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,31 +53,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from app.ui.main_window import MainWindow
 
+    _log_to_file()
     app = QApplication(sys.argv[:1])
     app.setApplicationName("ContextLens")
     app.setOrganizationName("ContextLens")
     model = args.model if args.model and args.model.exists() else None
     window = MainWindow(model, args.document, n_ctx=args.n_ctx)
     window.show()
+    sys.excepthook = window.report_unexpected
     if args.model is not None and model is None:
         window.statusBar().showMessage(
             f"Model not found: {args.model} — run `make` to fetch the default model"
         )
     exit_code = 0
-    if args.screenshot:
 
-        def shoot() -> None:
+    def shoot() -> None:
+        if args.screenshot:
             window.grab().save(str(args.screenshot))
             window.close()
 
-        def fail(_message: str) -> None:
-            nonlocal exit_code
-            exit_code = 1
-            shoot()
+    def fail(_message: str) -> None:
+        nonlocal exit_code
+        exit_code = 1
+        shoot()
 
-        window.ready.connect(lambda: QTimer.singleShot(200, shoot))
+    if args.demo:  # once the model is loaded and the document counted: summarize it
+        started = False
+
+        def start_demo() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                window.strategy_box.setCurrentIndex(window.strategy_box.findData(DEMO_STRATEGY))
+                window.run_job()
+
+        window.ready.connect(start_demo)
+        window.job_finished.connect(lambda _outcome: QTimer.singleShot(300, shoot))
+    elif args.screenshot:
+        window.ready.connect(lambda: QTimer.singleShot(300, shoot))
+    if args.screenshot:
         window.failed.connect(fail)
-        QTimer.singleShot(120_000, lambda: fail("timed out"))
+        QTimer.singleShot(600_000, lambda: fail("timed out"))
     app.exec()
     return exit_code
 

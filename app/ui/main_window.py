@@ -1,186 +1,612 @@
-"""The main window. For now: the model card, the document and how it compares to the context.
+"""The main window: a document, a model, the plan of what reaches it, and the live buffers.
 
-It observes the engine worker's signals and never blocks: loading the model and counting the
-document's tokens run on the engine thread.
+The window composes the panels and wires them together; it holds no engine or SQL code. Slow
+work never runs here: the engine thread owns llama.cpp (loads, counts, jobs), a one-thread pool
+plans the document (so plans come back in the order they were asked for, stale ones dropped),
+and store calls run in the background. Panels only observe events and emit requests.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QFont, QKeySequence
+from PySide6.QtCore import QByteArray, QSettings, Qt, QThreadPool, Signal
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
     QFileDialog,
-    QFormLayout,
-    QGroupBox,
     QLabel,
+    QLineEdit,
     QMainWindow,
     QMessageBox,
-    QPlainTextEdit,
-    QSplitter,
-    QVBoxLayout,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QToolBar,
+    QToolButton,
     QWidget,
 )
 
 from app import __version__
+from app.core.budget import compute_budget, model_frame, prompt_frame
+from app.core.default_model import sha256_of
+from app.core.documents import Document, load_document
 from app.core.engine.gguf import ModelInfo
-from app.core.engine.protocol import LoadedModel, LoadSettings
-from app.ui.engine_worker import EngineThread
+from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
+from app.core.jobs import ASK, SUMMARIZE, JobFinished
+from app.core.paths import models_dir
+from app.core.strategies import STRATEGIES, Plan, Planner
+from app.core.tokens import TokenCounter, cl100k
+from app.store.db import Database, StoreError, open_database
+from app.store.repository import Entry, Repository
+from app.ui.buffer_panel import BufferPanel
+from app.ui.compare_view import MAX_PANES, CompareView
+from app.ui.document_view import DocumentView
+from app.ui.engine_worker import EngineThread, JobOutcome, JobSpec, ResumeSpec
+from app.ui.gauges import GaugesPanel
+from app.ui.history_panel import HistoryPanel
+from app.ui.model_panel import ModelPanel
+from app.ui.tasks import run_in_background
 
-
-class ModelCard(QGroupBox):
-    """The GGUF metadata a person needs before choosing a context size."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(self.tr("Model"), parent)
-        self._form = QFormLayout(self)
-        self._fields: dict[str, QLabel] = {}
-        for key, label in (
-            ("name", self.tr("Name")),
-            ("arch", self.tr("Architecture")),
-            ("params", self.tr("Parameters")),
-            ("quant", self.tr("Quantization")),
-            ("layers", self.tr("Layers")),
-            ("ctx_train", self.tr("Context trained")),
-            ("n_ctx", self.tr("Context loaded")),
-            ("kv", self.tr("KV cache")),
-        ):
-            value = QLabel("–")
-            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            self._fields[key] = value
-            self._form.addRow(label + ":", value)
-
-    def show_model(self, info: ModelInfo, loaded: LoadedModel) -> None:
-        per_token = info.kv_bytes_per_token(loaded.kv_cache_type) or 0
-        values = {
-            "name": info.name or Path(info.path).name,
-            "arch": info.architecture,
-            "params": f"{info.parameters / 1e6:,.0f} M",
-            "quant": info.quantization,
-            "layers": str(info.n_layers or "–"),
-            "ctx_train": f"{info.n_ctx_train:,}" if info.n_ctx_train else "–",
-            "n_ctx": f"{loaded.n_ctx:,}",
-            "kv": self.tr("{0:,} bytes/token, {1:,.0f} MiB at {2:,} tokens").format(
-                per_token, per_token * loaded.n_ctx / 2**20, loaded.n_ctx
-            ),
-        }
-        for key, text in values.items():
-            self._fields[key].setText(text)
+log = logging.getLogger(__name__)
+MAX_RECENT = 8
+TASKS = ("summarize", "ask", "extract")
 
 
 class MainWindow(QMainWindow):
     ready = Signal()  # the model is loaded and the document's tokens are counted
     failed = Signal(str)  # something the person was told about went wrong
+    plan_shown = Signal(object)  # the Plan now highlighted in the document
+    job_finished = Signal(object)  # JobOutcome, once recorded in the history
 
-    def __init__(self, model: Path | None, document: Path | None, n_ctx: int = 8192) -> None:
+    def __init__(
+        self,
+        model: Path | None,
+        document: Path | None,
+        n_ctx: int = 8192,
+        *,
+        db_path: Path | None = None,
+        settings: QSettings | None = None,
+    ) -> None:
         super().__init__()
         self.setWindowTitle("ContextLens")
-        self.resize(1100, 720)
-        self._n_ctx = n_ctx
-        self._loaded: LoadedModel | None = None
-        self._doc_text = ""
-        self._doc_tokens: int | None = None
+        self.setAcceptDrops(True)
+        self.resize(1400, 900)
+        self.settings = settings or QSettings()
         self.last_error = ""
-
-        self.card = ModelCard()
-        self.ratio = QLabel(self.tr("No document"))
-        self.ratio.setWordWrap(True)
-        side = QWidget()
-        side_layout = QVBoxLayout(side)
-        side_layout.addWidget(self.card)
-        side_layout.addWidget(self.ratio)
-        side_layout.addStretch(1)
-
-        self.document_view = QPlainTextEdit()
-        self.document_view.setReadOnly(True)
-        self.document_view.setFont(QFont("monospace"))
-        self.document_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-
-        splitter = QSplitter()
-        splitter.addWidget(side)
-        splitter.addWidget(self.document_view)
-        splitter.setStretchFactor(1, 1)
-        self.setCentralWidget(splitter)
-        self._build_menus()
+        self._n_ctx = n_ctx
+        self._model_path: Path | None = None
+        self._model_sha = ""
+        self._loaded: LoadedModel | None = None
+        self._doc: Document | None = None
+        self._doc_tokens: int | None = None
+        self._planner: Planner | None = None
+        self._plan: Plan | None = None
+        self._plan_generation = 0
+        self._plan_pool = QThreadPool(self)
+        self._plan_pool.setMaxThreadCount(1)  # plans are answered in the order they were asked
+        self._running = False
+        self._comparing = False
+        self._system_info = self._engine_version = ""  # from the engine child, once started
 
         self.engine = EngineThread(self)
-        self.engine.worker.model_loaded.connect(self._on_model_loaded)
-        self.engine.worker.tokens_counted.connect(self._on_tokens_counted)
-        self.engine.worker.failed.connect(self._on_failed)
-        self.engine.worker.status.connect(self.statusBar().showMessage)
+        self._open_store(db_path)
+        self._build_panels()
+        self._build_actions()
+        self._wire_engine()
+        self._restore_layout()
 
         if document is not None:
             self.open_document(document)
         if model is not None:
-            self.engine.request_load.emit(str(model), LoadSettings(n_ctx=n_ctx))
+            self.model_panel.select_model(model)
+            self.load_model(model, LoadSettings(n_ctx=n_ctx))
 
-    def _build_menus(self) -> None:
+    # ----- building -----
+
+    def _open_store(self, db_path: Path | None) -> None:
+        self.db: Database | None = None
+        self.repo: Repository | None = None
+        try:
+            self.db = open_database(db_path)
+        except StoreError as exc:
+            self._store_problem = str(exc)
+            return
+        self._store_problem = self.db.notice or ""
+        self.repo = Repository(self.db)
+
+    def _build_panels(self) -> None:
+        self.document_view = DocumentView()
+        self.setCentralWidget(self.document_view)
+
+        self.model_panel = ModelPanel(models_dir())
+        self.model_panel.load_requested.connect(self.load_model)
+        self.model_panel.unload_requested.connect(self.engine.request_unload)
+        self._dock(
+            "model", self.tr("Model"), self.model_panel, Qt.DockWidgetArea.LeftDockWidgetArea
+        )
+
+        self.buffers = BufferPanel()
+        self.buffers.source_clicked.connect(self.document_view.highlight_sources)
+        self.compare = CompareView()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.buffers, self.tr("&Buffers"))
+        self.tabs.addTab(self.compare, self.tr("Co&mpare"))
+        if self.repo is not None:
+            self.history: HistoryPanel | None = HistoryPanel(self.repo)
+            self.history.rolled_back.connect(self._on_rolled_back)
+            self.history.failed.connect(self._on_failed)
+            self.tabs.addTab(self.history, self.tr("&History"))
+        else:
+            self.history = None
+            self.tabs.addTab(QLabel(self._store_problem), self.tr("&History"))
+        self._dock("stages", self.tr("Three-stage buffer"), self.tabs,
+                   Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
+
+        self.gauges = GaugesPanel()
+        self._dock("gauges", self.tr("Gauges"), self.gauges, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.gauges.start()  # redraws ~10 times a second while shown
+        docks = {d.objectName(): d for d in self._view_menu_docks}
+        self.resizeDocks([docks["dock-gauges"]], [230], Qt.Orientation.Vertical)
+        self.resizeDocks([docks["dock-model"], docks["dock-stages"]], [330, 560],
+                         Qt.Orientation.Horizontal)  # fmt: skip
+
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(180)
+        self.progress.setRange(0, 0)
+        self.progress.hide()
+        self.statusBar().addPermanentWidget(self.progress)
+
+    def _dock(self, name: str, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> None:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock-{name}")  # saveState needs names
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        self._view_menu_docks = [*getattr(self, "_view_menu_docks", []), dock]
+
+    def _build_actions(self) -> None:
+        bar = QToolBar(self.tr("Job"))
+        bar.setObjectName("toolbar-job")
+        self.addToolBar(bar)
+
         file_menu = self.menuBar().addMenu(self.tr("&File"))
         open_action = QAction(self.tr("&Open Document…"), self)
         open_action.setShortcut(QKeySequence.StandardKey.Open)
         open_action.triggered.connect(self._choose_document)
         file_menu.addAction(open_action)
+        self.recent_menu = file_menu.addMenu(self.tr("Open &Recent"))
+        self._fill_recent()
+        file_menu.addSeparator()
         quit_action = QAction(self.tr("&Quit"), self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
         file_menu.addAction(quit_action)
+        bar.addAction(open_action)
+
+        self.task_box = QComboBox()
+        for task in TASKS:
+            self.task_box.addItem(self.tr(task), task)
+        self.task_box.setToolTip(self.tr("What the model does with the document"))
+        self.task_box.currentIndexChanged.connect(self._on_task_changed)
+        bar.addWidget(QLabel(self.tr(" Task ")))
+        bar.addWidget(self.task_box)
+        self.question = QLineEdit()
+        self.question.setPlaceholderText(self.tr("Question, or instruction for extract"))
+        self.question.setMinimumWidth(240)
+        self.question.setEnabled(False)
+        bar.addWidget(self.question)
+
+        self.strategy_box = QComboBox()
+        for name in STRATEGIES:
+            self.strategy_box.addItem(name, name)
+        self.strategy_box.setCurrentIndex(self.strategy_box.findData("head"))
+        self.strategy_box.setToolTip(self.tr("What to do with a document longer than the context"))
+        self.strategy_box.currentIndexChanged.connect(lambda _i: self.update_plan())
+        bar.addWidget(QLabel(self.tr(" Strategy ")))
+        bar.addWidget(self.strategy_box)
+
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 8192)
+        self.max_tokens.setValue(256)
+        self.max_tokens.setToolTip(self.tr("Longest reply, in tokens (kept free in the context)"))
+        self.max_tokens.valueChanged.connect(lambda _v: self.update_plan())
+        bar.addWidget(QLabel(self.tr(" Reply ")))
+        bar.addWidget(self.max_tokens)
+
+        self.run_action = QAction(self.tr("&Run"), self)
+        self.run_action.setShortcut(QKeySequence("Ctrl+R"))
+        self.run_action.triggered.connect(self._run_clicked)
+        bar.addAction(self.run_action)
+
+        self.compare_button = QToolButton()
+        self.compare_button.setText(self.tr("Com&pare"))
+        self.compare_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        menu = self.menuBar().addMenu(self.tr("&Compare"))
+        self.compare_choices: dict[str, QAction] = {}
+        for name in STRATEGIES:
+            choice = QAction(name, self, checkable=True)
+            choice.setChecked(name in ("head", "entropy", "map-reduce"))
+            menu.addAction(choice)
+            self.compare_choices[name] = choice
+        self.compare_button.setMenu(menu)
+        self.compare_button.clicked.connect(self._compare_clicked)
+        bar.addWidget(self.compare_button)
+
+        self.cancel_action = QAction(self.tr("&Cancel"), self)
+        self.cancel_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.cancel_action.setEnabled(False)
+        self.cancel_action.triggered.connect(self.cancel)
+        bar.addAction(self.cancel_action)
+        cancel_button = QPushButton(self.tr("Cancel"))
+        cancel_button.clicked.connect(self.cancel)
+        cancel_button.hide()
+        self._progress_cancel = cancel_button
+        self.statusBar().addPermanentWidget(cancel_button)
+
+        view_menu = self.menuBar().addMenu(self.tr("&View"))
+        for dock in self._view_menu_docks:
+            view_menu.addAction(dock.toggleViewAction())
+
         help_menu = self.menuBar().addMenu(self.tr("&Help"))
         about = QAction(self.tr("&About ContextLens"), self)
         about.triggered.connect(self._about)
         help_menu.addAction(about)
 
+    def _wire_engine(self) -> None:
+        w = self.engine.worker
+        w.model_loaded.connect(self._on_model_loaded)
+        w.unloaded.connect(self._on_unloaded)
+        w.tokens_counted.connect(self._on_tokens_counted)
+        w.job_events.connect(self._on_job_events)
+        w.job_done.connect(self._on_job_done)
+        w.crashed.connect(self._on_crashed)
+        w.restarted.connect(lambda: self.statusBar().showMessage(self.tr("Engine restarted")))
+        w.failed.connect(self._on_failed)
+        w.status.connect(self.statusBar().showMessage)
+
+    # ----- documents -----
+
     def _choose_document(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, self.tr("Open Document"))
+        start = str(self.settings.value("last_folder", ""))
+        path, _ = QFileDialog.getOpenFileName(self, self.tr("Open Document"), start)
         if path:
             self.open_document(Path(path))
 
     def open_document(self, path: Path) -> None:
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            self._on_failed(self.tr("Cannot open {0}: {1}").format(path, exc.strerror or exc))
-            return
-        text = raw.decode("utf-8", errors="replace")
-        self._doc_text = text
-        self._doc_tokens = None
-        self.setWindowTitle(f"ContextLens — {path.name}")
-        self.document_view.setPlainText(text)
-        self.ratio.setText(self.tr("{0:,} characters; counting tokens…").format(len(text)))
-        if self._loaded is not None:
-            self.engine.request_count.emit(text)
+        """Read (and decode, and extract) the file in the background, then show and plan it."""
+        self._busy(True, self.tr("Opening {0}…").format(path.name))
+        run_in_background(lambda: load_document(path), self._on_document_loaded,
+                          self._on_document_failed)  # fmt: skip
 
-    def _on_model_loaded(self, info: ModelInfo, loaded: LoadedModel) -> None:
+    def _on_document_failed(self, message: str) -> None:
+        self._busy(False)
+        self._on_failed(message)
+
+    def _on_document_loaded(self, doc: Document) -> None:
+        self._busy(False)
+        self._doc = doc
+        self._doc_tokens = None
+        self._planner = None
+        self.setWindowTitle(f"ContextLens — {doc.name}")
+        self.document_view.set_document(doc.text)
+        self._remember(doc.path)
+        self._show_counts()
+        if self._loaded is not None:
+            self.engine.request_count.emit(doc.text)
+        self.update_plan()
+
+    def _remember(self, path: Path | None) -> None:
+        if path is None:
+            return
+        recent = [str(path)] + [p for p in self._recent() if p != str(path)]
+        self.settings.setValue("recent", recent[:MAX_RECENT])
+        self.settings.setValue("last_folder", str(path.parent))
+        self._fill_recent()
+
+    def _recent(self) -> list[str]:
+        value = self.settings.value("recent", [])
+        return [value] if isinstance(value, str) else list(value or [])
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        for entry in self._recent():
+            action = self.recent_menu.addAction(entry)
+            action.triggered.connect(lambda _c=False, p=entry: self.open_document(Path(p)))
+        self.recent_menu.setEnabled(bool(self._recent()))
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(url.isLocalFile() for url in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        for url in event.mimeData().urls():
+            if url.isLocalFile():
+                path = Path(url.toLocalFile())
+                if path.suffix.lower() == ".gguf":
+                    self.model_panel.select_model(path)
+                else:
+                    self.open_document(path)
+                event.acceptProposedAction()
+                return
+
+    # ----- the plan of what reaches the model -----
+
+    def _counter(self) -> TokenCounter:
+        counter = self.engine.worker.counter
+        return counter if counter is not None else cl100k()
+
+    def _task_instruction(self) -> str:
+        return ASK if self.task_box.currentData() == "ask" else SUMMARIZE
+
+    def update_plan(self) -> None:
+        """Plan the document for the chosen strategy and context, in the background."""
+        if self._doc is None:
+            return
+        self._plan_generation += 1
+        generation = self._plan_generation
+        strategy = self.strategy_box.currentData()
+        n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
+        reserve, counter, model = self.max_tokens.value(), self._counter(), self._model_path
+        instruction = self._task_instruction()
+        if self._planner is None or self._planner.counter is not counter:
+            self._planner = Planner(self._doc, counter)
+        planner = self._planner
+
+        def work() -> Plan:
+            frame = model_frame(model, task=instruction) if model else prompt_frame(None)
+            budget = compute_budget(n_ctx, reserve, frame, counter)
+            return planner.plan(strategy, max(1, budget.available))
+
+        def done(plan: Plan) -> None:
+            if generation == self._plan_generation:
+                self._plan = plan
+                self.document_view.show_plan(plan)
+                self.plan_shown.emit(plan)
+
+        run_in_background(work, done, self._on_failed, self._plan_pool)
+
+    def _on_task_changed(self, _index: int) -> None:
+        self.question.setEnabled(self.task_box.currentData() != "summarize")
+        self.update_plan()
+
+    def _show_counts(self) -> None:
+        if self._doc is None:
+            return
+        n_ctx = self._loaded.n_ctx if self._loaded else None
+        doc = self._doc
+        run_in_background(lambda: cl100k().count(doc.text),
+                          lambda n: self.document_view.set_counts(len(doc.text), self._doc_tokens,
+                                                                  n, n_ctx),
+                          self._on_failed)  # fmt: skip
+
+    # ----- the model -----
+
+    def load_model(self, path: Path, settings: LoadSettings) -> None:
+        self._model_path = Path(path)
+        self.model_panel.n_ctx.setValue(settings.n_ctx)
+        self._model_sha = ""
+        self.model_panel.set_busy(True)
+        self._busy(True, self.tr("Loading {0}…").format(Path(path).name))
+        self.engine.request_load.emit(str(path), settings)
+        run_in_background(lambda: sha256_of(Path(path)), self._set_model_sha, lambda _m: None)
+
+    def _set_model_sha(self, sha: str) -> None:
+        self._model_sha = sha
+
+    def _on_model_loaded(self, info: ModelInfo, loaded: LoadedModel,
+                         caps: EngineCapabilities | None) -> None:  # fmt: skip
+        del info
+        self._busy(False)
         self._loaded = loaded
-        self.card.show_model(info, loaded)
+        self.model_panel.set_busy(False)
+        self.model_panel.show_loaded(loaded)
+        if caps is not None:
+            self.model_panel.set_capabilities(caps)
+            self._system_info = caps.system_info
+            self._engine_version = caps.llama_cpp_python_version
+        self.gauges.set_engine_pid(self.engine.worker.engine_pid)
         self.statusBar().showMessage(
             self.tr("Model loaded in {0:.2f} s").format(loaded.load_seconds), 5000
         )
         for warning in loaded.warnings:
             self.statusBar().showMessage(warning)
-        if self._doc_text:
-            self.engine.request_count.emit(self._doc_text)
+        self._planner = None  # exact counts now
+        if self._doc is not None:
+            self.engine.request_count.emit(self._doc.text)
+            self.update_plan()
         else:
             self.ready.emit()
 
-    def _on_tokens_counted(self, tokens: int, chars: int) -> None:
+    def _on_unloaded(self) -> None:
+        self._loaded = None
+        self.model_panel.show_unloaded()
+        self.gauges.set_engine_pid(None)
+        self._planner = None
+        self.update_plan()
+
+    def _on_tokens_counted(self, tokens: int, _chars: int) -> None:
         self._doc_tokens = tokens
-        n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
-        self.ratio.setText(
-            self.tr(
-                "Document: {0:,} characters, {1:,} tokens — {2:.1f}× the {3:,}-token context. "
-                "Only part of it can reach the model at once."
-            ).format(chars, tokens, tokens / n_ctx, n_ctx)
-            if tokens > n_ctx
-            else self.tr(
-                "Document: {0:,} characters, {1:,} tokens — fits the {2:,}-token context."
-            ).format(chars, tokens, n_ctx)
-        )
+        self._show_counts()
         self.statusBar().showMessage(self.tr("Ready"))
         self.ready.emit()
 
+    # ----- jobs -----
+
+    def _spec(self, strategies: tuple[str, ...]) -> JobSpec | None:
+        if self._doc is None:
+            self._on_failed(self.tr("Open a document first."))
+            return None
+        if self._loaded is None:
+            self._on_failed(self.tr("Load a model first."))
+            return None
+        task = self.task_box.currentData()
+        text = self.question.text().strip()
+        if task != "summarize" and not text:
+            self._on_failed(self.tr("Type the question (or the extract instruction) first."))
+            return None
+        return JobSpec(task, strategies, self._doc.text,
+                       questions=(text,) if task == "ask" else (),
+                       instruction=text if task == "extract" else "",
+                       max_tokens=self.max_tokens.value())  # fmt: skip
+
+    def _run_clicked(self) -> None:
+        self.run_job()  # (a triggered(bool) signal must not become the strategy argument)
+
+    def _compare_clicked(self) -> None:
+        self.run_compare()
+
+    def run_job(self, strategy: str | None = None) -> None:
+        spec = self._spec((strategy or self.strategy_box.currentData(),))
+        if spec is not None:
+            self._start(spec, comparing=False)
+
+    def run_compare(self, strategies: list[str] | None = None) -> None:
+        chosen = strategies or [n for n, a in self.compare_choices.items() if a.isChecked()]
+        if not 2 <= len(chosen) <= MAX_PANES:
+            self._on_failed(self.tr("Choose two to four strategies to compare (Compare menu)."))
+            return
+        spec = self._spec(tuple(chosen))
+        if spec is not None:
+            self.compare.start(chosen)
+            self.tabs.setCurrentWidget(self.compare)
+            self._start(spec, comparing=True)
+
+    def _start(self, spec: JobSpec, *, comparing: bool) -> None:
+        assert self._loaded is not None
+        self._running, self._comparing = True, comparing
+        self.buffers.reset(self._loaded.n_ctx)
+        self.gauges.reset(self._loaded.n_ctx)
+        if not comparing:
+            self.tabs.setCurrentWidget(self.buffers)
+        self._set_running(True)
+        self.engine.request_job.emit(spec)
+
+    def cancel(self) -> None:
+        if self._running:
+            self.statusBar().showMessage(self.tr("Cancelling…"))
+            self.engine.cancel()
+
+    def _set_running(self, running: bool) -> None:
+        self.run_action.setEnabled(not running)
+        self.compare_button.setEnabled(not running)
+        self.cancel_action.setEnabled(running)
+        self._busy(running, self.tr("Running…") if running else "")
+
+    def _on_job_events(self, events: list[Any]) -> None:
+        for ev in events:
+            self.buffers.on_event(ev)
+            self.gauges.on_event(ev)
+            if self._comparing:
+                self.compare.on_event(ev)
+            if isinstance(ev, JobFinished) and ev.result.refused:
+                self.statusBar().showMessage(self.tr("Refused: {0}").format(ev.result.refused))
+
+    def _on_job_done(self, outcome: JobOutcome) -> None:
+        self._running = False
+        self._set_running(False)
+        reasons = ", ".join(r.finish_reason for r in outcome.results) or self.tr("nothing")
+        self.statusBar().showMessage(self.tr("Done: {0}").format(reasons))
+        self._record(outcome)
+
+    def _record(self, outcome: JobOutcome) -> None:
+        """Store the job as a session with a version (and run, and KV state) per strategy."""
+        repo, doc, loaded = self.repo, self._doc, self._loaded
+        if repo is None or doc is None or loaded is None or not outcome.spec.text:
+            self.job_finished.emit(outcome)
+            return
+        spec, model, sha = outcome.spec, str(self._model_path or ""), self._model_sha
+        prompt = "\n".join(spec.questions) or spec.instruction
+
+        def work() -> int:
+            entries = [
+                Entry({"task": r.task, "strategy": r.strategy, "prompt": prompt,
+                       "model_path": model, "model_sha256": sha or sha256_of(Path(model)),
+                       "settings": {"n_ctx": r.n_ctx, "max_tokens": spec.max_tokens,
+                                    "kv_cache_type": loaded.kv_cache_type}},
+                      r, outcome.states.get(i), len(r.final_prompt))
+                for i, r in enumerate(outcome.results)
+            ]  # fmt: skip
+            ids = repo.record(doc, doc.name, entries)
+            return repo.get_version(ids[0]).session if ids else 0
+
+        def done(session: int) -> None:
+            if self.history is not None and session:
+                self.history.set_session(session)
+            self.job_finished.emit(outcome)
+
+        def failed(message: str) -> None:
+            self._on_failed(self.tr("The run was not recorded: {0}").format(message))
+            self.job_finished.emit(outcome)
+
+        run_in_background(work, done, failed)
+
+    # ----- rollback with the KV state -----
+
+    def _on_rolled_back(self, version: Any, has_kv: bool) -> None:
+        repo, loaded = self.repo, self._loaded
+        if not has_kv or repo is None or loaded is None or not self._model_sha:
+            self.statusBar().showMessage(
+                self.tr("Rolled back to a new version #{0}; run it to see its output.").format(
+                    version.id
+                )
+            )
+            return
+        sha = self._model_sha
+
+        def work() -> ResumeSpec | None:
+            saved = repo.kv_state(version.id, model_sha256=sha, n_ctx=loaded.n_ctx,
+                                  cache_type=loaded.kv_cache_type)  # fmt: skip
+            if saved is None:
+                return None
+            runs = repo.runs(saved.version)
+            outputs = runs[-1]["outputs"] if runs else []
+            sources = tuple(tuple(s) for s in outputs[-1]["source_spans"]) if outputs else ()
+            max_tokens = int(version.settings.get("max_tokens", 256))
+            return ResumeSpec(saved.state, saved.prompt_tokens, version.task, version.strategy,
+                              max_tokens, sources)  # fmt: skip
+
+        def done(spec: ResumeSpec | None) -> None:
+            if spec is None:
+                self.statusBar().showMessage(
+                    self.tr("No KV state for the loaded model and context; run it again.")
+                )
+                return
+            self._running, self._comparing = True, False
+            self.buffers.reset(loaded.n_ctx)
+            self.tabs.setCurrentWidget(self.buffers)
+            self._set_running(True)
+            self.statusBar().showMessage(self.tr("Resuming from the saved KV state…"))
+            self.engine.request_resume.emit(spec)
+
+        run_in_background(work, done, self._on_failed)
+
+    # ----- errors and progress -----
+
+    def _busy(self, busy: bool, message: str = "") -> None:
+        self.progress.setVisible(busy)
+        self._progress_cancel.setVisible(busy and self._running)
+        if message:
+            self.statusBar().showMessage(message)
+
+    def _on_crashed(self, message: str) -> None:
+        self._on_failed(self.tr("The engine stopped: {0}. Starting it again…").format(message))
+
     def _on_failed(self, message: str) -> None:
+        log.warning("%s", message)
         self.last_error = message
+        self._busy(False)
+        self.model_panel.set_busy(False)
         self.statusBar().showMessage(message)
         # open(), not exec(): the message is window-modal but never blocks the event loop.
         box = QMessageBox(QMessageBox.Icon.Warning, self.tr("ContextLens"), message,
@@ -189,18 +615,47 @@ class MainWindow(QMainWindow):
         box.open()
         self.failed.emit(message)
 
+    def report_unexpected(self, kind: type[BaseException], exc: BaseException,
+                          tb: TracebackType | None) -> None:  # fmt: skip
+        """sys.excepthook: a bug is logged with its traceback and shown, never swallowed."""
+        log.error("unexpected error", exc_info=(kind, exc, tb))
+        self._on_failed(self.tr("Unexpected error (details in the log): {0}: {1}").format(
+            kind.__name__, exc))  # fmt: skip
+
     def _about(self) -> None:
-        import llama_cpp
         from PySide6 import __version__ as pyside_version
 
         QMessageBox.about(
             self,
             self.tr("About ContextLens"),
-            self.tr("ContextLens {0}\nllama-cpp-python {1}\nQt (PySide6) {2}").format(
-                __version__, llama_cpp.__version__, pyside_version
+            self.tr(
+                "ContextLens {0}\nllama-cpp-python {1}\nllama.cpp build: {2}\nQt (PySide6) {3}"
+            ).format(
+                __version__,
+                self._engine_version or self.tr("(load a model)"),
+                self._system_info or self.tr("(load a model)"),
+                pyside_version,
             ),
         )
 
+    # ----- layout and closing -----
+
+    def _restore_layout(self) -> None:
+        geometry = self.settings.value("geometry")
+        state = self.settings.value("window_state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.settings.setValue("geometry", self.saveGeometry())
+        self.settings.setValue("window_state", self.saveState())
+        self.gauges.stop()
         self.engine.stop()
+        self._plan_pool.waitForDone(10_000)
+        if self.repo is not None:
+            self.repo.close()
+        if self.db is not None:
+            self.db.close()
         super().closeEvent(event)

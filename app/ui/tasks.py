@@ -27,17 +27,20 @@ class _Relay(QObject):
 class _Job(QRunnable):
     def __init__(self, fn: Callable[[], Any], relay: _Relay) -> None:
         super().__init__()
-        self._fn = fn
-        self._relay = relay
+        self._fn: Callable[[], Any] | None = fn
+        self._relay: _Relay | None = relay
 
     def run(self) -> None:
+        fn, relay = self._fn, self._relay
+        self._fn = self._relay = None  # the GUI thread keeps the last references (see below)
+        assert fn is not None and relay is not None
         try:
-            result = self._fn()
+            result = fn()
         except Exception as exc:  # reported, never swallowed
             log.exception("background task failed")
-            self._relay.failed.emit(str(exc) or type(exc).__name__)
+            relay.failed.emit(str(exc) or type(exc).__name__)
         else:
-            self._relay.done.emit(result)
+            relay.done.emit(result)
 
 
 _pending: set[_Relay] = set()  # relays are kept alive until their answer has been delivered
@@ -50,7 +53,11 @@ def run_in_background(
     pool: QThreadPool | None = None,
 ) -> None:
     """Call ``fn()`` on a pool thread; then ``on_done(result)`` or ``on_error(message)`` on the
-    GUI thread. Must be called from the GUI thread."""
+    GUI thread. Must be called from the GUI thread.
+
+    ``fn`` must not capture widgets (pass the plain values it needs): whatever it holds may be
+    released on the pool thread, and a Qt object freed there crashes the app. The handlers may
+    capture anything; they are released on the GUI thread."""
     relay = _Relay()
     _pending.add(relay)
 

@@ -1,50 +1,160 @@
-"""The window on the real engine and model, offscreen: it loads, counts, and never blocks."""
+"""The window on the real engine, the real default model and a real history file, offscreen:
+open, plan, run, cancel, survive an engine crash, compare, roll back, and never block."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+from PySide6.QtCore import QSettings
 from PySide6.QtGui import QImage
 
+from app.core.jobs import TokenBatch
 from app.core.paths import sample_document
 from app.ui.main_window import MainWindow
 
+N_CTX = 512
 
-def test_window_shows_the_model_and_how_far_the_document_exceeds_the_context(
-    qtbot, model_path: Path
+
+@pytest.fixture
+def short_doc(tmp_path: Path) -> Path:
+    """About 3,000 tokens of the sample: several times the test context, quick to run."""
+    path = tmp_path / "lexicon.txt"
+    path.write_text(sample_document().read_text(encoding="utf-8")[:12_000], encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path, model_path: Path, short_doc: Path) -> Iterator[MainWindow]:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(model_path, short_doc, n_ctx=N_CTX, db_path=tmp_path / "h.db",
+                   settings=settings)  # fmt: skip
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.ready, timeout=120_000):
+        w.show()
+    w.max_tokens.setValue(8)
+    yield w
+    w.close()
+
+
+def _run(qtbot, w: MainWindow, strategy: str) -> object:
+    w.strategy_box.setCurrentIndex(w.strategy_box.findData(strategy))
+    with qtbot.waitSignal(w.job_finished, timeout=300_000) as done:
+        w.run_job()
+    return done.args[0]
+
+
+def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWindow) -> None:
+    assert window._loaded is not None and window._loaded.n_ctx == N_CTX
+    with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("tail"))
+    tail = shown.args[0]
+    with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
+    head = shown.args[0]
+    assert (tail.strategy, head.strategy) == ("tail", "head")
+    assert head.kept[0].start == 0 and tail.kept[-1].end == len(window._doc.text)
+    assert head.dropped and tail.dropped  # the document is several times the context
+
+
+def test_a_job_streams_into_the_buffers_and_is_recorded(qtbot, window: MainWindow) -> None:
+    outcome = _run(qtbot, window, "head")
+    [result] = outcome.results
+    assert result.finish_reason in ("stop", "length") and result.kv_peak_cells <= N_CTX
+    assert result.text and result.text in window.buffers.output_text()
+    [version] = window.repo.history()
+    assert version.strategy == "head" and window.repo.runs(version.id)
+    assert window.repo.kv_states(version.id), "the KV state is kept for an instant rollback"
+
+
+def test_cancel_stops_a_running_job(qtbot, window: MainWindow) -> None:
+    window.max_tokens.setValue(400)
+    window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
+
+    def cancel_on_first_text(events: list) -> None:
+        if any(isinstance(ev, TokenBatch) for ev in events):
+            window.cancel()
+
+    window.engine.worker.job_events.connect(cancel_on_first_text)
+    with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
+        window.run_job()
+    assert done.args[0].results[0].finish_reason == "cancelled"
+    assert window.run_action.isEnabled() and not window.cancel_action.isEnabled()
+
+
+def test_an_engine_crash_mid_job_restarts_the_engine_and_keeps_the_window(
+    qtbot, window: MainWindow
 ) -> None:
-    window = MainWindow(model_path, sample_document(), n_ctx=4096)
-    qtbot.addWidget(window)
-    with qtbot.waitSignal(window.ready, timeout=60_000):
-        window.show()
-    assert "4,096" in window.card._fields["n_ctx"].text()
-    assert window.card._fields["arch"].text() == "llama"
-    assert "× the 4,096-token context" in window.ratio.text()
-    assert window.document_view.document().characterCount() > 1_000_000
-    window.close()
-    assert not window.engine.thread.isRunning()
+    window.max_tokens.setValue(400)
+
+    def kill_on_first_text(events: list) -> None:
+        pid = window.engine.worker.engine_pid
+        if pid and any(isinstance(ev, TokenBatch) for ev in events):
+            os.kill(pid, signal.SIGKILL)
+
+    window.engine.worker.job_events.connect(kill_on_first_text)
+    worker = window.engine.worker
+    with qtbot.waitSignals([worker.crashed, worker.restarted, window.job_finished],
+                           timeout=300_000):  # fmt: skip
+        window.run_job()
+    window.engine.worker.job_events.disconnect(kill_on_first_text)
+    assert "engine" in window.last_error.lower()
+    window.max_tokens.setValue(8)
+    outcome = _run(qtbot, window, "head")  # the new engine, same model, same window
+    assert outcome.results[0].finish_reason in ("stop", "length")
+
+
+def test_compare_runs_three_strategies_side_by_side(qtbot, window: MainWindow) -> None:
+    with qtbot.waitSignal(window.job_finished, timeout=600_000) as done:
+        window.run_compare(["head", "tail", "entropy"])
+    assert [r.strategy for r in done.args[0].results] == ["head", "tail", "entropy"]
+    rows = window.compare.summary()
+    assert [row[0] for row in rows] == ["head", "tail", "entropy"]
+    for name in ("head", "tail", "entropy"):
+        assert window.compare.panes[name].output.toPlainText().strip()
+    assert len(window.repo.history()) == 3
+
+
+def test_rollback_resumes_from_the_kv_state(qtbot, window: MainWindow) -> None:
+    outcome = _run(qtbot, window, "head")
+    [version] = window.repo.history()
+    history = window.history
+    with qtbot.waitSignal(history.refreshed, timeout=30_000):
+        history.refresh()
+    assert history.has_kv(version.id)  # shown as an instant rollback
+    history.select_versions(version.id)
+    with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
+        history.rollback_selected()  # the panel makes the version; the window resumes it
+    [resumed] = done.args[0].results
+    assert resumed.evaluated_tokens == 1  # the prompt came from the saved state
+    assert resumed.text == outcome.results[0].text
+
+
+def test_app_entry_point_runs_the_demo_and_saves_a_screenshot(tmp_path: Path) -> None:
+    shot = tmp_path / "window.png"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "CONTEXTLENS_DB": str(tmp_path / "d")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.ui.main", "--demo", "--n-ctx", "1024",
+         "--screenshot", str(shot)],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    image = QImage(str(shot))
+    assert not image.isNull() and image.width() > 800 and image.height() > 500
 
 
 def test_a_bad_model_is_reported_in_plain_words(qtbot, tmp_path: Path) -> None:
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF\x01\x00\x00\x00" + bytes(32))
-    window = MainWindow(bad, None)
-    qtbot.addWidget(window)
-    with qtbot.waitSignal(window.failed, timeout=30_000) as blocker:
-        window.show()
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(bad, None, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.failed, timeout=30_000) as blocker:
+        w.show()
     assert "version 1 is obsolete" in blocker.args[0]
-    window.close()
-
-
-def test_app_entry_point_saves_a_screenshot(tmp_path: Path, model_path: Path) -> None:
-    shot = tmp_path / "window.png"
-    proc = subprocess.run(
-        [sys.executable, "-m", "app.ui.main", "--demo", "--n-ctx", "2048",
-         "--screenshot", str(shot)],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    image = QImage(str(shot))
-    assert not image.isNull() and image.width() > 600 and image.height() > 400
+    w.close()

@@ -1,0 +1,737 @@
+"""The three-stage buffer, live: the chunk queue, the KV cache as a bar of segments, the output.
+
+A run's events (:mod:`app.core.jobs`) arrive on the GUI thread; this panel only observes them.
+The KV bar is rebuilt from what the events say. A model call's ``ChunkEvaluated`` events give
+the exact KV positions of its document chunks (everything in front of the first one is the
+pinned prefix), ``TokenBatch`` counts grow the output, ``ChunkEvicted`` removes a chunk and
+shifts what follows down (as the ring does), and the call's ``KVStats`` — llama.cpp's own cell
+count — fixes where the question ends and the output begins. The events do not carry the
+question's length, so until that ``KVStats`` arrives the question is drawn with the length
+measured at the previous call: the bar may be a few cells off while one call streams and is
+exact after it.
+
+Updates stay cheap: the queue model gathers changes into one row insertion and one
+``dataChanged`` range per 50 ms, the bar paints proportional rectangles (never a widget per
+cell), and streamed text is appended at the end of the output, never laid out again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QRect,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QHelpEvent,
+    QPainter,
+    QPalette,
+    QPixmap,
+    QTextCharFormat,
+    QTextCursor,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSizePolicy,
+    QSplitter,
+    QTableView,
+    QTextBrowser,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.jobs import (
+    ChunkEvaluated,
+    ChunkEvicted,
+    ChunkQueued,
+    JobError,
+    JobFinished,
+    KVStats,
+    PlanReady,
+    StrategyStarted,
+    TokenBatch,
+)
+from app.core.ring import SegmentKind
+
+Span = tuple[int, int]
+_ModelIndex = QModelIndex | QPersistentModelIndex
+
+# Fill colours of the KV bar: mid-tone hues that read on light and dark palettes alike (the
+# bar carries no text; its free cells, border and separators come from the palette).
+KIND_COLOURS: dict[SegmentKind, QColor] = {
+    SegmentKind.SYSTEM: QColor(142, 124, 195),
+    SegmentKind.CHUNK: QColor(74, 144, 217),
+    SegmentKind.QUESTION: QColor(230, 162, 60),
+    SegmentKind.OUTPUT: QColor(82, 179, 107),
+}
+_LOOSE_TEXT = QColor(150, 170, 190)  # context text without a document span (a carried summary)
+
+
+# ----- stage 1: the chunk queue ----------------------------------------------------------------
+
+
+class ChunkState(Enum):
+    PENDING = "pending"  # queued for a model call, not evaluated yet
+    IN_KV = "in KV"  # evaluated: resident in the KV cache for the current call
+    DONE = "done"  # the call that read it has finished
+    EVICTED = "evicted"  # removed from the KV cache
+
+
+@dataclass
+class _Row:
+    number: int  # 0-based, in order of first appearance
+    start: int
+    end: int
+    tokens: int
+    state: ChunkState
+
+
+class ChunkQueueModel(QAbstractTableModel):
+    """Chunks of the document and their state; changes reach views in batches (see flush)."""
+
+    FLUSH_MS = 50
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._rows: list[_Row] = []  # what views see
+        self._new: list[_Row] = []  # queued since the last flush, not inserted yet
+        self._by_span: dict[Span, _Row] = {}
+        self._dirty: tuple[int, int] | None = None
+        self._headers = (self.tr("#"), self.tr("Characters"), self.tr("Tokens"), self.tr("State"))
+        self._labels = {
+            ChunkState.PENDING: self.tr("pending"),
+            ChunkState.IN_KV: self.tr("in KV"),
+            ChunkState.DONE: self.tr("done"),
+            ChunkState.EVICTED: self.tr("evicted"),
+        }
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(self.FLUSH_MS)
+        self._timer.timeout.connect(self.flush)
+
+    # ----- changes -----
+
+    def clear(self) -> None:
+        self._timer.stop()
+        self.beginResetModel()
+        self._rows, self._new, self._by_span, self._dirty = [], [], {}, None
+        self.endResetModel()
+
+    def queue(self, start: int, end: int, tokens: int) -> None:
+        """A chunk queued for a model call (again, when a later call reads it too)."""
+        row = self._by_span.get((start, end))
+        if row is None:
+            row = _Row(len(self._by_span), start, end, tokens, ChunkState.PENDING)
+            self._by_span[(start, end)] = row
+            self._new.append(row)
+            if not self._timer.isActive():
+                self._timer.start()
+            return
+        row.tokens = tokens
+        self._set(row, ChunkState.PENDING)
+
+    def set_state(self, span: Span, state: ChunkState) -> None:
+        row = self._by_span.get(span)
+        if row is not None:
+            self._set(row, state)
+
+    def finish(self, spans: Sequence[Span]) -> None:
+        """The model call that read ``spans`` has ended: those still in KV are done."""
+        for span in spans:
+            row = self._by_span.get(span)
+            if row is not None and row.state is ChunkState.IN_KV:
+                self._set(row, ChunkState.DONE)
+
+    def finish_all(self) -> None:
+        for row in self._by_span.values():
+            if row.state is ChunkState.IN_KV:
+                self._set(row, ChunkState.DONE)
+
+    def _set(self, row: _Row, state: ChunkState) -> None:
+        if row.state is state:
+            return
+        row.state = state
+        if row.number < len(self._rows):  # rows not inserted yet carry their state with them
+            lo, hi = self._dirty or (row.number, row.number)
+            self._dirty = (min(lo, row.number), max(hi, row.number))
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def flush(self) -> None:
+        """Tell views what changed: one insertion of the new rows, one range of changed rows."""
+        self._timer.stop()
+        if self._new:
+            first = len(self._rows)
+            self.beginInsertRows(QModelIndex(), first, first + len(self._new) - 1)
+            self._rows.extend(self._new)
+            self._new = []
+            self.endInsertRows()
+        if self._dirty is not None:
+            lo, hi = self._dirty
+            self._dirty = None
+            self.dataChanged.emit(self.index(lo, 0), self.index(hi, len(self._headers) - 1))
+
+    # ----- reading -----
+
+    def states(self) -> list[tuple[int, int, ChunkState]]:
+        """Every chunk (also those not shown yet) as (start, end, state), in queue order."""
+        return [(r.start, r.end, r.state) for r in self._by_span.values()]
+
+    def span_at(self, row: int) -> Span | None:
+        return (self._rows[row].start, self._rows[row].end) if 0 <= row < len(self._rows) else None
+
+    def rowCount(self, parent: _ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: _ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._headers)
+
+    def data(self, index: _ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+        if not index.isValid() or not 0 <= index.row() < len(self._rows):
+            return None
+        row, col = self._rows[index.row()], index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (
+                str(row.number + 1),
+                f"{row.start:,}–{row.end:,}",
+                f"{row.tokens:,}",
+                self._labels[row.state],
+            )[col]
+        if role == Qt.ItemDataRole.TextAlignmentRole and col != 3:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> object:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self._headers[section]
+        return None
+
+
+# ----- stage 2: the KV cache --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BarSegment:
+    kind: SegmentKind
+    pos: int  # first KV position
+    tokens: int
+    source: Span | None = None  # document characters, for chunks
+
+    @property
+    def end(self) -> int:
+        return self.pos + self.tokens
+
+
+@dataclass
+class KVLayout:
+    """The panel's picture of the KV cache: segments contiguous from 0, at most ``n_ctx``."""
+
+    n_ctx: int
+    segments: list[BarSegment] = field(default_factory=list)
+    question_hint: int = 0  # the question's length as measured at the end of the last call
+
+    @property
+    def used(self) -> int:
+        return self.segments[-1].end if self.segments else 0
+
+    @property
+    def free(self) -> int:
+        return max(0, self.n_ctx - self.used)
+
+    def clear(self) -> None:
+        self.segments.clear()
+
+    def place_chunk(self, pos: int, end: int, source: Span | None) -> None:
+        """A chunk evaluated at KV positions ``[pos, end)``; text in front of it fills the gap."""
+        pos, end = max(0, pos), min(end, self.n_ctx)
+        if end <= pos:
+            return
+        self._cut(pos)
+        if self.used < pos:  # the prefix, or context text without a document span
+            kind = SegmentKind.CHUNK if self.segments else SegmentKind.SYSTEM
+            self.segments.append(BarSegment(kind, self.used, pos - self.used))
+        self.segments.append(BarSegment(SegmentKind.CHUNK, pos, end - pos, source))
+
+    def grow_output(self, tokens: int) -> None:
+        """Generated tokens (never past n_ctx, as the ring caps them)."""
+        last = self.segments[-1] if self.segments else None
+        if last is None or last.kind is not SegmentKind.OUTPUT:
+            question = min(self.question_hint, self.free) if self.segments else 0
+            if question:  # provisional until the call's KVStats
+                self.segments.append(BarSegment(SegmentKind.QUESTION, self.used, question))
+            tokens = min(tokens, self.free)
+            if tokens > 0:
+                self.segments.append(BarSegment(SegmentKind.OUTPUT, self.used, tokens))
+            return
+        tokens = min(tokens, self.free)
+        if tokens > 0:
+            self.segments[-1] = BarSegment(SegmentKind.OUTPUT, last.pos, last.tokens + tokens)
+
+    def measured(self, cells_used: int) -> None:
+        """llama.cpp's cell count at the end of a call: the question and output placed exactly."""
+        cells = max(0, min(cells_used, self.n_ctx))
+        last = self.segments[-1] if self.segments else None
+        output = last.tokens if last is not None and last.kind is SegmentKind.OUTPUT else 0
+        known = [s for s in self.segments if s.kind in (SegmentKind.SYSTEM, SegmentKind.CHUNK)]
+        self.segments = known
+        prompt_end = max(self.used, cells - output)
+        if self.used < prompt_end:
+            if known:
+                self.question_hint = prompt_end - self.used
+                self.segments.append(
+                    BarSegment(SegmentKind.QUESTION, self.used, self.question_hint)
+                )
+            else:  # a call without document chunks: its whole prompt is one prefix
+                self.segments.append(BarSegment(SegmentKind.SYSTEM, 0, prompt_end))
+        if cells > self.used:
+            self.segments.append(BarSegment(SegmentKind.OUTPUT, self.used, cells - self.used))
+
+    def evict(self, source: Span) -> bool:
+        """Remove the chunk holding ``source``; everything after it moves down (a KV shift)."""
+        for i, s in enumerate(self.segments):
+            if s.kind is SegmentKind.CHUNK and s.source == source:
+                del self.segments[i]
+                self.segments[i:] = [
+                    BarSegment(t.kind, t.pos - s.tokens, t.tokens, t.source)
+                    for t in self.segments[i:]
+                ]
+                return True
+        return False
+
+    def segment_at(self, position: int) -> BarSegment | None:
+        return next((s for s in self.segments if s.pos <= position < s.end), None)
+
+    def check(self) -> None:
+        """AssertionError when the picture breaks an invariant (tests call it after events)."""
+        pos = 0
+        for s in self.segments:
+            assert s.pos == pos and s.tokens >= 1, f"{s} does not follow position {pos}"
+            pos = s.end
+        assert pos <= self.n_ctx, f"{pos} positions used of {self.n_ctx}"
+
+    def _cut(self, pos: int) -> None:
+        """Forget everything at or after KV position ``pos``."""
+        kept = []
+        for s in self.segments:
+            if s.end <= pos:
+                kept.append(s)
+            elif s.pos < pos:
+                kept.append(BarSegment(s.kind, s.pos, pos - s.pos, s.source))
+        self.segments = kept
+
+
+class KVBar(QWidget):
+    """n_ctx cells as one strip: a rectangle per segment, coloured by kind; hover for details."""
+
+    def __init__(self, layout: KVLayout, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.kv = layout
+        self.setMinimumHeight(22)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMouseTracking(True)
+
+    def segment_at_x(self, x: float) -> BarSegment | None:
+        inner = self._inner()
+        if inner.width() <= 0 or not inner.left() <= x <= inner.right():
+            return None
+        position = int((x - inner.left()) * self.kv.n_ctx / inner.width())
+        return self.kv.segment_at(min(position, self.kv.n_ctx - 1))
+
+    def describe(self, seg: BarSegment | None) -> str:
+        """The tooltip for a segment (None: the free cells)."""
+        if seg is None:
+            return self.tr("Free: {0:,} of {1:,} positions").format(self.kv.free, self.kv.n_ctx)
+        if seg.kind is SegmentKind.CHUNK and seg.source is not None:
+            what = self.tr("Document chunk, characters {0:,}–{1:,}").format(*seg.source)
+        else:
+            what = {
+                SegmentKind.SYSTEM: self.tr(
+                    "Pinned prefix: chat template, task and any text carried in front of the "
+                    "document"
+                ),
+                SegmentKind.CHUNK: self.tr("Context text without a document span"),
+                SegmentKind.QUESTION: self.tr("Question and the reply's turn markers"),
+                SegmentKind.OUTPUT: self.tr("Generated output"),
+            }[seg.kind]
+        where = self.tr("KV positions {0:,}–{1:,} ({2:,} tokens)").format(
+            seg.pos, seg.end - 1, seg.tokens
+        )
+        return f"{what}\n{where}"
+
+    def event(self, ev: QEvent) -> bool:
+        if ev.type() == QEvent.Type.ToolTip and isinstance(ev, QHelpEvent):
+            QToolTip.showText(ev.globalPos(), self.describe(self.segment_at_x(ev.pos().x())), self)
+            return True
+        return super().event(ev)
+
+    def paintEvent(self, _ev: object) -> None:
+        painter = QPainter(self)
+        pal = self.palette()
+        inner = self._inner()
+        painter.fillRect(inner, pal.color(QPalette.ColorRole.Base))
+        scale = inner.width() / max(1, self.kv.n_ctx)
+        separator = pal.color(QPalette.ColorRole.Base)
+        chunk_index = 0
+        for seg in self.kv.segments:
+            x0 = inner.left() + round(seg.pos * scale)
+            x1 = inner.left() + round(seg.end * scale)
+            rect = QRect(x0, inner.top(), max(1, x1 - x0), inner.height())
+            colour = KIND_COLOURS[seg.kind]
+            if seg.kind is SegmentKind.CHUNK:
+                if seg.source is None:
+                    colour = _LOOSE_TEXT
+                else:  # neighbouring chunks alternate in shade so their boundary shows
+                    colour = colour.lighter(125) if chunk_index % 2 else colour
+                    chunk_index += 1
+            painter.fillRect(rect, colour)
+            if rect.width() > 4:
+                painter.fillRect(QRect(x0, inner.top(), 1, inner.height()), separator)
+        painter.setPen(pal.color(QPalette.ColorRole.Mid))
+        painter.drawRect(inner.adjusted(0, 0, -1, -1))
+        painter.end()
+
+    def _inner(self) -> QRect:
+        return self.rect().adjusted(1, 1, -1, -1)
+
+
+class _Legend(QWidget):
+    """A swatch and a name per segment kind; the names use the palette's own text colour."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        entries = (
+            (KIND_COLOURS[SegmentKind.SYSTEM], self.tr("pinned prefix")),
+            (KIND_COLOURS[SegmentKind.CHUNK], self.tr("document chunks")),
+            (_LOOSE_TEXT, self.tr("other context")),
+            (KIND_COLOURS[SegmentKind.QUESTION], self.tr("question")),
+            (KIND_COLOURS[SegmentKind.OUTPUT], self.tr("output")),
+            (None, self.tr("free")),
+        )
+        for colour, name in entries:
+            swatch = QLabel()
+            pixmap = QPixmap(12, 12)
+            pixmap.fill(colour or self.palette().color(QPalette.ColorRole.Base))
+            swatch.setPixmap(pixmap)
+            row.addWidget(swatch)
+            row.addWidget(QLabel(name))
+            row.addSpacing(8)
+        row.addStretch(1)
+
+
+# ----- stage 3: the output ----------------------------------------------------------------------
+
+
+@dataclass
+class _OutputSpanView:
+    step: str
+    sources: tuple[Span, ...]
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class BufferPanel(QWidget):
+    """The input queue, the KV cache and the output of a run, updated from its events."""
+
+    source_clicked = Signal(list)  # [(start, end), ...]: document characters to highlight
+
+    def __init__(self, n_ctx: int = 4096, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plan_label = QLabel(self.tr("No run yet"))
+        self.plan_label.setWordWrap(True)
+
+        self.queue = ChunkQueueModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.queue)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
+        self.table.clicked.connect(self._on_row_clicked)
+
+        self.kv = KVLayout(n_ctx)
+        self.bar = KVBar(self.kv)
+        self.kv_label = QLabel()
+
+        self.output = QTextBrowser()
+        self.output.setOpenLinks(False)
+        self.output.setOpenExternalLinks(False)
+        self.output.anchorClicked.connect(self._on_anchor)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self._stage(self.tr("1 · Input: chunks"), self.table))
+        kv_box = QWidget()
+        kv_layout = QVBoxLayout(kv_box)
+        kv_layout.setContentsMargins(0, 0, 0, 0)
+        kv_layout.addWidget(self.bar)
+        kv_layout.addWidget(_Legend())
+        kv_layout.addWidget(self.kv_label)
+        splitter.addWidget(self._stage(self.tr("2 · KV cache"), kv_box))
+        splitter.addWidget(self._stage(self.tr("3 · Output"), self.output))
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(2, 3)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.plan_label)
+        layout.addWidget(splitter, 1)
+
+        self._spans: list[_OutputSpanView] = []
+        self._reset_run_state()
+        self._show_kv()
+
+    @staticmethod
+    def _stage(title: str, body: QWidget) -> QGroupBox:
+        box = QGroupBox(title)
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(body)
+        return box
+
+    # ----- public API -----
+
+    def reset(self, n_ctx: int) -> None:
+        """Empty every stage for a new run on a context of ``n_ctx`` tokens."""
+        self.queue.clear()
+        self.kv.n_ctx = max(1, n_ctx)
+        self.kv.clear()
+        self.kv.question_hint = 0
+        self._spans = []
+        self.output.clear()
+        self.plan_label.setText(self.tr("No run yet"))
+        self._reset_run_state()
+        self._show_kv()
+
+    def on_event(self, ev: object) -> None:
+        """Observe one job event; other objects are ignored."""
+        match ev:
+            case TokenBatch():
+                self._on_tokens(ev)
+            case ChunkQueued():
+                self._on_queued(ev)
+            case ChunkEvaluated():
+                self._on_evaluated(ev)
+            case ChunkEvicted():
+                self._on_evicted(ev)
+            case KVStats():
+                self._on_kv_stats(ev)
+            case PlanReady():
+                self._on_plan(ev)
+            case JobError():
+                self._on_error(ev)
+            case JobFinished():
+                self._on_finished(ev)
+            case StrategyStarted():
+                self._on_strategy(ev)
+
+    def output_text(self, step: str | None = None) -> str:
+        """The text of the last output span named ``step`` (streamed, or composed by the job and
+        shown when it finished); without a step, every output span in order, separated by blank
+        lines (headings and status lines left out)."""
+        if step is not None:
+            return next((s.text for s in reversed(self._spans) if s.step == step), "")
+        return "\n\n".join(s.text for s in self._spans)
+
+    def spans(self) -> list[tuple[str, tuple[Span, ...]]]:
+        """(step, source spans) of each output span shown, in order; index = anchor number."""
+        return [(s.step, s.sources) for s in self._spans]
+
+    # ----- events -----
+
+    def _reset_run_state(self) -> None:
+        self._in_call = False  # between a call's first event and its KVStats
+        self._evaluated = False  # the current call's ChunkEvaluated have started
+        self._call_chunks: list[Span] = []
+        self._open: _OutputSpanView | None = None
+        self._job_first_span = len(self._spans)
+
+    def _start_call(self) -> None:
+        self._in_call, self._evaluated, self._call_chunks, self._open = True, False, [], None
+
+    def _on_plan(self, ev: PlanReady) -> None:
+        text = self.tr(
+            "{0}: {1:,} of {2:,} tokens kept, budget {3:,}, {4} pass(es), {5} span(s) dropped, "
+            "boundaries {6:.0%}"
+        )
+        text = text.format(ev.strategy, ev.kept_tokens, ev.total_tokens, ev.budget, ev.passes,
+                           ev.dropped_spans, ev.boundary_integrity)  # fmt: skip
+        self.plan_label.setText(text)
+
+    def _on_queued(self, ev: ChunkQueued) -> None:
+        if not self._in_call:
+            self._start_call()
+        self.queue.queue(ev.start, ev.end, ev.tokens)
+
+    def _on_evaluated(self, ev: ChunkEvaluated) -> None:
+        if not self._in_call:
+            self._start_call()
+        if not self._evaluated:  # the new prompt replaces the previous call's picture
+            self._evaluated = True
+            self.kv.clear()
+        span = (ev.start, ev.end)
+        self._call_chunks.append(span)
+        self.queue.set_state(span, ChunkState.IN_KV)
+        self.kv.place_chunk(ev.kv_start, ev.kv_end, span)
+        self._show_kv()
+
+    def _on_evicted(self, ev: ChunkEvicted) -> None:
+        self.queue.set_state((ev.start, ev.end), ChunkState.EVICTED)
+        if self.kv.evict((ev.start, ev.end)):
+            self._show_kv()
+
+    def _on_tokens(self, ev: TokenBatch) -> None:
+        if not self._in_call:  # a call with no document chunks (combining partial results)
+            self._start_call()
+        if not self._evaluated:
+            self._evaluated = True
+            self.kv.clear()
+        if self._open is None:
+            self._open = _OutputSpanView(ev.step, tuple(ev.sources))
+            self._spans.append(self._open)
+            self._heading(ev.step)
+        if ev.text:
+            self._open.parts.append(ev.text)
+            self._append(ev.text, self._span_format(len(self._spans) - 1))
+        if ev.tokens > 0:
+            self.kv.grow_output(ev.tokens)
+            self._show_kv()
+
+    def _on_kv_stats(self, ev: KVStats) -> None:
+        if ev.n_ctx > 0:
+            self.kv.n_ctx = ev.n_ctx
+        self.kv.measured(ev.cells_used)
+        self.queue.finish(self._call_chunks)
+        self._in_call, self._open = False, None
+        self._show_kv()
+
+    def _on_error(self, ev: JobError) -> None:
+        self._line(self.tr("Engine error: {0}").format(ev.message), bold=True)
+        self._in_call, self._open = False, None
+
+    def _on_strategy(self, ev: StrategyStarted) -> None:
+        """``compare`` runs one job per strategy: each starts with an empty queue and cache."""
+        self.queue.clear()
+        self.kv.clear()
+        self._reset_run_state()
+        self._heading(self.tr("Strategy: {0}").format(ev.strategy), size=1.2)
+        self._show_kv()
+
+    def _on_finished(self, ev: JobFinished) -> None:
+        result = ev.result
+        self.queue.finish_all()
+        self.queue.flush()
+        # The job's outputs are the provenance of record: streamed spans take their sources
+        # (map-reduce's summary points at the windows it combined), and outputs the job composed
+        # without streaming (rolling's final summary, extract's merge) are shown here.
+        streamed = self._spans[self._job_first_span :]
+        for out in result.outputs:
+            match = next((s for s in streamed if s.step == out.step), None)
+            if match is not None:
+                streamed.remove(match)
+                match.sources = tuple(out.source_spans)
+            elif out.text:
+                view = _OutputSpanView(out.step, tuple(out.source_spans), [out.text])
+                self._spans.append(view)
+                self._heading(out.step)
+                self._append(out.text, self._span_format(len(self._spans) - 1))
+        if result.refused:
+            self._line(self.tr("Refused: {0}").format(result.refused), bold=True)
+        elif result.error:
+            self._line(self.tr("Error: {0}").format(result.error), bold=True)
+        summary = self.tr(
+            "Finished: {0} · {1:,} prompt tokens ({2:,} evaluated) · {3:,} generated · "
+            "KV peak {4:,} of {5:,} · {6:.1f} s"
+        )
+        summary = summary.format(result.finish_reason, result.prompt_tokens,
+                                 result.evaluated_tokens, result.completion_tokens,
+                                 result.kv_peak_cells, result.n_ctx, result.seconds)  # fmt: skip
+        self._line(summary)
+        self._reset_run_state()
+
+    # ----- output text -----
+
+    def _cursor_at_end(self) -> QTextCursor:
+        cursor = QTextCursor(self.output.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        return cursor
+
+    def _append(self, text: str, fmt: QTextCharFormat) -> None:
+        bar = self.output.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4
+        self._cursor_at_end().insertText(text, fmt)
+        if follow:
+            bar.setValue(bar.maximum())
+
+    def _new_block(self) -> None:
+        if not self.output.document().isEmpty():
+            self._cursor_at_end().insertBlock()
+
+    def _heading(self, text: str, size: float = 1.0) -> None:
+        fmt = QTextCharFormat()
+        fmt.setFontWeight(QFont.Weight.Bold)
+        if size != 1.0:
+            fmt.setFontPointSize(self.font().pointSizeF() * size)
+        self._new_block()
+        self._append(text, fmt)
+        self._cursor_at_end().insertBlock()
+
+    def _line(self, text: str, *, bold: bool = False) -> None:
+        fmt = QTextCharFormat()
+        fmt.setFontItalic(not bold)
+        if bold:
+            fmt.setFontWeight(QFont.Weight.Bold)
+        self._new_block()
+        self._append(text, fmt)
+
+    def _span_format(self, index: int) -> QTextCharFormat:
+        fmt = QTextCharFormat()
+        fmt.setAnchor(True)
+        fmt.setAnchorHref(f"span:{index}")
+        fmt.setToolTip(self.tr("Click to highlight the document text this output came from"))
+        return fmt
+
+    def _on_anchor(self, url: QUrl) -> None:
+        if url.scheme() != "span":
+            return
+        try:
+            view = self._spans[int(url.path())]
+        except (ValueError, IndexError):
+            return
+        self.source_clicked.emit([tuple(s) for s in view.sources])
+
+    def _on_row_clicked(self, index: QModelIndex) -> None:
+        span = self.queue.span_at(index.row())
+        if span is not None:
+            self.source_clicked.emit([span])
+
+    def _show_kv(self) -> None:
+        self.kv_label.setText(
+            self.tr("{0:,} of {1:,} positions in use").format(self.kv.used, self.kv.n_ctx)
+        )
+        self.bar.update()

@@ -1,0 +1,738 @@
+"""The document view: the text as a plan sends it to the model, up to 100 MB.
+
+The text is shown read-only with the current plan painted over it: kept spans tinted (the
+windows of a multi-pass plan alternate two tints, text in more than one window is tinted
+stronger), dropped spans dimmed, a mark at the first character of every chunk, and the reason
+and token count of any span on hover (or, from the keyboard, under the caret). Above it a line
+of counts and the document-to-context ratio; below it a histogram of the plan's chunk token
+lengths with the budget.
+
+Why it is built the way it is, with figures from a 2-core machine:
+
+- A ``QPlainTextEdit`` lays out only what it paints, so scrolling 100 MB costs what one screen
+  costs. Filling its document is what takes time (``setPlainText`` of 100 MB: 12 s), and so is
+  the first relayout once it is shown, which allocates one ``QTextLayout`` per line (1.7 s for
+  50 MB). Large texts are therefore built on a pool thread in 1 MB pieces, their line layouts
+  allocated there too, and only the finished document is handed to the widget
+  (``document_ready``): 10 s for 50 MB, 24 s for 100 MB, during which the GUI thread's longest
+  wait was 0.4-0.6 s (PySide holds the GIL in each Qt call, hence the pieces).
+- Colours come from a ``QSyntaxHighlighter`` that formats one block from the spans that
+  intersect it (a bisection over sorted starts). A full ``rehighlight()`` calls Python once per
+  line (3 s for 50 MB), so it never runs: the highlighter is attached while the document is
+  empty, the document's signals are blocked while it is filled, and a new plan re-highlights
+  only the blocks on screen; the others are re-highlighted when they scroll into view.
+- Character offsets of plans are Python ``str`` offsets; Qt counts UTF-16 units and makes one
+  separator of ``\\r\\n``. The shown text has each ``\\r\\n`` as `` \\n`` and offsets of
+  characters beyond the BMP are mapped, so every position maps exactly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt, QThread, QTimer, Signal
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QHelpEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QResizeEvent,
+    QSyntaxHighlighter,
+    QTextBlock,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
+from PySide6.QtWidgets import (
+    QLabel,
+    QPlainTextDocumentLayout,
+    QPlainTextEdit,
+    QSplitter,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+from shiboken6 import isValid
+
+from app.core.strategies import Plan, Span
+from app.ui.tasks import run_in_background
+
+SYNC_CHARS = 1 << 21  # up to this many characters the document is built at once (~0.2 s)
+PIECE_CHARS = 1 << 20  # pieces of a large document, each one short Qt call
+MAX_MARKS = 400  # chunk marks painted per frame at most
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_NON_SPACE = re.compile(r"\S")
+
+# what a stretch of text is, in the highlighter
+KEPT_A, KEPT_B, KEPT_A_SHARED, KEPT_B_SHARED, DROPPED, SOURCE = range(6)
+
+
+def _mix(a: QColor, b: QColor, t: float) -> QColor:
+    """``a`` moved ``t`` of the way to ``b``."""
+    return QColor.fromRgbF(
+        a.redF() + (b.redF() - a.redF()) * t,
+        a.greenF() + (b.greenF() - a.greenF()) * t,
+        a.blueF() + (b.blueF() - a.blueF()) * t,
+    )
+
+
+def _turn(colour: QColor, degrees: int) -> QColor:
+    """The same colour with its hue turned, for a second tint that stays in the palette's tone."""
+    h, s, v, a = colour.getHsv()
+    return QColor.fromHsv((max(h, 0) + degrees) % 360, max(s, 90), v, a)
+
+
+class Offsets:
+    """Python string offsets to Qt document positions and back.
+
+    Qt counts UTF-16 units, so each character beyond the BMP takes two positions. (``\\r\\n`` is
+    shown as `` \\n``, which keeps those one position per character.)
+    """
+
+    def __init__(self, text: str) -> None:
+        self.astral = [] if text.isascii() else [m.start() for m in _ASTRAL.finditer(text)]
+        self.astral_qt = [p + i for i, p in enumerate(self.astral)]
+
+    def to_qt(self, offset: int) -> int:
+        return offset + bisect.bisect_left(self.astral, offset) if self.astral else offset
+
+    def to_py(self, position: int) -> int:
+        return position - bisect.bisect_left(self.astral_qt, position) if self.astral else position
+
+
+@dataclass
+class _Layers:
+    """What the highlighter paints, in Qt positions: disjoint sorted stretches and sources."""
+
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)
+    source_starts: list[int] = field(default_factory=list)
+    source_ends: list[int] = field(default_factory=list)
+
+
+def _meeting(
+    starts: list[int], ends: list[int], pos: int, end: int
+) -> Iterator[tuple[int, int, int]]:
+    """(index, start, end) of the sorted disjoint stretches that meet ``[pos, end)``, clipped."""
+    i = max(0, bisect.bisect_right(starts, pos) - 1)
+    while i < len(starts) and starts[i] < end:
+        a, b = max(starts[i], pos), min(ends[i], end)
+        if b > a:
+            yield i, a, b
+        i += 1
+
+
+class _PlanHighlighter(QSyntaxHighlighter):
+    """Formats one block from the stretches that intersect it; never sets block states, so
+    re-highlighting a block never cascades into the next."""
+
+    def __init__(self, doc: QTextDocument) -> None:
+        super().__init__(doc)
+        self.layers = _Layers()
+        self.formats: list[QTextCharFormat] = [QTextCharFormat() for _ in range(6)]
+
+    def highlightBlock(self, text: str) -> None:
+        block = self.currentBlock()
+        pos = block.position()
+        end = pos + max(0, block.length() - 1)
+        layers, formats = self.layers, self.formats
+        for i, a, b in _meeting(layers.starts, layers.ends, pos, end):
+            self.setFormat(a - pos, b - a, formats[layers.kinds[i]])
+        for _, a, b in _meeting(layers.source_starts, layers.source_ends, pos, end):
+            self.setFormat(a - pos, b - a, formats[SOURCE])
+
+
+@dataclass
+class _Built:
+    doc: QTextDocument
+    highlighter: _PlanHighlighter
+    offsets: Offsets
+
+
+def _build_document(
+    text: str, font: QFont, cancel: threading.Event | None = None, target: QThread | None = None
+) -> _Built | None:
+    """A plain-text document of ``text`` with the highlighter attached, or None if cancelled.
+
+    With ``target`` (a pool thread builds it) the line layouts are allocated here too, and the
+    document is moved to ``target`` when done.
+    """
+    doc = QTextDocument()
+    doc.setUndoRedoEnabled(False)
+    doc.setDefaultFont(font)
+    doc.setDocumentLayout(QPlainTextDocumentLayout(doc))
+    highlighter = _PlanHighlighter(doc)  # attached while empty: no full pass is scheduled
+    doc.blockSignals(True)  # nobody else listens yet; the highlighter must not run per line
+    cursor = QTextCursor(doc)
+    i = 0
+    while i < len(text):
+        if cancel is not None and cancel.is_set():
+            return None
+        j = text.find("\n", i + PIECE_CHARS)
+        j = len(text) if j < 0 else j + 1  # pieces end after a newline: no \r\n is split
+        piece = text[i:j]
+        if "\r\n" in piece:
+            piece = piece.replace("\r\n", " \n")
+        cursor.insertText(piece)
+        i = j
+    doc.blockSignals(False)
+    if target is not None:
+        # QPlainTextEdit.setDocument() would allocate these on the GUI thread
+        block, n = doc.firstBlock(), 0
+        while block.isValid():
+            block.layout()
+            block = block.next()
+            n += 1
+            if not n % 65_536 and cancel is not None and cancel.is_set():
+                return None
+    built = _Built(doc, highlighter, Offsets(text))
+    if target is not None:
+        doc.moveToThread(target)
+    return built
+
+
+class _TextPane(QPlainTextEdit):
+    """The read-only text: re-highlights blocks as they come on screen, marks chunk starts,
+    answers tooltips."""
+
+    hovered = Signal(int)  # a Qt position under the mouse, or -1
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.TextSelectableByKeyboard
+        )
+        self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.highlighter: _PlanHighlighter | None = None
+        self.fresh: set[int] = set()  # block numbers highlighted with the current layers
+        self.mark_starts: list[int] = []  # Qt positions where chunks start
+        self.mark_colour = QColor()
+        self.describe = lambda position: ""  # tooltip text for a Qt position
+        self._pending = False
+        self.verticalScrollBar().valueChanged.connect(self.refresh_visible)
+        self.updateRequest.connect(self._schedule_refresh)
+
+    def invalidate(self) -> None:
+        """The layers changed: blocks are re-highlighted as they are shown, these now."""
+        self.fresh.clear()
+        self.refresh_visible()
+
+    def visible_blocks(self) -> list[QTextBlock]:
+        """The blocks on screen, the last one perhaps in part."""
+        out = []
+        block, offset, height = (
+            self.firstVisibleBlock(),
+            self.contentOffset(),
+            self.viewport().height(),
+        )
+        while (
+            block.isValid() and self.blockBoundingGeometry(block).translated(offset).top() <= height
+        ):
+            out.append(block)
+            block = block.next()
+        return out
+
+    def refresh_visible(self) -> None:
+        """Highlight the blocks on screen that are not yet highlighted with the current layers."""
+        self._pending = False
+        if self.highlighter is None or not isValid(self.highlighter):
+            return
+        for block in self.visible_blocks():
+            self.highlight_block(block)
+
+    def highlight_block(self, block: QTextBlock) -> None:
+        if self.highlighter is not None and block.blockNumber() not in self.fresh:
+            self.fresh.add(block.blockNumber())
+            self.highlighter.rehighlightBlock(block)
+
+    def _schedule_refresh(self, _rect: QRect, _dy: int) -> None:
+        if not self._pending:
+            self._pending = True
+            QTimer.singleShot(0, self, self.refresh_visible)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.refresh_visible()
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        super().paintEvent(event)
+        if not self.mark_starts:
+            return
+        first = self.firstVisibleBlock()
+        if not first.isValid():
+            return
+        last = self.cursorForPosition(QPoint(self.viewport().width(), self.viewport().height()))
+        # a chunk may start at the line end just above, before the whitespace that opens it
+        lo = bisect.bisect_left(self.mark_starts, max(0, first.position() - 1))
+        hi = bisect.bisect_right(self.mark_starts, last.position() + 1)
+        painter = QPainter(self.viewport())
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(self.mark_colour)
+        cursor = QTextCursor(self.document())
+        for position in self.mark_starts[lo : min(hi, lo + MAX_MARKS)]:
+            cursor.setPosition(self._first_visible_char(position))
+            r = self.cursorRect(cursor)
+            painter.drawRect(r.left() - 1, r.top(), 2, r.height())  # a bar before the chunk
+            painter.drawRect(r.left() - 1, r.top(), 6, 2)  # and a tick, unlike the caret
+        painter.end()
+
+    def _first_visible_char(self, position: int) -> int:
+        """Chunks usually begin with the whitespace before their first word: mark the word."""
+        block = self.document().findBlock(position)
+        offset = position - block.position()
+        for _ in range(4):  # a few blank lines at most
+            if not block.isValid():
+                break
+            found = _NON_SPACE.search(block.text(), offset)
+            if found is not None:
+                return block.position() + found.start()
+            block, offset = block.next(), 0
+        return position
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            position = self.position_at(event.pos())
+            text = self.describe(position) if position >= 0 else ""
+            if text:
+                QToolTip.showText(event.globalPos(), text, self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            self.hovered.emit(position)
+            return True
+        return super().viewportEvent(event)
+
+    def position_at(self, point: QPoint) -> int:
+        """The Qt position of the character under ``point`` in the viewport, or -1 if none."""
+        cursor = self.cursorForPosition(point)  # the nearest gap between two characters
+        rect = self.cursorRect(cursor)
+        if not rect.top() <= point.y() <= rect.bottom():
+            return -1  # below the text
+        position = cursor.position()
+        if point.x() < rect.left():
+            return max(0, position - 1)  # the character before the gap
+        if cursor.atBlockEnd() and point.x() > rect.right() + rect.height():
+            return -1  # past the end of the line
+        return position
+
+
+class DocumentView(QWidget):
+    """The document with the current plan, counts and a histogram of chunk lengths.
+
+    Call :meth:`set_document` with the text, then :meth:`show_plan`, :meth:`set_counts` and
+    :meth:`highlight_sources` in any order; calls made while a large document is still being
+    built are applied when it is ready (``document_ready``).
+    """
+
+    document_ready = Signal()  # the text is shown (at once for small texts)
+    span_hovered = Signal(object)  # the Span under the mouse, or None
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.summary = QLabel(self.tr("No document"))
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.plan_info = QLabel()
+        self.plan_info.setWordWrap(True)
+        self.text = _TextPane()
+        self.text.setAccessibleName(self.tr("Document text"))
+        self.text.describe = self._describe_qt
+        self.text.hovered.connect(self._on_hovered)
+        self.text.cursorPositionChanged.connect(self._on_caret)
+        self.caret_info = QLabel()
+        self.caret_info.setWordWrap(True)
+        self.caret_info.setAccessibleName(self.tr("Span under the caret"))
+
+        self.histogram = pg.PlotWidget()
+        self.histogram.setMinimumHeight(90)
+        self.histogram.setMouseEnabled(x=False, y=False)
+        self.histogram.hideButtons()
+        self.histogram.setLabel("bottom", self.tr("tokens per chunk"))
+        self.histogram.setLabel("left", self.tr("chunks"))
+        self.kept_bars = pg.BarGraphItem(x=[], height=[], width=1.0)
+        self.dropped_bars = pg.BarGraphItem(x=[], height=[], width=1.0)
+        self.budget_line = pg.InfiniteLine(
+            pos=0, angle=90, movable=False, label=self.tr("budget {value:,.0f}"),
+            labelOpts={"position": 0.85, "anchors": [(1, 0), (1, 0)]},
+        )  # fmt: skip
+        for item in (self.kept_bars, self.dropped_bars, self.budget_line):
+            self.histogram.addItem(item)
+        self.budget_line.setVisible(False)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.text)
+        splitter.addWidget(self.histogram)
+        splitter.setStretchFactor(0, 4)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([4000, 1000])
+        splitter.setCollapsible(0, False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.plan_info)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.caret_info)
+
+        self._text_str = ""
+        self._doc: QTextDocument | None = None
+        self._offsets = Offsets("")
+        self._ready = False
+        self._generation = 0
+        self._cancel: threading.Event | None = None
+        self._plan: Plan | None = None
+        self._sources: list[tuple[int, int]] = []
+        self._layers = _Layers()
+        # the plan, for lookups in Python offsets
+        self._span_starts: list[int] = []
+        self._spans: list[tuple[Span, bool]] = []  # (span, kept), by start
+        self._window_starts: list[int] = []
+        self._window_ends: list[int] = []
+        self._chunk_starts: list[int] = []
+        self._apply_palette()
+
+    # -- public API -------------------------------------------------------------------------
+
+    def set_document(self, text: str) -> None:
+        """Show ``text`` (read-only). Large texts are built off the GUI thread; the plan and
+        sources are cleared."""
+        self._generation += 1
+        if self._cancel is not None:
+            self._cancel.set()
+        self._text_str = text
+        self._ready = False
+        self._plan = None
+        self._sources = []
+        self._rebuild_index()
+        self.summary.setText(self.tr("{0:,} characters").format(len(text)))
+        if len(text) <= SYNC_CHARS:
+            built = _build_document(text, self.text.font())
+            assert built is not None
+            self._install(built)
+            return
+        self._cancel = cancel = threading.Event()
+        self.destroyed.connect(lambda *_: cancel.set())
+        generation, target, font = self._generation, self.thread(), self.text.font()
+        self._install(_build_document("", font))  # an empty page while the text is built
+        self.text.setPlaceholderText(
+            self.tr("Loading {0:,} characters…").format(len(text))
+        )  # fmt: skip
+
+        def done(built: _Built | None) -> None:
+            if built is not None and isValid(self) and generation == self._generation:
+                self._install(built)
+
+        def failed(message: str) -> None:
+            if isValid(self) and generation == self._generation:
+                self.text.setPlaceholderText(
+                    self.tr("Cannot show the document: {0}").format(message)
+                )
+
+        run_in_background(lambda: _build_document(text, font, cancel, target), done, failed)
+
+    def show_plan(self, plan: Plan | None) -> None:
+        """Paint ``plan`` over the text and draw its chunk histogram; None clears both."""
+        self._plan = plan
+        self._rebuild_index()
+        self._update_histogram()
+        self._update_plan_info()
+        self._repaint_layers()
+
+    def set_counts(
+        self, chars: int, exact_tokens: int | None, cl100k_tokens: int | None, n_ctx: int | None
+    ) -> None:
+        """The summary line. ``exact_tokens`` None reads "no model" without ``n_ctx`` (no model
+        is loaded) and "counting…" with it; the ratio uses the cl100k estimate until then."""
+        parts = [self.tr("{0:,} characters").format(chars)]
+        if exact_tokens is not None:
+            parts.append(self.tr("{0:,} tokens (model)").format(exact_tokens))
+        elif n_ctx is None:
+            parts.append(self.tr("tokens (model): no model"))
+        else:
+            parts.append(self.tr("tokens (model): counting…"))
+        if cl100k_tokens is not None:
+            parts.append(self.tr("{0:,} tokens (cl100k)").format(cl100k_tokens))
+        else:
+            parts.append(self.tr("tokens (cl100k): counting…"))
+        tokens = exact_tokens if exact_tokens is not None else cl100k_tokens
+        if n_ctx is not None and tokens is not None:
+            estimate = "" if exact_tokens is not None else self.tr("about ")
+            if tokens > n_ctx:
+                parts.append(
+                    self.tr("{0}{1:,.1f}× the {2:,}-token context").format(
+                        estimate, tokens / max(1, n_ctx), n_ctx
+                    )
+                )
+            else:
+                parts.append(self.tr("fits the {0:,}-token context").format(n_ctx))
+        self.summary.setText(" · ".join(parts))
+
+    def highlight_sources(self, spans: Sequence[tuple[int, int]]) -> None:
+        """Highlight these character ranges strongly and scroll to the first; [] clears."""
+        self._sources = [(a, b) for a, b in spans if b > a]
+        if self._ready:
+            self._repaint_layers()
+            self._scroll_to_first_source()
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def span_at(self, offset: int) -> tuple[Span, bool] | None:
+        """The plan's span holding character ``offset`` and whether it is kept, or None."""
+        i = bisect.bisect_right(self._span_starts, offset) - 1
+        if i >= 0 and offset < self._spans[i][0].end:
+            return self._spans[i]
+        return None
+
+    def describe(self, offset: int) -> str:
+        """What the tooltip says about character ``offset``: kept or dropped, why, its tokens,
+        its passes and chunk."""
+        found = self.span_at(offset)
+        if found is None:
+            return ""
+        span, kept = found
+        head = self.tr("Kept: {0}") if kept else self.tr("Dropped: {0}")
+        lines = [
+            head.format(span.reason),
+            self.tr("{0:,} tokens, characters {1:,}–{2:,}").format(
+                span.tokens, span.start, span.end
+            ),
+        ]
+        first = bisect.bisect_right(self._window_ends, offset)  # the first window ending after it
+        last = bisect.bisect_right(self._window_starts, offset) - 1
+        n = len(self._window_starts)
+        if n and first <= last:
+            if first == last:
+                lines.append(self.tr("In pass {0:,} of {1:,}").format(first + 1, n))
+            else:
+                lines.append(
+                    self.tr("In passes {0:,}–{1:,} of {2:,}").format(first + 1, last + 1, n)
+                )
+        k = bisect.bisect_right(self._chunk_starts, offset) - 1
+        if self._plan is not None and k >= 0:
+            chunk = self._plan.chunks[k]
+            lines.append(
+                self.tr("Chunk {0:,} of {1:,}: {2:,} tokens").format(
+                    k + 1, len(self._chunk_starts), chunk.tokens
+                )
+            )
+        return "\n".join(lines)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _install(self, built: _Built) -> None:
+        old = self._doc
+        self._doc = built.doc
+        self._offsets = built.offsets
+        self.text.highlighter = built.highlighter
+        built.highlighter.formats = self._formats
+        self.text.setDocument(built.doc)
+        self.text.setPlaceholderText("")
+        self.text.fresh.clear()
+        if old is not None and isValid(old):
+            old.deleteLater()
+        if built.doc.isEmpty() and self._text_str:
+            return  # the placeholder while a large text is built
+        self._ready = True
+        self._repaint_layers()
+        self._scroll_to_first_source()
+        self.document_ready.emit()
+
+    def _rebuild_index(self) -> None:
+        """Lookups over the plan in Python offsets (tooltips, histogram)."""
+        plan = self._plan
+        spans = (
+            []
+            if plan is None
+            else [(s, True) for s in plan.kept] + [(s, False) for s in plan.dropped]
+        )
+        spans.sort(key=lambda item: item[0].start)
+        self._spans = spans
+        self._span_starts = [s.start for s, _ in spans]
+        windows = () if plan is None else plan.windows
+        self._window_starts = [w.start for w in windows]
+        self._window_ends = [w.end for w in windows]
+        self._chunk_starts = [] if plan is None else [c.start for c in plan.chunks]
+
+    def _stretches(self) -> tuple[list[int], list[int], list[int]]:
+        """The plan as disjoint stretches (start, end, kind) in Python offsets."""
+        starts: list[int] = []
+        ends: list[int] = []
+        kinds: list[int] = []
+        if not self._window_starts:
+            for span, kept in self._spans:
+                starts.append(span.start)
+                ends.append(span.end)
+                kinds.append(KEPT_A if kept else DROPPED)
+            return starts, ends, kinds
+        cuts = sorted(
+            {s.start for s, _ in self._spans}
+            | {s.end for s, _ in self._spans}
+            | set(self._window_starts)
+            | set(self._window_ends)
+        )
+        for a, b in itertools.pairwise(cuts):
+            found = self.span_at(a)
+            if found is None:
+                continue
+            kind = DROPPED
+            if found[1]:
+                first = bisect.bisect_right(self._window_ends, a)
+                covering = bisect.bisect_right(self._window_starts, a) - first
+                if covering > 0:
+                    kind = (KEPT_A if first % 2 == 0 else KEPT_B) + (2 if covering > 1 else 0)
+                else:
+                    kind = KEPT_A
+            if kinds and kinds[-1] == kind and ends[-1] == a:
+                ends[-1] = b
+            else:
+                starts.append(a)
+                ends.append(b)
+                kinds.append(kind)
+        return starts, ends, kinds
+
+    def _repaint_layers(self) -> None:
+        """New layers for the highlighter; only the blocks on screen are re-highlighted now."""
+        if not self._ready:
+            return
+        to_qt = self._offsets.to_qt
+        starts, ends, kinds = self._stretches()
+        sources = sorted(self._sources)
+        self._layers = _Layers(
+            [to_qt(x) for x in starts],
+            [to_qt(x) for x in ends],
+            kinds,
+            [to_qt(a) for a, _ in sources],
+            [to_qt(b) for _, b in sources],
+        )
+        if self.text.highlighter is not None:
+            self.text.highlighter.layers = self._layers
+        self.text.mark_starts = [to_qt(x) for x in self._chunk_starts[1:]]
+        self.text.invalidate()
+        self.text.viewport().update()
+        self._on_caret()
+
+    def _scroll_to_first_source(self) -> None:
+        if not self._sources or self._doc is None:
+            return
+        cursor = QTextCursor(self._doc)
+        cursor.setPosition(
+            min(self._offsets.to_qt(min(self._sources)[0]), self._doc.characterCount() - 1)
+        )
+        self.text.setTextCursor(cursor)
+        self.text.centerCursor()
+        self.text.refresh_visible()
+
+    def _update_histogram(self) -> None:
+        plan = self._plan
+        if plan is None or not plan.chunks:
+            self.kept_bars.setOpts(x=[], height=[], width=1.0)
+            self.dropped_bars.setOpts(x=[], height=[], y0=[], width=1.0)
+            self.budget_line.setVisible(False)
+            return
+        tokens = np.fromiter(
+            (c.tokens for c in plan.chunks), dtype=np.int64, count=len(plan.chunks)
+        )
+        starts = np.fromiter((c.start for c in plan.chunks), dtype=np.int64, count=len(plan.chunks))
+        span_starts = np.asarray(self._span_starts, dtype=np.int64)
+        span_kept = np.asarray([kept for _, kept in self._spans], dtype=bool)
+        kept = span_kept[np.clip(np.searchsorted(span_starts, starts, "right") - 1, 0, None)]
+        top = int(tokens.max())
+        bins = max(1, min(40, top))
+        edges = np.linspace(0, top, bins + 1) if top > 0 else np.array([0.0, 1.0])
+        kept_counts, _ = np.histogram(tokens[kept], bins=edges)
+        dropped_counts, _ = np.histogram(tokens[~kept], bins=edges)
+        centres = (edges[:-1] + edges[1:]) / 2
+        width = float(edges[1] - edges[0])
+        self.kept_bars.setOpts(x=centres, height=kept_counts, width=width)
+        self.dropped_bars.setOpts(x=centres, height=dropped_counts, y0=kept_counts, width=width)
+        self.budget_line.setVisible(True)  # first: a hidden line does not update its label
+        self.budget_line.setValue(plan.budget)
+        self.histogram.setXRange(0, max(top, plan.budget) * 1.05, padding=0)
+        self.histogram.setYRange(0, int((kept_counts + dropped_counts).max()) * 1.1 + 1, padding=0)
+
+    def _update_plan_info(self) -> None:
+        plan = self._plan
+        if plan is None:
+            self.plan_info.setText("")
+            return
+        if plan.refused:
+            self.plan_info.setText(
+                self.tr("{0}: refused — {1}").format(plan.strategy, plan.refused)
+            )
+            return
+        text = self.tr(
+            "{0}: {1:,} of {2:,} tokens reach the model · spans kept/dropped: {3:,}/{4:,} · "
+            "{5:,} chunks · cuts on sentence boundaries or better: {6:.0%}"
+        ).format(
+            plan.strategy, plan.kept_tokens, plan.total_tokens, len(plan.kept),
+            len(plan.dropped), len(plan.chunks), plan.boundary_integrity,
+        )  # fmt: skip
+        if plan.windows:
+            text += self.tr(" · {0:,} passes, the largest {1:,} tokens (budget {2:,})").format(
+                len(plan.windows), plan.peak_tokens, plan.budget
+            )
+        self.plan_info.setText(text)
+
+    def _describe_qt(self, position: int) -> str:
+        return self.describe(self._offsets.to_py(position))
+
+    def _on_hovered(self, position: int) -> None:
+        found = self.span_at(self._offsets.to_py(position)) if position >= 0 else None
+        self.span_hovered.emit(found[0] if found else None)
+
+    def _on_caret(self) -> None:
+        if self._plan is None or not self._ready:
+            self.caret_info.setText("")
+            return
+        offset = self._offsets.to_py(self.text.textCursor().position())
+        self.caret_info.setText(self.describe(offset).replace("\n", " · "))
+
+    def _apply_palette(self) -> None:
+        """Formats and plot colours from the palette, so light and dark themes both read."""
+        pal = self.palette()
+        base = pal.color(QPalette.ColorRole.Base)
+        text = pal.color(QPalette.ColorRole.Text)
+        accent = pal.color(QPalette.ColorRole.Highlight)
+        second = _turn(accent, 150)
+        formats = [QTextCharFormat() for _ in range(6)]
+        formats[KEPT_A].setBackground(_mix(base, accent, 0.18))
+        formats[KEPT_B].setBackground(_mix(base, second, 0.18))
+        formats[KEPT_A_SHARED].setBackground(_mix(base, accent, 0.36))
+        formats[KEPT_B_SHARED].setBackground(_mix(base, second, 0.36))
+        formats[DROPPED].setForeground(_mix(text, base, 0.55))
+        formats[DROPPED].setBackground(_mix(base, text, 0.06))
+        formats[SOURCE].setBackground(accent)
+        formats[SOURCE].setForeground(pal.color(QPalette.ColorRole.HighlightedText))
+        self._formats = formats
+        if self.text.highlighter is not None and isValid(self.text.highlighter):
+            self.text.highlighter.formats = formats
+        self.text.mark_colour = _mix(accent, text, 0.3)
+
+        self.histogram.setBackground(base)
+        for side in ("left", "bottom"):
+            axis = self.histogram.getAxis(side)
+            axis.setPen(pg.mkPen(text))
+            axis.setTextPen(pg.mkPen(text))
+        self.kept_bars.setOpts(brush=_mix(base, accent, 0.7), pen=pg.mkPen(accent))
+        dim = _mix(text, base, 0.55)
+        self.dropped_bars.setOpts(brush=_mix(base, text, 0.25), pen=pg.mkPen(dim))
+        self.budget_line.setPen(pg.mkPen(text, width=2, style=Qt.PenStyle.DashLine))
+        self.budget_line.label.setColor(text)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange):
+            self._apply_palette()
+            self.text.invalidate()

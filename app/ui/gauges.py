@@ -1,0 +1,380 @@
+"""Live gauges for a run: KV fill, memory, VRAM, tokens per second, and how full prompts were.
+
+Events only store numbers; a 10 Hz QTimer redraws from the latest values (the idea of
+pyqtgraph's SignalProxy: a steady refresh rate, never a redraw per token). While no job runs the
+gauges redraw once a second, for memory. Each figure and where it comes from:
+
+- KV fill: ``KVStats`` at the end of each model call — llama.cpp's cells used of n_ctx and the
+  size of the sequence's state in bytes.
+- RAM: resident memory of this process and of the engine child (``telemetry.process_rss``,
+  psutil), once a second, against the machine's total memory.
+- VRAM: ``telemetry.gpu_state()`` (NVML), once a second on a pool thread, since initialising
+  NVML can take a moment; "no GPU" when it has no figures.
+- Generation tokens/s: ``TokenBatch`` token counts over the last second of their arrival times,
+  sampled at every redraw while a job runs.
+- Prompt tokens/s, live: per model call, the document tokens of its ``ChunkEvaluated`` events
+  over the time from the call's last ``ChunkQueued`` (the prompt goes to the engine) to its
+  first ``ChunkEvaluated`` (the prompt is in the KV cache). Template tokens are not in those
+  events, so this reads slightly low; it needs events delivered as they happen (a gap under
+  20 ms is taken for batched delivery and not plotted). When the job ends, ``JobFinished``
+  gives the job's own figure: evaluated tokens over the sum of its times to first token.
+- Prompt lengths: ``JobResult.prompt_lengths`` against ``JobResult.n_ctx`` in tenths
+  (``telemetry.PromptHistogram``), kept across runs; a refused job counts as "over".
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import psutil
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QTimer
+from PySide6.QtGui import QCloseEvent, QColor, QHideEvent, QPalette, QShowEvent
+from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
+from shiboken6 import isValid
+
+from app.core import telemetry
+from app.core.jobs import (
+    ChunkEvaluated,
+    ChunkQueued,
+    CompareFinished,
+    JobFinished,
+    KVStats,
+    TokenBatch,
+)
+from app.core.telemetry import GPUState, PromptHistogram
+from app.ui.tasks import run_in_background
+
+REDRAW_MS = 100  # about 10 redraws a second
+SAMPLE_S = 1.0  # memory and VRAM once a second
+RATE_WINDOW_S = 1.0  # generation tokens/s over the last second
+HISTORY_S = 60.0  # the rate plot scrolls over the last minute
+MIN_PROMPT_S = 0.02  # a shorter gap between queued and evaluated is delivery, not prefill
+GEN_COLOUR = QColor(74, 144, 217)
+PROMPT_COLOUR = QColor(230, 162, 60)
+BAR_COLOUR = QColor(142, 124, 195)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
+
+
+def _set_text(label: QLabel, text: str, tooltip: str | None = None) -> None:
+    if label.text() != text:
+        label.setText(text)
+    if tooltip is not None and label.toolTip() != tooltip:
+        label.setToolTip(tooltip)
+
+
+def _set_bar(bar: QProgressBar, maximum: int, value: int) -> None:
+    if bar.maximum() != maximum:
+        bar.setRange(0, maximum)
+    if bar.value() != value:
+        bar.setValue(value)
+
+
+class GaugesPanel(QWidget):
+    """KV, RAM and VRAM bars, a scrolling tokens/s plot and a prompt-length histogram."""
+
+    def __init__(self, n_ctx: int = 4096, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.redraw_count = 0  # how often the gauges were drawn (tests check the rate)
+        self._engine_pid: int | None = None
+        self._total_ram = int(psutil.virtual_memory().total)
+        self._histogram = PromptHistogram()
+        self._hist_drawn: list[int] = []
+        self._active = False  # start() was called and stop() was not
+        self._gpu_pending = False
+        self._gpu: GPUState | None = None
+        self._app_rss = self._engine_rss = 0
+        self._last_sample = -1e9  # monotonic time of the last memory sample
+        self._timer = QTimer(self)
+        self._timer.setInterval(REDRAW_MS)
+        self._timer.timeout.connect(self._tick)
+
+        self.kv_bar, self.kv_text = QProgressBar(), QLabel()
+        self.ram_bar, self.ram_text = QProgressBar(), QLabel()
+        self.vram_bar, self.vram_text = QProgressBar(), QLabel(self.tr("–"))
+        grid = QGridLayout()
+        for row, (name, bar, text) in enumerate(
+            (
+                (self.tr("KV cache"), self.kv_bar, self.kv_text),
+                (self.tr("RAM"), self.ram_bar, self.ram_text),
+                (self.tr("VRAM"), self.vram_bar, self.vram_text),
+            )
+        ):
+            bar.setTextVisible(False)
+            bar.setMaximumHeight(14)
+            grid.addWidget(QLabel(name), row, 0)
+            grid.addWidget(bar, row, 1)
+            grid.addWidget(text, row, 2)
+        grid.setColumnStretch(1, 1)
+
+        self.rates = pg.PlotWidget()
+        self.rates.setMinimumHeight(120)
+        self.rates.setTitle(self.tr("Tokens per second"))
+        self.rates.setLabel("bottom", self.tr("seconds"))
+        self.rates.setMouseEnabled(x=False, y=False)
+        self.rates.enableAutoRange(axis="y")
+        self._legend = self.rates.addLegend(offset=(8, 8))
+        self.gen_curve = self.rates.plot([], [], name=self.tr("generation"),
+                                         pen=pg.mkPen(GEN_COLOUR, width=2))  # fmt: skip
+        self.prompt_curve = self.rates.plot([], [], name=self.tr("prompt"),
+                                            pen=pg.mkPen(PROMPT_COLOUR, width=1), symbol="o",
+                                            symbolSize=6, symbolBrush=PROMPT_COLOUR)  # fmt: skip
+
+        self.hist = pg.PlotWidget()
+        self.hist.setMinimumHeight(100)
+        self.hist.setMouseEnabled(x=False, y=False)
+        self._hist_bars = pg.BarGraphItem(x=list(range(11)), height=[0] * 11, width=0.8,
+                                          brush=BAR_COLOUR)  # fmt: skip
+        self.hist.addItem(self._hist_bars)
+        labels = [f"{i * 10}" for i in range(10)] + [self.tr("over")]
+        self.hist.getAxis("bottom").setTicks([list(enumerate(labels))])
+        self.hist.setXRange(-0.6, 10.6, padding=0)
+
+        self.job_text = QLabel()
+        self.job_text.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addLayout(grid)
+        layout.addWidget(self.rates, 2)
+        layout.addWidget(self.hist, 1)
+        layout.addWidget(self.job_text)
+        self._apply_palette()
+        self.reset(n_ctx)
+
+    # ----- public API -----
+
+    def reset(self, n_ctx: int) -> None:
+        """Clear the live figures for a new run (the prompt-length histogram is kept)."""
+        self._n_ctx = max(1, n_ctx)
+        self._cells = self._kv_bytes = 0
+        self._t0 = time.monotonic()
+        self._arrivals: deque[tuple[float, int]] = deque()  # (time, tokens) of TokenBatch
+        self._call_first_token: float | None = None
+        self._gen: deque[tuple[float, float]] = deque()  # (seconds since reset, tokens/s)
+        self._prompt: deque[tuple[float, float]] = deque()
+        self._queued_at: float | None = None  # the current call's last ChunkQueued
+        self._prompt_tokens = 0  # the current call's evaluated chunk tokens
+        self._evaluated_at: float | None = None
+        self._running = False  # a job's events are arriving
+        self.job_text.setText("")
+        self._dirty = True
+
+    def on_event(self, ev: object) -> None:
+        """Store the numbers an event carries; drawing waits for the timer."""
+        now = time.monotonic()
+        match ev:
+            case TokenBatch():
+                self._running = True
+                if self._call_first_token is None:
+                    self._call_first_token = now
+                self._arrivals.append((now, ev.tokens))
+            case ChunkQueued():
+                self._running = True
+                if self._evaluated_at is not None:  # a new call begins
+                    self._evaluated_at, self._prompt_tokens = None, 0
+                self._queued_at = now
+            case ChunkEvaluated():
+                self._running = True
+                if self._evaluated_at is None:
+                    self._evaluated_at = now
+                self._prompt_tokens += ev.tokens
+                self._record_prompt_rate()
+            case KVStats():
+                self._cells, self._kv_bytes = ev.cells_used, ev.state_bytes
+                self._n_ctx = max(1, ev.n_ctx)
+                self._call_first_token = None
+                self._queued_at = self._evaluated_at = None
+                self._prompt_tokens = 0
+            case JobFinished():
+                self._finished(ev)
+            case CompareFinished():
+                self._running = False
+            case _:
+                return
+        self._dirty = True
+
+    def set_engine_pid(self, pid: int | None) -> None:
+        """The engine child whose memory counts with the app's (None: no engine)."""
+        self._engine_pid = pid
+        self._last_sample = -1e9  # sample at the next tick
+
+    def start(self) -> None:
+        """Redraw at ~10 Hz while shown (hiding pauses the timer, showing resumes it)."""
+        self._active = True
+        if self.isVisible():
+            self._tick()
+            self._timer.start()
+
+    def stop(self) -> None:
+        self._active = False
+        self._timer.stop()
+
+    def is_running(self) -> bool:
+        return self._timer.isActive()
+
+    def histogram(self) -> PromptHistogram:
+        return self._histogram
+
+    def vram_text_shown(self) -> str:
+        return self.vram_text.text()
+
+    # ----- Qt -----
+
+    def showEvent(self, ev: QShowEvent) -> None:
+        super().showEvent(ev)
+        if self._active and not self._timer.isActive():
+            self._tick()
+            self._timer.start()
+
+    def hideEvent(self, ev: QHideEvent) -> None:
+        self._timer.stop()
+        super().hideEvent(ev)
+
+    def closeEvent(self, ev: QCloseEvent) -> None:
+        self.stop()
+        super().closeEvent(ev)
+
+    def changeEvent(self, ev: QEvent) -> None:
+        if ev.type() == QEvent.Type.PaletteChange:
+            self._apply_palette()
+        super().changeEvent(ev)
+
+    # ----- numbers -----
+
+    def _record_prompt_rate(self) -> None:
+        if self._queued_at is None or self._evaluated_at is None:
+            return
+        seconds = self._evaluated_at - self._queued_at
+        if seconds < MIN_PROMPT_S:  # the events came in one batch: no prefill time to measure
+            return
+        point = (self._evaluated_at - self._t0, self._prompt_tokens / seconds)
+        if self._prompt and self._prompt[-1][0] == point[0]:
+            self._prompt[-1] = point  # the same call: its later chunks raise the count
+        else:
+            self._prompt.append(point)
+
+    def _finished(self, ev: JobFinished) -> None:
+        result = ev.result
+        self._running = False
+        for n in result.prompt_lengths:
+            self._histogram.add(n, result.n_ctx)
+        if result.refused:
+            self._histogram.over += 1
+        ttft = sum(result.ttft_s)
+        if ttft > 0 and result.evaluated_tokens:
+            text = self.tr(
+                "Last job: {0:,} prompt tokens evaluated in {1:.2f} s to first token "
+                "({2:,.0f} tokens/s); {3:,} tokens generated; {4:.1f} s in all"
+            )
+            rate = result.evaluated_tokens / ttft
+            text = text.format(result.evaluated_tokens, ttft, rate, result.completion_tokens,
+                               result.seconds)  # fmt: skip
+            self.job_text.setText(text)
+
+    def _gen_rate(self, now: float) -> float:
+        while self._arrivals and self._arrivals[0][0] < now - RATE_WINDOW_S:
+            self._arrivals.popleft()
+        if not self._arrivals:
+            return 0.0
+        started = self._call_first_token or self._arrivals[0][0]
+        window = min(RATE_WINDOW_S, max(now - started, REDRAW_MS / 1000))
+        return sum(n for _, n in self._arrivals) / window
+
+    def _sample_memory(self) -> None:
+        """RSS now (fast); VRAM on a pool thread, one request at a time."""
+        self._app_rss = telemetry.process_rss()
+        self._engine_rss = telemetry.process_rss(self._engine_pid) if self._engine_pid else 0
+        if self._gpu_pending:
+            return
+        self._gpu_pending = True
+        run_in_background(telemetry.gpu_state, self._on_gpu, self._on_gpu_error)
+
+    def _on_gpu(self, state: GPUState) -> None:
+        if isValid(self):
+            self._gpu_pending, self._gpu, self._dirty = False, state, True
+
+    def _on_gpu_error(self, message: str) -> None:
+        if isValid(self):
+            self._gpu_pending, self._gpu, self._dirty = False, GPUState(reason=message), True
+
+    # ----- drawing -----
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_sample >= SAMPLE_S:
+            self._last_sample = now
+            self._sample_memory()
+            self._dirty = True
+        if self._running or self._dirty:
+            self._redraw(now)
+
+    def _redraw(self, now: float) -> None:
+        """Draw from the stored numbers; widgets whose figure did not change are left alone."""
+        self.redraw_count += 1
+        self._dirty = False
+        t = now - self._t0
+        if self._running or (self._gen and self._gen[-1][1] > 0):  # until the rate is back at 0
+            self._gen.append((t, self._gen_rate(now)))
+        for points in (self._gen, self._prompt):
+            while points and points[0][0] < t - HISTORY_S:
+                points.popleft()
+        self.gen_curve.setData([p[0] for p in self._gen], [p[1] for p in self._gen])
+        self.prompt_curve.setData([p[0] for p in self._prompt], [p[1] for p in self._prompt])
+        self.rates.setXRange(max(0.0, t - HISTORY_S), max(t, 10.0), padding=0)
+
+        _set_bar(self.kv_bar, self._n_ctx, min(self._cells, self._n_ctx))
+        kv = self.tr("{0:,} of {1:,} cells · {2}")
+        _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, _size(self._kv_bytes)))
+        total_rss = self._app_rss + self._engine_rss
+        _set_bar(self.ram_bar, 1000, min(1000, total_rss * 1000 // max(1, self._total_ram)))
+        engine = _size(self._engine_rss) if self._engine_pid else self.tr("none")
+        ram = self.tr("app {0} + engine {1} of {2}")
+        _set_text(self.ram_text, ram.format(_size(self._app_rss), engine, _size(self._total_ram)))
+        self._draw_vram()
+        bins = [*self._histogram.bins, self._histogram.over]
+        if bins != self._hist_drawn:
+            self._hist_drawn = bins
+            self._hist_bars.setOpts(height=bins)
+            self.hist.setYRange(0, max(1, *bins), padding=0.05)
+            title = self.tr("Prompt length, % of n_ctx ({0:,} prompts)")
+            self.hist.setTitle(title.format(sum(bins)))
+
+    def _draw_vram(self) -> None:
+        gpu = self._gpu
+        if gpu is None:
+            return
+        if not gpu.available:
+            _set_bar(self.vram_bar, 1000, 0)
+            if self.vram_bar.isEnabled():
+                self.vram_bar.setEnabled(False)
+            _set_text(self.vram_text, self.tr("no GPU"), gpu.reason)
+            return
+        used = sum(g.used for g in gpu.gpus)
+        total = sum(g.total for g in gpu.gpus)
+        if not self.vram_bar.isEnabled():
+            self.vram_bar.setEnabled(True)
+        _set_bar(self.vram_bar, 1000, min(1000, used * 1000 // max(1, total)))
+        vram = self.tr("{0} of {1}").format(_size(used), _size(total))
+        _set_text(self.vram_text, vram, ", ".join(g.name for g in gpu.gpus))
+
+    def _apply_palette(self) -> None:
+        """Plot backgrounds and axis text from the palette, so light and dark themes both read."""
+        pal = self.palette()
+        background = pal.color(QPalette.ColorRole.Base)
+        text = pal.color(QPalette.ColorRole.Text)
+        for plot in (self.rates, self.hist):
+            plot.setBackground(background)
+            for side in ("left", "bottom"):
+                axis = plot.getAxis(side)
+                axis.setPen(pg.mkPen(text))
+                axis.setTextPen(pg.mkPen(text))
+            title = plot.getPlotItem().titleLabel
+            title.setAttr("color", text)
+            if title.text:
+                title.setText(title.text)  # LabelItem applies its colour only when it renders
+        self._legend.setLabelTextColor(text)
+        for _sample, label in self._legend.items:
+            label.setText(label.text)

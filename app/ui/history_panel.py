@@ -1,0 +1,812 @@
+"""The history panel: every prompt version of a session as a tree, and what can be done with it.
+
+Work is never lost in ContextLens: each run is a version, editing an old one branches, a rollback
+is a new version equal to an old one. This panel shows that tree and marks the versions whose KV
+state is saved, because rolling back to those resumes instantly instead of evaluating the whole
+prompt again. Diff, rollback, branch, delete with undo, export and import all go through the
+store API (app.store) on a pool thread; the panel redraws from what the store answers. A
+read-only database can be browsed and exported, and the actions that would change it say why
+they are off.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from weakref import WeakMethod
+
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtGui import (
+    QAction,
+    QColor,
+    QFontDatabase,
+    QKeySequence,
+    QPalette,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressDialog,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+from shiboken6 import isValid
+
+from app.store.archive import ExportSummary, ImportSummary, export_session, import_session
+from app.store.repository import Repository, VersionInfo
+from app.ui.tasks import run_in_background
+from app.ui.widgets import MessageLine
+
+SUFFIX = ".ctxlens"
+INSTANT = "⚡"
+PROMPT_COLUMN_MAX = 360  # pixels; the whole prompt is in the tooltip
+PROGRESS_DELAY_MS = 400  # quick operations finish before a progress dialog would flash
+_KIND_ROLE = Qt.ItemDataRole.UserRole
+_ID_ROLE = Qt.ItemDataRole.UserRole + 1
+_CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A resumable KV state of a version (its own, or the one its rollback copy shares)."""
+
+    n_ctx: int
+    cache_type: str
+    prompt_tokens: int
+    state_bytes: int
+    version: int  # the version it was saved for
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """One consistent reading of what the panel shows, made off the GUI thread."""
+
+    sessions: list[dict[str, Any]]
+    versions: list[VersionInfo]
+    last_runs: dict[int, dict[str, Any]]
+    states: dict[int, SavedState]
+
+
+def read_history(repo: Repository, session_id: int | None) -> HistoryView:
+    """Sessions, versions, each version's last run and resumable KV state (slow: many reads)."""
+    sessions = repo.sessions()
+    if session_id is not None and all(s["id"] != session_id for s in sessions):
+        session_id = None  # the session is gone: show all
+    versions = repo.history(session_id)
+    by_id = {v.id: v for v in versions}
+    last_runs: dict[int, dict[str, Any]] = {}
+    own: dict[int, SavedState] = {}
+    for v in versions:
+        runs = repo.runs(v.id)
+        if runs:
+            last_runs[v.id] = runs[-1]
+        usable = [
+            k
+            for k in repo.kv_states(v.id)
+            if k["model_sha256"] == v.model_sha256 and k["prompt_tokens"] > 0
+        ]
+        if usable:
+            k = usable[-1]
+            own[v.id] = SavedState(
+                k["n_ctx"], k["cache_type"], k["prompt_tokens"], k["state_bytes"], v.id
+            )
+    states = dict(own)
+    for v in versions:
+        if v.id not in own and _may_share_state(v, by_id, own):
+            saved = repo.kv_state(v.id, model_sha256=v.model_sha256)  # the exact rule
+            if saved is not None:
+                st = saved.state
+                states[v.id] = SavedState(
+                    st.n_ctx, st.kv_cache_type, saved.prompt_tokens, len(st.data), saved.version
+                )
+    return HistoryView(sessions, versions, last_runs, states)
+
+
+def _may_share_state(
+    v: VersionInfo, by_id: dict[int, VersionInfo], own: dict[int, SavedState]
+) -> bool:
+    """A rollback copy (equal to its parent, and so on up) may use an ancestor's state."""
+    seen = {v.id}
+    while v.parent is not None and v.parent in by_id and v.parent not in seen:
+        parent = by_id[v.parent]
+        if any(getattr(parent, k) != getattr(v, k) for k in _CONTENT):
+            return False
+        if parent.id in own:
+            return True
+        seen.add(parent.id)
+        v = parent
+    return False
+
+
+def _first_line(text: str, limit: int = 80) -> str:
+    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _mix(a: QColor, b: QColor, share: float) -> QColor:
+    """``share`` of ``b`` over ``a``: a tint that stays readable on light and dark palettes."""
+    return QColor.fromRgbF(
+        a.redF() * (1 - share) + b.redF() * share,
+        a.greenF() * (1 - share) + b.greenF() * share,
+        a.blueF() * (1 - share) + b.blueF() * share,
+    )
+
+
+class DiffDialog(QDialog):
+    """A unified diff of two versions, monospace and read-only, with +/- lines tinted."""
+
+    def __init__(self, title: str, diff: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        self.resize(760, 520)
+        self.view = QPlainTextEdit()
+        self.view.setReadOnly(True)
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        base = self.palette().color(QPalette.ColorRole.Base)
+        self.added = _mix(base, QColor(0, 160, 60), 0.25)
+        self.removed = _mix(base, QColor(210, 40, 40), 0.25)
+        self.header = _mix(base, self.palette().color(QPalette.ColorRole.Highlight), 0.2)
+        self._fill(diff or self.tr("The two versions are the same."))
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.view)
+        layout.addWidget(buttons)
+
+    def _fill(self, diff: str) -> None:
+        cursor = QTextCursor(self.view.document())
+        for i, line in enumerate(diff.splitlines()):
+            tint = None
+            if line.startswith(("+++", "---", "@@")):
+                tint = self.header
+            elif line.startswith("+"):
+                tint = self.added
+            elif line.startswith("-"):
+                tint = self.removed
+            block, chars = QTextBlockFormat(), QTextCharFormat()
+            if tint is not None:
+                block.setBackground(tint)  # the whole line's width
+                chars.setBackground(tint)
+            if i:
+                cursor.insertBlock(block, chars)
+            else:
+                cursor.setBlockFormat(block)
+            cursor.insertText(line, chars)
+
+    def text(self) -> str:
+        return self.view.toPlainText()
+
+    def line_background(self, line: int) -> QColor:
+        """The tint of one line (for tests and screenshots)."""
+        block = self.view.document().findBlockByNumber(line)
+        it = block.begin()
+        return it.fragment().charFormat().background().color() if not it.atEnd() else QColor()
+
+
+class BranchDialog(QDialog):
+    """Edit the prompt of a version; accepting makes a new version beside the old one."""
+
+    def __init__(self, version: VersionInfo, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.version = version
+        self.setWindowTitle(self.tr("Branch from v{0}").format(version.number))
+        label = QLabel(self.tr("&Prompt for the new version:"))
+        self.editor = QPlainTextEdit(version.prompt)
+        label.setBuddy(self.editor)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText(self.tr("&Branch"))
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(label)
+        layout.addWidget(self.editor)
+        layout.addWidget(buttons)
+
+    def prompt(self) -> str:
+        return self.editor.toPlainText()
+
+
+class _Wait:
+    """One long operation the person may stop waiting for (the operation itself goes on)."""
+
+    def __init__(self) -> None:
+        self.abandoned = False
+
+
+class HistoryPanel(QWidget):
+    """The version tree of one session (or all), with diff, rollback, branch, delete/undo,
+    export and import."""
+
+    refreshed = Signal()
+    rolled_back = Signal(object, bool)  # the new VersionInfo, whether a KV state resumes it
+    branched = Signal(object)  # the new VersionInfo
+    diffed = Signal(str)  # the diff shown
+    exported = Signal(object)  # ExportSummary
+    imported = Signal(object)  # ImportSummary
+    failed = Signal(str)  # one sentence, also shown in the panel
+
+    COLUMNS = 7  # version, created, task, strategy, prompt, last run, KV state
+
+    def __init__(self, repo: Repository, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._repo = repo
+        self._read_only = repo.read_only
+        self._session_id: int | None = None
+        self._view = HistoryView([], [], {}, {})
+        self._versions: dict[int, VersionInfo] = {}
+        self._reading = False  # a read of the history is running
+        self._reread = False  # and another was asked for meanwhile
+        self._select_after: int | None = None
+        self._undoable = 0  # deletions made here that undo can bring back
+        self.diff_dialog: DiffDialog | None = None
+        self.branch_dialog: BranchDialog | None = None
+        self._waiting: _Wait | None = None  # the operation the progress dialog stands for
+
+        self.session_combo = QComboBox()
+        self.session_combo.setMinimumContentsLength(24)
+        self.session_combo.activated.connect(self._on_session_chosen)
+        session_label = QLabel(self.tr("&Session:"))
+        session_label.setBuddy(self.session_combo)
+        self.refresh_button = QPushButton(self.tr("Re&fresh"))
+        self.refresh_button.clicked.connect(self.refresh)
+
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(self.COLUMNS)
+        self.tree.setHeaderLabels([
+            self.tr("Version"), self.tr("Created"), self.tr("Task"), self.tr("Strategy"),
+            self.tr("Prompt"), self.tr("Last run"), self.tr("KV state"),
+        ])  # fmt: skip
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setUniformRowHeights(True)
+        self.tree.itemSelectionChanged.connect(self._update_actions)
+
+        self.diff_button = QPushButton(self.tr("&Diff"))
+        self.diff_button.clicked.connect(self.diff_selected)
+        self.rollback_button = QPushButton(self.tr("&Rollback"))
+        self.rollback_button.clicked.connect(self.rollback_selected)
+        self.branch_button = QPushButton(self.tr("&Branch…"))
+        self.branch_button.clicked.connect(self.branch_selected)
+        self.delete_button = QPushButton(self.tr("De&lete"))
+        self.delete_button.clicked.connect(self.delete_selected)
+        self.undo_button = QPushButton(self.tr("&Undo Delete"))
+        self.undo_button.clicked.connect(self.undo_delete)
+        self.export_button = QPushButton(self.tr("&Export…"))
+        self.export_button.clicked.connect(self.export_session)
+        self.include_kv = QCheckBox(self.tr("Include &KV states"))
+        self.include_kv.setToolTip(
+            self.tr("Exports carry the saved KV states, so rollbacks stay instant elsewhere")
+        )
+        self.import_button = QPushButton(self.tr("&Import…"))
+        self.import_button.clicked.connect(self.import_session)
+        self.message = MessageLine()
+        # One dialog for the panel's life, connected to bound methods only: a closure holding
+        # the panel, released while a child dialog is destroyed, could destroy the panel too.
+        self.progress = QProgressDialog(self)
+        self.progress.setWindowTitle(self.tr("ContextLens"))
+        self.progress.setWindowModality(Qt.WindowModality.WindowModal)
+        self.progress.setCancelButtonText(self.tr("Stop Waiting"))
+        self.progress.setRange(0, 0)  # a busy indicator: archives report no progress
+        self.progress.setAutoClose(False)
+        self.progress.setAutoReset(False)
+        self.progress.setMinimumDuration(PROGRESS_DELAY_MS)
+        self.progress.canceled.connect(self._stop_waiting)
+        self.progress.reset()  # stops the timer that would show it by itself
+        self.progress.hide()
+
+        for text, keys, slot in (
+            (self.tr("Delete"), QKeySequence.StandardKey.Delete, self.delete_selected),
+            (self.tr("Undo Delete"), QKeySequence.StandardKey.Undo, self.undo_delete),
+            (self.tr("Refresh"), QKeySequence.StandardKey.Refresh, self.refresh),
+        ):
+            action = QAction(text, self)
+            action.setShortcut(keys)
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            action.triggered.connect(slot)
+            self.addAction(action)
+
+        top = QHBoxLayout()
+        top.addWidget(session_label)
+        top.addWidget(self.session_combo, 1)
+        top.addWidget(self.refresh_button)
+        actions = QHBoxLayout()
+        for button in (self.diff_button, self.rollback_button, self.branch_button,
+                       self.delete_button, self.undo_button):  # fmt: skip
+            actions.addWidget(button)
+        actions.addStretch(1)
+        archive = QHBoxLayout()
+        archive.addWidget(self.export_button)
+        archive.addWidget(self.include_kv)
+        archive.addStretch(1)
+        archive.addWidget(self.import_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.tree, 1)
+        layout.addLayout(actions)
+        layout.addLayout(archive)
+        layout.addWidget(self.message)
+
+        if self._read_only:
+            self.message.show_message(
+                self.tr("This history is read-only: it can be browsed and exported, not changed."),
+                error=False,
+            )
+        self._update_actions()
+        self.refresh()
+
+    # ----- reading -----
+
+    def set_session(self, session_id: int | None) -> None:
+        """Show one session's versions (None: every session) and read them again."""
+        self._session_id = session_id
+        self.refresh()
+
+    def session_id(self) -> int | None:
+        return self._session_id
+
+    def refresh(self) -> None:
+        """Read the history again in the background; ``refreshed`` when it is shown. While a
+        read runs, further requests make one more read after it (never two at once)."""
+        if self._reading:
+            self._reread = True
+            return
+        self._reading = True
+        self._reread = False
+        repo, session_id = self._repo, self._session_id
+        self._background(lambda: read_history(repo, session_id), self._on_read,
+                         on_error=self._on_read_failed)  # fmt: skip
+
+    def _on_read(self, view: HistoryView) -> None:
+        self._reading = False
+        if self._reread:  # something changed while reading: what was read is already stale
+            self.refresh()
+            return
+        self._show(view)
+        self.refreshed.emit()
+
+    def _on_read_failed(self, message: str) -> None:
+        self._reading = False
+        self._fail(message)
+        if self._reread:
+            self.refresh()
+
+    def _show(self, view: HistoryView) -> None:
+        selected = {v.id for v in self.selected_versions()}
+        if self._select_after is not None:
+            selected = {self._select_after}
+            self._select_after = None
+        self._view = view
+        self._versions = {v.id: v for v in view.versions}
+        known = {s["id"] for s in view.sessions}
+        if self._session_id is not None and self._session_id not in known:
+            self._session_id = None
+        self._fill_sessions(view.sessions)
+
+        self.tree.clear()
+        items: dict[int, QTreeWidgetItem] = {}
+        parents: dict[int, QTreeWidgetItem] = {}
+        if self._session_id is None:
+            for s in view.sessions:
+                item = QTreeWidgetItem(self.tree)
+                item.setText(0, self.tr("{0} (#{1})").format(s["name"], s["id"]))
+                item.setText(4, s["document"] or "")
+                item.setText(5, self.tr("{0} versions").format(s["versions"]))
+                item.setData(0, _KIND_ROLE, "session")
+                item.setData(0, _ID_ROLE, s["id"])
+                parents[s["id"]] = item
+        for v in view.versions:  # creation order: a parent always comes before its children
+            holder = items.get(v.parent) if v.parent is not None else None
+            if holder is None:
+                holder = parents.get(v.session)
+            item = QTreeWidgetItem(holder) if holder is not None else QTreeWidgetItem(self.tree)
+            self._fill_version(item, v)
+            items[v.id] = item
+        self.tree.expandAll()
+        for column in range(self.COLUMNS):
+            self.tree.resizeColumnToContents(column)
+        self.tree.setColumnWidth(4, min(self.tree.columnWidth(4), PROMPT_COLUMN_MAX))
+        self.select_versions(*(vid for vid in selected if vid in items))
+        self._update_actions()
+
+    def _fill_version(self, item: QTreeWidgetItem, v: VersionInfo) -> None:
+        item.setData(0, _KIND_ROLE, "version")
+        item.setData(0, _ID_ROLE, v.id)
+        item.setText(0, f"v{v.number}")
+        item.setToolTip(0, self.tr("Version #{0} of session #{1}").format(v.id, v.session))
+        item.setText(1, v.created.astimezone().strftime("%Y-%m-%d %H:%M"))
+        item.setText(2, v.task)
+        item.setText(3, v.strategy)
+        item.setText(4, _first_line(v.prompt))
+        item.setToolTip(4, v.prompt)
+        run = self._view.last_runs.get(v.id)
+        if run is not None:
+            item.setText(5, self.tr("{0} · {1:,} + {2:,} tokens").format(
+                run["finish_reason"], run["prompt_tokens"], run["completion_tokens"]))  # fmt: skip
+        state = self._view.states.get(v.id)
+        if state is not None:
+            item.setText(6, self.tr("{0} instant").format(INSTANT))
+            where = (
+                self.tr("its own") if state.version == v.id
+                else self.tr("that of the version it equals (#{0})").format(state.version)
+            )  # fmt: skip
+            item.setToolTip(6, self.tr(
+                "A rollback resumes from a saved KV state ({0}): {1:,} prompt tokens, context "
+                "{2:,}, {3} cache, {4:,.1f} MiB; the prompt is not evaluated again."
+            ).format(where, state.prompt_tokens, state.n_ctx, state.cache_type,
+                     state.state_bytes / 2**20))  # fmt: skip
+
+    def _fill_sessions(self, sessions: list[dict[str, Any]]) -> None:
+        combo = self.session_combo
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItem(self.tr("All sessions"), None)
+        for s in sessions:
+            combo.addItem(
+                self.tr("{0} (#{1}, {2} versions)").format(s["name"], s["id"], s["versions"]),
+                s["id"],
+            )
+        index = combo.findData(self._session_id) if self._session_id is not None else 0
+        combo.setCurrentIndex(max(0, index))
+        combo.blockSignals(False)
+
+    def _on_session_chosen(self, index: int) -> None:
+        self.set_session(self.session_combo.itemData(index))
+
+    # ----- selection -----
+
+    def versions(self) -> list[VersionInfo]:
+        """What is shown, in creation order."""
+        return list(self._view.versions)
+
+    def has_kv(self, version_id: int) -> bool:
+        """Whether rolling back to this version resumes from a saved KV state."""
+        return version_id in self._view.states
+
+    def item_for(self, version_id: int) -> QTreeWidgetItem | None:
+        for item in self._items():
+            if item.data(0, _KIND_ROLE) == "version" and item.data(0, _ID_ROLE) == version_id:
+                return item
+        return None
+
+    def select_versions(self, *version_ids: int) -> None:
+        self.tree.clearSelection()
+        for vid in version_ids:
+            item = self.item_for(vid)
+            if item is not None:
+                self.tree.setCurrentItem(item, 0, QItemSelectionModel.SelectionFlag.NoUpdate)
+                item.setSelected(True)
+
+    def selected_versions(self) -> list[VersionInfo]:
+        ids = [
+            i.data(0, _ID_ROLE)
+            for i in self.tree.selectedItems()
+            if i.data(0, _KIND_ROLE) == "version"
+        ]
+        return sorted((self._versions[i] for i in ids if i in self._versions),
+                      key=lambda v: (v.session, v.number))  # fmt: skip
+
+    def _selected_sessions(self) -> list[int]:
+        return [i.data(0, _ID_ROLE) for i in self.tree.selectedItems()
+                if i.data(0, _KIND_ROLE) == "session"]  # fmt: skip
+
+    def _items(self) -> list[QTreeWidgetItem]:
+        out: list[QTreeWidgetItem] = []
+        stack = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        while stack:
+            item = stack.pop()
+            out.append(item)
+            stack.extend(item.child(i) for i in range(item.childCount()))
+        return out
+
+    def _export_target(self) -> int | None:
+        """The session to export: the one shown, else the one of the selection."""
+        if self._session_id is not None:
+            return self._session_id
+        sessions = {v.session for v in self.selected_versions()} | set(self._selected_sessions())
+        return sessions.pop() if len(sessions) == 1 else None
+
+    def _update_actions(self) -> None:
+        versions = self.selected_versions()
+        one = len(versions) == 1 and not self._selected_sessions()
+        write = not self._read_only
+        self.diff_button.setEnabled(len(versions) == 2)
+        self.rollback_button.setEnabled(write and one)
+        self.branch_button.setEnabled(write and one)
+        self.delete_button.setEnabled(write and bool(self.tree.selectedItems()))
+        self.undo_button.setEnabled(write and self._undoable > 0)
+        idle = self._waiting is None  # one archive operation at a time
+        self.import_button.setEnabled(write and idle)
+        self.export_button.setEnabled(idle and self._export_target() is not None)
+
+        instant = one and self.has_kv(versions[0].id)
+        self.rollback_button.setText(
+            self.tr("&Rollback {0}").format(INSTANT) if instant else self.tr("&Rollback")
+        )
+        why = self.tr("The history database is read-only: nothing can be changed.")
+        tips = {
+            self.rollback_button: self.tr("A saved KV state: the rollback resumes instantly")
+            if instant
+            else self.tr("A new version equal to the selected one; nothing after it is lost"),
+            self.branch_button: self.tr("A new version from the selected one, with a new prompt"),
+            self.delete_button: self.tr("Hide the selection; Undo brings it back until you quit"),
+            self.undo_button: self.tr("Bring back what was deleted last"),
+            self.import_button: self.tr("Add a session from a .ctxlens file"),
+        }
+        for button, tip in tips.items():
+            button.setToolTip(why if self._read_only else tip)
+        self.diff_button.setToolTip(self.tr("Compare two selected versions"))
+        self.export_button.setToolTip(self.tr("Write the session to a .ctxlens file"))
+
+    # ----- actions -----
+    # Each action reads what it needs on the GUI thread, runs a store call on a pool thread, and
+    # handles the answer in an ``_on_*`` method; see :meth:`_background` for why methods.
+
+    def diff_selected(self) -> None:
+        versions = self.selected_versions()
+        if len(versions) != 2:
+            self._fail(self.tr("Select exactly two versions to compare."))
+            return
+        a, b = versions
+        title = self.tr("v{0} → v{1}").format(a.number, b.number)
+        repo = self._repo
+        self._background(lambda: repo.diff(a.id, b.id), self._on_diff, title)
+
+    def _on_diff(self, title: str, diff: str) -> None:
+        self.diff_dialog = DiffDialog(title, diff, self)
+        self.diff_dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.diff_dialog.open()
+        self.diffed.emit(diff)
+
+    def rollback_selected(self) -> None:
+        versions = self.selected_versions()
+        if len(versions) != 1 or self._read_only:
+            return
+        old = versions[0]
+        repo = self._repo
+        self._background(lambda: repo.rollback(old.id), self._on_rolled_back, old,
+                         self.has_kv(old.id))  # fmt: skip
+
+    def _on_rolled_back(self, old: VersionInfo, has_kv: bool, new: VersionInfo) -> None:
+        text = (
+            self.tr("Rolled back to v{0} as v{1}: it resumes instantly from the saved KV state.")
+            if has_kv
+            else self.tr("Rolled back to v{0} as v{1}: no KV state is saved, so the prompt "
+                         "will be evaluated again.")
+        )  # fmt: skip
+        self.message.show_message(text.format(old.number, new.number), error=False)
+        self._select_after = new.id
+        self.refresh()
+        self.rolled_back.emit(new, has_kv)
+
+    def branch_selected(self) -> None:
+        versions = self.selected_versions()
+        if len(versions) != 1 or self._read_only:
+            return
+        dialog = BranchDialog(versions[0], self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(self._on_branch_accepted)  # a bound method, not a closure
+        self.branch_dialog = dialog
+        dialog.open()
+
+    def _on_branch_accepted(self) -> None:
+        dialog = self.sender()
+        if not isinstance(dialog, BranchDialog):
+            return
+        old, prompt = dialog.version, dialog.prompt()
+        repo = self._repo
+        self._background(lambda: repo.branch(old.id, prompt=prompt), self._on_branched, old)
+
+    def _on_branched(self, old: VersionInfo, new: VersionInfo) -> None:
+        self.message.show_message(
+            self.tr("v{0} branched from v{1}.").format(new.number, old.number), error=False
+        )
+        self._select_after = new.id
+        self.refresh()
+        self.branched.emit(new)
+
+    def delete_selected(self) -> None:
+        if self._read_only:
+            return
+        sessions = self._selected_sessions()
+        versions = [v.id for v in self.selected_versions() if v.session not in sessions]
+        if not versions and not sessions:
+            return
+        repo = self._repo
+
+        def work() -> int:
+            for vid in versions:
+                repo.delete_version(vid)
+            for sid in sessions:
+                repo.delete_session(sid)
+            return len(versions) + len(sessions)
+
+        self._background(work, self._on_deleted)
+
+    def _on_deleted(self, count: int) -> None:
+        self._undoable += count
+        self.message.show_message(
+            self.tr("Deleted {0} item(s); Undo Delete brings them back until you quit.")
+            .format(count),
+            error=False,
+        )  # fmt: skip
+        self.refresh()
+
+    def undo_delete(self) -> None:
+        if self._read_only or self._undoable <= 0:
+            return
+        self._background(self._repo.undo_delete, self._on_undone)
+
+    def _on_undone(self, undone: tuple[str, int] | None) -> None:
+        if undone is None:
+            self._undoable = 0
+            self.message.show_message(self.tr("Nothing to undo."), error=False)
+        else:
+            self._undoable = max(0, self._undoable - 1)
+            kind, item = undone
+            what = self.tr("version") if kind == "version" else self.tr("session")
+            self.message.show_message(
+                self.tr("The {0} #{1} is back.").format(what, item), error=False
+            )
+            if kind == "version":
+                self._select_after = item
+        self.refresh()
+
+    def export_session(self) -> None:
+        """Ask for a file, then write the session to it in the background."""
+        session_id = self._export_target()
+        if session_id is None:
+            self._fail(self.tr("Choose a session to export (above, or select one of its "
+                               "versions)."))  # fmt: skip
+            return
+        name = next((s["name"] for s in self._view.sessions if s["id"] == session_id), "session")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "session"
+        chosen, _ = QFileDialog.getSaveFileName(
+            self, self.tr("Export Session"), str(Path.home() / f"{safe}{SUFFIX}"),
+            self.tr("ContextLens sessions (*.ctxlens)"),
+        )  # fmt: skip
+        if not chosen:
+            return
+        path = Path(chosen)
+        if path.suffix.lower() != SUFFIX:
+            path = path.with_name(path.name + SUFFIX)
+        include_kv = self.include_kv.isChecked()
+        repo = self._repo
+        wait = self._wait(self.tr("Exporting the session to {0}…").format(path.name))
+        self._background(
+            lambda: export_session(repo, session_id, path, include_kv=include_kv),
+            self._on_exported, wait, wait=wait,
+        )  # fmt: skip
+
+    def _on_exported(self, wait: _Wait, summary: ExportSummary) -> None:
+        if not wait.abandoned:
+            self.message.show_message(
+                self.tr("Exported {0} versions, {1} runs and {2} KV states to {3} "
+                        "({4:,.1f} MiB).").format(
+                    summary.versions, summary.runs, summary.kv_states, summary.path,
+                    summary.bytes / 2**20),
+                error=False,
+            )  # fmt: skip
+        self.exported.emit(summary)
+
+    def import_session(self) -> None:
+        """Ask for a .ctxlens file, then add it as a new session in the background."""
+        if self._read_only:
+            return
+        chosen, _ = QFileDialog.getOpenFileName(
+            self, self.tr("Import Session"), str(Path.home()),
+            self.tr("ContextLens sessions (*.ctxlens);;All files (*)"),
+        )  # fmt: skip
+        if not chosen:
+            return
+        path = Path(chosen)
+        repo = self._repo
+        wait = self._wait(self.tr("Importing {0}…").format(path.name))
+        self._background(lambda: import_session(repo, path), self._on_imported, wait, path,
+                         wait=wait)  # fmt: skip
+
+    def _on_imported(self, wait: _Wait, path: Path, summary: ImportSummary) -> None:
+        self.message.show_message(
+            self.tr("Imported {0} as session #{1}: {2} versions, {3} runs, {4} KV states.")
+            .format(path.name, summary.session_id, summary.versions, summary.runs,
+                    summary.kv_states),
+            error=False,
+        )  # fmt: skip
+        if not wait.abandoned:  # the person still waits: show what came in
+            self._session_id = summary.session_id
+        self.refresh()
+        self.imported.emit(summary)
+
+    # ----- plumbing -----
+
+    def _wait(self, text: str) -> _Wait:
+        """Show the busy dialog (after a short delay) for a new long operation."""
+        wait = _Wait()
+        self._waiting = wait
+        self.progress.reset()
+        self.progress.setLabelText(text)
+        self.progress.setValue(0)  # starts the delay after which the dialog shows itself
+        self._update_actions()
+        return wait
+
+    def _end_wait(self, wait: _Wait) -> None:
+        if self._waiting is wait:
+            self._waiting = None
+            self.progress.reset()
+            self.progress.hide()
+            self._update_actions()
+
+    def _stop_waiting(self) -> None:
+        wait = self._waiting
+        if wait is None:
+            return
+        wait.abandoned = True
+        self._end_wait(wait)
+        self.message.show_message(
+            self.tr("Stopped waiting. The operation goes on in the background and either "
+                    "completes whole or changes nothing."),
+            error=False,
+        )  # fmt: skip
+
+    def _background(
+        self,
+        work: Callable[[], Any],
+        handler: Callable[..., None],
+        *args: Any,
+        wait: _Wait | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        """Run ``work()`` on a pool thread, then ``handler(*args, result)`` (a method of this
+        panel) or the error (to ``on_error``, another method, else shown), on the GUI thread,
+        if the panel still exists.
+
+        Neither ``work`` nor the callbacks hold the panel: ``work`` is dropped on the pool
+        thread, and a widget whose last reference goes there would be destroyed off the GUI
+        thread; the handler is kept as a weak method, so closing the panel while an operation
+        runs frees it at once.
+        """
+        method = WeakMethod(handler)
+        error_method = WeakMethod(on_error) if on_error is not None else None
+        panel = weakref.ref(self)
+
+        def alive() -> HistoryPanel | None:
+            p = panel()
+            if p is None or not isValid(p):
+                return None
+            if wait is not None:
+                p._end_wait(wait)
+            return p
+
+        def ok(result: Any) -> None:
+            if alive() is not None and (bound := method()) is not None:
+                bound(*args, result)
+
+        def failed(message: str) -> None:
+            p = alive()
+            if p is not None:
+                bound = error_method() if error_method is not None else None
+                (bound or p._fail)(message)
+
+        run_in_background(work, ok, failed)
+
+    def _fail(self, message: str) -> None:
+        self.message.show_message(message)
+        self.failed.emit(message)

@@ -1,0 +1,502 @@
+"""The model panel: choose a GGUF file, see what it is, and decide how to load it.
+
+A context size is a memory decision, so the panel shows the model card and what the chosen
+n_ctx, KV cache type and GPU layers will cost *before* anything is loaded, updating as the
+person types. The file is checked by the pure-Python GGUF reader off the GUI thread: a bad file
+costs one plain sentence and a disabled Load button, never a crash inside llama.cpp.
+
+The panel only asks (``load_requested``, ``unload_requested``); the window owns the engine and
+answers with :meth:`ModelPanel.show_loaded`, :meth:`ModelPanel.show_unloaded` or
+:meth:`ModelPanel.show_error`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+from shiboken6 import isValid
+
+from app.core.engine.gguf import ModelInfo, inspect_model
+from app.core.engine.protocol import (
+    KV_CACHE_TYPE_NAMES,
+    EngineCapabilities,
+    LoadedModel,
+    LoadSettings,
+)
+from app.core.paths import list_models
+from app.core.telemetry import estimate_memory
+from app.ui.tasks import run_in_background
+from app.ui.widgets import MessageLine
+
+MAX_CTX = 1_048_576  # the n_ctx ceiling when the model does not say what it was trained on
+UNQUANTIZED_KV = ("f16", "f32", "bf16")  # the cache types that work without flash attention
+MAX_THREADS = 512
+_PATH_ROLE = Qt.ItemDataRole.UserRole
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f}"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:,.1f} B" if n >= 1e9 else f"{n / 1e6:,.0f} M"
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+class ModelCard(QGroupBox):
+    """The GGUF metadata a person needs before choosing a context size."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(self.tr("Model"), parent)
+        form = QFormLayout(self)
+        self._fields: dict[str, QLabel] = {}
+        for key, label in (
+            ("name", self.tr("Name")),
+            ("file", self.tr("File")),
+            ("arch", self.tr("Architecture")),
+            ("params", self.tr("Parameters")),
+            ("quant", self.tr("Quantization")),
+            ("ctx_train", self.tr("Context trained")),
+            ("layers", self.tr("Layers")),
+            ("kv", self.tr("KV bytes per token")),
+            ("loaded", self.tr("Loaded")),
+        ):
+            value = QLabel("–")
+            value.setWordWrap(True)
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self._fields[key] = value
+            form.addRow(label + ":", value)
+
+    def value(self, key: str) -> str:
+        """The text shown for one field (name, file, arch, params, quant, ctx_train, layers, kv,
+        loaded)."""
+        return self._fields[key].text()
+
+    def clear(self) -> None:
+        for value in self._fields.values():
+            value.setText("–")
+
+    def show_info(self, info: ModelInfo, cache_type: str) -> None:
+        per_token = info.kv_bytes_per_token(cache_type)
+        values = {
+            "name": info.name or Path(info.path).name,
+            "file": self.tr("{0} ({1} MiB, GGUF v{2})").format(
+                Path(info.path).name, _mib(info.file_size), info.gguf_version
+            ),
+            "arch": info.architecture,
+            "params": _count(info.parameters),
+            "quant": info.quantization,
+            "ctx_train": f"{info.n_ctx_train:,}" if info.n_ctx_train else "–",
+            "layers": str(info.n_layers) if info.n_layers else "–",
+            "kv": self.tr("{0:,} ({1})").format(per_token, cache_type)
+            if per_token is not None
+            else self.tr("unknown"),
+        }
+        for key, text in values.items():
+            self._fields[key].setText(text)
+
+    def show_loaded(self, loaded: LoadedModel | None) -> None:
+        if loaded is None:
+            self._fields["loaded"].setText(self.tr("no"))
+            return
+        self._fields["loaded"].setText(
+            self.tr("context {0:,}, KV {1}, {2} GPU layers, in {3:.2f} s").format(
+                loaded.n_ctx, loaded.kv_cache_type, loaded.n_gpu_layers, loaded.load_seconds
+            )
+        )
+
+
+class ModelPanel(QWidget):
+    """Models on disk, the chosen one's card, the load options and what they will cost."""
+
+    load_requested = Signal(object, object)  # Path, LoadSettings
+    unload_requested = Signal()
+    info_ready = Signal(object)  # ModelInfo of the selected file, once read
+    file_failed = Signal(str)  # the selected file is not a usable model; one sentence
+
+    def __init__(self, models_dir: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._models_dir = Path(models_dir)
+        self._info: ModelInfo | None = None
+        self._caps: EngineCapabilities | None = None
+        self._loaded: LoadedModel | None = None
+        self._busy = False
+        self._reading = 0  # generation of the newest read; older answers are ignored
+        self._settings_error = ""
+        defaults = LoadSettings()
+
+        self.models = QListWidget()
+        self.models.setAlternatingRowColors(True)
+        self.models.currentItemChanged.connect(self._on_current_changed)
+        models_label = QLabel(self.tr("&Models:"))
+        models_label.setBuddy(self.models)
+        self.browse_button = QPushButton(self.tr("&Browse…"))
+        self.browse_button.setToolTip(self.tr("Choose a GGUF file anywhere on disk"))
+        self.browse_button.clicked.connect(self._browse)
+
+        self.card = ModelCard()
+        self.file_error = MessageLine()
+
+        self.n_ctx = QSpinBox()
+        self.n_ctx.setRange(16, MAX_CTX)
+        self.n_ctx.setSingleStep(1024)
+        self.n_ctx.setGroupSeparatorShown(True)
+        self.n_ctx.setKeyboardTracking(True)  # the memory line follows every keystroke
+        self.n_ctx.setValue(defaults.n_ctx)
+        self.n_ctx.setToolTip(self.tr("Tokens the model can hold at once (n_ctx)"))
+        self.memory = QLabel()
+        self.memory.setWordWrap(True)
+        self.memory.setToolTip(
+            self.tr(
+                "Estimated before loading: the KV cache is exact for its type; compute "
+                "buffers are approximated. Live figures come from llama.cpp once loaded."
+            )
+        )
+
+        self.gpu_layers = QSlider(Qt.Orientation.Horizontal)
+        self.gpu_layers.setRange(0, 0)
+        self.gpu_layers.setPageStep(4)
+        self.gpu_layers_value = QLabel()
+        self.gpu_reason = QLabel()
+        self.gpu_reason.setWordWrap(True)
+        self.gpu_reason.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+
+        self.kv_type = QComboBox()
+        for name in KV_CACHE_TYPE_NAMES:
+            self.kv_type.addItem(name, name)
+        self.kv_type.setCurrentIndex(KV_CACHE_TYPE_NAMES.index(defaults.kv_cache_type))
+        self.kv_type.setToolTip(
+            self.tr("Quantized types (q8_0 … iq4_nl) take less memory and need flash attention")
+        )
+        self.flash_attn = QCheckBox(self.tr("&Flash attention"))
+        self.flash_attn.setChecked(defaults.flash_attn)
+        self.threads = QSpinBox()
+        self.threads.setRange(1, max(MAX_THREADS, defaults.n_threads))
+        self.threads.setValue(defaults.n_threads)
+        self._defaults = defaults
+        self.settings_note = MessageLine()
+
+        self.load_button = QPushButton(self.tr("&Load"))
+        self.load_button.setDefault(True)
+        self.load_button.clicked.connect(self._request_load)
+        self.unload_button = QPushButton(self.tr("&Unload"))
+        self.unload_button.clicked.connect(self.unload_requested)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.engine_error = MessageLine()
+
+        self._layout(models_label)
+        self.n_ctx.valueChanged.connect(self._update)
+        self.gpu_layers.valueChanged.connect(self._update)
+        self.kv_type.currentIndexChanged.connect(self._on_kv_type_changed)
+        self.flash_attn.toggled.connect(self._update)
+        self.threads.valueChanged.connect(self._update)
+
+        self.set_capabilities(None)
+        self.show_unloaded()
+        self.refresh_models()
+
+    def _layout(self, models_label: QLabel) -> None:
+        top = QHBoxLayout()
+        top.addWidget(models_label)
+        top.addStretch(1)
+        top.addWidget(self.browse_button)
+
+        options = QGroupBox(self.tr("Load options"))
+        form = QFormLayout(options)
+        ctx_label = QLabel(self.tr("&Context size:"))
+        ctx_label.setBuddy(self.n_ctx)
+        form.addRow(ctx_label, self.n_ctx)
+        form.addRow("", self.memory)
+        gpu_label = QLabel(self.tr("&GPU layers:"))
+        gpu_label.setBuddy(self.gpu_layers)
+        gpu_row = QHBoxLayout()
+        gpu_row.addWidget(self.gpu_layers, 1)
+        gpu_row.addWidget(self.gpu_layers_value)
+        form.addRow(gpu_label, gpu_row)
+        form.addRow("", self.gpu_reason)
+        kv_label = QLabel(self.tr("KV cache t&ype:"))
+        kv_label.setBuddy(self.kv_type)
+        form.addRow(kv_label, self.kv_type)
+        form.addRow("", self.flash_attn)
+        threads_label = QLabel(self.tr("T&hreads:"))
+        threads_label.setBuddy(self.threads)
+        form.addRow(threads_label, self.threads)
+        form.addRow(self.settings_note)
+
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.load_button)
+        buttons.addWidget(self.unload_button)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.models, 1)
+        layout.addWidget(self.file_error)
+        layout.addWidget(self.card)
+        layout.addWidget(options)
+        layout.addLayout(buttons)
+        layout.addWidget(self.engine_error)
+        layout.addWidget(self.status)
+
+    # ----- the list of models -----
+
+    def refresh_models(self) -> None:
+        """List the *.gguf files in the models folder again (files chosen by hand stay)."""
+        chosen = self.selected_model()
+        extra = [p for p in self._listed() if p.parent != self._models_dir]
+        self.models.blockSignals(True)
+        self.models.clear()
+        for path in [*list_models(self._models_dir), *extra]:
+            self._add_item(path)
+        self.models.blockSignals(False)
+        if chosen is not None:
+            self.select_model(chosen)
+        elif self.models.count():
+            self.models.setCurrentRow(0)
+
+    def _listed(self) -> list[Path]:
+        return [Path(self.models.item(i).data(_PATH_ROLE)) for i in range(self.models.count())]
+
+    def _add_item(self, path: Path) -> QListWidgetItem:
+        text = path.name if path.parent == self._models_dir else f"{path.name} ({path.parent})"
+        item = QListWidgetItem(text)
+        item.setData(_PATH_ROLE, str(path))
+        item.setToolTip(str(path))
+        self.models.addItem(item)
+        return item
+
+    def _browse(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(
+            self,
+            self.tr("Choose a Model"),
+            str(self._models_dir),
+            self.tr("GGUF models (*.gguf);;All files (*)"),
+        )
+        if name:
+            self.select_model(Path(name))
+
+    def selected_model(self) -> Path | None:
+        item = self.models.currentItem()
+        return Path(item.data(_PATH_ROLE)) if item is not None else None
+
+    def select_model(self, path: Path | str) -> None:
+        """Select ``path`` (adding it to the list when it is not there) and read its card."""
+        path = Path(path)
+        for i, listed in enumerate(self._listed()):
+            if listed == path:
+                if self.models.currentRow() == i:
+                    self._read(path)  # selected already: read again (the file may have changed)
+                else:
+                    self.models.setCurrentRow(i)
+                return
+        self.models.setCurrentItem(self._add_item(path))
+
+    def _on_current_changed(self, current: QListWidgetItem | None, _previous: object) -> None:
+        if current is None:
+            self._reading += 1
+            self._set_info(None)
+            return
+        self._read(Path(current.data(_PATH_ROLE)))
+
+    def _read(self, path: Path) -> None:
+        self._reading += 1
+        self._set_info(None)
+        self.file_error.clear()
+        self.status.setText(self.tr("Reading {0}…").format(path.name))
+        # The callbacks hold the panel weakly and the work not at all: a widget must never be
+        # freed on the pool thread, and a closed panel need not wait for the read to finish.
+        panel = weakref.ref(self)
+        generation = self._reading
+
+        def done(info: ModelInfo) -> None:
+            if (p := panel()) is not None and isValid(p) and generation == p._reading:
+                p._on_info(info)
+
+        def failed(message: str) -> None:
+            if (p := panel()) is not None and isValid(p) and generation == p._reading:
+                p._on_file_failed(path, message)
+
+        run_in_background(lambda: inspect_model(path), done, failed)
+
+    def _on_info(self, info: ModelInfo) -> None:
+        self._set_info(info)
+        self.status.setText(self._loaded_text())
+        self.info_ready.emit(info)
+
+    def _on_file_failed(self, path: Path, message: str) -> None:
+        text = self.tr("{0} cannot be used: {1}").format(path.name, _sentence(message))
+        self.file_error.show_message(text)
+        self.status.setText(self._loaded_text())
+        self._update()
+        self.file_failed.emit(text)
+
+    def _set_info(self, info: ModelInfo | None) -> None:
+        self._info = info
+        if info is None:
+            self.card.clear()
+            self.card.show_loaded(self._loaded)
+        top = (info.n_ctx_train if info and info.n_ctx_train else None) or MAX_CTX
+        self.n_ctx.setMaximum(top)
+        layers = info.n_layers if info and info.n_layers else 0
+        self.gpu_layers.setMaximum(layers + 1 if layers else 0)  # +1: the output layer
+        self._update()
+
+    # ----- the options and what they cost -----
+
+    def set_capabilities(self, caps: EngineCapabilities | None) -> None:
+        """What the engine build can do; None while that is not known yet."""
+        self._caps = caps
+        if caps is None:
+            reason = self.tr("Checking whether this build can use a GPU…")
+        elif not caps.gpu_offload_supported:
+            reason = self.tr(
+                "This llama.cpp build runs on the CPU only: it cannot offload layers to a GPU."
+            )
+        else:
+            reason = ""
+        can = caps is not None and caps.gpu_offload_supported
+        if not can:
+            self.gpu_layers.setValue(0)
+        self.gpu_layers.setEnabled(can)
+        self.gpu_layers.setToolTip(reason or self.tr("Layers to run on the GPU"))
+        self.gpu_reason.setText(reason)
+        self.gpu_reason.setVisible(bool(reason))
+        self._update()
+
+    def settings(self) -> LoadSettings:
+        """The load settings as chosen (not validated: see :meth:`settings_error`)."""
+        return LoadSettings(
+            n_ctx=self.n_ctx.value(),
+            n_threads=self.threads.value(),
+            n_threads_batch=self._defaults.n_threads_batch,
+            n_batch=self._defaults.n_batch,
+            n_ubatch=self._defaults.n_ubatch,
+            n_gpu_layers=self.gpu_layers.value() if self.gpu_layers.isEnabled() else 0,
+            kv_cache_type=str(self.kv_type.currentData()),
+            flash_attn=self.flash_attn.isChecked(),
+            seed=self._defaults.seed,
+        )
+
+    def settings_error(self) -> str:
+        """Why the chosen settings cannot be loaded, or "" when they can."""
+        return self._settings_error
+
+    def _on_kv_type_changed(self) -> None:
+        cache = str(self.kv_type.currentData())
+        if cache not in UNQUANTIZED_KV and not self.flash_attn.isChecked():
+            self.flash_attn.setChecked(True)  # emits toggled → _update
+            note = self.tr("A quantized KV cache ({0}) needs flash attention, so it was turned on.")
+            self.settings_note.show_message(note.format(cache), error=False)
+            return
+        self._update()
+
+    def _update(self) -> None:
+        settings = self.settings()
+        try:
+            settings.validate()
+        except ValueError as exc:
+            self._settings_error = _sentence(str(exc))
+            self.settings_note.show_message(self._settings_error)
+        else:
+            if self._settings_error or str(settings.kv_cache_type) in UNQUANTIZED_KV:
+                self.settings_note.clear()
+            self._settings_error = ""
+
+        layers = self.gpu_layers.maximum()
+        value = self.gpu_layers.value()
+        self.gpu_layers_value.setText(
+            self.tr("all {0}").format(layers)
+            if layers and value == layers
+            else self.tr("{0} of {1}").format(value, layers)
+        )
+
+        info = self._info
+        if info is None:
+            self.memory.setText(self.tr("KV cache: choose a model to see the memory it takes."))
+        else:
+            self.card.show_info(info, settings.kv_cache_type)
+            est = estimate_memory(info, settings)
+            self.memory.setText(
+                self.tr("KV cache: {0} MiB (model {1} MiB, total about {2:,.2f} GiB)").format(
+                    _mib(est.kv_bytes), _mib(est.weights_bytes), est.total / 2**30
+                )
+            )
+        self.card.show_loaded(self._loaded)
+        self.load_button.setEnabled(
+            info is not None and not self._busy and not self._settings_error
+        )
+        self.unload_button.setEnabled(self._loaded is not None and not self._busy)
+
+    def _request_load(self) -> None:
+        path = self.selected_model()
+        settings = self.settings()
+        if path is None or self._info is None or self._settings_error:
+            return
+        self.engine_error.clear()
+        self.set_busy(True)
+        self.load_requested.emit(path, settings)
+
+    # ----- answers from the window -----
+
+    def set_busy(self, busy: bool) -> None:
+        """While the engine loads or unloads: Load and Unload are disabled."""
+        self._busy = busy
+        if busy:
+            self.status.setText(self.tr("Loading…"))
+        self._update()
+
+    def show_loaded(self, loaded: LoadedModel) -> None:
+        self._loaded = loaded
+        self._busy = False
+        self.engine_error.clear()
+        self.status.setText(self._loaded_text())
+        self._update()
+
+    def show_unloaded(self) -> None:
+        self._loaded = None
+        self._busy = False
+        self.status.setText(self._loaded_text())
+        self._update()
+
+    def show_error(self, message: str) -> None:
+        """An engine failure (refused load, crash), in plain words, under the buttons."""
+        self._busy = False
+        self.engine_error.show_message(_sentence(message))
+        self.status.setText(self._loaded_text())
+        self._update()
+
+    def error_text(self) -> str:
+        """The error shown now (the file's, else the engine's), or ""."""
+        return self.file_error.text() or self.engine_error.text()
+
+    def _loaded_text(self) -> str:
+        if self._loaded is None:
+            return self.tr("No model loaded.")
+        text = self.tr("Loaded {0}: context {1:,} tokens.").format(
+            Path(self._loaded.path).name, self._loaded.n_ctx
+        )
+        return " ".join([text, *self._loaded.warnings])

@@ -1,0 +1,110 @@
+"""The gauges: a steady redraw rate under a burst of tokens, the figures they show, "no GPU"."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from app.core import telemetry
+from app.core.jobs import ChunkEvaluated, ChunkQueued, JobFinished, JobResult, KVStats, TokenBatch
+from app.core.telemetry import GPUMemory, GPUState
+from app.ui.gauges import GaugesPanel
+
+N_CTX = 512
+
+
+@pytest.fixture
+def gauges(qtbot, monkeypatch: pytest.MonkeyPatch) -> GaugesPanel:
+    monkeypatch.setattr(
+        telemetry,
+        "gpu_state",
+        lambda: GPUState(reason="no GPU: the NVIDIA driver is not available"),
+    )
+    panel = GaugesPanel(N_CTX)
+    qtbot.addWidget(panel)
+    panel.resize(500, 500)
+    panel.show()
+    return panel
+
+
+def test_a_burst_of_token_batches_redraws_at_most_ten_times_a_second(qtbot, gauges) -> None:
+    gauges.start()
+    before = gauges.redraw_count
+    t0 = time.monotonic()
+    sources = ((0, 317), (317, 724))
+    for i in range(1000):  # about 0.1 s of events, the event loop turning in between
+        gauges.on_event(TokenBatch("summary", "tok", 1, 10 + i, sources))
+        if i % 100 == 99:
+            qtbot.wait(10)
+    qtbot.wait(300)
+    redraws = gauges.redraw_count - before
+    elapsed = time.monotonic() - t0
+    assert 1 <= redraws <= elapsed * 10 + 2, f"{redraws} redraws in {elapsed:.2f} s"
+    _, rates = gauges.gen_curve.getData()
+    assert rates is not None and max(rates) > 0  # generation tokens/s came from the counts
+
+
+def test_no_gpu_is_shown_when_nvml_has_no_figures(qtbot, gauges) -> None:
+    gauges.start()
+    qtbot.waitUntil(lambda: gauges.vram_text_shown() == "no GPU")
+    assert gauges.vram_text.toolTip() == "no GPU: the NVIDIA driver is not available"
+    assert not gauges.vram_bar.isEnabled()
+
+
+def test_vram_is_shown_when_there_is_a_gpu(qtbot, gauges, monkeypatch) -> None:
+    gpu = GPUState((GPUMemory(0, "NVIDIA H200", 2 * 2**30, 8 * 2**30),))
+    monkeypatch.setattr(telemetry, "gpu_state", lambda: gpu)
+    gauges.start()
+    qtbot.waitUntil(lambda: gauges.vram_text_shown() == "2.00 GiB of 8.00 GiB")
+    assert gauges.vram_bar.value() == 250 and gauges.vram_text.toolTip() == "NVIDIA H200"
+
+
+def test_kv_memory_prompt_rate_and_histogram(qtbot, gauges) -> None:
+    gauges.set_engine_pid(os.getpid())  # any live process stands in for the engine child
+    gauges.start()
+    gauges.on_event(ChunkQueued("summary", 0, 317, 102))
+    qtbot.wait(60)  # the prefill, as the GUI sees it
+    gauges.on_event(ChunkEvaluated("summary", 0, 317, 102, 35, 137, 4))
+    gauges.on_event(KVStats(454, N_CTX, 10_466_352))
+    result = JobResult("summarize", "head", "stop", N_CTX, evaluated_tokens=440,
+                       completion_tokens=16, ttft_s=[0.5, 0.3], seconds=2.0,
+                       prompt_lengths=[439, 126, 60])  # fmt: skip
+    gauges.on_event(JobFinished(result))
+    gauges.on_event(JobFinished(JobResult("summarize", "refuse", "error", N_CTX, refused="no")))
+    qtbot.waitUntil(lambda: gauges.kv_text.text() == "454 of 512 cells · 10 MiB")
+    assert gauges.kv_bar.value() == 454 and gauges.kv_bar.maximum() == N_CTX
+    assert "engine 0 MiB" not in gauges.ram_text.text() and gauges.ram_bar.value() > 0
+    xs, rates = gauges.prompt_curve.getData()
+    assert (
+        xs is not None and len(rates) == 1 and 0 < rates[0] <= 102 / 0.05
+    )  # no more than 102 tokens in ~60 ms
+    assert gauges.histogram().bins == [0, 1, 1, 0, 0, 0, 0, 0, 1, 0]
+    assert gauges.histogram().over == 1
+    assert "440 prompt tokens evaluated in 0.80 s" in gauges.job_text.text()
+    assert "550 tokens/s" in gauges.job_text.text()
+
+    gauges.reset(1024)  # a new run: live figures go, the histogram across runs stays
+    gauges.on_event(ChunkQueued("summary", 0, 317, 102))
+    gauges.on_event(ChunkEvaluated("summary", 0, 317, 102, 35, 137, 4))  # one delivery batch
+    qtbot.waitUntil(lambda: gauges.kv_text.text().startswith("0 of 1,024 cells"))
+    assert gauges.prompt_curve.getData()[0] is None or len(gauges.prompt_curve.getData()[0]) == 0
+    assert sum(gauges.histogram().bins) == 3
+
+
+def test_the_timer_runs_only_while_started_and_shown(qtbot, gauges) -> None:
+    assert not gauges.is_running()
+    gauges.start()
+    assert gauges.is_running()
+    gauges.hide()
+    assert not gauges.is_running()
+    gauges.show()
+    assert gauges.is_running()
+    gauges.stop()
+    assert not gauges.is_running()
+    gauges.show()
+    assert not gauges.is_running()
+    gauges.start()
+    gauges.close()
+    assert not gauges.is_running()

@@ -1,0 +1,273 @@
+"""The history panel on a real SQLite file, offscreen: tree, KV marker, diff, rollback, branch,
+delete/undo, export/import through the panel, plain-words errors, a read-only database."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt, QThreadPool
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QFileDialog, QPushButton
+
+from app.core.documents import document_from_text
+from app.core.engine.protocol import KVState
+from app.core.jobs import JobResult, OutputSpan
+from app.store.db import Database, open_database
+from app.store.repository import Entry, Repository, VersionInfo
+from app.ui import history_panel
+from app.ui.history_panel import HistoryPanel
+
+SHA = "m" * 64
+WAIT = 10_000
+
+
+@dataclasses.dataclass
+class History:
+    db: Database
+    repo: Repository
+    session: int
+    v1: int  # has a KV state
+    v2: int  # child of v1
+    v3: int  # branched from v1 with another prompt
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Iterator[History]:
+    db = open_database(tmp_path / "h.db")
+    repo = Repository(db)
+    out = OutputSpan("summary", "Short.", ((0, 100),), 1, "stop")
+    result = JobResult("summarize", "head", "stop", 512, prompt_tokens=400,
+                       completion_tokens=20, outputs=[out])  # fmt: skip
+    content = {"task": "summarize", "strategy": "head", "prompt": "Summarize.\nIn detail.",
+               "model_path": "/m.gguf", "model_sha256": SHA,
+               "settings": {"n_ctx": 512}}  # fmt: skip
+    state = KVState((1, 2, 3, 4), b"kv" * 512, 512, "f16", "/m.gguf")
+    doc = document_from_text("The harbour at dawn. " * 50, name="harbour.txt")
+    v1, v2 = repo.record(doc, "harbour", [
+        Entry(content, result, state, prompt_tokens=3),
+        Entry({**content, "strategy": "tail"}, JobResult("summarize", "tail", "length", 512)),
+    ])  # fmt: skip
+    v3 = repo.branch(v1, prompt="Summarize in French.").id
+    yield History(db, repo, repo.sessions()[0]["id"], v1, v2, v3)
+    QThreadPool.globalInstance().waitForDone(WAIT)  # no read still running on a closed store
+    repo.close()
+    db.close()
+
+
+def open_panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
+    """A panel showing ``session`` (None: all), once its history has been read."""
+    panel = HistoryPanel(repo)
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_session(session)
+    return panel
+
+
+def children(panel: HistoryPanel, version_id: int) -> list[str]:
+    item = panel.item_for(version_id)
+    assert item is not None
+    return [item.child(i).text(0) for i in range(item.childCount())]
+
+
+def click(qtbot, button: Any) -> None:
+    assert button.isEnabled()
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def test_the_tree_follows_the_parents_and_marks_the_kv_state(qtbot, history: History) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    tree = panel.tree
+    assert tree.topLevelItemCount() == 1 and tree.topLevelItem(0).text(0) == "v1"
+    assert children(panel, history.v1) == ["v2", "v3"]
+    v1, v2, v3 = (panel.item_for(v) for v in (history.v1, history.v2, history.v3))
+    assert v1.text(6) == "⚡ instant" and "resumes" in v1.toolTip(6)
+    assert v2.text(6) == v3.text(6) == ""
+    assert v1.text(4) == "Summarize." and v1.toolTip(4) == "Summarize.\nIn detail."
+    assert v1.text(5) == "stop · 400 + 20 tokens" and v2.text(5).startswith("length")
+    assert (v1.text(2), v2.text(3)) == ("summarize", "tail")
+    assert panel.session_combo.currentData() == history.session
+
+    # all sessions: the session is the top level, its versions beneath
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_session(None)
+    top = tree.topLevelItem(0)
+    assert tree.topLevelItemCount() == 1 and top.text(0) == f"harbour (#{history.session})"
+    assert top.child(0).text(0) == "v1" and children(panel, history.v1) == ["v2", "v3"]
+
+
+def test_diff_of_two_versions_in_a_tinted_monospace_dialog(qtbot, history: History) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    panel.select_versions(history.v3, history.v1)
+    assert not panel.rollback_button.isEnabled()  # two selected: diff only
+    with qtbot.waitSignal(panel.diffed, timeout=WAIT):
+        click(qtbot, panel.diff_button)
+    dialog = panel.diff_dialog
+    assert dialog is not None and dialog.isVisible() and dialog.view.isReadOnly()
+    lines = dialog.text().splitlines()
+    assert lines[0] == "--- version 1" and lines[1] == "+++ version 3"
+    assert "-Summarize." in lines and "-In detail." in lines and "+Summarize in French." in lines
+    base = dialog.palette().color(QPalette.ColorRole.Base)
+    plus, minus = lines.index("+Summarize in French."), lines.index("-Summarize.")
+    assert dialog.line_background(plus) not in (base, dialog.line_background(minus))
+    assert dialog.view.font().fixedPitch() or dialog.view.fontInfo().fixedPitch()
+    dialog.close()
+
+
+def test_rollback_makes_a_child_and_says_whether_it_resumes(qtbot, history: History) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    panel.select_versions(history.v1)
+    assert "⚡" in panel.rollback_button.text()
+    with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
+        click(qtbot, panel.rollback_button)
+    new, has_kv = blocker.args
+    assert isinstance(new, VersionInfo) and new.parent == history.v1 and has_kv is True
+    assert "instantly" in panel.message.text()
+    qtbot.waitUntil(lambda: panel.item_for(new.id) is not None, timeout=WAIT)
+    assert children(panel, history.v1) == ["v2", "v3", "v4"]
+    assert panel.item_for(new.id).text(6) == "⚡ instant"  # a rollback copy shares the state
+    assert [v.id for v in panel.selected_versions()] == [new.id]
+
+    panel.select_versions(history.v2)
+    assert "⚡" not in panel.rollback_button.text()
+    with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
+        click(qtbot, panel.rollback_button)
+    assert blocker.args[0].parent == history.v2 and blocker.args[1] is False
+    assert "evaluated again" in panel.message.text()
+
+
+def test_branch_with_a_new_prompt(qtbot, history: History) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    panel.select_versions(history.v2)
+    click(qtbot, panel.branch_button)
+    dialog = panel.branch_dialog
+    assert dialog is not None and dialog.prompt() == "Summarize.\nIn detail."
+    dialog.editor.setPlainText("Shorter, please.")
+    with qtbot.waitSignal(panel.branched, timeout=WAIT) as blocker:
+        dialog.accept()
+    new = blocker.args[0]
+    assert (new.parent, new.prompt, new.strategy) == (history.v2, "Shorter, please.", "tail")
+    qtbot.waitUntil(lambda: children(panel, history.v2) == ["v4"], timeout=WAIT)
+
+
+def test_delete_and_undo(qtbot, history: History) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    assert not panel.undo_button.isEnabled()
+    panel.select_versions(history.v3)
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        click(qtbot, panel.delete_button)
+    assert panel.item_for(history.v3) is None and children(panel, history.v1) == ["v2"]
+    assert len(history.repo.history(history.session)) == 2
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        click(qtbot, panel.undo_button)
+    assert children(panel, history.v1) == ["v2", "v3"]
+    assert [v.id for v in panel.selected_versions()] == [history.v3]
+    assert not panel.undo_button.isEnabled()
+
+
+def test_an_error_from_the_store_is_one_plain_sentence(qtbot, history: History) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    panel.select_versions(history.v2)
+    history.repo.delete_version(history.v2)  # gone behind the panel's back
+    with qtbot.waitSignal(panel.failed, timeout=WAIT) as blocker:
+        click(qtbot, panel.rollback_button)
+    assert blocker.args[0] == f"there is no version {history.v2}"
+    assert panel.message.text() == blocker.args[0]
+
+
+def test_export_then_import_through_the_panel(
+    qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    target = tmp_path / "harbour"  # the suffix is added
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), ""))
+    panel.include_kv.setChecked(True)
+    with qtbot.waitSignal(panel.exported, timeout=WAIT) as blocker:
+        click(qtbot, panel.export_button)
+    summary = blocker.args[0]
+    exported = tmp_path / "harbour.ctxlens"
+    assert summary.path == exported and exported.is_file()
+    assert (summary.versions, summary.runs, summary.kv_states) == (3, 2, 1)
+    assert "Exported 3 versions" in panel.message.text()
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(exported), ""))
+    with qtbot.waitSignal(panel.imported, timeout=WAIT) as blocker:
+        click(qtbot, panel.import_button)
+    new_session = blocker.args[0].session_id
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        pass
+    assert new_session != history.session and panel.session_id() == new_session
+    assert panel.session_combo.currentData() == new_session
+    assert len(panel.versions()) == 3 and {v.session for v in panel.versions()} == {new_session}
+    assert [v.number for v in panel.versions() if panel.has_kv(v.id)] == [1]  # the state came too
+    assert len(history.repo.sessions()) == 2
+
+
+def test_a_truncated_file_is_refused_and_changes_nothing(
+    qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.store.archive import export_session
+
+    good = tmp_path / "good.ctxlens"
+    export_session(history.repo, history.session, good)
+    bad = tmp_path / "bad.ctxlens"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    panel = open_panel(qtbot, history.repo, None)
+    before = len(history.repo.history())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(bad), ""))
+    with qtbot.waitSignal(panel.failed, timeout=WAIT) as blocker:
+        click(qtbot, panel.import_button)
+    assert blocker.args[0] == "bad.ctxlens is not a ContextLens export (damaged or not a zip file)."
+    assert panel.message.text() == blocker.args[0]
+    assert len(history.repo.history()) == before and len(history.repo.sessions()) == 1
+
+
+def test_stop_waiting_for_an_export_deletes_nothing(
+    qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    release = threading.Event()
+    real_export = history_panel.export_session
+
+    def slow_export(*args: Any, **kwargs: Any) -> Any:
+        release.wait(WAIT / 1000)
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(history_panel, "export_session", slow_export)
+    target = tmp_path / "slow.ctxlens"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), ""))
+    click(qtbot, panel.export_button)
+    assert panel.progress is not None
+    [stop] = panel.progress.findChildren(QPushButton)
+    assert stop.text() == "Stop Waiting"
+    stop.click()
+    assert panel.progress.isHidden()
+    assert "Stopped waiting" in panel.message.text()
+    assert panel.export_button.isEnabled()
+    with qtbot.waitSignal(panel.exported, timeout=WAIT):
+        release.set()
+    assert target.is_file()  # the export finished whole on its own
+    assert "Stopped waiting" in panel.message.text()  # and did not interrupt the person
+
+
+def test_a_read_only_database_disables_the_write_actions(qtbot, history: History) -> None:
+    read_only = Repository(dataclasses.replace(history.db, read_only=True))
+    try:
+        panel = open_panel(qtbot, read_only, history.session)
+        assert "read-only" in panel.message.text()
+        panel.select_versions(history.v1)
+        for button in (panel.rollback_button, panel.branch_button, panel.delete_button,
+                       panel.undo_button, panel.import_button):  # fmt: skip
+            assert not button.isEnabled()
+            assert "read-only" in button.toolTip()
+        assert panel.export_button.isEnabled()  # reading is fine
+        panel.select_versions(history.v1, history.v2)
+        assert panel.diff_button.isEnabled()
+        panel.delete_selected()  # the keyboard path is refused too
+        assert len(history.repo.history(history.session)) == 3
+    finally:
+        read_only.close()

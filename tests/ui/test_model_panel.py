@@ -1,0 +1,181 @@
+"""The model panel on the real default model, offscreen: card, memory line, options, requests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
+from app.ui.model_panel import ModelPanel
+
+BROKEN = b"GGUF\x01\x00\x00\x00" + bytes(32)
+MEMORY = re.compile(r"KV cache: ([\d,]+) MiB \(model ([\d,]+) MiB, total about ([\d.,]+) GiB\)")
+
+
+def caps(gpu: bool) -> EngineCapabilities:
+    return EngineCapabilities("test", "", gpu, 1)
+
+
+@pytest.fixture
+def models_dir(tmp_path: Path, model_path: Path) -> Path:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / model_path.name).symlink_to(model_path)
+    (folder / "broken.gguf").write_bytes(BROKEN)
+    (folder / "notes.txt").write_text("not a model")
+    return folder
+
+
+@pytest.fixture
+def panel(qtbot, models_dir: Path) -> ModelPanel:
+    """A panel whose first model (the default one) has been read."""
+    p = ModelPanel(models_dir)
+    qtbot.addWidget(p)
+    qtbot.waitUntil(lambda: p.card.value("arch") == "llama", timeout=10_000)
+    return p
+
+
+def memory_figures(p: ModelPanel) -> tuple[float, float, float]:
+    m = MEMORY.search(p.memory.text())
+    assert m, p.memory.text()
+    kv, model, total = (float(g.replace(",", "")) for g in m.groups())
+    return kv, model, total
+
+
+def type_into(qtbot, spin, text: str) -> None:
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin.lineEdit(), text)
+
+
+def test_the_models_folder_and_the_default_model_card(
+    panel: ModelPanel, model_path: Path, qtbot
+) -> None:
+    names = [panel.models.item(i).text() for i in range(panel.models.count())]
+    assert names == [model_path.name, "broken.gguf"]  # only *.gguf, sorted
+    assert panel.selected_model() == panel._models_dir / model_path.name
+    assert panel.card.value("layers") == "30"
+    assert panel.card.value("ctx_train") == "8,192"
+    assert panel.card.value("quant") == "Q4_1"
+    assert panel.card.value("params") == "135 M"
+    per_token = int(panel.card.value("kv").split()[0].replace(",", ""))
+    assert per_token > 0 and "(f16)" in panel.card.value("kv")
+    assert panel.n_ctx.maximum() == 8192
+    assert panel.load_button.isEnabled() and not panel.unload_button.isEnabled()
+    assert panel.error_text() == ""
+
+
+def test_the_real_models_folder_lists_the_default_model(qtbot, model_path: Path) -> None:
+    p = ModelPanel(model_path.parent)
+    qtbot.addWidget(p)
+    names = [p.models.item(i).text() for i in range(p.models.count())]
+    assert model_path.name in names
+
+
+def test_a_broken_file_is_one_plain_sentence_and_cannot_be_loaded(panel: ModelPanel, qtbot) -> None:
+    with qtbot.waitSignal(panel.file_failed, timeout=10_000) as blocker:
+        panel.models.setCurrentRow(1)
+    message = blocker.args[0]
+    assert message.startswith("broken.gguf cannot be used: GGUF version 1 is obsolete")
+    assert panel.error_text() == message
+    assert not panel.load_button.isEnabled()
+    assert panel.card.value("arch") == "–"
+    # back to a good model: the error goes, Load comes back
+    with qtbot.waitSignal(panel.info_ready, timeout=10_000):
+        panel.models.setCurrentRow(0)
+    assert panel.error_text() == "" and panel.load_button.isEnabled()
+
+
+def test_browse_adds_any_file(panel: ModelPanel, qtbot, tmp_path: Path, monkeypatch) -> None:
+    elsewhere = tmp_path / "elsewhere" / "odd.gguf"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"nope")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(elsewhere), ""))
+    with qtbot.waitSignal(panel.file_failed, timeout=10_000) as blocker:
+        qtbot.mouseClick(panel.browse_button, Qt.MouseButton.LeftButton)
+    assert panel.selected_model() == elsewhere
+    assert "odd.gguf" in panel.models.currentItem().text()
+    assert "not a GGUF file" in blocker.args[0]
+
+
+def test_typing_a_context_size_updates_the_memory_line(panel: ModelPanel, qtbot) -> None:
+    type_into(qtbot, panel.n_ctx, "1024")
+    assert panel.n_ctx.value() == 1024
+    small = memory_figures(panel)
+    type_into(qtbot, panel.n_ctx, "8192")
+    large = memory_figures(panel)
+    assert large[0] > small[0] * 7  # the KV cache grows with n_ctx
+    assert large[2] > small[2]
+    assert large[1] == small[1] > 0  # the weights do not
+    # a cheaper cache type: the KV figure drops
+    panel.kv_type.setCurrentText("q4_0")
+    assert memory_figures(panel)[0] < large[0] / 3
+
+
+def test_gpu_layers_wait_for_capabilities_and_say_why_they_are_off(panel: ModelPanel) -> None:
+    assert not panel.gpu_layers.isEnabled()
+    assert "Checking" in panel.gpu_reason.text()
+    panel.set_capabilities(caps(gpu=False))
+    assert not panel.gpu_layers.isEnabled()
+    assert "CPU only" in panel.gpu_reason.text() and "CPU only" in panel.gpu_layers.toolTip()
+    assert panel.settings().n_gpu_layers == 0
+    panel.set_capabilities(caps(gpu=True))
+    assert panel.gpu_layers.isEnabled() and panel.gpu_reason.isHidden()
+    assert panel.gpu_layers.maximum() == 31  # 30 layers and the output
+    panel.gpu_layers.setValue(31)
+    assert panel.settings().n_gpu_layers == 31
+    assert panel.gpu_layers_value.text() == "all 31"
+    panel.set_capabilities(caps(gpu=False))
+    assert panel.gpu_layers.value() == 0
+
+
+def test_a_quantized_cache_turns_flash_attention_on_and_refuses_without_it(
+    panel: ModelPanel,
+) -> None:
+    assert not panel.flash_attn.isChecked()
+    panel.kv_type.setCurrentText("q8_0")
+    assert panel.flash_attn.isChecked()
+    assert "needs flash attention" in panel.settings_note.text()
+    assert panel.settings_error() == "" and panel.load_button.isEnabled()
+    panel.flash_attn.setChecked(False)
+    assert "needs flash attention turned on" in panel.settings_error()
+    assert panel.settings_note.text() == panel.settings_error()
+    assert not panel.load_button.isEnabled()
+    panel.kv_type.setCurrentText("f16")
+    assert panel.settings_error() == "" and panel.settings_note.text() == ""
+    assert panel.load_button.isEnabled()
+
+
+def test_load_requests_the_chosen_settings_and_shows_the_answer(panel: ModelPanel, qtbot) -> None:
+    panel.set_capabilities(caps(gpu=True))
+    type_into(qtbot, panel.n_ctx, "2048")
+    panel.threads.setValue(1)
+    panel.kv_type.setCurrentText("q8_0")
+    panel.gpu_layers.setValue(5)
+    with qtbot.waitSignal(panel.load_requested, timeout=1000) as blocker:
+        qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    path, settings = blocker.args
+    assert path == panel.selected_model()
+    expected = LoadSettings(n_ctx=2048, n_threads=1, n_gpu_layers=5, kv_cache_type="q8_0",
+                            flash_attn=True)  # fmt: skip
+    assert settings == expected
+    assert not panel.load_button.isEnabled()  # busy until the window answers
+
+    loaded = LoadedModel(str(path), 2048, 8192, 49152, 1, 1, 5, True, "q8_0", True, 0.42)
+    panel.show_loaded(loaded)
+    assert panel.load_button.isEnabled() and panel.unload_button.isEnabled()
+    assert "context 2,048 tokens" in panel.status.text()
+    assert "context 2,048, KV q8_0" in panel.card.value("loaded")
+    with qtbot.waitSignal(panel.unload_requested, timeout=1000):
+        qtbot.mouseClick(panel.unload_button, Qt.MouseButton.LeftButton)
+    panel.show_unloaded()
+    assert not panel.unload_button.isEnabled() and panel.status.text() == "No model loaded."
+
+    panel.set_busy(True)
+    assert not panel.load_button.isEnabled()
+    panel.show_error("a context of 2,048 tokens needs about 9 GiB; 1 GiB of memory is free")
+    assert panel.error_text().endswith("of memory is free.")
+    assert panel.load_button.isEnabled()
