@@ -11,6 +11,7 @@ the same model again: the window and its session survive.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,17 +163,10 @@ class EngineWorker(QObject):
         if spec.task == "extract":
             options["instruction"] = spec.instruction
         self.status.emit(self.tr("Running…"))
-        try:
-            events = compare(self._host, spec.text, self._counter, task=spec.task,
-                             strategies=list(spec.strategies), **options)  # fmt: skip
-            self._pump(events, outcome)
-        except EngineCrashedError as exc:
-            self._recover(str(exc))
-        except (EngineError, ValueError) as exc:
-            self.failed.emit(str(exc))
-        else:
-            self._recover_if_dead(outcome)
-        self.job_done.emit(outcome)
+        counter = self._counter
+        self._execute(lambda: compare(self._host, spec.text, counter, task=spec.task,
+                                      strategies=list(spec.strategies), **options),
+                      outcome)  # fmt: skip
 
     @Slot(object)
     def resume_state(self, spec: ResumeSpec) -> None:
@@ -180,11 +174,21 @@ class EngineWorker(QObject):
         outcome = JobOutcome(JobSpec(spec.task, (spec.strategy,), "", max_tokens=spec.max_tokens,
                                      keep_kv=False))  # fmt: skip
         self._cancel = CancelToken()
+        self._execute(lambda: resume(self._host, spec.state, spec.prompt_tokens, task=spec.task,
+                                     strategy=spec.strategy, max_tokens=spec.max_tokens,
+                                     sources=spec.sources, cancel=self._cancel),
+                      outcome)  # fmt: skip
+
+    @Slot()
+    def shutdown(self) -> None:
+        self._host.close()
+
+    # ----- plumbing -----
+
+    def _execute(self, events: Callable[[], Iterator[Any]], outcome: JobOutcome) -> None:
+        """Run a job's events through, restart the engine if it died, and say it is done."""
         try:
-            events = resume(self._host, spec.state, spec.prompt_tokens, task=spec.task,
-                            strategy=spec.strategy, max_tokens=spec.max_tokens,
-                            sources=spec.sources, cancel=self._cancel)  # fmt: skip
-            self._pump(events, outcome)
+            self._pump(events(), outcome)
         except EngineCrashedError as exc:
             self._recover(str(exc))
         except (EngineError, ValueError) as exc:
@@ -192,12 +196,6 @@ class EngineWorker(QObject):
         else:
             self._recover_if_dead(outcome)
         self.job_done.emit(outcome)
-
-    @Slot()
-    def shutdown(self) -> None:
-        self._host.close()
-
-    # ----- plumbing -----
 
     def _pump(self, events: Any, outcome: JobOutcome) -> None:
         """Forward events in batches; keep each strategy's result and KV state."""

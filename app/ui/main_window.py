@@ -69,6 +69,8 @@ class MainWindow(QMainWindow):
     failed = Signal(str)  # something the person was told about went wrong
     plan_shown = Signal(object)  # the Plan now highlighted in the document
     job_finished = Signal(object)  # JobOutcome, once recorded in the history
+    job_events = Signal(list)  # each batch of job events, after the panels have shown it
+    engine_restarted = Signal()  # llama.cpp died and a new engine has the model loaded again
 
     def __init__(
         self,
@@ -98,6 +100,8 @@ class MainWindow(QMainWindow):
         self._plan_pool.setMaxThreadCount(1)  # plans are answered in the order they were asked
         self._running = False
         self._comparing = False
+        self._resuming: int | None = None  # the version a rollback is generating for
+        self._resuming_session = 0
         self._system_info = self._engine_version = ""  # from the engine child, once started
 
         self.engine = EngineThread(self)
@@ -271,7 +275,9 @@ class MainWindow(QMainWindow):
         w.job_events.connect(self._on_job_events)
         w.job_done.connect(self._on_job_done)
         w.crashed.connect(self._on_crashed)
-        w.restarted.connect(lambda: self.statusBar().showMessage(self.tr("Engine restarted")))
+        # Bound methods only: a lambda connected to the worker's signals would run on the
+        # engine thread, and widgets must only be touched on the GUI thread.
+        w.restarted.connect(self._on_restarted)
         w.failed.connect(self._on_failed)
         w.status.connect(self.statusBar().showMessage)
 
@@ -511,6 +517,7 @@ class MainWindow(QMainWindow):
                 self.compare.on_event(ev)
             if isinstance(ev, JobFinished) and ev.result.refused:
                 self.statusBar().showMessage(self.tr("Refused: {0}").format(ev.result.refused))
+        self.job_events.emit(events)
 
     def _on_job_done(self, outcome: JobOutcome) -> None:
         self._running = False
@@ -522,8 +529,16 @@ class MainWindow(QMainWindow):
     def _record(self, outcome: JobOutcome) -> None:
         """Store the job as a session with a version (and run, and KV state) per strategy."""
         repo, doc, loaded = self.repo, self._doc, self._loaded
-        if repo is None or doc is None or loaded is None or not outcome.spec.text:
+        resumed, self._resuming = self._resuming, None
+        resumed_session = self._resuming_session
+        if repo is None or doc is None or loaded is None or not outcome.results:
             self.job_finished.emit(outcome)
+            return
+        if resumed is not None:  # a rollback: its run belongs to the version the panel made
+            result = outcome.results[0]
+            run_in_background(lambda: repo.save_run(resumed, result),
+                              lambda _id: self._recorded(resumed_session, outcome),
+                              lambda m: self._record_failed(m, outcome))  # fmt: skip
             return
         spec, model, sha = outcome.spec, str(self._model_path or ""), self._model_sha
         prompt = "\n".join(spec.questions) or spec.instruction
@@ -540,16 +555,17 @@ class MainWindow(QMainWindow):
             ids = repo.record(doc, doc.name, entries)
             return repo.get_version(ids[0]).session if ids else 0
 
-        def done(session: int) -> None:
-            if self.history is not None and session:
-                self.history.set_session(session)
-            self.job_finished.emit(outcome)
+        run_in_background(work, lambda session: self._recorded(session, outcome),
+                          lambda m: self._record_failed(m, outcome))  # fmt: skip
 
-        def failed(message: str) -> None:
-            self._on_failed(self.tr("The run was not recorded: {0}").format(message))
-            self.job_finished.emit(outcome)
+    def _recorded(self, session: int, outcome: JobOutcome) -> None:
+        if self.history is not None and session:
+            self.history.set_session(session)
+        self.job_finished.emit(outcome)
 
-        run_in_background(work, done, failed)
+    def _record_failed(self, message: str, outcome: JobOutcome) -> None:
+        self._on_failed(self.tr("The run was not recorded: {0}").format(message))
+        self.job_finished.emit(outcome)
 
     # ----- rollback with the KV state -----
 
@@ -587,6 +603,7 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.buffers)
             self._set_running(True)
             self.statusBar().showMessage(self.tr("Resuming from the saved KV state…"))
+            self._resuming, self._resuming_session = version.id, version.session
             self.engine.request_resume.emit(spec)
 
         run_in_background(work, done, self._on_failed)
@@ -598,6 +615,10 @@ class MainWindow(QMainWindow):
         self._progress_cancel.setVisible(busy and self._running)
         if message:
             self.statusBar().showMessage(message)
+
+    def _on_restarted(self) -> None:
+        self.statusBar().showMessage(self.tr("Engine restarted"))
+        self.engine_restarted.emit()
 
     def _on_crashed(self, message: str) -> None:
         self._on_failed(self.tr("The engine stopped: {0}. Starting it again…").format(message))

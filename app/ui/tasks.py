@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,9 @@ def run_in_background(
     ``fn`` must not capture widgets (pass the plain values it needs): whatever it holds may be
     released on the pool thread, and a Qt object freed there crashes the app. The handlers may
     capture anything; they are released on the GUI thread."""
-    relay = _Relay()
+    # Parented to the application: Qt owns it, so the pool thread dropping its Python reference
+    # never deletes it there; deleteLater() below deletes it on the GUI thread.
+    relay = _Relay(QCoreApplication.instance())
     _pending.add(relay)
 
     def finish(handler: Callable[[Any], None], value: Any) -> None:

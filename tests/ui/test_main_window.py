@@ -80,7 +80,7 @@ def test_cancel_stops_a_running_job(qtbot, window: MainWindow) -> None:
         if any(isinstance(ev, TokenBatch) for ev in events):
             window.cancel()
 
-    window.engine.worker.job_events.connect(cancel_on_first_text)
+    window.job_events.connect(cancel_on_first_text)  # on the GUI thread, like a person
     with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
         window.run_job()
     assert done.args[0].results[0].finish_reason == "cancelled"
@@ -97,12 +97,10 @@ def test_an_engine_crash_mid_job_restarts_the_engine_and_keeps_the_window(
         if pid and any(isinstance(ev, TokenBatch) for ev in events):
             os.kill(pid, signal.SIGKILL)
 
-    window.engine.worker.job_events.connect(kill_on_first_text)
-    worker = window.engine.worker
-    with qtbot.waitSignals([worker.crashed, worker.restarted, window.job_finished],
-                           timeout=300_000):  # fmt: skip
+    window.job_events.connect(kill_on_first_text)
+    with qtbot.waitSignals([window.engine_restarted, window.job_finished], timeout=300_000):
         window.run_job()
-    window.engine.worker.job_events.disconnect(kill_on_first_text)
+    window.job_events.disconnect(kill_on_first_text)
     assert "engine" in window.last_error.lower()
     window.max_tokens.setValue(8)
     outcome = _run(qtbot, window, "head")  # the new engine, same model, same window
@@ -133,6 +131,8 @@ def test_rollback_resumes_from_the_kv_state(qtbot, window: MainWindow) -> None:
     [resumed] = done.args[0].results
     assert resumed.evaluated_tokens == 1  # the prompt came from the saved state
     assert resumed.text == outcome.results[0].text
+    old, new = window.repo.history()  # the rollback version holds the resumed run
+    assert new.parent == old.id and window.repo.runs(new.id)[0]["outputs"][0]["text"]
 
 
 def test_app_entry_point_runs_the_demo_and_saves_a_screenshot(tmp_path: Path) -> None:
