@@ -118,7 +118,7 @@ def cmd_count(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from app.core.budget import compute_budget, model_frame, preflight, prompt_frame
     from app.core.engine.protocol import ContextOverflowError
-    from app.core.strategies import STRATEGIES, Planner, PlanOptions
+    from app.core.strategies import STRATEGIES, Planner, PlanOptions, needle_spans
 
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
     try:
@@ -148,7 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return fail(EXIT_CONTEXT, f"no room for the document: {exc}", args.json)
     except ValueError as exc:  # a chat template that cannot frame a document
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    needles = _needles(doc.text, args.needle or [])
+    needles = needle_spans(doc.text, args.needle or [])
     if args.needle and not needles:
         return fail(EXIT_BAD_INPUT, "none of the --needle texts occurs in the document", args.json)
     for p in plans:
@@ -166,17 +166,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"error: refused: {plans[0].refused}", file=sys.stderr)
         return EXIT_CONTEXT
     return EXIT_OK
-
-
-def _needles(text: str, needles: list[str]) -> list[tuple[int, int]]:
-    """Character ranges of every occurrence of each needle text."""
-    found: list[tuple[int, int]] = []
-    for needle in needles:
-        at = text.find(needle)
-        while needle and at >= 0:
-            found.append((at, at + len(needle)))
-            at = text.find(needle, at + 1)
-    return found
 
 
 def _print_plan(p: Any, budget: Any, counter: Any) -> None:

@@ -289,6 +289,17 @@ def unit_tokens(strategy: str, budget: int, opts: PlanOptions) -> int:
     return max(1, min(budget, max(budget // 8, 32), 256))
 
 
+def needle_spans(text: str, needles: Sequence[str]) -> list[tuple[int, int]]:
+    """Character ranges of every occurrence of each needle text (for needle retention)."""
+    found: list[tuple[int, int]] = []
+    for needle in needles:
+        at = text.find(needle)
+        while needle and at >= 0:
+            found.append((at, at + len(needle)))
+            at = text.find(needle, at + 1)
+    return found
+
+
 class Planner:
     """Plans for one document and counter; chunkings are shared between strategies."""
 

@@ -111,6 +111,17 @@ class CompareView(QWidget):
             self._grid.addWidget(pane, i // columns, i % columns)
             pane.output.setFont(QFont("monospace"))
 
+    def set_needle_retention(self, strategy: str, retention: float) -> None:
+        """The share of the person's needles this strategy's plan lets reach the model."""
+        self._needles[strategy] = retention
+        pane, plan = self.panes.get(strategy), self._plans.get(strategy)
+        if pane is not None and plan is not None:
+            pane.show_plan(plan, retention)
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).text() == strategy:
+                self.table.setItem(row, self.COLUMNS.index("needles"),
+                                   QTableWidgetItem(f"{retention:.0%}"))  # fmt: skip
+
     def on_event(self, ev: object) -> None:
         if isinstance(ev, StrategyStarted):
             self._current = self.panes.get(ev.strategy)

@@ -6,6 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
 
 DEMO_STRATEGY = "entropy"  # keeps spans all through the document: the highlighting shows it
 
@@ -46,6 +50,18 @@ def _log_to_file() -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
+def _install_translation(app: QApplication) -> None:
+    """Every visible string goes through tr(): a contextlens_<locale>.qm file dropped into
+    resources/translations translates the app without touching the code."""
+    from PySide6.QtCore import QLocale, QTranslator
+
+    from app.core.paths import resources_dir
+
+    translator = QTranslator(app)
+    if translator.load(QLocale.system(), "contextlens", "_", str(resources_dir() / "translations")):
+        app.installTranslator(translator)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from PySide6.QtCore import QTimer
@@ -57,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication(sys.argv[:1])
     app.setApplicationName("ContextLens")
     app.setOrganizationName("ContextLens")
+    _install_translation(app)
     model = args.model if args.model and args.model.exists() else None
     window = MainWindow(model, args.document, n_ctx=args.n_ctx)
     window.show()

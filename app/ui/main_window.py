@@ -46,7 +46,7 @@ from app.core.engine.gguf import ModelInfo
 from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
 from app.core.jobs import ASK, SUMMARIZE, JobFinished
 from app.core.paths import models_dir
-from app.core.strategies import STRATEGIES, Plan, Planner
+from app.core.strategies import STRATEGIES, Plan, Planner, needle_spans
 from app.core.tokens import TokenCounter, cl100k
 from app.store.db import Database, StoreError, open_database
 from app.store.repository import Entry, Repository
@@ -62,6 +62,14 @@ from app.ui.tasks import run_in_background
 log = logging.getLogger(__name__)
 MAX_RECENT = 8
 TASKS = ("summarize", "ask", "extract")
+
+
+def plan_for(planner: Planner, strategy: str, model: Path | None, *, instruction: str,
+             n_ctx: int, reserve: int) -> Plan:  # fmt: skip
+    """The plan of ``strategy`` within the budget left by the model's prompt and the reply."""
+    frame = model_frame(model, task=instruction) if model else prompt_frame(None)
+    budget = compute_budget(n_ctx, reserve, frame, planner.counter)
+    return planner.plan(strategy, max(1, budget.available))
 
 
 class MainWindow(QMainWindow):
@@ -247,6 +255,14 @@ class MainWindow(QMainWindow):
         self.compare_button.clicked.connect(self._compare_clicked)
         bar.addWidget(self.compare_button)
 
+        self.needles = QLineEdit()
+        self.needles.setPlaceholderText(self.tr("Needles: facts to track, separated by |"))
+        self.needles.setToolTip(
+            self.tr("Texts from the document; Compare shows the share that reaches the model")
+        )
+        self.needles.setMaximumWidth(220)
+        bar.addWidget(self.needles)
+
         self.cancel_action = QAction(self.tr("&Cancel"), self)
         self.cancel_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         self.cancel_action.setEnabled(False)
@@ -370,9 +386,9 @@ class MainWindow(QMainWindow):
         planner = self._planner
 
         def work() -> Plan:
-            frame = model_frame(model, task=instruction) if model else prompt_frame(None)
-            budget = compute_budget(n_ctx, reserve, frame, counter)
-            return planner.plan(strategy, max(1, budget.available))
+            return plan_for(
+                planner, strategy, model, instruction=instruction, n_ctx=n_ctx, reserve=reserve
+            )
 
         def done(plan: Plan) -> None:
             if generation == self._plan_generation:
@@ -486,7 +502,33 @@ class MainWindow(QMainWindow):
         if spec is not None:
             self.compare.start(chosen)
             self.tabs.setCurrentWidget(self.compare)
+            self._measure_needles(chosen)
             self._start(spec, comparing=True)
+
+    def _measure_needles(self, strategies: list[str]) -> None:
+        """Each compared strategy's needle retention, planned in the background."""
+        wanted = [n.strip() for n in self.needles.text().split("|") if n.strip()]
+        if not wanted or self._doc is None:
+            return
+        spans = needle_spans(self._doc.text, wanted)
+        if not spans:
+            self.statusBar().showMessage(self.tr("None of the needles occurs in the document."))
+            return
+        planner, reserve, model = self._planner, self.max_tokens.value(), self._model_path
+        instruction = self._task_instruction()
+        n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
+        if planner is None:
+            return
+        for strategy in strategies:
+
+            def work(strategy: str = strategy) -> tuple[str, float]:
+                plan = plan_for(
+                    planner, strategy, model, instruction=instruction, n_ctx=n_ctx, reserve=reserve
+                )
+                return strategy, plan.needle_retention(spans)
+
+            run_in_background(work, lambda r: self.compare.set_needle_retention(*r),
+                              self._on_failed, self._plan_pool)  # fmt: skip
 
     def _start(self, spec: JobSpec, *, comparing: bool) -> None:
         assert self._loaded is not None

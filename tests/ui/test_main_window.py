@@ -108,11 +108,20 @@ def test_an_engine_crash_mid_job_restarts_the_engine_and_keeps_the_window(
 
 
 def test_compare_runs_three_strategies_side_by_side(qtbot, window: MainWindow) -> None:
+    text = window._doc.text
+    first, last = text[200:240], text[-300:-260]  # a fact near the start, one near the end
+    window.needles.setText(f"{first} | {last}")
     with qtbot.waitSignal(window.job_finished, timeout=600_000) as done:
         window.run_compare(["head", "tail", "entropy"])
     assert [r.strategy for r in done.args[0].results] == ["head", "tail", "entropy"]
     rows = window.compare.summary()
     assert [row[0] for row in rows] == ["head", "tail", "entropy"]
+    needles = window.compare.COLUMNS.index("needles")
+    qtbot.waitUntil(
+        lambda: all(r[needles] != "–" for r in window.compare.summary()), timeout=60_000
+    )
+    by_strategy = {r[0]: r[needles] for r in window.compare.summary()}
+    assert by_strategy["head"] == "50%" and by_strategy["tail"] == "50%"  # one end each
     for name in ("head", "tail", "entropy"):
         assert window.compare.panes[name].output.toPlainText().strip()
     assert len(window.repo.history()) == 3
