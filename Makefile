@@ -34,7 +34,7 @@ $(MODEL): | $(VENV)/.installed
 	$(BIN)/contextlens-cli fetch-model
 
 run: setup
-	$(BIN)/contextlens --model $(MODEL) resources/samples/jargon-file-4.4.7.txt
+	$(BIN)/contextlens --demo --model $(MODEL)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check app tests
