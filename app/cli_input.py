@@ -116,7 +116,7 @@ def cmd_count(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from app.core.budget import compute_budget, model_frame, preflight, prompt_frame
+    from app.core.budget import document_budget, preflight
     from app.core.engine.protocol import ContextOverflowError
     from app.core.strategies import STRATEGIES, Planner, PlanOptions, needle_spans
 
@@ -134,10 +134,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         doc = read_document(args.document)
         with ExitStack() as stack:
             counter, model = _counter(args.model, stack)
-            frame = (
-                model_frame(model, task=args.task) if model else prompt_frame(None, task=args.task)
-            )
-            budget = compute_budget(args.n_ctx, args.reserve, frame, counter)
+            budget = document_budget(model, n_ctx=args.n_ctx, reserve=args.reserve,
+                                     counter=counter, task=args.task)  # fmt: skip
             preflight(budget.template_tokens + 1, budget.n_ctx, budget.reserve)
             planner = Planner(doc, counter)
             plans = [planner.plan(n, budget.available, PlanOptions(overlap=args.overlap))

@@ -52,6 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         StrategyStarted,
         TokenBatch,
         compare,
+        state_after,
     )
     from app.core.strategies import STRATEGIES
     from app.core.tokens import exact_counter, host_tokenize
@@ -95,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if isinstance(ev, JobFinished):
                     results.append(ev.result)
                     if args.keep_kv:
-                        state = _state_after(host, ev.result)
+                        state = state_after(host, ev.result)
                         if state is not None:
                             states[len(results) - 1] = state
                     if args.command == "compare" and args.json:
@@ -150,16 +151,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.finish_reason == "cancelled":
         return EXIT_CANCELLED
     return EXIT_OK
-
-
-def _state_after(host: Any, result: Any) -> Any:
-    """The KV state holding the job's last prompt (for a rollback to resume), or None when the
-    job did not end with that prompt in the cache (refused, failed, cancelled, shifted)."""
-    prompt = result.final_prompt
-    if not prompt or result.finish_reason not in ("stop", "length"):
-        return None
-    state = host.save_state()
-    return state if state.tokens[: len(prompt)] == prompt else None
 
 
 def _check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) -> None:

@@ -169,9 +169,7 @@ def _rollback(repo: Any, args: argparse.Namespace) -> int:
             "(run it with --keep-kv to save one); nothing was changed"
         )
     new = repo.rollback(old_id)
-    runs = repo.runs(saved.version)
-    outputs = runs[-1]["outputs"] if runs else []
-    sources = [tuple(s) for s in outputs[-1]["source_spans"]] if outputs else []
+    sources = repo.output_sources(saved.version)
     max_tokens = args.max_tokens or int(old.settings.get("max_tokens", 256))
     result, code = _resume(saved, old, sources, max_tokens, args.json)
     if result is not None:
@@ -189,7 +187,7 @@ def _rollback(repo: Any, args: argparse.Namespace) -> int:
     return code
 
 
-def _resume(saved: Any, old: Any, sources: list[Any], max_tokens: int,
+def _resume(saved: Any, old: Any, sources: tuple[tuple[int, int], ...], max_tokens: int,
             as_json: bool) -> tuple[Any, int]:  # fmt: skip
     """Load the model with the state's settings, restore it and stream the reply."""
     from app.core.engine.host import EngineHost

@@ -120,6 +120,20 @@ def compute_budget(n_ctx: int, reserve: int, frame: PromptFrame, counter: TokenC
     return Budget(n_ctx=n_ctx, template_tokens=frame.tokens(counter), reserve=reserve)
 
 
+def document_budget(
+    model_path: str | os.PathLike[str] | None,
+    *,
+    n_ctx: int,
+    reserve: int,
+    counter: TokenCounter,
+    task: str = DEFAULT_TASK,
+) -> Budget:
+    """The budget around a document for ``task``: framed by the model's chat template, or a
+    plain task line when there is no model."""
+    frame = model_frame(model_path, task=task) if model_path else prompt_frame(None, task=task)
+    return compute_budget(n_ctx, reserve, frame, counter)
+
+
 def preflight(prompt_tokens: int, n_ctx: int, reserve: int) -> None:
     """Refuse, before anything reaches llama.cpp, a prompt that leaves no room for the reply."""
     if prompt_tokens + reserve > n_ctx:

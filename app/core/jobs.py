@@ -566,7 +566,20 @@ def compare(
 
 
 class ResumableEngine(Engine, Protocol):
+    def save_state(self) -> KVState: ...
+
     def restore_state(self, state: KVState) -> int: ...
+
+
+def state_after(engine: ResumableEngine, result: JobResult) -> KVState | None:
+    """The KV state right after a job, holding its last prompt (what a rollback resumes), or
+    None when the job did not end with that prompt in the cache (refused, failed, cancelled,
+    shifted)."""
+    prompt = result.final_prompt
+    if not prompt or result.finish_reason not in ("stop", "length"):
+        return None
+    state = engine.save_state()
+    return state if state.tokens[: len(prompt)] == prompt else None
 
 
 def resume(

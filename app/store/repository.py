@@ -308,6 +308,13 @@ class Repository:
 
         return self.read(action)
 
+    def output_sources(self, version_id: int) -> tuple[tuple[int, int], ...]:
+        """The document spans the last output of the version's last run came from (a resumed
+        prompt holds the same ones)."""
+        runs = self.runs(version_id)
+        outputs = runs[-1]["outputs"] if runs else []
+        return tuple((a, b) for a, b in outputs[-1]["source_spans"]) if outputs else ()
+
     def save_kv_state(
         self,
         version_id: int,

@@ -33,6 +33,7 @@ from app.core.jobs import (
     PartialResult,
     compare,
     resume,
+    state_after,
 )
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 
@@ -217,14 +218,10 @@ class EngineWorker(QObject):
             self.job_events.emit(batch)
 
     def _state_after(self, result: JobResult) -> KVState | None:
-        prompt = result.final_prompt
-        if not prompt or result.finish_reason not in ("stop", "length"):
-            return None
         try:
-            state = self._host.save_state()
-        except EngineError:
+            return state_after(self._host, result)
+        except EngineError:  # no state to keep; the job's own outcome is unaffected
             return None
-        return state if state.tokens[: len(prompt)] == prompt else None
 
     def _recover_if_dead(self, outcome: JobOutcome) -> None:
         """A job reports an engine failure as its result's error and ends; if the engine process

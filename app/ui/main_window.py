@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
-from app.core.budget import compute_budget, model_frame, prompt_frame
+from app.core.budget import document_budget
 from app.core.default_model import sha256_of
 from app.core.documents import Document, load_document
 from app.core.engine.gguf import ModelInfo
@@ -67,8 +67,8 @@ TASKS = ("summarize", "ask", "extract")
 def plan_for(planner: Planner, strategy: str, model: Path | None, *, instruction: str,
              n_ctx: int, reserve: int) -> Plan:  # fmt: skip
     """The plan of ``strategy`` within the budget left by the model's prompt and the reply."""
-    frame = model_frame(model, task=instruction) if model else prompt_frame(None)
-    budget = compute_budget(n_ctx, reserve, frame, planner.counter)
+    budget = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=planner.counter,
+                             task=instruction)  # fmt: skip
     return planner.plan(strategy, max(1, budget.available))
 
 
@@ -627,9 +627,7 @@ class MainWindow(QMainWindow):
                                   cache_type=loaded.kv_cache_type)  # fmt: skip
             if saved is None:
                 return None
-            runs = repo.runs(saved.version)
-            outputs = runs[-1]["outputs"] if runs else []
-            sources = tuple(tuple(s) for s in outputs[-1]["source_spans"]) if outputs else ()
+            sources = repo.output_sources(saved.version)
             max_tokens = int(version.settings.get("max_tokens", 256))
             return ResumeSpec(saved.state, saved.prompt_tokens, version.task, version.strategy,
                               max_tokens, sources)  # fmt: skip
