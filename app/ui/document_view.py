@@ -9,21 +9,22 @@ lengths with the budget.
 
 Why it is built the way it is, with figures from a 2-core machine:
 
-- A ``QPlainTextEdit`` lays out only what it paints, so scrolling 100 MB costs what one screen
-  costs. Filling its document is what takes time (``setPlainText`` of 100 MB: 12 s), and so is
-  the first relayout once it is shown, which allocates one ``QTextLayout`` per line (1.7 s for
-  50 MB). Large texts are therefore built on a pool thread in 1 MB pieces, their line layouts
-  allocated there too, and only the finished document is handed to the widget
-  (``document_ready``): 10 s for 50 MB, 24 s for 100 MB, during which the GUI thread's longest
-  wait was 0.4-0.6 s (PySide holds the GIL in each Qt call, hence the pieces).
-- Colours come from a ``QSyntaxHighlighter`` that formats one block from the spans that
-  intersect it (a bisection over sorted starts). A full ``rehighlight()`` calls Python once per
-  line (3 s for 50 MB), so it never runs: the highlighter is attached while the document is
-  empty, the document's signals are blocked while it is filled, and a new plan re-highlights
-  only the blocks on screen; the others are re-highlighted when they scroll into view.
-- Character offsets of plans are Python ``str`` offsets; Qt counts UTF-16 units and makes one
-  separator of ``\\r\\n``. The shown text has each ``\\r\\n`` as `` \\n`` and offsets of
-  characters beyond the BMP are mapped, so every position maps exactly.
+- A ``QTextDocument`` of the whole text is what makes large documents slow: filling one with
+  50 MB takes 10 s of Qt calls (each holding the GIL, so the GUI thread waits), installing it
+  walks every line on the GUI thread (0.35 s), and its layouts take hundreds of MB. So the
+  text pane only ever holds a *window* of the text: all of it up to ``FULL_CHARS``, else
+  ``WINDOW_CHARS`` around what is on screen (25 ms to build). A scroll bar of its own spans the
+  whole text in characters; when the screen comes within ``EDGE_CHARS`` of the window's edge,
+  the window moves (keeping the line at the top, the caret and the selection where they were).
+  Opening 100 MB is therefore as fast as opening 250 KB.
+- Colours come from a ``QSyntaxHighlighter`` that formats one block from the stretches that
+  intersect it (a bisection over sorted starts, in Python offsets of the whole text). A full
+  ``rehighlight()`` calls Python once per line, so it never runs: the highlighter is attached
+  while the window's document is empty, and a new plan re-highlights only the blocks on screen;
+  the others are re-highlighted when they scroll into view.
+- Plans count Python ``str`` offsets; Qt counts UTF-16 units and makes one separator of
+  ``\\r\\n``. The pane shows each ``\\r\\n`` as `` \\n`` and maps the offsets of characters beyond
+  the BMP, so every position maps exactly.
 """
 
 from __future__ import annotations
@@ -31,18 +32,19 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPoint, QRect, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
     QHelpEvent,
+    QKeyEvent,
+    QKeySequence,
     QPainter,
     QPaintEvent,
     QPalette,
@@ -54,9 +56,11 @@ from PySide6.QtGui import (
     QTextDocument,
 )
 from PySide6.QtWidgets import (
+    QHBoxLayout,
     QLabel,
     QPlainTextDocumentLayout,
     QPlainTextEdit,
+    QScrollBar,
     QSplitter,
     QToolTip,
     QVBoxLayout,
@@ -65,10 +69,11 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.core.strategies import Plan, Span
-from app.ui.tasks import run_in_background
 
-SYNC_CHARS = 1 << 21  # up to this many characters the document is built at once (~0.2 s)
-PIECE_CHARS = 1 << 20  # pieces of a large document, each one short Qt call
+FULL_CHARS = 1 << 19  # texts up to this size are in the pane whole (~40 ms to build)
+WINDOW_CHARS = 1 << 18  # of a longer text, about this much is in the pane (~25 ms to build)
+EDGE_CHARS = 1 << 15  # the window moves when the screen comes this close to one of its edges
+LINE_SLACK = 1 << 12  # how far a window edge may move to fall at the start of a line
 MAX_MARKS = 400  # chunk marks painted per frame at most
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 _NON_SPACE = re.compile(r"\S")
@@ -110,9 +115,44 @@ class Offsets:
         return position - bisect.bisect_left(self.astral_qt, position) if self.astral else position
 
 
+@dataclass(frozen=True)
+class _Window:
+    """The stretch ``[start, end)`` of the text that the pane holds (Python offsets)."""
+
+    start: int
+    end: int
+    offsets: Offsets
+
+    def to_pane(self, offset: int) -> int:
+        """The pane position of text offset ``offset``, clamped to the window."""
+        return self.offsets.to_qt(min(max(offset, self.start), self.end) - self.start)
+
+    def to_py(self, position: int) -> int:
+        """The text offset of pane position ``position``."""
+        return self.start + self.offsets.to_py(position)
+
+    def holds(self, offset: int) -> bool:
+        return self.start <= offset <= self.end
+
+
+def window_bounds(text: str, centre: int) -> tuple[int, int]:
+    """The window of ``text`` around offset ``centre``: all of a short text, else about
+    ``WINDOW_CHARS`` with each edge at the start of a line when one is near."""
+    n = len(text)
+    if n <= FULL_CHARS:
+        return 0, n
+    start = max(0, min(centre - WINDOW_CHARS // 2, n - WINDOW_CHARS))
+    end = min(n, start + WINDOW_CHARS)
+    if start > 0 and (newline := text.rfind("\n", max(0, start - LINE_SLACK), start)) >= 0:
+        start = newline + 1
+    if end < n and (newline := text.find("\n", end, end + LINE_SLACK)) >= 0:
+        end = newline + 1
+    return start, end
+
+
 @dataclass
 class _Layers:
-    """What the highlighter paints, in Qt positions: disjoint sorted stretches and sources."""
+    """What the highlighter paints, in text offsets: disjoint sorted stretches and sources."""
 
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
@@ -137,76 +177,46 @@ class _PlanHighlighter(QSyntaxHighlighter):
     """Formats one block from the stretches that intersect it; never sets block states, so
     re-highlighting a block never cascades into the next."""
 
-    def __init__(self, doc: QTextDocument) -> None:
+    def __init__(self, doc: QTextDocument, window: _Window) -> None:
         super().__init__(doc)
+        self.window = window
         self.layers = _Layers()
         self.formats: list[QTextCharFormat] = [QTextCharFormat() for _ in range(6)]
 
     def highlightBlock(self, text: str) -> None:
-        block = self.currentBlock()
-        pos = block.position()
-        end = pos + max(0, block.length() - 1)
-        layers, formats = self.layers, self.formats
-        for i, a, b in _meeting(layers.starts, layers.ends, pos, end):
-            self.setFormat(a - pos, b - a, formats[layers.kinds[i]])
-        for _, a, b in _meeting(layers.source_starts, layers.source_ends, pos, end):
-            self.setFormat(a - pos, b - a, formats[SOURCE])
-
-
-@dataclass
-class _Built:
-    doc: QTextDocument
-    highlighter: _PlanHighlighter
-    offsets: Offsets
+        window, layers, formats = self.window, self.layers, self.formats
+        pos = self.currentBlock().position()
+        start = window.to_py(pos)
+        end = start + len(text)
+        for i, a, b in _meeting(layers.starts, layers.ends, start, end):
+            qa = window.to_pane(a)
+            self.setFormat(qa - pos, window.to_pane(b) - qa, formats[layers.kinds[i]])
+        for _, a, b in _meeting(layers.source_starts, layers.source_ends, start, end):
+            qa = window.to_pane(a)
+            self.setFormat(qa - pos, window.to_pane(b) - qa, formats[SOURCE])
 
 
 def _build_document(
-    text: str, font: QFont, cancel: threading.Event | None = None, target: QThread | None = None
-) -> _Built | None:
-    """A plain-text document of ``text`` with the highlighter attached, or None if cancelled.
-
-    With ``target`` (a pool thread builds it) the line layouts are allocated here too, and the
-    document is moved to ``target`` when done.
-    """
+    text: str, font: QFont, window: _Window
+) -> tuple[QTextDocument, _PlanHighlighter]:
+    """A plain-text document of the window's ``text`` with the highlighter attached."""
     doc = QTextDocument()
     doc.setUndoRedoEnabled(False)
     doc.setDefaultFont(font)
     doc.setDocumentLayout(QPlainTextDocumentLayout(doc))
-    highlighter = _PlanHighlighter(doc)  # attached while empty: no full pass is scheduled
+    highlighter = _PlanHighlighter(doc, window)  # attached while empty: no full pass is scheduled
     doc.blockSignals(True)  # nobody else listens yet; the highlighter must not run per line
-    cursor = QTextCursor(doc)
-    i = 0
-    while i < len(text):
-        if cancel is not None and cancel.is_set():
-            return None
-        j = text.find("\n", i + PIECE_CHARS)
-        j = len(text) if j < 0 else j + 1  # pieces end after a newline: no \r\n is split
-        piece = text[i:j]
-        if "\r\n" in piece:
-            piece = piece.replace("\r\n", " \n")
-        cursor.insertText(piece)
-        i = j
+    QTextCursor(doc).insertText(text.replace("\r\n", " \n") if "\r\n" in text else text)
     doc.blockSignals(False)
-    if target is not None:
-        # QPlainTextEdit.setDocument() would allocate these on the GUI thread
-        block, n = doc.firstBlock(), 0
-        while block.isValid():
-            block.layout()
-            block = block.next()
-            n += 1
-            if not n % 65_536 and cancel is not None and cancel.is_set():
-                return None
-    built = _Built(doc, highlighter, Offsets(text))
-    if target is not None:
-        doc.moveToThread(target)
-    return built
+    return doc, highlighter
 
 
 class _TextPane(QPlainTextEdit):
-    """The read-only text: re-highlights blocks as they come on screen, marks chunk starts,
-    answers tooltips."""
+    """The read-only window of the text: re-highlights blocks as they come on screen, marks
+    chunk starts, answers tooltips, and asks for the whole text's ends on Ctrl+Home/End."""
 
-    hovered = Signal(int)  # a Qt position under the mouse, or -1
+    hovered = Signal(int)  # a pane position under the mouse, or -1
+    edge_wanted = Signal(bool)  # the start (False) or the end (True) of the whole text
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -216,11 +226,13 @@ class _TextPane(QPlainTextEdit):
             | Qt.TextInteractionFlag.TextSelectableByKeyboard
         )
         self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.text_window = _Window(0, 0, Offsets(""))
+        self.text_length = 0  # of the whole text, of which the pane holds the window
         self.highlighter: _PlanHighlighter | None = None
         self.fresh: set[int] = set()  # block numbers highlighted with the current layers
-        self.mark_starts: list[int] = []  # Qt positions where chunks start
+        self.mark_starts: list[int] = []  # text offsets where chunks start
         self.mark_colour = QColor()
-        self.describe = lambda position: ""  # tooltip text for a Qt position
+        self.describe = lambda position: ""  # tooltip text for a pane position
         self._pending = False
         self.verticalScrollBar().valueChanged.connect(self.refresh_visible)
         self.updateRequest.connect(self._schedule_refresh)
@@ -245,6 +257,12 @@ class _TextPane(QPlainTextEdit):
             block = block.next()
         return out
 
+    def last_visible_position(self) -> int:
+        """The pane position at the bottom right of the screen."""
+        return self.cursorForPosition(
+            QPoint(self.viewport().width(), self.viewport().height())
+        ).position()
+
     def refresh_visible(self) -> None:
         """Highlight the blocks on screen that are not yet highlighted with the current layers."""
         self._pending = False
@@ -267,6 +285,15 @@ class _TextPane(QPlainTextEdit):
         super().resizeEvent(event)
         self.refresh_visible()
 
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        window, n = self.text_window, self.text_length
+        if event.matches(QKeySequence.StandardKey.MoveToStartOfDocument) and window.start > 0:
+            self.edge_wanted.emit(False)
+        elif event.matches(QKeySequence.StandardKey.MoveToEndOfDocument) and window.end < n:
+            self.edge_wanted.emit(True)
+        else:
+            super().keyPressEvent(event)
+
     def paintEvent(self, event: QPaintEvent) -> None:
         super().paintEvent(event)
         if not self.mark_starts:
@@ -274,16 +301,19 @@ class _TextPane(QPlainTextEdit):
         first = self.firstVisibleBlock()
         if not first.isValid():
             return
-        last = self.cursorForPosition(QPoint(self.viewport().width(), self.viewport().height()))
+        window = self.text_window
         # a chunk may start at the line end just above, before the whitespace that opens it
-        lo = bisect.bisect_left(self.mark_starts, max(0, first.position() - 1))
-        hi = bisect.bisect_right(self.mark_starts, last.position() + 1)
+        top = window.to_py(max(0, first.position() - 1))
+        lo = bisect.bisect_left(self.mark_starts, max(window.start, top))
+        hi = bisect.bisect_right(self.mark_starts, window.to_py(self.last_visible_position() + 1))
         painter = QPainter(self.viewport())
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(self.mark_colour)
         cursor = QTextCursor(self.document())
-        for position in self.mark_starts[lo : min(hi, lo + MAX_MARKS)]:
-            cursor.setPosition(self._first_visible_char(position))
+        for offset in self.mark_starts[lo : min(hi, lo + MAX_MARKS)]:
+            if not window.holds(offset):
+                continue
+            cursor.setPosition(self._first_visible_char(window.to_pane(offset)))
             r = self.cursorRect(cursor)
             painter.drawRect(r.left() - 1, r.top(), 2, r.height())  # a bar before the chunk
             painter.drawRect(r.left() - 1, r.top(), 6, 2)  # and a tick, unlike the caret
@@ -316,7 +346,7 @@ class _TextPane(QPlainTextEdit):
         return super().viewportEvent(event)
 
     def position_at(self, point: QPoint) -> int:
-        """The Qt position of the character under ``point`` in the viewport, or -1 if none."""
+        """The pane position of the character under ``point`` in the viewport, or -1 if none."""
         cursor = self.cursorForPosition(point)  # the nearest gap between two characters
         rect = self.cursorRect(cursor)
         if not rect.top() <= point.y() <= rect.bottom():
@@ -333,11 +363,10 @@ class DocumentView(QWidget):
     """The document with the current plan, counts and a histogram of chunk lengths.
 
     Call :meth:`set_document` with the text, then :meth:`show_plan`, :meth:`set_counts` and
-    :meth:`highlight_sources` in any order; calls made while a large document is still being
-    built are applied when it is ready (``document_ready``).
+    :meth:`highlight_sources` in any order.
     """
 
-    document_ready = Signal()  # the text is shown (at once for small texts)
+    document_ready = Signal()  # the text is shown
     span_hovered = Signal(object)  # the Span under the mouse, or None
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -352,6 +381,13 @@ class DocumentView(QWidget):
         self.text.describe = self._describe_qt
         self.text.hovered.connect(self._on_hovered)
         self.text.cursorPositionChanged.connect(self._on_caret)
+        self.text.verticalScrollBar().valueChanged.connect(self._on_pane_scrolled)
+        self.text.edge_wanted.connect(self._go_to_edge)
+        # the whole text's scroll bar, in characters, when the pane holds only a window of it
+        self.bar = QScrollBar(Qt.Orientation.Vertical)
+        self.bar.setAccessibleName(self.tr("Position in the document"))
+        self.bar.valueChanged.connect(self._on_bar_moved)
+        self.bar.hide()
         self.caret_info = QLabel()
         self.caret_info.setWordWrap(True)
         self.caret_info.setAccessibleName(self.tr("Span under the caret"))
@@ -372,8 +408,14 @@ class DocumentView(QWidget):
             self.histogram.addItem(item)
         self.budget_line.setVisible(False)
 
+        page = QWidget()
+        row = QHBoxLayout(page)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.text, 1)
+        row.addWidget(self.bar)
         splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.text)
+        splitter.addWidget(page)
         splitter.addWidget(self.histogram)
         splitter.setStretchFactor(0, 4)
         splitter.setStretchFactor(1, 1)
@@ -387,11 +429,10 @@ class DocumentView(QWidget):
         layout.addWidget(self.caret_info)
 
         self._text_str = ""
+        self._window = _Window(0, 0, Offsets(""))
         self._doc: QTextDocument | None = None
-        self._offsets = Offsets("")
-        self._ready = False
-        self._generation = 0
-        self._cancel: threading.Event | None = None
+        self._moving = False  # the pane is being scrolled from here, not by the person
+        self._recentre_pending = False
         self._plan: Plan | None = None
         self._sources: list[tuple[int, int]] = []
         self._layers = _Layers()
@@ -402,45 +443,23 @@ class DocumentView(QWidget):
         self._window_ends: list[int] = []
         self._chunk_starts: list[int] = []
         self._apply_palette()
+        self._set_window(0, 0)
 
     # -- public API -------------------------------------------------------------------------
 
     def set_document(self, text: str) -> None:
-        """Show ``text`` (read-only). Large texts are built off the GUI thread; the plan and
-        sources are cleared."""
-        self._generation += 1
-        if self._cancel is not None:
-            self._cancel.set()
+        """Show ``text`` (read-only) from its start; the plan and sources are cleared."""
         self._text_str = text
-        self._ready = False
         self._plan = None
         self._sources = []
         self._rebuild_index()
         self.summary.setText(self.tr("{0:,} characters").format(len(text)))
-        if len(text) <= SYNC_CHARS:
-            built = _build_document(text, self.text.font())
-            assert built is not None
-            self._install(built)
-            return
-        self._cancel = cancel = threading.Event()
-        self.destroyed.connect(lambda *_: cancel.set())
-        generation, target, font = self._generation, self.thread(), self.text.font()
-        self._install(_build_document("", font))  # an empty page while the text is built
-        self.text.setPlaceholderText(
-            self.tr("Loading {0:,} characters…").format(len(text))
-        )  # fmt: skip
-
-        def done(built: _Built | None) -> None:
-            if built is not None and isValid(self) and generation == self._generation:
-                self._install(built)
-
-        def failed(message: str) -> None:
-            if isValid(self) and generation == self._generation:
-                self.text.setPlaceholderText(
-                    self.tr("Cannot show the document: {0}").format(message)
-                )
-
-        run_in_background(lambda: _build_document(text, font, cancel, target), done, failed)
+        self.text.text_length = len(text)
+        self._set_window(*window_bounds(text, 0))
+        self.bar.setVisible(len(text) > FULL_CHARS)
+        self._scroll_to_top(0)
+        self._repaint_layers()
+        self.document_ready.emit()
 
     def show_plan(self, plan: Plan | None) -> None:
         """Paint ``plan`` over the text and draw its chunk histogram; None clears both."""
@@ -482,9 +501,32 @@ class DocumentView(QWidget):
     def highlight_sources(self, spans: Sequence[tuple[int, int]]) -> None:
         """Highlight these character ranges strongly and scroll to the first; [] clears."""
         self._sources = [(a, b) for a, b in spans if b > a]
-        if self._ready:
-            self._repaint_layers()
-            self._scroll_to_first_source()
+        self._repaint_layers()
+        if self._sources:
+            self.reveal(min(self._sources)[0])
+
+    def reveal(self, offset: int) -> None:
+        """Put the caret at text offset ``offset`` and centre it on screen."""
+        offset = min(max(0, offset), len(self._text_str))
+        self._hold(offset)
+        self._moving = True
+        try:
+            cursor = QTextCursor(self.text.document())
+            cursor.setPosition(self._window.to_pane(offset))
+            self.text.setTextCursor(cursor)
+            self.text.centerCursor()
+        finally:
+            self._moving = False
+        self._sync_bar()
+        self.text.refresh_visible()
+
+    def pane_position(self, offset: int) -> int:
+        """The text pane's position of text offset ``offset``, or -1 outside its window."""
+        return self._window.to_pane(offset) if self._window.holds(offset) else -1
+
+    def offset_at(self, position: int) -> int:
+        """The text offset of the text pane's position ``position``."""
+        return self._window.to_py(position)
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -531,23 +573,110 @@ class DocumentView(QWidget):
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _install(self, built: _Built) -> None:
-        old = self._doc
-        self._doc = built.doc
-        self._offsets = built.offsets
-        self.text.highlighter = built.highlighter
-        built.highlighter.formats = self._formats
-        self.text.setDocument(built.doc)
-        self.text.setPlaceholderText("")
+    def _set_window(self, start: int, end: int) -> None:
+        """Put ``text[start:end]`` in the pane; the caret and selection stay where they were
+        when the new window holds them."""
+        old_window, old_doc = self._window, self._doc
+        cursor = self.text.textCursor()
+        anchor, caret = old_window.to_py(cursor.anchor()), old_window.to_py(cursor.position())
+        piece = self._text_str[start:end]
+        window = _Window(start, end, Offsets(piece))
+        doc, highlighter = _build_document(piece, self.text.font(), window)
+        highlighter.formats, highlighter.layers = self._formats, self._layers
+        self._window, self._doc = window, doc
+        self.text.text_window, self.text.highlighter = window, highlighter
         self.text.fresh.clear()
-        if old is not None and isValid(old):
-            old.deleteLater()
-        if built.doc.isEmpty() and self._text_str:
-            return  # the placeholder while a large text is built
-        self._ready = True
-        self._repaint_layers()
-        self._scroll_to_first_source()
-        self.document_ready.emit()
+        self._moving = True
+        try:
+            self.text.setDocument(doc)
+            if old_doc is not None and window.holds(anchor) and window.holds(caret):
+                cursor = QTextCursor(doc)
+                cursor.setPosition(window.to_pane(anchor))
+                cursor.setPosition(window.to_pane(caret), QTextCursor.MoveMode.KeepAnchor)
+                self.text.setTextCursor(cursor)
+        finally:
+            self._moving = False
+        if old_doc is not None and isValid(old_doc):
+            old_doc.deleteLater()
+        self._update_steps()
+
+    def _holds_comfortably(self, offset: int) -> bool:
+        """Whether ``offset`` is in the window and not near an edge that is not the text's."""
+        w, n = self._window, len(self._text_str)
+        lo = w.start + EDGE_CHARS if w.start > 0 else 0
+        hi = w.end - EDGE_CHARS if w.end < n else n
+        return lo <= offset <= hi
+
+    def _hold(self, offset: int) -> None:
+        """Move the window, if need be, so that it holds ``offset`` comfortably."""
+        if not self._holds_comfortably(offset):
+            self._set_window(*window_bounds(self._text_str, offset))
+
+    def _screen(self) -> tuple[int, int]:
+        """The text offsets at the top left and the bottom right of the screen."""
+        window = self._window
+        return (
+            window.to_py(self.text.firstVisibleBlock().position()),
+            window.to_py(self.text.last_visible_position()),
+        )
+
+    def _scroll_to_top(self, offset: int) -> None:
+        """Show the line holding text offset ``offset`` at the top of the screen."""
+        self._hold(offset)
+        block = self.text.document().findBlock(self._window.to_pane(offset))
+        self._moving = True
+        try:
+            self.text.verticalScrollBar().setValue(block.firstLineNumber())
+        finally:
+            self._moving = False
+        self._sync_bar()
+        self.text.refresh_visible()
+
+    def _on_pane_scrolled(self, _value: int) -> None:
+        """The person scrolled the pane: follow with the bar, move the window near its edge."""
+        if self._moving:
+            return
+        self._sync_bar()
+        top, bottom = self._screen()
+        comfortable = self._holds_comfortably(top) and self._holds_comfortably(bottom)
+        if not comfortable and not self._recentre_pending:  # after Qt has finished this scroll
+            self._recentre_pending = True
+            QTimer.singleShot(0, self, self._recentre)
+
+    def _recentre(self) -> None:
+        self._recentre_pending = False
+        top, bottom = self._screen()
+        if not (self._holds_comfortably(top) and self._holds_comfortably(bottom)):
+            self._set_window(*window_bounds(self._text_str, top))
+            self._scroll_to_top(top)
+
+    def _on_bar_moved(self, value: int) -> None:
+        if not self._moving:
+            self._scroll_to_top(value)
+
+    def _go_to_edge(self, at_end: bool) -> None:
+        """Ctrl+Home / Ctrl+End: the start or the end of the whole text, not of the window."""
+        self.reveal(len(self._text_str) if at_end else 0)
+
+    def _sync_bar(self) -> None:
+        if not self.bar.isVisible() or self.bar.isSliderDown():
+            return  # a bar being dragged is the person's
+        self.bar.blockSignals(True)
+        self.bar.setValue(self._screen()[0])
+        self.bar.blockSignals(False)
+
+    def _update_steps(self) -> None:
+        """The bar's range and steps in characters, from the window's mean line length."""
+        lines = max(1, self._doc.blockCount()) if self._doc is not None else 1
+        per_line = max(1, (self._window.end - self._window.start) // lines)
+        spacing = max(1, self.text.fontMetrics().lineSpacing())
+        per_screen = max(1, self.text.viewport().height() // spacing)
+        page = per_line * per_screen
+        self.bar.blockSignals(True)
+        self.bar.setRange(0, max(0, len(self._text_str) - page))
+        self.bar.setPageStep(page)
+        self.bar.setSingleStep(per_line * 3)
+        self.bar.blockSignals(False)
 
     def _rebuild_index(self) -> None:
         """Lookups over the plan in Python offsets (tooltips, histogram)."""
@@ -604,35 +733,17 @@ class DocumentView(QWidget):
 
     def _repaint_layers(self) -> None:
         """New layers for the highlighter; only the blocks on screen are re-highlighted now."""
-        if not self._ready:
-            return
-        to_qt = self._offsets.to_qt
         starts, ends, kinds = self._stretches()
         sources = sorted(self._sources)
         self._layers = _Layers(
-            [to_qt(x) for x in starts],
-            [to_qt(x) for x in ends],
-            kinds,
-            [to_qt(a) for a, _ in sources],
-            [to_qt(b) for _, b in sources],
-        )
+            starts, ends, kinds, [a for a, _ in sources], [b for _, b in sources]
+        )  # fmt: skip
         if self.text.highlighter is not None:
             self.text.highlighter.layers = self._layers
-        self.text.mark_starts = [to_qt(x) for x in self._chunk_starts[1:]]
+        self.text.mark_starts = self._chunk_starts[1:]
         self.text.invalidate()
         self.text.viewport().update()
         self._on_caret()
-
-    def _scroll_to_first_source(self) -> None:
-        if not self._sources or self._doc is None:
-            return
-        cursor = QTextCursor(self._doc)
-        cursor.setPosition(
-            min(self._offsets.to_qt(min(self._sources)[0]), self._doc.characterCount() - 1)
-        )
-        self.text.setTextCursor(cursor)
-        self.text.centerCursor()
-        self.text.refresh_visible()
 
     def _update_histogram(self) -> None:
         plan = self._plan
@@ -686,17 +797,17 @@ class DocumentView(QWidget):
         self.plan_info.setText(text)
 
     def _describe_qt(self, position: int) -> str:
-        return self.describe(self._offsets.to_py(position))
+        return self.describe(self._window.to_py(position))
 
     def _on_hovered(self, position: int) -> None:
-        found = self.span_at(self._offsets.to_py(position)) if position >= 0 else None
+        found = self.span_at(self._window.to_py(position)) if position >= 0 else None
         self.span_hovered.emit(found[0] if found else None)
 
     def _on_caret(self) -> None:
-        if self._plan is None or not self._ready:
+        if self._plan is None:
             self.caret_info.setText("")
             return
-        offset = self._offsets.to_py(self.text.textCursor().position())
+        offset = self._window.to_py(self.text.textCursor().position())
         self.caret_info.setText(self.describe(offset).replace("\n", " · "))
 
     def _apply_palette(self) -> None:
