@@ -9,6 +9,9 @@ cycles, all before a single row is written; then everything goes in as one trans
 ids, so a bad file leaves the database exactly as it was. An export is written to a temporary file
 beside the target and renamed over it only once complete and synced, so a failed export never
 damages an earlier one.
+
+Both can take minutes on large KV states, so both report progress and can be cancelled; a
+cancellation takes the same way out as a failure, so it too leaves everything as it was.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import re
 import struct
 import tempfile
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -63,6 +67,58 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 
 class ArchiveError(ValueError):
     """A session file cannot be written or read; the message is one sentence naming the file."""
+
+
+class ArchiveCancelled(ArchiveError):
+    """The person cancelled an export or import; nothing was written or added."""
+
+
+Progress = Callable[[int, int], None]
+
+
+class _Meter:
+    """Progress and cancellation in one place, so every step reports and checks the same way.
+
+    ``done`` only grows and never passes ``total``; the cancel event is checked after each
+    report, so a cancel set from the progress callback itself takes effect at once."""
+
+    def __init__(
+        self, progress: Progress | None, cancel: threading.Event | None, cancelled: str
+    ) -> None:
+        self._progress = progress
+        self._cancel = cancel
+        self._cancelled = cancelled
+        self.done = 0
+        self.total = 0
+
+    def check(self) -> None:
+        """Raise ArchiveCancelled when the cancel event is set."""
+        if self._cancel is not None and self._cancel.is_set():
+            raise ArchiveCancelled(" ".join(self._cancelled.split()))
+
+    def start(self, total: int) -> None:
+        self.total = max(total, 0)
+        self._report()
+
+    def advance(self, amount: int) -> None:
+        self.reach(self.done + amount)
+
+    def reach(self, done: int) -> None:
+        """Move to ``done`` (reported only when it moves), then check for a cancel."""
+        done = min(max(done, self.done), self.total)
+        if done != self.done:
+            self.done = done
+            self._report()
+        else:
+            self.check()
+
+    def finish(self) -> None:
+        self.reach(self.total)
+
+    def _report(self) -> None:
+        if self._progress is not None:
+            self._progress(self.done, self.total)
+        self.check()
 
 
 @dataclass(frozen=True)
@@ -267,11 +323,21 @@ def _snapshot(s: OrmSession, session_id: int, include_kv: bool) -> _Snapshot | N
     return _Snapshot(body, document, kv_blobs)
 
 
-def _unpacked(blob: bytes) -> Iterator[bytes]:
-    """A packed value from the database, unpacked, in chunks for the zip writer."""
-    view = memoryview(unpack(blob))
+def _chunks(data: bytes, weight: int, meter: _Meter) -> Iterator[bytes]:
+    """``data`` in chunks for the zip writer; the meter moves by ``weight`` as they are written
+    (an export counts the packed bytes it reads from the history: they are known beforehand)."""
+    view = memoryview(data)
+    base = meter.done
     for start in range(0, len(view), CHUNK):
-        yield view[start : start + CHUNK]
+        end = min(start + CHUNK, len(view))
+        yield view[start:end]
+        meter.reach(base + weight * end // len(view))
+    meter.reach(base + weight)
+
+
+def _packed_size(snap: _Snapshot) -> int:
+    document = len(snap.document) if snap.document is not None else 0
+    return document + sum(len(tokens) + len(data) for _, tokens, data in snap.kv)
 
 
 def _put_member(
@@ -292,16 +358,21 @@ def _put_member(
     members[name] = {"sha256": digest.hexdigest(), "size": size}
 
 
-def _write_zip(out: IO[bytes], snap: _Snapshot) -> None:
+def _write_zip(out: IO[bytes], snap: _Snapshot, meter: _Meter) -> None:
     members: dict[str, dict[str, Any]] = {}
     body = json.dumps(snap.body, ensure_ascii=False).encode("utf-8")
+    meter.start(len(body) + _packed_size(snap))
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
-        _put_member(zf, SESSION, [body], members)
+
+        def put(name: str, packed: bytes) -> None:  # one at a time: never all unpacked at once
+            _put_member(zf, name, _chunks(unpack(packed), len(packed), meter), members)
+
+        _put_member(zf, SESSION, _chunks(body, len(body), meter), members)
         if snap.document is not None:
-            _put_member(zf, DOCUMENT, _unpacked(snap.document), members)
+            put(DOCUMENT, snap.document)
         for kv_id, tokens, data in snap.kv:
-            _put_member(zf, f"kv/{kv_id}.tokens", _unpacked(tokens), members)
-            _put_member(zf, f"kv/{kv_id}.state", _unpacked(data), members)
+            put(f"kv/{kv_id}.tokens", tokens)
+            put(f"kv/{kv_id}.state", data)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -310,6 +381,7 @@ def _write_zip(out: IO[bytes], snap: _Snapshot) -> None:
             "members": members,
         }
         zf.writestr(MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False))
+    meter.finish()  # the last moment a cancel is heard: then the file is synced and renamed
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -357,18 +429,31 @@ def _write_atomic(target: Path, write: Callable[[IO[bytes]], None]) -> int:
 
 
 def export_session(
-    repo: Repository, session_id: int, path: str | os.PathLike[str], *, include_kv: bool = False
+    repo: Repository,
+    session_id: int,
+    path: str | os.PathLike[str],
+    *,
+    include_kv: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
 ) -> ExportSummary:
     """Write one session (document, non-deleted versions, their runs, optionally their KV
-    states) to ``path`` atomically; ArchiveError when it cannot."""
+    states) to ``path`` atomically; ArchiveError when it cannot.
+
+    ``progress(done, total)`` is called on this thread per chunk of at most CHUNK bytes (the
+    history's packed bytes) and ends at total; once ``cancel`` is set, ArchiveCancelled comes
+    instead and no file (nor temporary file) is left, an earlier one untouched."""
     target = Path(path)
+    cancelled = f"Export to {target.name or target} cancelled; nothing was written."
+    meter = _Meter(progress, cancel, cancelled)
     if target.is_dir():
         raise _fail(target, "is a folder; choose a file name to export to.")
+    meter.check()
     snap = repo.read(lambda s: _snapshot(s, session_id, include_kv))
     if snap is None:
         raise _fail(target, f"was not written: there is no session {session_id}.")
     try:
-        size = _write_atomic(target, lambda out: _write_zip(out, snap))
+        size = _write_atomic(target, lambda out: _write_zip(out, snap, meter))
     except UnicodeEncodeError as exc:
         detail = "was not written: the session holds text that is not valid Unicode."
         raise _fail(target, detail) from exc
@@ -433,7 +518,7 @@ def _check_names(path: Path, infos: list[zipfile.ZipInfo]) -> None:
         seen.add(name)
 
 
-def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
+def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, meter: _Meter) -> _Member:
     """Read one member in bounded chunks, never trusting its header."""
     name = info.filename
     cap = _cap_for(name)
@@ -462,6 +547,7 @@ def _read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Mem
                     raise _fail(path, f"holds a member larger than it declares ({_show(name)}).")
                 digest.update(chunk)
                 parts.append(chunk)
+                meter.advance(len(chunk))
     except ArchiveError:
         raise
     except _ZIP_ERRORS as exc:
@@ -476,12 +562,12 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def _read_manifest(
-    path: Path, zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo]
+    path: Path, zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], meter: _Meter
 ) -> ManifestModel:
     info = infos.get(MANIFEST)
     if info is None:
         raise _fail(path, "is not a ContextLens export (it has no manifest).")
-    raw = _read_member(path, zf, info).data
+    raw = _read_member(path, zf, info, meter).data
     try:
         loose = json.loads(raw)
     except (ValueError, RecursionError) as exc:
@@ -509,6 +595,7 @@ class _Plan:
     chars: int
     order: list[VersionModel]  # parents first
     kv: dict[int, tuple[bytes, bytes]]  # id -> tokens, state, packed as save_kv_state does
+    sizes: dict[str, int]  # member -> bytes read: the insert reports progress in the same unit
 
 
 def _version_order(path: Path, versions: list[VersionModel]) -> list[VersionModel]:
@@ -556,11 +643,15 @@ def _check_body(path: Path, body: SessionFileModel) -> list[VersionModel]:
     return _version_order(path, body.versions)
 
 
-def _validate(path: Path, zf: zipfile.ZipFile) -> _Plan:
+def _validate(path: Path, zf: zipfile.ZipFile, meter: _Meter) -> _Plan:
+    """Read and check everything; the meter's first half is these reads (by the members'
+    declared sizes, which are capped), its second half the insert (see :func:`_insert`)."""
     infos = zf.infolist()
     _check_names(path, infos)
     by_name = {i.filename: i for i in infos}
-    manifest = _read_manifest(path, zf, by_name)
+    read_total = sum(i.file_size for i in infos)
+    meter.start(2 * read_total)
+    manifest = _read_manifest(path, zf, by_name, meter)
     listed = manifest.members
     for name in by_name:
         if name != MANIFEST and name not in listed:
@@ -585,7 +676,7 @@ def _validate(path: Path, zf: zipfile.ZipFile) -> _Plan:
             raise _fail(
                 path, f"has a member whose size does not match its manifest ({_show(name)})."
             )
-        member = _read_member(path, zf, info)
+        member = _read_member(path, zf, info, meter)
         if member.size != want.size or member.sha256 != want.sha256:
             raise _fail(
                 path, f"has a member whose content does not match its manifest ({_show(name)})."
@@ -628,11 +719,17 @@ def _validate(path: Path, zf: zipfile.ZipFile) -> _Plan:
             raise _fail(path, f"has KV state {k.id} with more prompt tokens than tokens.")
         state = read(f"kv/{k.id}.state")
         kv[k.id] = (pack(tokens.data), pack(state.data))
-    return _Plan(body, document, chars, order, kv)
+        meter.check()  # packing a large state takes a while
+    meter.reach(read_total)
+    sizes = {name: info.file_size for name, info in by_name.items()}
+    return _Plan(body, document, chars, order, kv, sizes)
 
 
-def _insert(plan: _Plan, s: OrmSession) -> ImportSummary:
+def _insert(plan: _Plan, s: OrmSession, meter: _Meter) -> ImportSummary:
+    """Add the plan's rows; the meter moves by each part's member sizes as it is flushed, and a
+    cancel raises inside the transaction, which rolls it back."""
     body = plan.body
+    meter.check()
     document_id = None
     if body.document is not None and plan.document is not None:
         doc = body.document
@@ -643,6 +740,7 @@ def _insert(plan: _Plan, s: OrmSession) -> ImportSummary:
         s.add(row)
         s.flush()
         document_id = row.id
+        meter.advance(plan.sizes.get(DOCUMENT, 0))
     session = Session(name=body.session.name, document_id=document_id,
                       created=as_utc(body.session.created))  # fmt: skip
     s.add(session)
@@ -664,24 +762,42 @@ def _insert(plan: _Plan, s: OrmSession) -> ImportSummary:
                   completion_tokens=r.completion_tokens, kv_peak_cells=r.kv_peak_cells,
                   timings=r.timings, finish_reason=r.finish_reason, truncated=r.truncated,
                   created=as_utc(r.created)))  # fmt: skip
+    s.flush()
+    meter.advance(plan.sizes.get(SESSION, 0))
     for k in sorted(body.kv_states, key=lambda k: k.id):
         tokens, data = plan.kv[k.id]
         s.add(KVStateRow(version_id=new_ids[k.version], model_sha256=k.model_sha256,
                          n_ctx=k.n_ctx, cache_type=k.cache_type, tokens=tokens, data=data,
                          ring=k.ring, prompt_tokens=k.prompt_tokens, state_bytes=k.state_bytes,
                          created=as_utc(k.created)))  # fmt: skip
-    s.flush()
+        s.flush()
+        meter.advance(plan.sizes[f"kv/{k.id}.tokens"] + plan.sizes[f"kv/{k.id}.state"])
+    meter.finish()  # the last moment a cancel is heard: then the transaction commits
     return ImportSummary(session.id, len(body.versions), len(body.runs), len(body.kv_states))
 
 
-def import_session(repo: Repository, path: str | os.PathLike[str]) -> ImportSummary:
+def import_session(
+    repo: Repository,
+    path: str | os.PathLike[str],
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> ImportSummary:
     """Validate a ``.ctxlens`` file completely, then add it as a new session in one
-    transaction; ArchiveError (database untouched) when the file cannot be imported."""
+    transaction; ArchiveError (database untouched) when the file cannot be imported.
+
+    ``progress(done, total)`` counts the members' bytes twice, read then inserted: per chunk
+    of at most CHUNK bytes on this thread, then per group of rows on the store's writer thread;
+    it ends at total. Once ``cancel`` is set, ArchiveCancelled comes instead and nothing is
+    added (a started transaction is rolled back)."""
     source = Path(path)
+    cancelled = f"Import of {source.name or source} cancelled; nothing was added."
+    meter = _Meter(progress, cancel, cancelled)
     if not source.exists():
         raise _fail(source, "does not exist.")
     if not source.is_file():
         raise _fail(source, "is not a file.")
+    meter.check()
     try:
         handle = open(source, "rb")  # noqa: SIM115 - held open for the whole validation
     except OSError as exc:
@@ -692,5 +808,5 @@ def import_session(repo: Repository, path: str | os.PathLike[str]) -> ImportSumm
         except _ZIP_ERRORS as exc:
             raise _fail(source, _DAMAGED) from exc
         with zf:
-            plan = _validate(source, zf)
-    return repo.write(lambda s: _insert(plan, s))
+            plan = _validate(source, zf, meter)
+    return repo.write(lambda s: _insert(plan, s, meter))

@@ -4,21 +4,23 @@ Work is never lost in ContextLens: each run is a version, editing an old one bra
 is a new version equal to an old one. This panel shows that tree and marks the versions whose KV
 state is saved, because rolling back to those resumes instantly instead of evaluating the whole
 prompt again. Diff, rollback, branch, delete with undo, export and import all go through the
-store API (app.store) on a pool thread; the panel redraws from what the store answers. A
+store API (app.store) on a pool thread; the panel redraws from what the store answers. Export
+and import show their progress and can be cancelled, which leaves everything as it was. A
 read-only database can be browsed and exported, and the actions that would change it say why
 they are off.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from weakref import WeakMethod
 
-from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QColor,
@@ -48,7 +50,13 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
-from app.store.archive import ExportSummary, ImportSummary, export_session, import_session
+from app.store.archive import (
+    ArchiveCancelled,
+    ExportSummary,
+    ImportSummary,
+    export_session,
+    import_session,
+)
 from app.store.repository import Repository, VersionInfo
 from app.ui.tasks import run_in_background
 from app.ui.widgets import MessageLine
@@ -57,9 +65,12 @@ SUFFIX = ".ctxlens"
 INSTANT = "⚡"
 PROMPT_COLUMN_MAX = 360  # pixels; the whole prompt is in the tooltip
 PROGRESS_DELAY_MS = 400  # quick operations finish before a progress dialog would flash
+PROGRESS_POLL_MS = 100  # how often the dialog reads the worker's progress
+_BAR_MAX = 2**31 - 1  # a progress bar holds a C int; larger totals are scaled down
 _KIND_ROLE = Qt.ItemDataRole.UserRole
 _ID_ROLE = Qt.ItemDataRole.UserRole + 1
 _CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -226,10 +237,38 @@ class BranchDialog(QDialog):
 
 
 class _Wait:
-    """One long operation the person may stop waiting for (the operation itself goes on)."""
+    """One long archive operation: the progress its worker thread reports, read by the GUI
+    thread's timer (plain Python under a lock, so the worker holds no Qt object), and the
+    event that cancels it."""
 
     def __init__(self) -> None:
-        self.abandoned = False
+        self.cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._done = 0
+        self._total = 0
+
+    def report(self, done: int, total: int) -> None:
+        """The archive's progress callback (worker thread)."""
+        with self._lock:
+            self._done, self._total = done, total
+
+    def progress(self) -> tuple[int, int]:
+        with self._lock:
+            return self._done, self._total
+
+
+def _unless_cancelled(call: Callable[[], T]) -> T | None:
+    """``call()``, or None when the person cancelled it: not a failure, nothing changed."""
+    try:
+        return call()
+    except ArchiveCancelled:
+        return None
+
+
+def _bar_values(done: int, total: int) -> tuple[int, int]:
+    """``done`` and ``total`` scaled alike to fit a progress bar (value, maximum)."""
+    shift = max(0, total.bit_length() - _BAR_MAX.bit_length())
+    return done >> shift, total >> shift
 
 
 class HistoryPanel(QWidget):
@@ -242,6 +281,7 @@ class HistoryPanel(QWidget):
     diffed = Signal(str)  # the diff shown
     exported = Signal(object)  # ExportSummary
     imported = Signal(object)  # ImportSummary
+    cancelled = Signal(str)  # an export or import was cancelled: the sentence shown
     failed = Signal(str)  # one sentence, also shown in the panel
 
     COLUMNS = 7  # version, created, task, strategy, prompt, last run, KV state
@@ -304,14 +344,17 @@ class HistoryPanel(QWidget):
         self.progress = QProgressDialog(self)
         self.progress.setWindowTitle(self.tr("ContextLens"))
         self.progress.setWindowModality(Qt.WindowModality.WindowModal)
-        self.progress.setCancelButtonText(self.tr("Stop Waiting"))
-        self.progress.setRange(0, 0)  # a busy indicator: archives report no progress
+        self.progress.setCancelButtonText(self.tr("Cancel"))
+        self.progress.setRange(0, 0)  # busy until the worker reports its total
         self.progress.setAutoClose(False)
         self.progress.setAutoReset(False)
         self.progress.setMinimumDuration(PROGRESS_DELAY_MS)
-        self.progress.canceled.connect(self._stop_waiting)
+        self.progress.canceled.connect(self._cancel)
         self.progress.reset()  # stops the timer that would show it by itself
         self.progress.hide()
+        self._poll = QTimer(self)
+        self._poll.setInterval(PROGRESS_POLL_MS)
+        self._poll.timeout.connect(self._show_progress)
 
         for text, keys, slot in (
             (self.tr("Delete"), QKeySequence.StandardKey.Delete, self.delete_selected),
@@ -691,20 +734,28 @@ class HistoryPanel(QWidget):
         include_kv = self.include_kv.isChecked()
         repo = self._repo
         wait = self._wait(self.tr("Exporting the session to {0}…").format(path.name))
-        self._background(
-            lambda: export_session(repo, session_id, path, include_kv=include_kv),
-            self._on_exported, wait, wait=wait,
-        )  # fmt: skip
 
-    def _on_exported(self, wait: _Wait, summary: ExportSummary) -> None:
-        if not wait.abandoned:
-            self.message.show_message(
-                self.tr("Exported {0} versions, {1} runs and {2} KV states to {3} "
-                        "({4:,.1f} MiB).").format(
-                    summary.versions, summary.runs, summary.kv_states, summary.path,
-                    summary.bytes / 2**20),
-                error=False,
+        def work() -> ExportSummary | None:  # holds plain values only (see _background)
+            return _unless_cancelled(lambda: export_session(
+                repo, session_id, path, include_kv=include_kv, progress=wait.report,
+                cancel=wait.cancel))  # fmt: skip
+
+        self._background(work, self._on_exported, path, wait=wait)
+
+    def _on_exported(self, path: Path, summary: ExportSummary | None) -> None:
+        if summary is None:
+            self._cancelled(
+                self.tr("Export to {0} cancelled; no file was written and nothing changed.")
+                .format(path.name)
             )  # fmt: skip
+            return
+        self.message.show_message(
+            self.tr("Exported {0} versions, {1} runs and {2} KV states to {3} "
+                    "({4:,.1f} MiB).").format(
+                summary.versions, summary.runs, summary.kv_states, summary.path,
+                summary.bytes / 2**20),
+            error=False,
+        )  # fmt: skip
         self.exported.emit(summary)
 
     def import_session(self) -> None:
@@ -720,51 +771,81 @@ class HistoryPanel(QWidget):
         path = Path(chosen)
         repo = self._repo
         wait = self._wait(self.tr("Importing {0}…").format(path.name))
-        self._background(lambda: import_session(repo, path), self._on_imported, wait, path,
-                         wait=wait)  # fmt: skip
 
-    def _on_imported(self, wait: _Wait, path: Path, summary: ImportSummary) -> None:
+        def work() -> ImportSummary | None:  # holds plain values only (see _background)
+            return _unless_cancelled(lambda: import_session(
+                repo, path, progress=wait.report, cancel=wait.cancel))  # fmt: skip
+
+        self._background(work, self._on_imported, path, wait=wait)
+
+    def _on_imported(self, path: Path, summary: ImportSummary | None) -> None:
+        if summary is None:
+            self._cancelled(
+                self.tr("Import of {0} cancelled; nothing changed in the history.")
+                .format(path.name)
+            )  # fmt: skip
+            return
         self.message.show_message(
             self.tr("Imported {0} as session #{1}: {2} versions, {3} runs, {4} KV states.")
             .format(path.name, summary.session_id, summary.versions, summary.runs,
                     summary.kv_states),
             error=False,
         )  # fmt: skip
-        if not wait.abandoned:  # the person still waits: show what came in
-            self._session_id = summary.session_id
+        self._session_id = summary.session_id  # show what came in
         self.refresh()
         self.imported.emit(summary)
+
+    def _cancelled(self, text: str) -> None:
+        self.message.show_message(text, error=False)
+        self.cancelled.emit(text)
 
     # ----- plumbing -----
 
     def _wait(self, text: str) -> _Wait:
-        """Show the busy dialog (after a short delay) for a new long operation."""
+        """Show the progress dialog (after a short delay) for a new long operation; it is busy
+        until the worker reports its total, then follows the worker's progress."""
         wait = _Wait()
         self._waiting = wait
         self.progress.reset()
         self.progress.setLabelText(text)
+        self.progress.setRange(0, 0)
         self.progress.setValue(0)  # starts the delay after which the dialog shows itself
+        self._poll.start()
         self._update_actions()
         return wait
 
+    def _show_progress(self) -> None:
+        """Copy the worker's progress into the dialog (timer, GUI thread)."""
+        wait = self._waiting
+        if wait is None or wait.cancel.is_set():  # a cancelled dialog has hidden itself
+            return
+        done, total = wait.progress()
+        if total <= 0:
+            return
+        value, maximum = _bar_values(done, total)
+        if self.progress.maximum() != maximum:
+            self.progress.setMaximum(maximum)
+        if value != self.progress.value():
+            self.progress.setValue(value)  # once shown, a modal dialog processes events here
+
     def _end_wait(self, wait: _Wait) -> None:
         if self._waiting is wait:
+            self._show_progress()  # the last report, so a finished operation shows as full
+            self._poll.stop()
             self._waiting = None
             self.progress.reset()
             self.progress.hide()
             self._update_actions()
 
-    def _stop_waiting(self) -> None:
+    def _cancel(self) -> None:
+        """The dialog's Cancel: ask the worker to stop. It answers soon with a cancellation
+        (nothing changed), or with its result when it had already finished; until then no
+        other archive operation starts."""
         wait = self._waiting
-        if wait is None:
+        if wait is None or wait.cancel.is_set():
             return
-        wait.abandoned = True
-        self._end_wait(wait)
-        self.message.show_message(
-            self.tr("Stopped waiting. The operation goes on in the background and either "
-                    "completes whole or changes nothing."),
-            error=False,
-        )  # fmt: skip
+        wait.cancel.set()
+        self.message.show_message(self.tr("Cancelling…"), error=False)
 
     def _background(
         self,

@@ -1,11 +1,13 @@
-"""Session export/import (.ctxlens): a faithful round trip, an atomic export, and real damaged or
-hostile archives that are each refused with one sentence while the database stays untouched."""
+"""Session export/import (.ctxlens): a faithful round trip, an atomic export, progress and
+cancellation that leave everything as it was, and real damaged or hostile archives that are each
+refused with one sentence while the database stays untouched."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import threading
 import warnings
 import zipfile
 import zlib
@@ -20,7 +22,7 @@ from sqlalchemy import func, select
 from app.core.documents import document_from_text
 from app.core.jobs import JobResult, OutputSpan
 from app.store import archive
-from app.store.archive import ArchiveError, export_session, import_session
+from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import unpack
 from app.store.db import open_database
 from app.store.models import Base, DocumentText, KVStateRow, PromptVersion
@@ -282,6 +284,153 @@ def test_an_interrupted_export_leaves_the_old_file_and_no_temporary(
         assert isinstance(info.value, ArchiveError) and "\n" not in str(info.value)
     assert target.read_bytes() == b"the earlier export"
     assert sorted(p.name for p in folder.iterdir()) == ["s.ctxlens"]
+
+
+# ----- progress and cancel -----
+
+SMALL_CHUNK = 4096  # so the 16 KiB KV state alone takes several chunks
+
+
+class Recorder:
+    """A progress callback that records its calls (and their threads) and may set the cancel
+    event at one of them: ``at`` is a call index, or a test of (done, total, thread name)."""
+
+    def __init__(self, at: int | Callable[[int, int, str], bool] | None = None) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.threads: list[str] = []
+        self.cancel = threading.Event()
+        self.cancelled_at: tuple[int, int, str] | None = None
+        self._at = at
+
+    def __call__(self, done: int, total: int) -> None:
+        name = threading.current_thread().name
+        index = len(self.calls)
+        self.calls.append((done, total))
+        self.threads.append(name)
+        hit = self._at == index if isinstance(self._at, int) else (
+            self._at is not None and self._at(done, total, name)
+        )  # fmt: skip
+        if hit and not self.cancel.is_set():
+            self.cancelled_at = (done, total, name)
+            self.cancel.set()
+
+
+def assert_steady(calls: list[tuple[int, int]]) -> None:
+    """One total throughout, done never going back, starting at 0 and ending at the total."""
+    assert calls, "no progress was reported"
+    total = calls[0][1]
+    assert total > 0 and all(t == total for _, t in calls)
+    dones = [d for d, _ in calls]
+    assert dones == sorted(dones) and dones[0] == 0 and dones[-1] == total
+    assert all(0 <= d <= total for d in dones)
+
+
+def test_export_progress_is_steady_chunked_and_ends_at_total(
+    tmp_path: Path, repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = populate(repo)
+    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    rec = Recorder()
+    export_session(repo, sid, tmp_path / "p.ctxlens", include_kv=True, progress=rec)
+    assert_steady(rec.calls)
+    assert len(STATE) // SMALL_CHUNK <= len(rec.calls) <= 40  # per chunk, not per byte
+    assert set(rec.threads) == {threading.current_thread().name}
+
+
+def test_import_progress_is_steady_and_counts_the_insert(
+    tmp_path: Path, repo: Repository, open_repo: Callable[[str], Repository],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    target = tmp_path / "p.ctxlens"
+    export_session(repo, populate(repo), target, include_kv=True)
+    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    rec = Recorder()
+    got = import_session(open_repo("y.db"), target, progress=rec)
+    assert got.kv_states == 1
+    assert_steady(rec.calls)
+    assert len(rec.calls) <= 40
+    total = rec.calls[0][1]
+    inserting = [d for (d, _), t in zip(rec.calls, rec.threads, strict=True)
+                 if t.startswith("store-writer")]  # fmt: skip
+    assert inserting and inserting[-1] == total and min(inserting) > total // 2
+
+
+def export_calls(repo: Repository, sid: int, folder: Path) -> list[tuple[int, int]]:
+    """The progress calls of an export that runs to the end (to pick points to cancel at)."""
+    rec = Recorder()
+    export_session(repo, sid, folder / "dry.ctxlens", include_kv=True, progress=rec)
+    return rec.calls
+
+
+@pytest.mark.parametrize("earlier", [True, False], ids=["over an earlier file", "new file"])
+@pytest.mark.parametrize("point", ["before", "first", "middle", "last"])
+def test_a_cancelled_export_writes_nothing(
+    tmp_path: Path, repo: Repository, monkeypatch: pytest.MonkeyPatch, point: str, earlier: bool
+) -> None:
+    sid = populate(repo)
+    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    calls = export_calls(repo, sid, tmp_path)
+    at = {"before": None, "first": 0, "middle": len(calls) // 2, "last": len(calls) - 1}[point]
+    assert point != "middle" or 0 < calls[at][0] < calls[at][1]
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "s.ctxlens"
+    if earlier:
+        target.write_bytes(b"the earlier export")
+    before = fingerprint(repo)
+    rec = Recorder(at)
+    if point == "before":
+        rec.cancel.set()
+    with pytest.raises(ArchiveCancelled) as info:
+        export_session(repo, sid, target, include_kv=True, progress=rec, cancel=rec.cancel)
+    assert str(info.value) == "Export to s.ctxlens cancelled; nothing was written."
+    assert isinstance(info.value, ArchiveError)  # callers that catch ArchiveError catch it too
+    assert len(rec.calls) == (0 if at is None else at + 1)  # it stopped at once
+    if earlier:
+        assert target.read_bytes() == b"the earlier export"
+        assert sorted(p.name for p in folder.iterdir()) == ["s.ctxlens"]
+    else:
+        assert list(folder.iterdir()) == []
+    assert fingerprint(repo) == before
+
+
+def on_writer(done: int, total: int, thread: str) -> bool:
+    """The first report from inside the database transaction."""
+    return thread.startswith("store-writer")
+
+
+@pytest.mark.parametrize("point", ["before", "first", "middle", "insert", "last"])
+def test_a_cancelled_import_adds_nothing(
+    tmp_path: Path, repo: Repository, open_repo: Callable[[str], Repository],
+    monkeypatch: pytest.MonkeyPatch, point: str,
+) -> None:  # fmt: skip
+    source = tmp_path / "in.ctxlens"
+    export_session(repo, populate(repo), source, include_kv=True)
+    source_bytes = source.read_bytes()
+    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    dry = Recorder()
+    import_session(open_repo("dry.db"), source, progress=dry)
+    middle = next(i for i, (d, t) in enumerate(dry.calls) if d > t // 4)  # among the reads
+    assert not dry.threads[middle].startswith("store-writer")
+    at: int | Callable[[int, int, str], bool] | None = {
+        "before": None, "first": 0, "middle": middle, "insert": on_writer,
+        "last": len(dry.calls) - 1,
+    }[point]  # fmt: skip
+    into = open_repo("y.db")
+    into.create_session("already here")
+    before = fingerprint(into)
+    rec = Recorder(at)
+    if point == "before":
+        rec.cancel.set()
+    with pytest.raises(ArchiveCancelled) as info:
+        import_session(into, source, progress=rec, cancel=rec.cancel)
+    assert str(info.value) == "Import of in.ctxlens cancelled; nothing was added."
+    if point in ("insert", "last"):  # the rows were flushed inside the transaction, then undone
+        assert rec.cancelled_at is not None and rec.cancelled_at[2].startswith("store-writer")
+    assert fingerprint(into) == before
+    assert [s["name"] for s in into.sessions()] == ["already here"]
+    assert source.read_bytes() == source_bytes
+    assert import_session(into, source).versions == 4  # and the same file imports afterwards
 
 
 # ----- bad archives -----

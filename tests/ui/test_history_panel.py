@@ -1,5 +1,6 @@
 """The history panel on a real SQLite file, offscreen: tree, KV marker, diff, rollback, branch,
-delete/undo, export/import through the panel, plain-words errors, a read-only database."""
+delete/undo, export/import through the panel with real progress and a Cancel that changes
+nothing, plain-words errors, a read-only database."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt, QThreadPool
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QFileDialog, QPushButton
+from PySide6.QtWidgets import QFileDialog, QProgressBar, QPushButton
 
 from app.core.documents import document_from_text
 from app.core.engine.protocol import KVState
@@ -226,32 +227,126 @@ def test_a_truncated_file_is_refused_and_changes_nothing(
     assert len(history.repo.history()) == before and len(history.repo.sessions()) == 1
 
 
-def test_stop_waiting_for_an_export_deletes_nothing(
+class Held:
+    """Wraps an archive function so that it stops at its first report between 0 and the total
+    until released, and records the totals it reports."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.totals: set[int] = set()
+
+    def __call__(self, *args: Any, progress: Any, cancel: Any, **kwargs: Any) -> Any:
+        def hold(done: int, total: int) -> None:
+            self.totals.add(total)
+            progress(done, total)
+            if 0 < done < total and not self.started.is_set():
+                self.started.set()
+                self.release.wait(WAIT / 1000)
+
+        return self.real(*args, progress=hold, cancel=cancel, **kwargs)
+
+
+def cancel_button(panel: HistoryPanel) -> QPushButton:
+    [button] = panel.progress.findChildren(QPushButton)
+    return button
+
+
+def hold_mid_way(qtbot, panel: HistoryPanel, held: Held, button: QPushButton) -> None:
+    """Start the operation and wait until the dialog shows it part done."""
+    click(qtbot, button)
+    qtbot.waitUntil(held.started.is_set, timeout=WAIT)
+    qtbot.waitUntil(panel.progress.isVisible, timeout=WAIT)  # after PROGRESS_DELAY_MS
+    [total] = held.totals
+    qtbot.waitUntil(lambda: 0 < panel.progress.value() < total, timeout=WAIT)
+    assert (panel.progress.minimum(), panel.progress.maximum()) == (0, total)
+
+
+def test_cancel_an_export_in_the_dialog_writes_nothing(
     qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     panel = open_panel(qtbot, history.repo, history.session)
-    release = threading.Event()
+    held = Held(history_panel.export_session)
+    monkeypatch.setattr(history_panel, "export_session", held)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "held.ctxlens"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), ""))
+    panel.include_kv.setChecked(True)
+    hold_mid_way(qtbot, panel, held, panel.export_button)
+    button = cancel_button(panel)
+    assert button.text() == "Cancel"
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert panel.progress.isHidden()
+    assert not panel.export_button.isEnabled()  # until the export has stopped
+    with qtbot.waitSignal(panel.cancelled, timeout=WAIT) as blocker:
+        held.release.set()
+    message = panel.message.text()
+    assert message == blocker.args[0]
+    assert "held.ctxlens cancelled" in message and "nothing changed" in message
+    assert list(folder.iterdir()) == []  # no file, no temporary file
+    assert panel.export_button.isEnabled() and panel.import_button.isEnabled()
+    assert panel.progress.isHidden()
+
+
+def test_cancel_an_import_in_the_dialog_adds_nothing(
+    qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.store.archive import export_session
+
+    source = tmp_path / "in.ctxlens"
+    export_session(history.repo, history.session, source, include_kv=True)
+    panel = open_panel(qtbot, history.repo, history.session)
+    held = Held(history_panel.import_session)
+    monkeypatch.setattr(history_panel, "import_session", held)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(source), ""))
+    sessions, versions = history.repo.sessions(), history.repo.history()
+    hold_mid_way(qtbot, panel, held, panel.import_button)
+    qtbot.mouseClick(cancel_button(panel), Qt.MouseButton.LeftButton)
+    with qtbot.waitSignal(panel.cancelled, timeout=WAIT):
+        held.release.set()
+    assert "in.ctxlens cancelled" in panel.message.text()
+    assert "nothing changed" in panel.message.text()
+    assert history.repo.sessions() == sessions and history.repo.history() == versions
+    assert panel.import_button.isEnabled() and panel.session_id() == history.session
+
+
+def test_a_finished_export_fills_the_progress_dialog(
+    qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    totals: list[int] = []
     real_export = history_panel.export_session
 
-    def slow_export(*args: Any, **kwargs: Any) -> Any:
-        release.wait(WAIT / 1000)
-        return real_export(*args, **kwargs)
+    def recorded(*args: Any, progress: Any, **kwargs: Any) -> Any:
+        def report(done: int, total: int) -> None:
+            totals.append(total)
+            progress(done, total)
 
-    monkeypatch.setattr(history_panel, "export_session", slow_export)
-    target = tmp_path / "slow.ctxlens"
+        return real_export(*args, progress=report, **kwargs)
+
+    monkeypatch.setattr(history_panel, "export_session", recorded)
+    target = tmp_path / "full.ctxlens"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), ""))
-    click(qtbot, panel.export_button)
-    assert panel.progress is not None
-    [stop] = panel.progress.findChildren(QPushButton)
-    assert stop.text() == "Stop Waiting"
-    stop.click()
-    assert panel.progress.isHidden()
-    assert "Stopped waiting" in panel.message.text()
-    assert panel.export_button.isEnabled()
+    bar = panel.progress.findChild(QProgressBar)
+    seen: list[tuple[int, int]] = []
+    bar.valueChanged.connect(lambda value: seen.append((value, bar.maximum())))
+    panel.include_kv.setChecked(True)
     with qtbot.waitSignal(panel.exported, timeout=WAIT):
-        release.set()
-    assert target.is_file()  # the export finished whole on its own
-    assert "Stopped waiting" in panel.message.text()  # and did not interrupt the person
+        click(qtbot, panel.export_button)
+    assert target.is_file() and "Exported 3 versions" in panel.message.text()
+    total = totals[-1]
+    assert total > 0 and seen[-1] == (total, total)  # the dialog's range was 0..total, and full
+    values = [v for v, _ in seen]
+    assert values == sorted(values)
+    assert panel.progress.isHidden() and panel.export_button.isEnabled()
+
+
+def test_huge_totals_are_scaled_to_fit_the_progress_bar() -> None:
+    value, maximum = history_panel._bar_values(3 * 2**40, 4 * 2**40)
+    assert maximum <= 2**31 - 1 and value * 4 == maximum * 3
+    assert history_panel._bar_values(5, 10) == (5, 10)  # small totals are exact bytes
 
 
 def test_a_read_only_database_disables_the_write_actions(qtbot, history: History) -> None:
