@@ -9,8 +9,10 @@ counts add up exactly to what the context will hold.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from app.core.engine.chat_template import render_chat_template
@@ -93,8 +95,30 @@ def prompt_frame(
 def model_frame(
     model_path: str | os.PathLike[str], *, task: str = DEFAULT_TASK, system: str | None = None
 ) -> PromptFrame:
-    """The prompt frame of a GGUF model, from its own chat template and special tokens."""
-    gf = read_gguf(model_path, keep_arrays=("tokenizer.ggml.tokens",))
+    """The prompt frame of a GGUF model, from its own chat template and special tokens.
+
+    Cached on the file's identity: reading the GGUF with its whole vocabulary costs about half a
+    second, and the window asks for the frame on every plan. A file replaced on disk (another
+    mtime or size) is read again.
+    """
+    path = Path(model_path).resolve()
+    try:
+        st = path.stat()
+    except OSError:  # the reader says what is wrong with the file, in its words
+        return _read_frame(str(path), task, system)
+    return _cached_frame(str(path), st.st_mtime_ns, st.st_size, task, system)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_frame(
+    path: str, mtime_ns: int, size: int, task: str, system: str | None
+) -> PromptFrame:
+    del mtime_ns, size  # part of the cache key only
+    return _read_frame(path, task, system)
+
+
+def _read_frame(path: str, task: str, system: str | None) -> PromptFrame:
+    gf = read_gguf(path, keep_arrays=("tokenizer.ggml.tokens",))
     tokens_v = gf.get("tokenizer.ggml.tokens")
     tokens = tokens_v.items if tokens_v is not None and tokens_v.items else ()
 

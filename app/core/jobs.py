@@ -354,6 +354,34 @@ def _planned(
     return plan
 
 
+def planning(
+    task: str,
+    strategy: str,
+    counter: TokenCounter,
+    *,
+    max_tokens: int,
+    questions: Sequence[str] = (),
+    instruction: str = "",
+) -> tuple[str, int]:
+    """(instruction, reserve): what the document is planned next to in ``task``'s first call.
+
+    A caller that plans ahead for a job (the window, in another process) asks for the same
+    budget with these, so the plans it hands to :func:`compare` are the ones the job uses.
+    """
+    multi = strategy in MULTI_PASS
+    if task == "ask":
+        return (ASK_PART if multi else ASK), max_tokens + _question_room(counter, questions)
+    if task == "extract":
+        return instruction, max_tokens
+    if strategy == "rolling":  # room for the running summary next to each window
+        return ROLLING, 2 * max_tokens + 16
+    return (SUMMARIZE_PART if multi else SUMMARIZE), max_tokens
+
+
+def _question_room(counter: TokenCounter, questions: Sequence[str]) -> int:
+    return max((counter.count(_question(q)) for q in questions), default=0) + 2
+
+
 def _job(
     task: str, strategy: str, n_ctx: int, engine: Engine, cancel: CancelToken | None
 ) -> tuple[JobResult, _Session]:
@@ -404,11 +432,7 @@ def summarize(
     result, session = _job("summarize", strategy, n_ctx, engine, cancel)
     planner = planner or Planner(text, counter)
     try:
-        if strategy == "rolling":  # room for the running summary next to each window
-            instruction, reserve = ROLLING, 2 * max_tokens + 16
-        else:
-            instruction = SUMMARIZE_PART if strategy in MULTI_PASS else SUMMARIZE
-            reserve = max_tokens
+        instruction, reserve = planning("summarize", strategy, counter, max_tokens=max_tokens)
         plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve)
         if plan is None:
             return
@@ -449,10 +473,10 @@ def ask(
     try:
         if not questions or not all(q.strip() for q in questions):
             raise ValueError("ask needs at least one question, and no empty ones")
-        room = max(counter.count(_question(q)) for q in questions) + 2
-        multi = strategy in MULTI_PASS
-        plan = yield from _planned(session, planner, strategy, ASK_PART if multi else ASK,
-                                   reserve=max_tokens + room)  # fmt: skip
+        instruction, reserve = planning("ask", strategy, counter, max_tokens=max_tokens,
+                                        questions=questions)  # fmt: skip
+        room = reserve - max_tokens  # the longest question, after the document
+        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve)
         if plan is None:
             return
         for i, q in enumerate(questions):
@@ -502,7 +526,10 @@ def extract(
     try:
         if not instruction.strip():
             raise ValueError("extract needs an instruction")
-        plan = yield from _planned(session, planner, strategy, instruction, reserve=max_tokens)
+        task_instruction, reserve = planning(
+            "extract", strategy, counter, max_tokens=max_tokens, instruction=instruction
+        )
+        plan = yield from _planned(session, planner, strategy, task_instruction, reserve=reserve)
         if plan is None:
             return
         pieces: list[OutputSpan] = []
@@ -546,13 +573,21 @@ def compare(
     *,
     task: str,
     strategies: Sequence[str],
+    planner: Planner | None = None,
     **options: Any,
 ) -> Iterator[Event | StrategyStarted | CompareFinished]:
-    """The same job under several strategies, one after another on one engine."""
+    """The same job under several strategies, one after another on one engine.
+
+    ``planner`` (for ``text`` and ``counter``) plans the document as its caller shows it, with
+    its structure and with any plans already made elsewhere; by default the bare text is planned.
+    """
     jobs = {"summarize": summarize, "ask": ask, "extract": extract}
     if task not in jobs:
         raise ValueError(f"unknown task {task!r} (choose one of {', '.join(jobs)})")
-    planner = Planner(text, counter)  # chunkings are shared between the strategies
+    if planner is None:
+        planner = Planner(text, counter)  # chunkings are shared between the strategies
+    elif planner.text is not text and planner.text != text:
+        raise ValueError("the planner was made for another text than the job's")
     results: list[JobResult] = []
     for strategy in strategies:
         yield StrategyStarted(strategy)
@@ -637,7 +672,9 @@ def _window_ranges(plan: Plan) -> list[tuple[int, int]]:
 def _map_reduce(
     session: _Session, text: str, plan: Plan, counter: TokenCounter, *, n_ctx: int, max_tokens: int
 ) -> Generator[Event, None, None]:
-    part_tokens = max(32, min(max_tokens, plan.budget // 4))
+    # each part's reply must fit the room the plan kept free (``max_tokens``): a quarter of the
+    # window, at least 32 tokens, never more than that room
+    part_tokens = min(max_tokens, max(32, plan.budget // 4))
     partials: list[tuple[str, tuple[int, int]]] = []
     for i, w in enumerate(plan.windows):
         if session.cancel.is_set():

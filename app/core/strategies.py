@@ -12,6 +12,7 @@ window at most ``budget`` tokens.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import zlib
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.core.budget import document_budget
 from app.core.chunking import Boundary, Chunk, chunk_document, sliding_windows
 from app.core.documents import Document
 from app.core.tokens import TokenCounter
@@ -54,7 +56,7 @@ class Plan:
     windows: tuple[PlanWindow, ...] = ()
     refused: str | None = None  # the refusal message, for ``refuse`` when it does not fit
     boundary_integrity: float = 1.0
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, compare=False)  # how long it took, not what it is
     chunks: tuple[Chunk, ...] = field(default=(), repr=False)
 
     @property
@@ -300,14 +302,39 @@ def needle_spans(text: str, needles: Sequence[str]) -> list[tuple[int, int]]:
     return found
 
 
+REMEMBERED_PLANS = 16  # plans kept by remember(): a 50 MB entropy plan holds ~90k spans
+
+
 class Planner:
-    """Plans for one document and counter; chunkings are shared between strategies."""
+    """Plans for one document and counter; chunkings are shared between strategies.
+
+    Plans made elsewhere (another process, with the same document and counter) can be handed
+    in with :meth:`remember`: asking for the same strategy and budget then returns them as they
+    are, without chunking the document again.
+    """
 
     def __init__(self, doc: Document | str, counter: TokenCounter) -> None:
         self.doc = doc
         self.text = doc if isinstance(doc, str) else doc.text
         self.counter = counter
         self._chunks: dict[tuple[int, Boundary | None], list[Chunk]] = {}
+        self._plans: dict[tuple[str, int, PlanOptions], Plan] = {}
+
+    def remember(self, plan: Plan, opts: PlanOptions | None = None) -> None:
+        """Answer ``plan(plan.strategy, plan.budget, opts)`` with ``plan``, and share its chunks.
+
+        The caller vouches that ``plan`` was made for this document and counter.
+        """
+        opts = opts or PlanOptions()
+        key = (plan.strategy, plan.budget, opts)
+        self._plans.pop(key, None)
+        self._plans[key] = plan
+        while len(self._plans) > REMEMBERED_PLANS:
+            del self._plans[next(iter(self._plans))]  # the oldest
+        if plan.budget >= 1 and plan.strategy in STRATEGIES:
+            split_at = Boundary.PARAGRAPH if plan.strategy == "entropy" else None
+            unit = unit_tokens(plan.strategy, plan.budget, opts)
+            self._chunks.setdefault((unit, split_at), list(plan.chunks))
 
     def chunks(self, max_tokens: int, split_at: Boundary | None = None) -> list[Chunk]:
         key = (max_tokens, split_at)
@@ -322,6 +349,9 @@ class Planner:
             names = ", ".join(STRATEGIES)
             raise ValueError(f"unknown strategy {strategy!r} (choose one of {names})")
         opts = opts or PlanOptions()
+        remembered = self._plans.get((strategy, budget, opts))
+        if remembered is not None:
+            return remembered
         t0 = time.perf_counter()
         if budget < 1:
             total = self.counter.count(self.text)
@@ -335,6 +365,21 @@ class Planner:
         draft = STRATEGIES[strategy](chunks, self.text, budget, opts)
         draft = _drop_oversize(draft, chunks, budget)
         return _assemble(strategy, budget, chunks, draft, time.perf_counter() - t0)
+
+
+def plan_for(
+    planner: Planner,
+    strategy: str,
+    model: str | os.PathLike[str] | None,
+    *,
+    instruction: str,
+    n_ctx: int,
+    reserve: int,
+) -> Plan:
+    """The plan of ``strategy`` within the budget the model's prompt and the reply leave."""
+    budget = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=planner.counter,
+                             task=instruction)  # fmt: skip
+    return planner.plan(strategy, max(1, budget.available))
 
 
 def plan(

@@ -103,10 +103,12 @@ class TiktokenCounter:
         rank_to_id: np.ndarray | None = None,
         always_special: frozenset[str] = frozenset(),
         splits_at_spaces: bool = False,
+        model_path: Path | None = None,
     ) -> None:
         self.encoding = encoding
         self.name = name
         self.exact = exact
+        self.model_path = model_path  # the GGUF it was built from: another process can rebuild it
         self.splits_at_spaces = splits_at_spaces and not any(
             ch.isspace() for token in always_special for ch in token
         )
@@ -438,6 +440,7 @@ def gguf_encoding(path: str | os.PathLike[str]) -> TiktokenCounter:
         exact=True,
         rank_to_id=tables.rank_to_id,
         always_special=tables.user_defined,
+        model_path=Path(path).resolve(),
         # In the GPT-2 patterns no alternative spans a non-space then a space: ` ?\p{L}+` and
         # ` ?[^\s\p{L}\p{N}]+` put their one space first, whitespace runs hold only spaces.
         # llama3-style patterns do not qualify: `[^\s\p{L}\p{N}]+[\r\n]*` takes ".\n".
@@ -500,6 +503,32 @@ def exact_counter(
     if tokenize is not None and verify(fast, tokenize) is not None:
         return LlamaCounter(tokenize, name=name)
     return fast
+
+
+CL100K_KEY = "cl100k"
+
+
+def counter_key(counter: TokenCounter) -> str | None:
+    """How another process can build the same counter: ``"cl100k"``, a GGUF path, or None.
+
+    None for counters that need this process (llama.cpp through the engine: :class:`LlamaCounter`).
+    """
+    if not isinstance(counter, TiktokenCounter):
+        return None
+    if counter.model_path is not None:
+        return str(counter.model_path)
+    return CL100K_KEY if counter is cl100k() else None
+
+
+def counter_for_key(key: str) -> TiktokenCounter:
+    """The counter :func:`counter_key` named (the GGUF's fast encoding, as ``exact_counter``
+    trusts it once verified against llama.cpp)."""
+    return cl100k() if key == CL100K_KEY else _gguf_encoding_cached(key)
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf_encoding_cached(path: str) -> TiktokenCounter:
+    return gguf_encoding(path)
 
 
 def host_tokenize(host: object) -> Tokenize:

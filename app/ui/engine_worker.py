@@ -35,6 +35,7 @@ from app.core.jobs import (
     resume,
     state_after,
 )
+from app.core.strategies import Planner
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 
 BATCH_SECONDS = 0.05
@@ -51,6 +52,9 @@ class JobSpec:
     instruction: str = ""
     max_tokens: int = 256
     keep_kv: bool = True  # save the KV state after each strategy, for an instant rollback
+    # The document's planner, holding the plans the window made for these strategies: the job
+    # runs what the window showed, without planning again (None: the job plans the bare text).
+    planner: Planner | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -165,8 +169,10 @@ class EngineWorker(QObject):
             options["instruction"] = spec.instruction
         self.status.emit(self.tr("Running…"))
         counter = self._counter
+        planner = spec.planner if spec.planner and spec.planner.counter is counter else None
         self._execute(lambda: compare(self._host, spec.text, counter, task=spec.task,
-                                      strategies=list(spec.strategies), **options),
+                                      strategies=list(spec.strategies), planner=planner,
+                                      **options),
                       outcome)  # fmt: skip
 
     @Slot(object)

@@ -1,19 +1,24 @@
 """The main window: a document, a model, the plan of what reaches it, and the live buffers.
 
 The window composes the panels and wires them together; it holds no engine or SQL code. Slow
-work never runs here: the engine thread owns llama.cpp (loads, counts, jobs), a one-thread pool
-plans the document (so plans come back in the order they were asked for, stale ones dropped),
-and store calls run in the background. Panels only observe events and emit requests.
+work never runs here: the engine thread owns llama.cpp (loads, jobs), a child process plans and
+counts the document whenever its counter can be rebuilt there (so its GIL-bound Python never
+stalls this process; stale plan requests are skipped), a one-thread pool waits on it in order
+(or plans in this process when it cannot), and store calls run in the background. Panels only
+observe events and emit requests.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QThreadPool, Signal
+from PySide6.QtCore import QByteArray, QSettings, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -39,15 +44,16 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
-from app.core.budget import document_budget
 from app.core.default_model import sha256_of
 from app.core.documents import Document, load_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
-from app.core.jobs import ASK, SUMMARIZE, JobFinished
+from app.core.gc_pause import gc_paused
+from app.core.jobs import JobFinished, planning
 from app.core.paths import models_dir
-from app.core.strategies import STRATEGIES, Plan, Planner, needle_spans
-from app.core.tokens import TokenCounter, cl100k
+from app.core.plan_process import PlanProcess, Superseded
+from app.core.strategies import STRATEGIES, Plan, Planner, needle_spans, plan_for
+from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.store.db import Database, StoreError, open_database
 from app.store.repository import Entry, Repository
 from app.ui.buffer_panel import BufferPanel
@@ -62,14 +68,7 @@ from app.ui.tasks import run_in_background
 log = logging.getLogger(__name__)
 MAX_RECENT = 8
 TASKS = ("summarize", "ask", "extract")
-
-
-def plan_for(planner: Planner, strategy: str, model: Path | None, *, instruction: str,
-             n_ctx: int, reserve: int) -> Plan:  # fmt: skip
-    """The plan of ``strategy`` within the budget left by the model's prompt and the reply."""
-    budget = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=planner.counter,
-                             task=instruction)  # fmt: skip
-    return planner.plan(strategy, max(1, budget.available))
+REPLAN_DELAY_MS = 400  # after the last keystroke in the question
 
 
 class MainWindow(QMainWindow):
@@ -101,12 +100,18 @@ class MainWindow(QMainWindow):
         self._loaded: LoadedModel | None = None
         self._doc: Document | None = None
         self._doc_tokens: int | None = None
-        self._planner: Planner | None = None
+        self._doc_estimate: int | None = None  # cl100k tokens, once counted
+        self._planner: Planner | None = None  # plans in this process when the child cannot
         self._plan: Plan | None = None
         self._plan_generation = 0
+        self.plans = PlanProcess()  # plans and counts in a child process, started on first use
         self._plan_pool = QThreadPool(self)
+        self._replan_timer = QTimer(self, singleShot=True, interval=REPLAN_DELAY_MS)
+        self._replan_timer.timeout.connect(self.update_plan)
         self._plan_pool.setMaxThreadCount(1)  # plans are answered in the order they were asked
         self._running = False
+        self._starting: JobSpec | None = None  # a job whose plans are being made
+        self._cancel_start = False
         self._comparing = False
         self._resuming: int | None = None  # the version a rollback is generating for
         self._resuming_session = 0
@@ -217,6 +222,7 @@ class MainWindow(QMainWindow):
         self.question.setPlaceholderText(self.tr("Question, or instruction for extract"))
         self.question.setMinimumWidth(240)
         self.question.setEnabled(False)
+        self.question.textChanged.connect(self._replan_soon)
         bar.addWidget(self.question)
 
         self.strategy_box = QComboBox()
@@ -308,8 +314,17 @@ class MainWindow(QMainWindow):
     def open_document(self, path: Path) -> None:
         """Read (and decode, and extract) the file in the background, then show and plan it."""
         self._busy(True, self.tr("Opening {0}…").format(path.name))
-        run_in_background(lambda: load_document(path), self._on_document_loaded,
-                          self._on_document_failed)  # fmt: skip
+
+        def load() -> Document:
+            # ~400k blocks, none of them garbage: the full collections their allocation triggers
+            # would hold the GIL ~100 ms each. Frozen, later full collections skip them (they are
+            # still freed by reference counting when the document is closed).
+            with gc_paused():
+                doc = load_document(path)
+                gc.freeze()
+            return doc
+
+        run_in_background(load, self._on_document_loaded, self._on_document_failed)
 
     def _on_document_failed(self, message: str) -> None:
         self._busy(False)
@@ -318,14 +333,14 @@ class MainWindow(QMainWindow):
     def _on_document_loaded(self, doc: Document) -> None:
         self._busy(False)
         self._doc = doc
-        self._doc_tokens = None
+        self._doc_tokens = self._doc_estimate = None
         self._planner = None
         self.setWindowTitle(f"ContextLens — {doc.name}")
         self.document_view.set_document(doc.text)
         self._remember(doc.path)
         self._show_counts()
         if self._loaded is not None:
-            self.engine.request_count.emit(doc.text)
+            self._count_exact()
         self.update_plan()
 
     def _remember(self, path: Path | None) -> None:
@@ -364,12 +379,44 @@ class MainWindow(QMainWindow):
 
     # ----- the plan of what reaches the model -----
 
-    def _counter(self) -> TokenCounter:
-        counter = self.engine.worker.counter
-        return counter if counter is not None else cl100k()
+    def _framing(self) -> Callable[[str, TokenCounter | None], tuple[str, int]]:
+        """(instruction, reserve) per strategy, as the job that Run starts now will plan it:
+        the plan the window shows is the plan the job runs. Call it off the GUI thread (it may
+        count the question, and build cl100k when no model is loaded)."""
+        task, text, max_tokens = (
+            self.task_box.currentData(), self.question.text().strip(), self.max_tokens.value()
+        )  # fmt: skip
 
-    def _task_instruction(self) -> str:
-        return ASK if self.task_box.currentData() == "ask" else SUMMARIZE
+        def framing(strategy: str, counter: TokenCounter | None) -> tuple[str, int]:
+            return planning(
+                task, strategy, counter if counter is not None else cl100k(),
+                max_tokens=max_tokens, questions=(text,) if task == "ask" and text else (),
+                instruction=text if task == "extract" else "",
+            )  # fmt: skip
+
+        return framing
+
+    def _child_key(self, counter: TokenCounter | None) -> str | None:
+        """The key the planning child rebuilds ``counter`` (None: cl100k) from, or None: plan
+        here. cl100k is named, not built: building it costs ~0.2 s of this thread's time."""
+        if self._doc is None or self._doc.path is None:
+            return None  # the child reads the document from its file
+        return CL100K_KEY if counter is None else counter_key(counter)
+
+    def _local_planner(self, counter: TokenCounter) -> Planner:
+        assert self._doc is not None
+        if self._planner is None or self._planner.counter is not counter:
+            self._planner = Planner(self._doc, counter)
+        return self._planner
+
+    def _planning(self) -> tuple[PlanProcess | Planner, str | None]:
+        """(PlanProcess or Planner, child key): where the plans the window shows are made, with
+        the loaded model's counter, else cl100k."""
+        counter = self.engine.worker.counter
+        key = self._child_key(counter)
+        if key is not None:
+            return self.plans, key
+        return self._local_planner(counter if counter is not None else cl100k()), None
 
     def update_plan(self) -> None:
         """Plan the document for the chosen strategy and context, in the background."""
@@ -379,24 +426,27 @@ class MainWindow(QMainWindow):
         generation = self._plan_generation
         strategy = self.strategy_box.currentData()
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
-        reserve, counter, model = self.max_tokens.value(), self._counter(), self._model_path
-        instruction = self._task_instruction()
-        if self._planner is None or self._planner.counter is not counter:
-            self._planner = Planner(self._doc, counter)
-        planner = self._planner
+        model, framing, counter = self._model_path, self._framing(), self.engine.worker.counter
+        doc, (where, key) = self._doc, self._planning()
+        ticket = self.plans.ticket() if key is not None else None
 
-        def work() -> Plan:
-            return plan_for(
-                planner, strategy, model, instruction=instruction, n_ctx=n_ctx, reserve=reserve
-            )
+        def work() -> Plan | None:
+            instruction, reserve = framing(strategy, counter)
+            return _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
+                         instruction=instruction, ticket=ticket)  # fmt: skip
 
-        def done(plan: Plan) -> None:
-            if generation == self._plan_generation:
+        def done(plan: Plan | None) -> None:
+            if plan is not None and generation == self._plan_generation:
                 self._plan = plan
                 self.document_view.show_plan(plan)
                 self.plan_shown.emit(plan)
 
         run_in_background(work, done, self._on_failed, self._plan_pool)
+
+    def _replan_soon(self) -> None:
+        """The question frames the plan too (its room, or extract's instruction): plan again
+        once typing pauses."""
+        self._replan_timer.start()
 
     def _on_task_changed(self, _index: int) -> None:
         self.question.setEnabled(self.task_box.currentData() != "summarize")
@@ -407,9 +457,35 @@ class MainWindow(QMainWindow):
             return
         n_ctx = self._loaded.n_ctx if self._loaded else None
         doc = self._doc
-        run_in_background(lambda: cl100k().count(doc.text),
-                          lambda n: self.document_view.set_counts(len(doc.text), self._doc_tokens,
-                                                                  n, n_ctx),
+
+        def show(n: int | None) -> None:
+            if n is not None and doc is self._doc:
+                self._doc_estimate = n
+                self.document_view.set_counts(len(doc.text), self._doc_tokens, n, n_ctx)
+
+        if self._doc_estimate is not None:
+            show(self._doc_estimate)
+            return
+        plans, key = self.plans, self._child_key(None)
+        run_in_background(lambda: _count(plans, doc, key, cl100k), show, self._on_failed)
+
+    def _count_exact(self) -> None:
+        """The document's tokens by the loaded model, then ``ready``."""
+        doc, counter = self._doc, self.engine.worker.counter
+        if doc is None or counter is None:
+            return
+        key = self._child_key(counter)
+        if key is None:  # llama.cpp counts (the engine thread), or a document without a file
+            self.engine.request_count.emit(doc.text)
+            return
+        self.statusBar().showMessage(self.tr("Counting tokens…"))
+        plans = self.plans
+
+        def counted(n: int | None) -> None:
+            if n is not None and doc is self._doc:
+                self._on_tokens_counted(n, len(doc.text))
+
+        run_in_background(lambda: _count(plans, doc, key, lambda: counter), counted,
                           self._on_failed)  # fmt: skip
 
     # ----- the model -----
@@ -445,7 +521,7 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(warning)
         self._planner = None  # exact counts now
         if self._doc is not None:
-            self.engine.request_count.emit(self._doc.text)
+            self._count_exact()
             self.update_plan()
         else:
             self.ready.emit()
@@ -506,43 +582,93 @@ class MainWindow(QMainWindow):
             self._start(spec, comparing=True)
 
     def _measure_needles(self, strategies: list[str]) -> None:
-        """Each compared strategy's needle retention, planned in the background."""
+        """Each compared strategy's needle retention (the plans the window shows), in the
+        background."""
         wanted = [n.strip() for n in self.needles.text().split("|") if n.strip()]
         if not wanted or self._doc is None:
             return
-        spans = needle_spans(self._doc.text, wanted)
-        if not spans:
-            self.statusBar().showMessage(self.tr("None of the needles occurs in the document."))
-            return
-        planner, reserve, model = self._planner, self.max_tokens.value(), self._model_path
-        instruction = self._task_instruction()
+        model, framing, counter = self._model_path, self._framing(), self.engine.worker.counter
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
-        if planner is None:
-            return
-        for strategy in strategies:
+        doc, (where, key) = self._doc, self._planning()
 
-            def work(strategy: str = strategy) -> tuple[str, float]:
-                plan = plan_for(
-                    planner, strategy, model, instruction=instruction, n_ctx=n_ctx, reserve=reserve
-                )
-                return strategy, plan.needle_retention(spans)
+        def work() -> list[tuple[str, float]] | None:
+            spans = needle_spans(doc.text, wanted)
+            if not spans:
+                return []
+            found = []
+            for strategy in strategies:
+                instruction, reserve = framing(strategy, counter)
+                plan = _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx,
+                             reserve=reserve, instruction=instruction)  # fmt: skip
+                if plan is None:
+                    return None
+                found.append((strategy, plan.needle_retention(spans)))
+            return found
 
-            run_in_background(work, lambda r: self.compare.set_needle_retention(*r),
-                              self._on_failed, self._plan_pool)  # fmt: skip
+        def done(found: list[tuple[str, float]] | None) -> None:
+            if found == []:
+                self.statusBar().showMessage(self.tr("None of the needles occurs in the document."))
+            for strategy, retention in found or ():
+                self.compare.set_needle_retention(strategy, retention)
+
+        run_in_background(work, done, self._on_failed, self._plan_pool)
 
     def _start(self, spec: JobSpec, *, comparing: bool) -> None:
-        assert self._loaded is not None
+        """Show the job as running, plan it (in the child when it can), then hand it to the
+        engine with a planner that holds those plans: the job plans the document as shown."""
+        assert self._loaded is not None and self._doc is not None
         self._running, self._comparing = True, comparing
         self.buffers.reset(self._loaded.n_ctx)
         self.gauges.reset(self._loaded.n_ctx)
         if not comparing:
             self.tabs.setCurrentWidget(self.buffers)
         self._set_running(True)
-        self.engine.request_job.emit(spec)
+        counter = self.engine.worker.counter
+        if counter is None:  # the model is being loaded again: the worker says what is wrong
+            self.engine.request_job.emit(spec)
+            return
+        doc, key = self._doc, self._child_key(counter)
+        planner = Planner(doc, counter)
+        if key is None:
+            self.engine.request_job.emit(replace(spec, planner=planner))
+            return
+        plans, model, n_ctx = self.plans, self._model_path, self._loaded.n_ctx
+        asks = [(strategy, *planning(spec.task, strategy, counter, max_tokens=spec.max_tokens,
+                                     questions=spec.questions, instruction=spec.instruction))
+                for strategy in spec.strategies]  # fmt: skip
+
+        def work() -> list[Plan] | None:
+            made = []
+            for strategy, instruction, reserve in asks:
+                plan = _plan(plans, doc, key, strategy, model=model, n_ctx=n_ctx,
+                             reserve=reserve, instruction=instruction)  # fmt: skip
+                if plan is None:
+                    return None
+                made.append(plan)
+            return made
+
+        def done(made: list[Plan] | None) -> None:
+            self._starting = None
+            for plan in made or ():
+                planner.remember(plan)
+            if made is None or self._cancel_start:  # closing, or cancelled while planning
+                self._on_job_done(JobOutcome(spec))
+                return
+            self.engine.request_job.emit(replace(spec, planner=planner))
+
+        def failed(message: str) -> None:
+            self._starting = None
+            self._on_failed(message)
+            self._on_job_done(JobOutcome(spec))
+
+        self._starting, self._cancel_start = spec, False
+        self.statusBar().showMessage(self.tr("Planning…"))
+        run_in_background(work, done, failed, self._plan_pool)
 
     def cancel(self) -> None:
         if self._running:
             self.statusBar().showMessage(self.tr("Cancelling…"))
+            self._cancel_start = self._starting is not None
             self.engine.cancel()
 
     def _set_running(self, running: bool) -> None:
@@ -714,9 +840,37 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window_state", self.saveState())
         self.gauges.stop()
         self.engine.stop()
+        self.plans.close()  # a plan in flight ends at once (superseded), the child with it
         self._plan_pool.waitForDone(10_000)
         if self.repo is not None:
             self.repo.close()
         if self.db is not None:
             self.db.close()
         super().closeEvent(event)
+
+
+def _plan(where: PlanProcess | Planner, doc: Document, key: str | None, strategy: str, *,
+          model: Path | None, n_ctx: int, reserve: int, instruction: str,
+          ticket: int | None = None) -> Plan | None:  # fmt: skip
+    """``plan_for`` in the child (None when superseded) or by a planner of this process."""
+    if isinstance(where, Planner):
+        return plan_for(where, strategy, model, instruction=instruction, n_ctx=n_ctx,
+                        reserve=reserve)  # fmt: skip
+    assert key is not None
+    try:
+        return where.plan(doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
+                          instruction=instruction, ticket=ticket)  # fmt: skip
+    except Superseded:
+        return None
+
+
+def _count(plans: PlanProcess, doc: Document, key: str | None,
+           counter: Callable[[], TokenCounter]) -> int | None:  # fmt: skip
+    """The document's tokens: in the child when ``key`` names the counter there (None when
+    the child is closed), else here with ``counter()``."""
+    if key is None:
+        return counter().count(doc.text)
+    try:
+        return plans.count(doc, key)
+    except Superseded:
+        return None

@@ -85,6 +85,19 @@ def test_map_reduce_reaches_every_part(host: EngineHost, counter: object) -> Non
     assert covered[0][0] == 0 and covered[-1][1] == len(text)
 
 
+def test_map_reduce_parts_stay_within_a_small_reply_reserve(
+    host: EngineHost, counter: object
+) -> None:
+    """Windows are planned with the reply's room kept free, so no part may answer at length
+    (a part of 32 tokens after a window planned for 8 overflowed the context)."""
+    text = _text(6000)
+    events, result = _run(host, counter, text, "map-reduce", 8)
+    _check(events, result, text)
+    parts = [o for o in result.outputs if o.step.startswith("part")]
+    assert len(parts) >= 2
+    assert all(counter.count(o.text) <= 8 + 1 for o in parts)  # type: ignore[attr-defined]
+
+
 def test_rolling_carries_a_summary_through(host: EngineHost, counter: object) -> None:
     text = _text(5000)
     events, result = _run(host, counter, text, "rolling", 32)
@@ -165,6 +178,31 @@ def test_compare_runs_each_strategy_on_one_engine(host: EngineHost, counter: obj
     assert isinstance(done, CompareFinished)
     assert [r.strategy for r in done.results] == ["head", "tail"]
     assert all(r.kv_peak_cells <= N_CTX and r.outputs for r in done.results)
+
+
+def test_compare_refuses_a_planner_made_for_another_text(host: EngineHost, counter: object) -> None:
+    from app.core.jobs import compare
+    from app.core.strategies import Planner
+
+    planner = Planner(_text(3000), counter)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="another text"):
+        next(compare(host, _text(4000), counter, task="summarize", strategies=["head"],  # type: ignore[arg-type]
+                     planner=planner, n_ctx=N_CTX))  # fmt: skip
+
+
+def test_planning_names_the_instruction_and_reserve_of_each_job(counter: object) -> None:
+    from app.core.jobs import ASK, ASK_PART, ROLLING, SUMMARIZE, SUMMARIZE_PART, planning
+
+    def ask(strategy: str) -> tuple[str, int]:
+        return planning("ask", strategy, counter, max_tokens=64, questions=["Why?", "And who?"])  # type: ignore[arg-type]
+
+    assert planning("summarize", "head", counter, max_tokens=64) == (SUMMARIZE, 64)  # type: ignore[arg-type]
+    assert planning("summarize", "map-reduce", counter, max_tokens=64) == (SUMMARIZE_PART, 64)  # type: ignore[arg-type]
+    assert planning("summarize", "rolling", counter, max_tokens=64) == (ROLLING, 144)  # type: ignore[arg-type]
+    room = counter.count("\n\nQuestion: And who?") + 2  # type: ignore[attr-defined]
+    assert ask("entropy") == (ASK, 64 + room) and ask("semantic") == (ASK_PART, 64 + room)
+    assert planning("extract", "tail", counter, max_tokens=64, instruction="List names.") == (  # type: ignore[arg-type]
+        "List names.", 64)  # fmt: skip
 
 
 def test_an_engine_failure_mid_job_keeps_the_outputs_so_far(

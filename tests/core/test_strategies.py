@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,16 @@ from hypothesis import strategies as st
 from app.core.budget import compute_budget, model_frame, preflight, prompt_frame
 from app.core.documents import document_from_text, load_document
 from app.core.engine.protocol import ContextOverflowError
-from app.core.strategies import MULTI_PASS, STRATEGIES, Plan, Planner, PlanOptions, plan
+from app.core.strategies import (
+    MULTI_PASS,
+    REMEMBERED_PLANS,
+    STRATEGIES,
+    Plan,
+    Planner,
+    PlanOptions,
+    plan,
+    unit_tokens,
+)
 from app.core.tokens import TiktokenCounter, gguf_encoding
 from tests.core.doc_strategies import markdown_documents
 
@@ -155,6 +167,45 @@ def test_plans_on_real_documents(counter: TiktokenCounter) -> None:
             _check_plan(planner.plan(strategy, 150), doc.text, counter)
 
 
+def test_a_remembered_plan_is_returned_without_chunking_again(
+    jargon_planner: Planner, counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.core.strategies as strategies_module
+
+    made = {name: jargon_planner.plan(name, 1200) for name in ("head", "entropy")}
+    other_budget = jargon_planner.plan("head", 1100)
+    chunked: list[int] = []
+    real = strategies_module.chunk_document
+    monkeypatch.setattr(strategies_module, "chunk_document",
+                        lambda *a, **k: chunked.append(a[2]) or real(*a, **k))  # fmt: skip
+    fresh = Planner(jargon_planner.doc, counter)
+    for p in made.values():
+        fresh.remember(p)
+    assert fresh.plan("head", 1200) is made["head"]
+    assert fresh.plan("entropy", 1200) is made["entropy"]
+    assert fresh.plan("tail", 1200).chunks == made["head"].chunks  # the same unit: shared chunks
+    assert chunked == []
+    assert fresh.plan("head", 1100) == other_budget  # another budget: planned here
+    assert chunked == [unit_tokens("head", 1100, PlanOptions())]
+    other = PlanOptions(overlap=0.3)
+    assert fresh.plan("head", 1200, other) is not made["head"]  # other options: planned anew
+
+
+def test_plans_are_equal_however_long_they_took(jargon_planner: Planner) -> None:
+    a = jargon_planner.plan("middle", 900)
+    b = dataclasses.replace(a, seconds=a.seconds + 1)
+    assert a == b and dataclasses.replace(a, budget=901) != a
+
+
+def test_remembered_plans_are_bounded(jargon_planner: Planner, counter: TiktokenCounter) -> None:
+    fresh = Planner(jargon_planner.doc, counter)
+    plans = [jargon_planner.plan("head", 600 + 10 * i) for i in range(REMEMBERED_PLANS + 1)]
+    for p in plans:
+        fresh.remember(p)
+    assert fresh.plan("head", 610) is plans[1]  # the newest are kept
+    assert fresh.plan("head", 600) is not plans[0]  # the oldest was forgotten (planned anew)
+
+
 # -- budget and preflight ------------------------------------------------------------------
 
 
@@ -186,6 +237,18 @@ def test_preflight_refuses_with_the_numbers() -> None:
     with pytest.raises(ContextOverflowError) as err:
         preflight(12_526, 4096, 512)
     assert str(err.value) == "prompt needs 12,526 tokens, context is 4,096 (reply reserve 512)"
+
+
+def test_model_frame_is_read_once_per_file_version(model_path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "model.gguf"
+    shutil.copyfile(model_path, copy)
+    first = model_frame(copy, task="Summarize.")
+    assert model_frame(copy, task="Summarize.") is first  # cached
+    assert model_frame(copy, task="Answer.") is not first  # another task, another frame
+    st = copy.stat()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # replaced on disk
+    again = model_frame(copy, task="Summarize.")
+    assert again is not first and again == first
 
 
 def test_budget_rejects_nonsense(counter: TiktokenCounter) -> None:

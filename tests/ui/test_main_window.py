@@ -16,7 +16,7 @@ from PySide6.QtGui import QImage
 
 from app.core.jobs import TokenBatch
 from app.core.paths import sample_document
-from app.ui.main_window import MainWindow
+from app.ui.main_window import REPLAN_DELAY_MS, MainWindow
 
 N_CTX = 512
 
@@ -60,6 +60,44 @@ def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWi
     assert (tail.strategy, head.strategy) == ("tail", "head")
     assert head.kept[0].start == 0 and tail.kept[-1].end == len(window._doc.text)
     assert head.dropped and tail.dropped  # the document is several times the context
+
+
+def test_plans_and_counts_come_from_the_planning_process(qtbot, window: MainWindow) -> None:
+    from app.core.jobs import SUMMARIZE
+    from app.core.strategies import Planner, plan_for
+
+    pid = window.plans.pid
+    assert pid is not None, "the window planned in its own process"
+    with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("entropy"))
+    counter = window.engine.worker.counter
+    here = plan_for(Planner(window._doc, counter), "entropy", window._model_path,
+                    instruction=SUMMARIZE, n_ctx=N_CTX, reserve=8)  # fmt: skip
+    assert shown.args[0] == here
+    assert window._doc_tokens == counter.count(window._doc.text)
+    window.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # closing the window ended the child
+
+
+def test_the_plan_shown_is_the_plan_the_job_runs(qtbot, window: MainWindow) -> None:
+    """Multi-pass strategies and questions change the budget (partial-summary prompts, room for
+    the question): the window plans with the job's own framing."""
+    cases = (("summarize", "map-reduce", ""), ("ask", "head", "Which words come first?"))
+    for task, strategy, question in cases:
+        window.task_box.setCurrentIndex(window.task_box.findData(task))
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData(strategy))
+        window.question.setText(question)
+        qtbot.wait(REPLAN_DELAY_MS + 200)  # the replan the question schedules, then ours
+        with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
+            window.update_plan()
+        with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
+            window.run_job()
+        [result] = done.args[0].results
+        plan = shown.args[0]
+        assert result.plan["budget"] == plan.budget, (task, strategy)
+        assert result.plan["total_tokens"] == plan.total_tokens
+        assert len(result.plan["windows"]) == len(plan.windows)
 
 
 def test_a_job_streams_into_the_buffers_and_is_recorded(qtbot, window: MainWindow) -> None:

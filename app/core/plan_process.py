@@ -1,0 +1,299 @@
+"""Planning and counting a document in a child process, so this process's GIL stays free.
+
+Chunking and counting a 50 MB document is tens of seconds of mostly pure Python plus regex
+scans that hold the GIL for hundreds of milliseconds; on a thread of the GUI process that
+freezes the window. :class:`PlanProcess` sends the work to one long-lived child instead (started
+lazily, with ``spawn``: the GUI process has threads, so it never forks). The child reads the
+document from its file itself (pickling 50 MB and ~400k blocks would hold the GIL too) and checks
+that it is the same file by its sha256; it keeps the latest document and a :class:`Planner` per
+counter, so chunkings are shared between requests. Plans come back as arrays (see plan_codec).
+
+Calls block and may come from any thread; one request is in the child at a time. A request
+given a ticket older than the newest ticket is skipped (:class:`Superseded`) if it has not
+started. A child that dies costs the call in flight one clear error; the next call starts
+another. As with any ``spawn`` start, the child imports the parent's main script again: a script
+must guard its entry point with ``if __name__ == "__main__"``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+import weakref
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from app.core.documents import Document, DocumentError, load_document
+from app.core.gc_pause import gc_paused
+from app.core.plan_codec import pack_plan, unpack_plan
+from app.core.strategies import Plan, Planner, plan_for
+from app.core.tokens import counter_for_key
+
+CLOSE_TIMEOUT_S = 5.0
+
+
+class Superseded(Exception):
+    """A newer request replaced this one before it started; its caller drops it silently."""
+
+
+class PlanProcessError(RuntimeError):
+    """The planning process stopped, or failed in a way that has no better name."""
+
+
+class DocumentChanged(DocumentError):
+    """The file on disk is no longer the document that was opened."""
+
+
+_ERRORS: dict[str, type[Exception]] = {
+    "changed": DocumentChanged,
+    "document": DocumentError,
+    "value": ValueError,
+    "os": OSError,
+}
+
+
+class PlanProcess:
+    """The handle on the planning child; blocking calls, safe from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one request in the child at a time
+        self._tickets = threading.Lock()
+        self._newest = 0
+        self._closed = False
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        _open.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        try:
+            return proc.pid if proc is not None else None
+        except ValueError:  # reaped by another thread meanwhile
+            return None
+
+    def ticket(self) -> int:
+        """A new generation: requests holding an older ticket are skipped until they start."""
+        with self._tickets:
+            self._newest += 1
+            return self._newest
+
+    def plan(
+        self,
+        doc: Document,
+        counter_key: str,
+        strategy: str,
+        *,
+        model: str | os.PathLike[str] | None,
+        n_ctx: int,
+        reserve: int,
+        instruction: str,
+        ticket: int | None = None,
+    ) -> Plan:
+        """``plan_for`` on the child's copy of ``doc``; equal to the plan made in this process."""
+        packed = self._call("plan", doc, counter_key, ticket, strategy=strategy,
+                            model=None if model is None else os.fspath(model), n_ctx=n_ctx,
+                            reserve=reserve, instruction=instruction)  # fmt: skip
+        return unpack_plan(packed)  # outside the lock: Python that lets the GIL change hands
+
+    def count(self, doc: Document, counter_key: str, ticket: int | None = None) -> int:
+        """The tokens of the whole document by the counter ``counter_key`` names."""
+        return int(self._call("count", doc, counter_key, ticket))
+
+    def close(self) -> None:
+        """End the child; safe to call more than once, and at exit. Final: later requests, and
+        one in flight (its child is killed rather than waited for), end as :class:`Superseded`."""
+        self._closed = True
+        if not self._lock.acquire(blocking=False):
+            with contextlib.suppress(ValueError, AttributeError):  # reaped meanwhile
+                self._proc.kill()  # type: ignore[union-attr]
+            self._lock.acquire()
+        try:
+            conn, proc = self._conn, self._proc
+            if conn is not None and proc is not None and proc.is_alive():
+                try:
+                    conn.send(("close", {}))
+                    if conn.poll(CLOSE_TIMEOUT_S):
+                        conn.recv()
+                except (OSError, EOFError):
+                    pass
+            self._reap()
+        finally:
+            self._lock.release()
+
+    # ----- plumbing -----
+
+    def _call(self, op: str, doc: Document, counter_key: str, ticket: int | None,
+              **kwargs: Any) -> Any:  # fmt: skip
+        if doc.path is None:
+            raise ValueError(f"{doc.name} has no file for the planning process to read")
+        request = {"path": os.fspath(doc.path), "sha256": doc.sha256, "format": doc.format,
+                   "key": counter_key, **kwargs}  # fmt: skip
+        with self._lock:
+            if self._closed:
+                raise Superseded("the planning process is closed")
+            if ticket is not None and ticket < self._newest:
+                raise Superseded()
+            try:
+                reply = self._exchange(op, request)
+            except (PlanProcessError, Superseded):
+                raise
+            except BaseException:  # interrupted: its answer must not reach the next request
+                self._reap(wait_s=0)
+                raise
+        tag, *rest = reply
+        if tag == "ok":
+            return rest[0]
+        kind, message = rest
+        raise _ERRORS.get(kind, PlanProcessError)(message)
+
+    def _exchange(self, op: str, request: dict[str, Any]) -> Any:
+        """Send one request and wait for its reply, or for the child's end (lock held)."""
+        conn, proc = self._start()
+        try:
+            conn.send((op, request))
+        except OSError:
+            raise self._died() from None
+        ready = wait([conn, proc.sentinel])
+        if conn not in ready:
+            raise self._died()
+        try:
+            return conn.recv()  # an answer first, even from a child that then died
+        except (EOFError, OSError):
+            raise self._died() from None
+
+    def _start(self) -> tuple[Connection, multiprocessing.process.BaseProcess]:
+        """The running child's pipe and process, starting one if there is none (lock held)."""
+        if self._proc is not None and self._conn is not None and self._proc.is_alive():
+            return self._conn, self._proc
+        self._reap()
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(theirs,), name="contextlens-planner", daemon=True)
+        proc.start()
+        theirs.close()
+        self._conn, self._proc = ours, proc
+        return ours, proc
+
+    def _died(self) -> Exception:
+        """The child is gone: reap it and say so in one sentence (lock held)."""
+        proc = self._proc
+        code = None
+        if proc is not None:
+            proc.join(1)
+            code = proc.exitcode
+        self._reap(wait_s=0)
+        if self._closed:
+            return Superseded("the planning process is closed")
+        return PlanProcessError(f"The planning process stopped ({_describe(code)}); "
+                                "the next plan starts a new one.")  # fmt: skip
+
+    def _reap(self, wait_s: float = CLOSE_TIMEOUT_S) -> None:
+        conn, proc = self._conn, self._proc
+        self._conn = self._proc = None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            proc.join(wait_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(CLOSE_TIMEOUT_S)
+            proc.close()
+
+
+def _describe(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "it stopped answering"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
+_open: weakref.WeakSet[PlanProcess] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for process in list(_open):
+        process.close()
+
+
+# ----- the child -------------------------------------------------------------------------------
+
+
+class _Child:
+    """The child's state: the latest document, and a planner per counter for it."""
+
+    def __init__(self) -> None:
+        self.doc: Document | None = None
+        self.planners: dict[str, Planner] = {}
+        self.counts: dict[str, int] = {}
+        self.changed: set[tuple[str, str]] = set()  # (path, sha256) found changed on disk
+
+    def document(self, request: dict[str, Any]) -> Document:
+        path, sha = request["path"], request["sha256"]
+        doc = self.doc
+        if doc is not None and doc.sha256 == sha and os.fspath(doc.path or "") == path:
+            return doc
+        if (path, sha) not in self.changed:
+            self.doc, self.planners, self.counts = None, {}, {}  # free the old one first
+            with gc_paused():  # ~400k blocks, none of them garbage
+                doc = self.doc = load_document(path, format=request["format"])
+            if doc.sha256 == sha:
+                return doc
+            self.changed.add((path, sha))
+        raise DocumentChanged(f"{os.path.basename(path)} changed on disk since it was opened; "
+                              "open it again to plan it.")  # fmt: skip
+
+    def planner(self, request: dict[str, Any]) -> Planner:
+        doc, key = self.document(request), request["key"]
+        if key not in self.planners:
+            self.planners[key] = Planner(doc, counter_for_key(key))
+        return self.planners[key]
+
+    def plan(self, request: dict[str, Any]) -> dict[str, Any]:
+        planner = self.planner(request)
+        plan = plan_for(planner, request["strategy"], request["model"], n_ctx=request["n_ctx"],
+                        reserve=request["reserve"], instruction=request["instruction"])  # fmt: skip
+        planner.remember(plan)  # asked again (the window, then its job): answered at once
+        return pack_plan(plan)
+
+    def count(self, request: dict[str, Any]) -> int:
+        doc, key = self.document(request), request["key"]
+        if key not in self.counts:
+            self.counts[key] = counter_for_key(key).count(doc.text)
+        return self.counts[key]
+
+
+def _kind(exc: Exception) -> str:
+    for kind, cls in _ERRORS.items():
+        if isinstance(exc, cls):
+            return kind
+    return "other"
+
+
+def _serve(conn: Connection) -> None:
+    """The child's loop: one request, one reply, until told to close or the parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the parent's
+    child = _Child()
+    handlers = {"plan": child.plan, "count": child.count}
+    while True:
+        try:
+            op, request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if op == "close":
+            conn.send(("ok", None))
+            return
+        try:
+            reply: tuple[Any, ...] = ("ok", handlers[op](request))
+        except Exception as exc:  # sent back: the caller raises it with the child's words
+            reply = ("err", _kind(exc), str(exc) or type(exc).__name__)
+        conn.send(reply)
