@@ -304,9 +304,9 @@ class HistoryPanel(QWidget):
         self.session_combo = QComboBox()
         self.session_combo.setMinimumContentsLength(24)
         self.session_combo.activated.connect(self._on_session_chosen)
-        session_label = QLabel(self.tr("&Session:"))
+        session_label = QLabel(self.tr("Session:"))
         session_label.setBuddy(self.session_combo)
-        self.refresh_button = QPushButton(self.tr("Re&fresh"))
+        self.refresh_button = QPushButton(self.tr("Refresh"))
         self.refresh_button.clicked.connect(self.refresh)
 
         self.tree = QTreeWidget()
@@ -322,17 +322,17 @@ class HistoryPanel(QWidget):
 
         self.diff_button = QPushButton(self.tr("&Diff"))
         self.diff_button.clicked.connect(self.diff_selected)
-        self.rollback_button = QPushButton(self.tr("&Rollback"))
+        self.rollback_button = QPushButton(self.tr("Rollbac&k"))
         self.rollback_button.clicked.connect(self.rollback_selected)
-        self.branch_button = QPushButton(self.tr("&Branch…"))
+        self.branch_button = QPushButton(self.tr("Branch…"))
         self.branch_button.clicked.connect(self.branch_selected)
-        self.delete_button = QPushButton(self.tr("De&lete"))
+        self.delete_button = QPushButton(self.tr("Delete"))
         self.delete_button.clicked.connect(self.delete_selected)
-        self.undo_button = QPushButton(self.tr("&Undo Delete"))
+        self.undo_button = QPushButton(self.tr("Undo Delete"))
         self.undo_button.clicked.connect(self.undo_delete)
         self.export_button = QPushButton(self.tr("&Export…"))
         self.export_button.clicked.connect(self.export_session)
-        self.include_kv = QCheckBox(self.tr("Include &KV states"))
+        self.include_kv = QCheckBox(self.tr("Include KV states"))
         self.include_kv.setToolTip(
             self.tr("Exports carry the saved KV states, so rollbacks stay instant elsewhere")
         )
@@ -582,7 +582,7 @@ class HistoryPanel(QWidget):
 
         instant = one and self.has_kv(versions[0].id)
         self.rollback_button.setText(
-            self.tr("&Rollback {0}").format(INSTANT) if instant else self.tr("&Rollback")
+            self.tr("Rollbac&k {0}").format(INSTANT) if instant else self.tr("Rollbac&k")
         )
         why = self.tr("The history database is read-only: nothing can be changed.")
         tips = {

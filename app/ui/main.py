@@ -27,6 +27,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--screenshot", type=Path,
                         help="save a PNG of the window when ready (with --demo: when the job is "
                              "done), then quit")  # fmt: skip
+    parser.add_argument("--theme", choices=("system", "light", "dark"),
+                        help="look of the window (default: as last chosen in View ▸ Theme, "
+                             "else the platform's)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.demo or (args.document is None and args.model is None):
         args.document = args.document or sample_document()
@@ -64,16 +67,18 @@ def _install_translation(app: QApplication) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.ui.main_window import MainWindow
+    from app.ui.theme import apply_theme
 
     _log_to_file()
     app = QApplication(sys.argv[:1])
     app.setApplicationName("ContextLens")
     app.setOrganizationName("ContextLens")
     _install_translation(app)
+    apply_theme(app, args.theme or str(QSettings().value("theme", "system")))
     model = args.model if args.model and args.model.exists() else None
     window = MainWindow(model, args.document, n_ctx=args.n_ctx)
     window.show()

@@ -21,12 +21,14 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QSettings, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
+    QActionGroup,
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
     QKeySequence,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QDockWidget,
     QFileDialog,
@@ -64,6 +66,7 @@ from app.ui.gauges import GaugesPanel
 from app.ui.history_panel import HistoryPanel
 from app.ui.model_panel import ModelPanel
 from app.ui.tasks import run_in_background
+from app.ui.theme import apply_theme, current_theme
 
 log = logging.getLogger(__name__)
 MAX_RECENT = 8
@@ -159,15 +162,15 @@ class MainWindow(QMainWindow):
         self.compare = CompareView()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.buffers, self.tr("&Buffers"))
-        self.tabs.addTab(self.compare, self.tr("Co&mpare"))
+        self.tabs.addTab(self.compare, self.tr("Comp&are"))
         if self.repo is not None:
             self.history: HistoryPanel | None = HistoryPanel(self.repo)
             self.history.rolled_back.connect(self._on_rolled_back)
             self.history.failed.connect(self._on_failed)
-            self.tabs.addTab(self.history, self.tr("&History"))
+            self.tabs.addTab(self.history, self.tr("Histor&y"))
         else:
             self.history = None
-            self.tabs.addTab(QLabel(self._store_problem), self.tr("&History"))
+            self.tabs.addTab(QLabel(self._store_problem), self.tr("Histor&y"))
         self._dock("stages", self.tr("Three-stage buffer"), self.tabs,
                    Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
 
@@ -216,7 +219,7 @@ class MainWindow(QMainWindow):
             self.task_box.addItem(self.tr(task), task)
         self.task_box.setToolTip(self.tr("What the model does with the document"))
         self.task_box.currentIndexChanged.connect(self._on_task_changed)
-        bar.addWidget(QLabel(self.tr(" Task ")))
+        bar.addWidget(_buddy(self.tr(" &Task "), self.task_box))
         bar.addWidget(self.task_box)
         self.question = QLineEdit()
         self.question.setPlaceholderText(self.tr("Question, or instruction for extract"))
@@ -231,7 +234,7 @@ class MainWindow(QMainWindow):
         self.strategy_box.setCurrentIndex(self.strategy_box.findData("head"))
         self.strategy_box.setToolTip(self.tr("What to do with a document longer than the context"))
         self.strategy_box.currentIndexChanged.connect(lambda _i: self.update_plan())
-        bar.addWidget(QLabel(self.tr(" Strategy ")))
+        bar.addWidget(_buddy(self.tr(" &Strategy "), self.strategy_box))
         bar.addWidget(self.strategy_box)
 
         self.max_tokens = QSpinBox()
@@ -239,7 +242,7 @@ class MainWindow(QMainWindow):
         self.max_tokens.setValue(256)
         self.max_tokens.setToolTip(self.tr("Longest reply, in tokens (kept free in the context)"))
         self.max_tokens.valueChanged.connect(lambda _v: self.update_plan())
-        bar.addWidget(QLabel(self.tr(" Reply ")))
+        bar.addWidget(_buddy(self.tr(" Rep&ly "), self.max_tokens))
         bar.addWidget(self.max_tokens)
 
         self.run_action = QAction(self.tr("&Run"), self)
@@ -283,11 +286,41 @@ class MainWindow(QMainWindow):
         view_menu = self.menuBar().addMenu(self.tr("&View"))
         for dock in self._view_menu_docks:
             view_menu.addAction(dock.toggleViewAction())
+        view_menu.addSeparator()
+        docks = {d.objectName(): d for d in self._view_menu_docks}
+        for text, keys, target, dock in (
+            (self.tr("Go to the &Document"), "Ctrl+1", self.document_view, None),
+            (self.tr("Go to the &Model"), "Ctrl+2", self.model_panel, docks["dock-model"]),
+            (self.tr("Go to the &Three-Stage Buffer"), "Ctrl+3", self.tabs, docks["dock-stages"]),
+        ):
+            go = QAction(text, self)
+            go.setShortcut(QKeySequence(keys))
+            go.triggered.connect(lambda _c=False, t=target, d=dock: _focus_into(t, d))
+            view_menu.addAction(go)
+        view_menu.addSeparator()
+        theme_menu = view_menu.addMenu(self.tr("T&heme"))
+        themes = QActionGroup(self)
+        current = current_theme(
+            QApplication.instance(), str(self.settings.value("theme", "system"))
+        )
+        for name, text in (("system", self.tr("&System")), ("light", self.tr("&Light")),
+                           ("dark", self.tr("&Dark"))):  # fmt: skip
+            choice = QAction(text, self, checkable=True)
+            choice.setData(name)
+            choice.setChecked(name == current)
+            themes.addAction(choice)
+            theme_menu.addAction(choice)
+        themes.triggered.connect(self._set_theme)
 
         help_menu = self.menuBar().addMenu(self.tr("&Help"))
         about = QAction(self.tr("&About ContextLens"), self)
         about.triggered.connect(self._about)
         help_menu.addAction(about)
+
+    def _set_theme(self, choice: QAction) -> None:
+        name = str(choice.data())
+        self.settings.setValue("theme", name)
+        apply_theme(QApplication.instance(), name)
 
     def _wire_engine(self) -> None:
         w = self.engine.worker
@@ -874,3 +907,32 @@ def _count(plans: PlanProcess, doc: Document, key: str | None,
         return plans.count(doc, key)
     except Superseded:
         return None
+
+
+def _buddy(text: str, widget: QWidget) -> QLabel:
+    """A label whose mnemonic (Alt + the underlined letter) puts the focus on ``widget``."""
+    label = QLabel(text)
+    label.setBuddy(widget)
+    return label
+
+
+def _takes_tab(widget: QWidget) -> bool:
+    policy = widget.focusPolicy()
+    tab = (policy & Qt.FocusPolicy.TabFocus) == Qt.FocusPolicy.TabFocus
+    return tab and widget.isVisible() and widget.isEnabled()
+
+
+def _focus_into(widget: QWidget, dock: QDockWidget | None) -> None:
+    """Show ``dock`` if it was closed, then focus the first control of ``widget`` that takes
+    the keyboard (the keyboard's way into each part of the window)."""
+    if dock is not None:
+        dock.show()
+        dock.raise_()
+    candidate = widget
+    while True:  # the focus chain is a ring through every widget of the window
+        if _takes_tab(candidate) and (candidate is widget or widget.isAncestorOf(candidate)):
+            candidate.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            return
+        candidate = candidate.nextInFocusChain()
+        if candidate is widget:
+            return

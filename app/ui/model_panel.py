@@ -153,7 +153,7 @@ class ModelPanel(QWidget):
         self.models.currentItemChanged.connect(self._on_current_changed)
         models_label = QLabel(self.tr("&Models:"))
         models_label.setBuddy(self.models)
-        self.browse_button = QPushButton(self.tr("&Browse…"))
+        self.browse_button = QPushButton(self.tr("Bro&wse…"))
         self.browse_button.setToolTip(self.tr("Choose a GGUF file anywhere on disk"))
         self.browse_button.clicked.connect(self._browse)
 
@@ -191,7 +191,7 @@ class ModelPanel(QWidget):
         self.kv_type.setToolTip(
             self.tr("Quantized types (q8_0 … iq4_nl) take less memory and need flash attention")
         )
-        self.flash_attn = QCheckBox(self.tr("&Flash attention"))
+        self.flash_attn = QCheckBox(self.tr("Flash attention"))
         self.flash_attn.setChecked(defaults.flash_attn)
         self.threads = QSpinBox()
         self.threads.setRange(1, max(MAX_THREADS, defaults.n_threads))
@@ -199,7 +199,7 @@ class ModelPanel(QWidget):
         self._defaults = defaults
         self.settings_note = MessageLine()
 
-        self.load_button = QPushButton(self.tr("&Load"))
+        self.load_button = QPushButton(self.tr("L&oad"))
         self.load_button.setDefault(True)
         self.load_button.clicked.connect(self._request_load)
         self.unload_button = QPushButton(self.tr("&Unload"))
@@ -227,7 +227,7 @@ class ModelPanel(QWidget):
 
         options = QGroupBox(self.tr("Load options"))
         form = QFormLayout(options)
-        ctx_label = QLabel(self.tr("&Context size:"))
+        ctx_label = QLabel(self.tr("Co&ntext size:"))
         ctx_label.setBuddy(self.n_ctx)
         form.addRow(ctx_label, self.n_ctx)
         form.addRow("", self.memory)
@@ -238,11 +238,11 @@ class ModelPanel(QWidget):
         gpu_row.addWidget(self.gpu_layers_value)
         form.addRow(gpu_label, gpu_row)
         form.addRow("", self.gpu_reason)
-        kv_label = QLabel(self.tr("KV cache t&ype:"))
+        kv_label = QLabel(self.tr("KV cache type:"))
         kv_label.setBuddy(self.kv_type)
         form.addRow(kv_label, self.kv_type)
         form.addRow("", self.flash_attn)
-        threads_label = QLabel(self.tr("T&hreads:"))
+        threads_label = QLabel(self.tr("Threads:"))
         threads_label.setBuddy(self.threads)
         form.addRow(threads_label, self.threads)
         form.addRow(self.settings_note)

@@ -1,0 +1,178 @@
+"""The window from the keyboard alone, and in light and dark themes (no model needed)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QPalette
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractItemView,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QDockWidget,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QScrollBar,
+    QTabBar,
+    QTextEdit,
+    QToolBar,
+    QToolButton,
+    QWidget,
+)
+
+from app.core.paths import sample_document
+from app.ui.main_window import MainWindow
+from app.ui.theme import apply_theme, current_theme
+
+CONTROLS = (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox, QAbstractSlider,
+            QAbstractItemView, QPlainTextEdit, QTextEdit)  # fmt: skip
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(None, None, n_ctx=2048, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    w.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is w, timeout=5000)
+    yield w
+    w.close()
+
+
+def _controls(window: MainWindow) -> list[QWidget]:
+    """The visible, enabled controls a person operates (scroll bars and the toolbar's own
+    buttons aside: those are reached by menus and shortcuts)."""
+    found = []
+    for w in window.findChildren(QWidget):
+        if not isinstance(w, CONTROLS) or isinstance(w, QScrollBar):
+            continue
+        if isinstance(w, QToolButton) and isinstance(w.parent(), QToolBar):
+            continue
+        if isinstance(w, QAbstractButton) and isinstance(w.parent(), QDockWidget):
+            continue  # a dock's float and close buttons: the View menu does both
+        if isinstance(w, QHeaderView):
+            continue  # sorting by a column header is the mouse's; the rows take the keys
+        if w.isVisible() and w.isEnabled() and w.window() is window:
+            found.append(w)
+    return found
+
+
+def test_every_control_is_in_the_tab_chain(window: MainWindow) -> None:
+    chain, w = [], window.nextInFocusChain()
+    while w is not window and len(chain) < 5000:
+        chain.append(w)
+        w = w.nextInFocusChain()
+    reachable = {id(w) for w in chain if w.focusPolicy() & Qt.FocusPolicy.TabFocus}
+    controls = _controls(window)
+    assert len(controls) > 15  # the toolbar, the model panel, the buffers, the history
+    missing = [f"{type(w).__name__} {w.accessibleName() or w.objectName()}" for w in controls
+               if id(w) not in reachable and w.focusProxy() is None]  # fmt: skip
+    assert not missing, f"not reachable with Tab: {missing}"
+
+
+def test_toolbar_actions_have_shortcuts_or_menus(window: MainWindow) -> None:
+    in_menus = {id(a) for menu_action in window.menuBar().actions()
+                for a in menu_action.menu().actions()}  # fmt: skip
+    for bar in window.findChildren(QToolBar):
+        for action in bar.actions():
+            if action.isSeparator() or not action.text():
+                continue
+            assert not action.shortcut().isEmpty() or id(action) in in_menus, action.text()
+
+
+@pytest.mark.parametrize(
+    ("keys", "where"),
+    [
+        ("Alt+T", "task_box"),
+        ("Alt+S", "strategy_box"),
+        ("Alt+L", "max_tokens"),
+        ("Ctrl+1", "document_view"),
+        ("Ctrl+2", "model_panel"),
+        ("Ctrl+3", "tabs"),
+    ],
+)
+def test_shortcuts_put_the_focus_where_they_say(qtbot, window: MainWindow, keys: str,
+                                                where: str) -> None:  # fmt: skip
+    target: QWidget = getattr(window, where)
+    QTest.keySequence(window, keys)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is not None, timeout=2000)
+    focused = QApplication.focusWidget()
+    assert focused is target or target.isAncestorOf(focused), (keys, focused)
+
+
+def test_ctrl_2_reopens_a_closed_model_panel(qtbot, window: MainWindow) -> None:
+    dock = window.model_panel.parentWidget()
+    while dock is not None and not dock.objectName().startswith("dock-"):
+        dock = dock.parentWidget()
+    assert dock is not None
+    dock.close()
+    assert not window.model_panel.isVisible()
+    QTest.keySequence(window, "Ctrl+2")
+    qtbot.waitUntil(window.model_panel.isVisible, timeout=2000)
+    assert window.model_panel.isAncestorOf(QApplication.focusWidget())
+
+
+def test_the_theme_menu_switches_light_and_dark_and_is_remembered(
+    qtbot, window: MainWindow
+) -> None:
+    app = QApplication.instance()
+    menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&View")
+    theme = next(a.menu() for a in menu.actions() if a.menu() is not None)
+    choices = {a.data(): a for a in theme.actions()}
+    assert set(choices) == {"system", "light", "dark"}
+    try:
+        window.open_document(sample_document())
+        qtbot.waitUntil(lambda: window._doc is not None, timeout=60_000)
+        lightness = {}
+        for name in ("dark", "light"):
+            choices[name].trigger()
+            assert current_theme(app) == name and window.settings.value("theme") == name
+            pane = window.document_view.text
+            qtbot.waitUntil(lambda p=pane: p.palette().color(QPalette.ColorRole.Base)
+                            == app.palette().color(QPalette.ColorRole.Base))  # fmt: skip
+            base = pane.palette().color(QPalette.ColorRole.Base)
+            text = pane.palette().color(QPalette.ColorRole.Text)
+            lightness[name] = base.lightnessF()
+            assert abs(base.lightnessF() - text.lightnessF()) > 0.6  # text stays legible
+        assert lightness["dark"] < 0.2 and lightness["light"] > 0.8
+    finally:
+        apply_theme(app, "system")
+
+
+def _mnemonic(text: str) -> str | None:
+    found = re.search(r"&([^&\s])", text.replace("&&", ""))
+    return found.group(1).lower() if found else None
+
+
+def test_alt_keys_are_unambiguous(window: MainWindow) -> None:
+    """Alt + a letter reaches one thing only: the menus, buttons, labels and tabs of the
+    window (its panels included) underline different letters."""
+    texts = [a.text() for a in window.menuBar().actions()]
+    for w in window.findChildren(QWidget):
+        if w.window() is not window:
+            continue  # dialogs have letters of their own
+        if isinstance(w, QAbstractButton) or (isinstance(w, QLabel) and w.buddy() is not None):
+            texts.append(w.text())
+        elif isinstance(w, QTabBar):
+            texts.extend(w.tabText(i) for i in range(w.count()))
+    letters = [(m, t) for t in texts if (m := _mnemonic(t))]
+    seen: dict[str, str] = {}
+    clashes = []
+    for letter, text in letters:
+        if letter in seen:
+            clashes.append(f"Alt+{letter.upper()}: {seen[letter]!r} and {text!r}")
+        seen.setdefault(letter, text)
+    assert len(letters) >= 15
+    assert not clashes, clashes
