@@ -456,7 +456,13 @@ class DocumentView(QWidget):
         self.summary.setText(self.tr("{0:,} characters").format(len(text)))
         self.text.text_length = len(text)
         self._set_window(*window_bounds(text, 0))
-        self.bar.setVisible(len(text) > FULL_CHARS)
+        windowed = len(text) > FULL_CHARS
+        self.bar.setVisible(windowed)  # the whole text's bar stands in for the pane's own
+        self.text.setVerticalScrollBarPolicy(
+            Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+            if windowed
+            else Qt.ScrollBarPolicy.ScrollBarAsNeeded
+        )
         self._scroll_to_top(0)
         self._repaint_layers()
         self.document_ready.emit()

@@ -31,7 +31,14 @@ import psutil
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QTimer
 from PySide6.QtGui import QCloseEvent, QColor, QHideEvent, QPalette, QShowEvent
-from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QVBoxLayout,
+    QWidget,
+)
 from shiboken6 import isValid
 
 from app.core import telemetry
@@ -117,7 +124,7 @@ class GaugesPanel(QWidget):
         self.rates.setLabel("bottom", self.tr("seconds"))
         self.rates.setMouseEnabled(x=False, y=False)
         self.rates.enableAutoRange(axis="y")
-        self._legend = self.rates.addLegend(offset=(8, 8))
+        self._legend = self.rates.addLegend(offset=(-8, 4), colCount=2)  # one row, top right
         self.gen_curve = self.rates.plot([], [], name=self.tr("generation"),
                                          pen=pg.mkPen(GEN_COLOUR, width=2))  # fmt: skip
         self.prompt_curve = self.rates.plot([], [], name=self.tr("prompt"),
@@ -125,7 +132,7 @@ class GaugesPanel(QWidget):
                                             symbolSize=6, symbolBrush=PROMPT_COLOUR)  # fmt: skip
 
         self.hist = pg.PlotWidget()
-        self.hist.setMinimumHeight(100)
+        self.hist.setMinimumHeight(120)
         self.hist.setMouseEnabled(x=False, y=False)
         self._hist_bars = pg.BarGraphItem(x=list(range(11)), height=[0] * 11, width=0.8,
                                           brush=BAR_COLOUR)  # fmt: skip
@@ -136,10 +143,12 @@ class GaugesPanel(QWidget):
 
         self.job_text = QLabel()
         self.job_text.setWordWrap(True)
+        plots = QHBoxLayout()  # side by side: the gauges live in a wide, short dock
+        plots.addWidget(self.rates, 3)
+        plots.addWidget(self.hist, 2)
         layout = QVBoxLayout(self)
         layout.addLayout(grid)
-        layout.addWidget(self.rates, 2)
-        layout.addWidget(self.hist, 1)
+        layout.addLayout(plots, 1)
         layout.addWidget(self.job_text)
         self._apply_palette()
         self.reset(n_ctx)

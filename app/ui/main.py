@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,7 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _install_translation(app)
     apply_theme(app, args.theme or str(QSettings().value("theme", "system")))
     model = args.model if args.model and args.model.exists() else None
-    window = MainWindow(model, args.document, n_ctx=args.n_ctx)
+    scratch = tempfile.TemporaryDirectory() if args.screenshot else None
+    if scratch is not None:  # a scripted picture: the default layout and an empty history; the
+        # person's own settings and history are left as they are
+        folder = Path(scratch.name)
+        settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
+        window = MainWindow(model, args.document, n_ctx=args.n_ctx, settings=settings,
+                            db_path=folder / "history.db")  # fmt: skip
+    else:
+        window = MainWindow(model, args.document, n_ctx=args.n_ctx)
     window.show()
     sys.excepthook = window.report_unexpected
     if args.model is not None and model is None:
@@ -117,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         window.failed.connect(fail)
         QTimer.singleShot(600_000, lambda: fail("timed out"))
     app.exec()
+    if scratch is not None:
+        scratch.cleanup()
     return exit_code
 
 

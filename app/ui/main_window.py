@@ -32,12 +32,14 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
     QFileDialog,
+    QFrame,
     QLabel,
     QLineEdit,
     QMainWindow,
     QMessageBox,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTabWidget,
     QToolBar,
@@ -153,9 +155,13 @@ class MainWindow(QMainWindow):
         self.model_panel = ModelPanel(models_dir())
         self.model_panel.load_requested.connect(self.load_model)
         self.model_panel.unload_requested.connect(self.engine.request_unload)
-        self._dock(
-            "model", self.tr("Model"), self.model_panel, Qt.DockWidgetArea.LeftDockWidgetArea
-        )
+        # scrolls rather than squeezing its wrapped hints when the window is short
+        model_scroll = QScrollArea()
+        model_scroll.setWidget(self.model_panel)
+        model_scroll.setWidgetResizable(True)
+        model_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        model_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._dock("model", self.tr("Model"), model_scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
 
         self.buffers = BufferPanel()
         self.buffers.source_clicked.connect(self.document_view.highlight_sources)
