@@ -240,6 +240,41 @@ def test_close_does_not_wait_for_a_plan_in_flight(tmp_path: Path) -> None:
     assert [type(o) for o in outcome] == [Superseded]
 
 
+def test_cancel_stops_the_plan_in_flight_and_the_next_one_works(tmp_path: Path) -> None:
+    path = tmp_path / "long.txt"
+    path.write_text(sample_document().read_text(encoding="utf-8") * 2, encoding="utf-8")
+    doc = load_document(path)
+    p = PlanProcess()
+    outcome: list[object] = []
+
+    def plan() -> None:
+        try:
+            outcome.append(p.plan(doc, CL100K_KEY, "entropy", model=None, n_ctx=2048,
+                                  reserve=32, instruction=TASK))  # fmt: skip
+        except Exception as exc:
+            outcome.append(exc)
+
+    try:
+        assert not p.cancel()  # nothing in flight: nothing to stop
+        worker = threading.Thread(target=plan)
+        worker.start()
+        _wait_for(lambda: p.pid is not None)
+        first = p.pid
+        t0 = time.monotonic()
+        assert p.cancel()
+        worker.join(30)
+        assert time.monotonic() - t0 < 5
+        assert [type(o) for o in outcome] == [Superseded]
+        with pytest.raises(ProcessLookupError):
+            os.kill(first, 0)  # type: ignore[arg-type]
+        small = load_document(DATA / "sample.md")
+        plan = p.plan(small, CL100K_KEY, "head", model=None, n_ctx=512, reserve=32,
+                      instruction=TASK)  # fmt: skip
+        assert plan.kept and p.pid != first
+    finally:
+        p.close()
+
+
 # ----- jobs run the plans made in the child -------------------------------------------------
 
 

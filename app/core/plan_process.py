@@ -64,6 +64,7 @@ class PlanProcess:
         self._tickets = threading.Lock()
         self._newest = 0
         self._closed = False
+        self._cancelling = False  # cancel() was called for the request in flight
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         _open.add(self)
@@ -104,6 +105,17 @@ class PlanProcess:
         """The tokens of the whole document by the counter ``counter_key`` names."""
         return int(self._call("count", doc, counter_key, ticket))
 
+    def cancel(self) -> bool:
+        """Stop the request in flight, if any: its child is killed and the call ends as
+        :class:`Superseded`; the next request starts a new child (which reads the document
+        again). An idle child is left alone, with its caches. True when there was one."""
+        if not self._lock.locked():
+            return False
+        self._cancelling = True
+        with contextlib.suppress(ValueError, AttributeError):  # not started, or reaped meanwhile
+            self._proc.kill()  # type: ignore[union-attr]
+        return True
+
     def close(self) -> None:
         """End the child; safe to call more than once, and at exit. Final: later requests, and
         one in flight (its child is killed rather than waited for), end as :class:`Superseded`."""
@@ -138,6 +150,7 @@ class PlanProcess:
                 raise Superseded("the planning process is closed")
             if ticket is not None and ticket < self._newest:
                 raise Superseded()
+            self._cancelling = False
             try:
                 reply = self._exchange(op, request)
             except (PlanProcessError, Superseded):
@@ -154,6 +167,9 @@ class PlanProcess:
     def _exchange(self, op: str, request: dict[str, Any]) -> Any:
         """Send one request and wait for its reply, or for the child's end (lock held)."""
         conn, proc = self._start()
+        if self._cancelling:  # cancelled while its child was starting
+            self._reap(wait_s=0)
+            raise Superseded("cancelled")
         try:
             conn.send((op, request))
         except OSError:
@@ -189,6 +205,8 @@ class PlanProcess:
         self._reap(wait_s=0)
         if self._closed:
             return Superseded("the planning process is closed")
+        if self._cancelling:
+            return Superseded("cancelled")
         return PlanProcessError(f"The planning process stopped ({_describe(code)}); "
                                 "the next plan starts a new one.")  # fmt: skip
 

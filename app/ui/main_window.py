@@ -73,6 +73,7 @@ from app.ui.theme import apply_theme, current_theme
 log = logging.getLogger(__name__)
 MAX_RECENT = 8
 TASKS = ("summarize", "ask", "extract")
+CANCELLABLE = frozenset({"open", "plan", "run"})  # a model load runs to its end
 REPLAN_DELAY_MS = 400  # after the last keystroke in the question
 
 
@@ -109,11 +110,14 @@ class MainWindow(QMainWindow):
         self._planner: Planner | None = None  # plans in this process when the child cannot
         self._plan: Plan | None = None
         self._plan_generation = 0
+        self._plans_pending: set[int] = set()  # generations of the plans being made
+        self._open_generation = 0
+        self._waits: set[str] = set()  # see _wait
         self.plans = PlanProcess()  # plans and counts in a child process, started on first use
         self._plan_pool = QThreadPool(self)
+        self._plan_pool.setMaxThreadCount(1)  # plans are answered in the order they were asked
         self._replan_timer = QTimer(self, singleShot=True, interval=REPLAN_DELAY_MS)
         self._replan_timer.timeout.connect(self.update_plan)
-        self._plan_pool.setMaxThreadCount(1)  # plans are answered in the order they were asked
         self._running = False
         self._starting: JobSpec | None = None  # a job whose plans are being made
         self._cancel_start = False
@@ -351,8 +355,11 @@ class MainWindow(QMainWindow):
             self.open_document(Path(path))
 
     def open_document(self, path: Path) -> None:
-        """Read (and decode, and extract) the file in the background, then show and plan it."""
-        self._busy(True, self.tr("Opening {0}…").format(path.name))
+        """Read (and decode, and extract) the file in the background, then show and plan it.
+        Cancel (or opening another file) drops it."""
+        self._open_generation += 1
+        generation = self._open_generation
+        self._wait("open", True, self.tr("Opening {0}…").format(path.name))
 
         def load() -> Document:
             # ~400k blocks, none of them garbage: the full collections their allocation triggers
@@ -363,14 +370,19 @@ class MainWindow(QMainWindow):
                 gc.freeze()
             return doc
 
-        run_in_background(load, self._on_document_loaded, self._on_document_failed)
+        def loaded(doc: Document) -> None:
+            if generation == self._open_generation:
+                self._on_document_loaded(doc)
 
-    def _on_document_failed(self, message: str) -> None:
-        self._busy(False)
-        self._on_failed(message)
+        def failed(message: str) -> None:
+            if generation == self._open_generation:
+                self._wait("open", False)
+                self._on_failed(message)
+
+        run_in_background(load, loaded, failed)
 
     def _on_document_loaded(self, doc: Document) -> None:
-        self._busy(False)
+        self._wait("open", False)
         self._doc = doc
         self._doc_tokens = self._doc_estimate = None
         self._planner = None
@@ -474,13 +486,25 @@ class MainWindow(QMainWindow):
             return _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
                          instruction=instruction, ticket=ticket)  # fmt: skip
 
+        def settle() -> None:
+            self._plans_pending.discard(generation)
+            self._wait("plan", bool(self._plans_pending))
+
         def done(plan: Plan | None) -> None:
+            settle()
             if plan is not None and generation == self._plan_generation:
                 self._plan = plan
                 self.document_view.show_plan(plan)
                 self.plan_shown.emit(plan)
 
-        run_in_background(work, done, self._on_failed, self._plan_pool)
+        def failed(message: str) -> None:
+            settle()
+            if generation == self._plan_generation:
+                self._on_failed(message)
+
+        self._plans_pending.add(generation)
+        self._wait("plan", True, self.tr("Planning {0}…").format(strategy))
+        run_in_background(work, done, failed, self._plan_pool)
 
     def _replan_soon(self) -> None:
         """The question frames the plan too (its room, or extract's instruction): plan again
@@ -534,7 +558,7 @@ class MainWindow(QMainWindow):
         self.model_panel.n_ctx.setValue(settings.n_ctx)
         self._model_sha = ""
         self.model_panel.set_busy(True)
-        self._busy(True, self.tr("Loading {0}…").format(Path(path).name))
+        self._wait("load", True, self.tr("Loading {0}…").format(Path(path).name))
         self.engine.request_load.emit(str(path), settings)
         run_in_background(lambda: sha256_of(Path(path)), self._set_model_sha, lambda _m: None)
 
@@ -544,7 +568,7 @@ class MainWindow(QMainWindow):
     def _on_model_loaded(self, info: ModelInfo, loaded: LoadedModel,
                          caps: EngineCapabilities | None) -> None:  # fmt: skip
         del info
-        self._busy(False)
+        self._wait("load", False)
         self._loaded = loaded
         self.model_panel.set_busy(False)
         self.model_panel.show_loaded(loaded)
@@ -705,16 +729,28 @@ class MainWindow(QMainWindow):
         run_in_background(work, done, failed, self._plan_pool)
 
     def cancel(self) -> None:
+        """Esc: stop whatever the person waits for — the job, the plan, the file being read."""
         if self._running:
             self.statusBar().showMessage(self.tr("Cancelling…"))
             self._cancel_start = self._starting is not None
+            if self._starting is not None:
+                self.plans.cancel()  # the job's plans are being made
             self.engine.cancel()
+            return
+        if "plan" in self._waits:
+            self._plan_generation += 1  # a plan made here anyway is dropped when it arrives
+            self._plans_pending.clear()
+            self.plans.cancel()
+            self._wait("plan", False, self.tr("Planning cancelled; the plan shown is the last "
+                                              "one made."))  # fmt: skip
+        if "open" in self._waits:
+            self._open_generation += 1
+            self._wait("open", False, self.tr("Opening cancelled."))
 
     def _set_running(self, running: bool) -> None:
         self.run_action.setEnabled(not running)
         self.compare_button.setEnabled(not running)
-        self.cancel_action.setEnabled(running)
-        self._busy(running, self.tr("Running…") if running else "")
+        self._wait("run", running, self.tr("Running…") if running else "")
 
     def _on_job_events(self, events: list[Any]) -> None:
         for ev in events:
@@ -815,11 +851,24 @@ class MainWindow(QMainWindow):
 
     # ----- errors and progress -----
 
-    def _busy(self, busy: bool, message: str = "") -> None:
-        self.progress.setVisible(busy)
-        self._progress_cancel.setVisible(busy and self._running)
+    def _wait(self, what: str, waiting: bool, message: str = "") -> None:
+        """What the person waits for: the status bar's busy bar shows while anything runs, its
+        Cancel (and Esc) while something that can be cancelled does."""
+        if waiting:
+            self._waits.add(what)
+        else:
+            self._waits.discard(what)
+        self.progress.setVisible(bool(self._waits))
+        cancellable = bool(self._waits & CANCELLABLE)
+        self._progress_cancel.setVisible(cancellable)
+        self.cancel_action.setEnabled(cancellable)
         if message:
             self.statusBar().showMessage(message)
+
+    @property
+    def waiting_for(self) -> frozenset[str]:
+        """What runs now: "open", "load", "plan", "run"."""
+        return frozenset(self._waits)
 
     def _on_restarted(self) -> None:
         self.statusBar().showMessage(self.tr("Engine restarted"))
@@ -831,7 +880,7 @@ class MainWindow(QMainWindow):
     def _on_failed(self, message: str) -> None:
         log.warning("%s", message)
         self.last_error = message
-        self._busy(False)
+        self._wait("load", False)  # the engine answers a failed load this way
         self.model_panel.set_busy(False)
         self.statusBar().showMessage(message)
         # open(), not exec(): the message is window-modal but never blocks the event loop.

@@ -176,3 +176,42 @@ def test_alt_keys_are_unambiguous(window: MainWindow) -> None:
         seen.setdefault(letter, text)
     assert len(letters) >= 15
     assert not clashes, clashes
+
+
+@pytest.fixture
+def big_file(tmp_path: Path) -> Path:
+    """~6 MB: a few seconds of planning in the planning process."""
+    path = tmp_path / "big.txt"
+    path.write_text(sample_document().read_text(encoding="utf-8") * 4, encoding="utf-8")
+    return path
+
+
+def test_esc_cancels_planning_and_the_next_plan_works(qtbot, window: MainWindow,
+                                                      big_file: Path) -> None:  # fmt: skip
+    shown: list[object] = []
+    window.plan_shown.connect(shown.append)
+    window.open_document(big_file)
+    qtbot.waitUntil(lambda: "plan" in window.waiting_for, timeout=30_000)
+    qtbot.waitUntil(lambda: window.plans.pid is not None, timeout=30_000)
+    child = window.plans.pid
+    assert window._progress_cancel.isVisible() and window.cancel_action.isEnabled()
+    QTest.keyClick(window, Qt.Key.Key_Escape)
+    assert "plan" not in window.waiting_for and not window._progress_cancel.isVisible()
+    assert "Planning cancelled" in window.statusBar().currentMessage()
+    qtbot.waitUntil(lambda: window.plans.pid != child, timeout=10_000)  # the child was stopped
+    qtbot.wait(300)
+    assert shown == []  # nothing half-made is shown
+    with qtbot.waitSignal(window.plan_shown, timeout=120_000) as done:
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("tail"))
+    assert done.args[0].strategy == "tail" and not window.waiting_for
+
+
+def test_esc_while_a_file_is_read_leaves_the_window_as_it_was(qtbot, window: MainWindow,
+                                                              big_file: Path) -> None:  # fmt: skip
+    window.open_document(big_file)
+    assert "open" in window.waiting_for
+    QTest.keyClick(window, Qt.Key.Key_Escape)
+    assert not window.waiting_for
+    qtbot.wait(2000)  # the read finishes in the background and is dropped
+    assert window._doc is None and window.windowTitle() == "ContextLens"
+    assert not window.waiting_for
