@@ -54,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         compare,
         state_after,
     )
-    from app.core.strategies import STRATEGIES
+    from app.core.strategies import STRATEGIES, Planner
     from app.core.tokens import exact_counter, host_tokenize
 
     try:
@@ -88,8 +88,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 options["questions"] = args.question
             if args.task == "extract":
                 options["instruction"] = args.instruction
+            # the Document, with its structure: the chunks `plan` shows are the ones that run
             events = compare(host, doc.text, counter, task=args.task, strategies=strategies,
-                             **options)  # fmt: skip
+                             planner=Planner(doc, counter), **options)  # fmt: skip
             results = []
             states: dict[int, Any] = {}  # results' index -> the KV state right after its job
             for ev in events:

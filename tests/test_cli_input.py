@@ -178,6 +178,24 @@ def test_run_summarize_json_contract(tmp_path: Path, model_path: Path) -> None:
     assert refused.returncode == 4 and "budget is" in refused.stderr
 
 
+def test_run_executes_the_plan_that_plan_shows(tmp_path: Path, model_path: Path) -> None:
+    """Both plan the Document with its structure (here: code, never cut inside a line)."""
+    from app.core.jobs import SUMMARIZE
+
+    doc = str(DATA / "sample.py")
+    shown = run("plan", doc, "--n-ctx", "256", "--strategy", "head", "--reserve", "8",
+                "--task", SUMMARIZE, "--json", timeout=300)  # fmt: skip
+    ran = run("run", doc, "--strategy", "head", "--n-ctx", "256", "--max-tokens", "8",
+              "--db", str(tmp_path / "h.db"), "--json", timeout=300)  # fmt: skip
+    assert shown.returncode == 0 and ran.returncode == 0, (shown.stderr, ran.stderr)
+    plan = json.loads(shown.stdout.splitlines()[0])
+    done = json.loads(ran.stdout.splitlines()[-1])
+    assert done["plan"]["budget"] == plan["budget"]
+    assert done["plan"]["boundary_integrity"] == plan["boundary_integrity"] == 1.0
+    sources = done["outputs"][0]["source_spans"]
+    assert [[k["start"], k["end"]] for k in plan["kept"]] == [[sources[0][0], sources[-1][1]]]
+
+
 def test_compare_json_has_a_result_per_strategy(tmp_path: Path, model_path: Path) -> None:
     from app.core.paths import sample_document
 
