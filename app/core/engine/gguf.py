@@ -7,7 +7,9 @@ bad file costs the person one clear sentence instead of a crash.
 
 Every length is checked against the bytes actually left in the file before anything is allocated,
 and against caps that no real model comes near. Only the metadata the app needs is kept; big
-arrays (the vocabulary, the merges) are skipped unless a caller asks for them by key.
+arrays (the vocabulary, the merges) are skipped unless a caller asks for them by key. Past the
+format, a few values that are well formed but make llama.cpp abort (found by fuzzing: a vocabulary
+listing a token twice, more layers than it supports, tensors off its alignment) are refused too.
 """
 
 from __future__ import annotations
@@ -30,15 +32,26 @@ GGML_MAX_DIMS = 4
 
 # Caps far above any real model; they bound the work a hostile file can make us do.
 MAX_KEY_BYTES = 64 * 1024
-MAX_STRING_BYTES = 16 * 1024 * 1024  # chat templates are KBs; 16 MiB is generous
+MAX_STRING_BYTES = 16 * 1024 * 1024
+# Chat templates are KBs; llama-cpp-python compiles each one while loading, about 2 s per 128 KiB.
+MAX_TEMPLATE_BYTES = 128 * 1024
+TEMPLATE_KEY = "tokenizer.chat_template"
 MAX_ARRAY_ITEMS = 64 * 1024 * 1024  # vocabularies are ~10^5..10^6 entries
 MAX_KV_COUNT = 1_000_000
 MAX_TENSOR_COUNT = 1_000_000
 MAX_TENSOR_ELEMENTS = 2**62  # an element count above this overflows byte sizes in ggml
 SMALL_STRING_ARRAY = 64  # string arrays up to this length are kept inline in the metadata
 SMALL_NUMBER_ARRAY = 4096  # numeric arrays likewise (per-layer values of deep models fit)
-MAX_LAYERS = 4096  # block_count above this is no real model; per-layer lists are bounded by it
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: a larger block_count fails a GGML_ASSERT
 MAX_HEADS = 65536
+MAX_VOCAB = 1 << 21  # 8x the largest vocabulary in use; bounds the duplicate check's memory
+# llama-cpp-python sizes a token buffer by the training context (as a C int) on every tokenize:
+# 2**31 turns negative, and anything near it is gigabytes per call.
+MAX_CONTEXT_LENGTH = 1 << 28
+# llama.cpp maps tensor data straight from the file and asserts that every tensor starts on this
+# boundary; a general.alignment below it can place tensors off it.
+TENSOR_ALIGNMENT = 32
+VOCAB_KEY = "tokenizer.ggml.tokens"
 
 # Value type codes of the GGUF format.
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = range(8)
@@ -171,15 +184,14 @@ class _Reader:
     def u64(self, what: str) -> int:
         return _U64.unpack(self.bytes(8, what))[0]
 
-    def string(self, what: str, cap: int = MAX_STRING_BYTES) -> str:
+    def raw_string(self, what: str, cap: int = MAX_STRING_BYTES) -> bytes:
         n = self.u64(f"the length of {what}")
         if n > cap:
             raise GGUFError(f"{what} claims {n:,} bytes, more than the limit of {cap:,}")
-        raw = self.bytes(n, what)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise GGUFError(f"{what} is not valid UTF-8 (byte {exc.start} of the string)") from None
+        return self.bytes(n, what)
+
+    def string(self, what: str, cap: int = MAX_STRING_BYTES) -> str:
+        return _decode(self.raw_string(what, cap), what)
 
     def skip_string(self, what: str) -> None:
         n = self.u64(f"the length of {what}")
@@ -188,6 +200,13 @@ class _Reader:
                 f"{what} claims {n:,} bytes, more than the limit of {MAX_STRING_BYTES:,}"
             )
         self.skip(n, what)
+
+
+def _decode(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GGUFError(f"{what} is not valid UTF-8 (byte {exc.start} of the string)") from None
 
 
 def _type_name(code: int) -> str:
@@ -204,7 +223,8 @@ def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
             return bool(value)
         return value
     if vtype == T_STRING:
-        return r.string(f"the value of {key!r}")
+        cap = MAX_TEMPLATE_BYTES if key.startswith(TEMPLATE_KEY) else MAX_STRING_BYTES
+        return r.string(f"the value of {key!r}", cap)
     if vtype == T_ARRAY:
         item_type = r.u32(f"the element type of {key!r}")
         if item_type == T_ARRAY:
@@ -219,6 +239,8 @@ def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
             )
         small = SMALL_STRING_ARRAY if item_type == T_STRING else SMALL_NUMBER_ARRAY
         keep = keep_items or count <= small
+        if key == VOCAB_KEY and item_type == T_STRING:
+            return _read_vocab(r, count, keep)
         if item_type == T_STRING:
             if keep:
                 items: tuple[Any, ...] = tuple(
@@ -240,6 +262,26 @@ def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
                 items = tuple(bool(v) for v in items)
         return ArrayValue(_type_name(item_type), count, items)
     raise GGUFError(f"metadata {key!r} has unknown value type code {vtype}")
+
+
+def _read_vocab(r: _Reader, count: int, keep: bool) -> ArrayValue:
+    """The token list, read whole: llama.cpp aborts on a vocabulary that lists a token twice."""
+    if count > MAX_VOCAB:
+        raise GGUFError(
+            f"the vocabulary claims {count:,} tokens, more than the limit of {MAX_VOCAB:,}"
+        )
+    seen: set[bytes] = set()
+    items: list[str] = []
+    for i in range(count):
+        what = f"element {i} of {VOCAB_KEY!r}"
+        raw = r.raw_string(what)
+        if raw in seen:
+            text = raw.decode("utf-8", "replace")[:40]
+            raise GGUFError(f"the vocabulary lists {text!r} twice (the second time as token {i})")
+        seen.add(raw)
+        if keep:
+            items.append(_decode(raw, what))
+    return ArrayValue("string", count, tuple(items) if keep else None)
 
 
 def _tensor_bytes(name: str, shape: tuple[int, ...], ggml_type: int) -> int:
@@ -375,6 +417,11 @@ def _check_tensor_layout(tensors: list[TensorInfo], data_offset: int, file_size:
         start = data_offset + t.offset
         if start < end:
             raise GGUFError(f"tensor {t.name!r} overlaps the tensor before it")
+        if start % TENSOR_ALIGNMENT:
+            raise GGUFError(
+                f"tensor {t.name!r} starts at byte {start:,} of the file, off the "
+                f"{TENSOR_ALIGNMENT}-byte boundary llama.cpp needs"
+            )
         end = start + t.n_bytes
         if end > file_size:
             raise GGUFError(
@@ -486,6 +533,19 @@ def _layer_count(gf: GGUFFile) -> int | None:
     return n
 
 
+def _context_length(gf: GGUFFile) -> int | None:
+    value = gf.arch_value("context_length")
+    if value is None:
+        return None
+    n = _int_or_none(value)
+    if n is None or not 1 <= n <= MAX_CONTEXT_LENGTH:
+        raise GGUFError(
+            f"{gf.architecture}.context_length is {value!r}; "
+            f"a model is trained on 1 to {MAX_CONTEXT_LENGTH:,} tokens of context"
+        )
+    return n
+
+
 def _per_layer(gf: GGUFFile, suffix: str, value: Any, n_layers: int | None) -> tuple[int, ...]:
     """A head count given once for all layers or as one value per layer, checked either way."""
     key = f"{gf.architecture}.{suffix}"
@@ -539,7 +599,7 @@ def model_info(gf: GGUFFile) -> ModelInfo:
         n_head_kv=max(kv_heads) if kv_heads else None,
         head_dim_k=head_k,
         head_dim_v=head_v,
-        n_ctx_train=_int_or_none(gf.arch_value("context_length")),
+        n_ctx_train=_context_length(gf),
         vocab_size=vocab,
         tokenizer_model=gf.get("tokenizer.ggml.model"),
         tokenizer_pre=gf.get("tokenizer.ggml.pre"),

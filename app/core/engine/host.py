@@ -103,6 +103,8 @@ class EngineHost:
         self.model: LoadedModel | None = None
         self.model_info: ModelInfo | None = None
         self._busy_with = ""
+        self._op = ""  # the request in flight, so a crash report can say what it means
+        self._log_mark = 0  # where the child's log stood when that request was sent
 
     # ----- life cycle -----
 
@@ -154,9 +156,9 @@ class EngineHost:
                     start_new_session=True,  # a Ctrl+C in the terminal is the parent's to handle
                 )  # fmt: skip
             self._conn = Connection(ours.detach())
-            self._busy_with = "starting"
+            self._busy_with, self._op, self._log_mark = "starting", "start", 0
             reply = self._recv(timeout=START_TIMEOUT_S)
-            self._busy_with = ""
+            self._busy_with = self._op = ""
             self.capabilities = self._unwrap(reply)
             return self.capabilities
 
@@ -200,31 +202,41 @@ class EngineHost:
                 code = None
         native = self._native_last_words()
         doing = f" while {self._busy_with}" if self._busy_with else ""
-        msg = (
-            f"the engine process died{doing}: {describe_exit(code)}; the app is unaffected, "
-            "load the model again to start a new engine"
+        # A file that kills llama.cpp while loading will do so again: do not suggest a retry.
+        advice = (
+            "but llama.cpp cannot load this file as it is"
+            if self._op == "load"
+            else "load the model again to start a new engine"
         )
+        msg = f"the engine process died{doing}: {describe_exit(code)}; the app is unaffected, "
+        msg += advice
         if native:
             msg += f" (llama.cpp said: {native})"
         self._reap()
         return EngineCrashedError(msg, code)
 
     def _native_last_words(self) -> str:
-        """The most telling line the child wrote to stderr before dying, if any."""
+        """The most telling line the child wrote to stderr during the request that killed it."""
         if self._tmpdir is None:
             return ""
         try:
             with (self._tmpdir / "engine.log").open("rb") as fh:
                 fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 8192))
+                fh.seek(max(self._log_mark, fh.tell() - 8192))
                 lines = fh.read().decode("utf-8", "replace").splitlines()
         except OSError:
             return ""
-        for key in ("GGML_ASSERT", "GGML_ABORT", "error", "Error"):
+        for key in ("GGML_ASSERT", "GGML_ABORT", "terminate called", "error", "Error"):
             for line in reversed(lines):
                 if key in line and not line.startswith(("Traceback", "Fatal Python")):
                     return line.strip()[:300]
         return ""
+
+    def _log_size(self) -> int:
+        try:
+            return (self._tmpdir / "engine.log").stat().st_size if self._tmpdir else 0
+        except OSError:
+            return 0
 
     def _recv(self, timeout: float | None = None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -275,7 +287,7 @@ class EngineHost:
         if not self.alive:
             raise self._crashed()
         self._flag.clear()
-        self._busy_with = doing
+        self._busy_with, self._op, self._log_mark = doing, op, self._log_size()
         try:
             self._conn.send((op, kwargs))
         except (OSError, EOFError):
@@ -287,7 +299,7 @@ class EngineHost:
             try:
                 return self._unwrap(self._recv())
             finally:
-                self._busy_with = ""
+                self._busy_with = self._op = ""
 
     # ----- operations -----
 
@@ -308,14 +320,14 @@ class EngineHost:
         try:
             info = inspect_model(path)
         except GGUFError as exc:
-            raise ModelLoadError(str(exc)) from None
+            raise ModelLoadError(f"cannot load {Path(path).name}: {exc}") from None
         memory_preflight(info, settings)  # InsufficientMemoryError before anything is allocated
         with self._lock:
             if not self.alive:
                 self.start()
             self.model = None
-            loaded = self._call("load", "loading the model", path=str(Path(path).resolve()),
-                                settings=settings)  # fmt: skip
+            loaded = self._call("load", f"loading {Path(path).name}",
+                                path=str(Path(path).resolve()), settings=settings)  # fmt: skip
             self.model, self.model_info = loaded, info
             return loaded
 
@@ -441,7 +453,7 @@ class EngineHost:
                         reply = self._recv()
                         if reply[0] != "event" or isinstance(reply[1], Finished):
                             break
-                self._busy_with = ""
+                self._busy_with = self._op = ""
 
     def generate_text(self, prompt: Sequence[int], **kwargs: Any) -> tuple[str, Finished]:
         """Convenience: the whole reply as one string, and the finish record."""

@@ -17,12 +17,15 @@ import contextlib
 import ctypes
 import mmap
 import os
+import re
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
+
+from jinja2 import TemplateError
 
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
 from app.core.engine.ipc import SharedFlag
@@ -112,6 +115,7 @@ class Engine:
         self.settings: LoadSettings | None = None
         self.tokens: list[int] = []  # what occupies KV positions 0..len-1 of sequence 0
         self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
+        self.first_error = ""  # llama.cpp's first error since the last load began: the cause
         self._install_log_capture()
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
 
@@ -122,10 +126,12 @@ class Engine:
 
         @self._lc.llama_log_callback
         def on_log(level: int, text: bytes, _user: Any) -> None:
-            if level in (2, 3) or (level == 5 and self.log):  # warn, error, continuation
+            if level in (3, 4) or (level == 5 and self.log):  # ggml: warn, error, continuation
                 line = text.decode("utf-8", "replace").rstrip()
                 if line:
                     self.log.append(line)
+                if level == 4 and line and not self.first_error:
+                    self.first_error = line
 
         self._log_cb = on_log  # keep a reference: llama.cpp holds only the raw pointer
         self._lc.llama_log_set(on_log, ctypes.c_void_p(0))
@@ -203,6 +209,7 @@ class Engine:
         cache_type = int(GGMLQuantizationType[settings.kv_cache_type.upper()])
         n_threads_batch = settings.n_threads_batch or settings.n_threads
         self.log.clear()
+        self.first_error = ""
         t0 = time.perf_counter()
         try:
             from llama_cpp import Llama
@@ -221,10 +228,18 @@ class Engine:
                 seed=settings.seed,
                 verbose=False,
             )
-        except (ValueError, RuntimeError, OSError) as exc:
+        except (ValueError, RuntimeError, OSError, TemplateError) as exc:
             self.llm = None
-            said = next((ln for ln in reversed(self.log) if "error" in ln.lower()), "")
-            reason = said or str(exc)
+            said = self.first_error or next(
+                (ln for ln in reversed(self.log) if "error" in ln.lower()), ""
+            )
+            reason = _plain(said or str(exc))
+            # llama-cpp-python compiles the chat template while loading.
+            if isinstance(exc, TemplateError):
+                first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+                reason = f"its chat template is not valid Jinja ({_plain(first_line, 200)})"
+            elif isinstance(exc, RecursionError):
+                reason = "its chat template is nested too deeply to compile"
             raise ModelLoadError(f"llama.cpp could not load {os.path.basename(path)}: {reason}") \
                 from None  # fmt: skip
         self._install_log_capture()  # Llama() may have replaced the global log callback
@@ -593,6 +608,12 @@ class Engine:
         elif kind == "illegal-instruction":
             os.kill(os.getpid(), signal.SIGILL)
         raise ValueError(f"unknown crash kind {kind!r}")
+
+
+def _plain(line: str, limit: int = 300) -> str:
+    """A llama.cpp log line as a reason: without the C function name, and not endless."""
+    line = re.sub(r"^[A-Za-z_]\w*: ", "", line.strip())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _error_reply(exc: BaseException) -> tuple[str, str, Any]:
