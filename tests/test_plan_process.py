@@ -216,11 +216,14 @@ def test_close_ends_the_child_and_later_requests_are_dropped(lexicon: Document) 
     p.close()  # twice is fine
 
 
-def test_close_does_not_wait_for_a_plan_in_flight(tmp_path: Path) -> None:
-    path = tmp_path / "long.txt"
+def _long_document(folder: Path) -> Document:
+    path = folder / "long.txt"
     path.write_text(sample_document().read_text(encoding="utf-8") * 2, encoding="utf-8")
-    doc = load_document(path)
-    p = PlanProcess()
+    return load_document(path)
+
+
+def _plan_in_background(p: PlanProcess, doc: Document) -> tuple[threading.Thread, list[object]]:
+    """A long plan started on a thread, once the child is up: (the thread, its outcome)."""
     outcome: list[object] = []
 
     def plan() -> None:
@@ -233,6 +236,12 @@ def test_close_does_not_wait_for_a_plan_in_flight(tmp_path: Path) -> None:
     worker = threading.Thread(target=plan)
     worker.start()
     _wait_for(lambda: p.pid is not None)
+    return worker, outcome
+
+
+def test_close_does_not_wait_for_a_plan_in_flight(tmp_path: Path) -> None:
+    p = PlanProcess()
+    worker, outcome = _plan_in_background(p, _long_document(tmp_path))
     t0 = time.monotonic()
     p.close()
     worker.join(30)
@@ -241,24 +250,10 @@ def test_close_does_not_wait_for_a_plan_in_flight(tmp_path: Path) -> None:
 
 
 def test_cancel_stops_the_plan_in_flight_and_the_next_one_works(tmp_path: Path) -> None:
-    path = tmp_path / "long.txt"
-    path.write_text(sample_document().read_text(encoding="utf-8") * 2, encoding="utf-8")
-    doc = load_document(path)
     p = PlanProcess()
-    outcome: list[object] = []
-
-    def plan() -> None:
-        try:
-            outcome.append(p.plan(doc, CL100K_KEY, "entropy", model=None, n_ctx=2048,
-                                  reserve=32, instruction=TASK))  # fmt: skip
-        except Exception as exc:
-            outcome.append(exc)
-
     try:
         assert not p.cancel()  # nothing in flight: nothing to stop
-        worker = threading.Thread(target=plan)
-        worker.start()
-        _wait_for(lambda: p.pid is not None)
+        worker, outcome = _plan_in_background(p, _long_document(tmp_path))
         first = p.pid
         t0 = time.monotonic()
         assert p.cancel()
