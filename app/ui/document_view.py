@@ -642,8 +642,8 @@ class DocumentView(QWidget):
         """The person scrolled the pane: follow with the bar, move the window near its edge."""
         if self._moving:
             return
-        self._sync_bar()
         top, bottom = self._screen()
+        self._sync_bar(top)
         comfortable = self._holds_comfortably(top) and self._holds_comfortably(bottom)
         if not comfortable and not self._recentre_pending:  # after Qt has finished this scroll
             self._recentre_pending = True
@@ -664,11 +664,12 @@ class DocumentView(QWidget):
         """Ctrl+Home / Ctrl+End: the start or the end of the whole text, not of the window."""
         self.reveal(len(self._text_str) if at_end else 0)
 
-    def _sync_bar(self) -> None:
+    def _sync_bar(self, top: int | None = None) -> None:
+        """The bar at the text offset on top of the screen (``top`` when the caller knows it)."""
         if not self.bar.isVisible() or self.bar.isSliderDown():
             return  # a bar being dragged is the person's
         self.bar.blockSignals(True)
-        self.bar.setValue(self._screen()[0])
+        self.bar.setValue(self._screen()[0] if top is None else top)
         self.bar.blockSignals(False)
 
     def _update_steps(self) -> None:

@@ -521,29 +521,25 @@ def _quantization_name(gf: GGUFFile) -> str:
     return GGMLQuantizationType(max(by_type, key=by_type.__getitem__)).name
 
 
-def _layer_count(gf: GGUFFile) -> int | None:
-    value = gf.arch_value("block_count")
+def _arch_count(gf: GGUFFile, suffix: str, limit: int, bounds: str) -> int | None:
+    """``<arch>.<suffix>`` as an integer from 1 to ``limit``; None when absent. Otherwise one
+    sentence, which ``bounds`` ends by saying what a real model has."""
+    value = gf.arch_value(suffix)
     if value is None:
         return None
     n = _int_or_none(value)
-    if n is None or not 1 <= n <= MAX_LAYERS:
-        raise GGUFError(
-            f"{gf.architecture}.block_count is {value!r}; a model has 1 to {MAX_LAYERS} layers"
-        )
+    if n is None or not 1 <= n <= limit:
+        raise GGUFError(f"{gf.architecture}.{suffix} is {value!r}; {bounds}")
     return n
+
+
+def _layer_count(gf: GGUFFile) -> int | None:
+    return _arch_count(gf, "block_count", MAX_LAYERS, f"a model has 1 to {MAX_LAYERS} layers")
 
 
 def _context_length(gf: GGUFFile) -> int | None:
-    value = gf.arch_value("context_length")
-    if value is None:
-        return None
-    n = _int_or_none(value)
-    if n is None or not 1 <= n <= MAX_CONTEXT_LENGTH:
-        raise GGUFError(
-            f"{gf.architecture}.context_length is {value!r}; "
-            f"a model is trained on 1 to {MAX_CONTEXT_LENGTH:,} tokens of context"
-        )
-    return n
+    bounds = f"a model is trained on 1 to {MAX_CONTEXT_LENGTH:,} tokens of context"
+    return _arch_count(gf, "context_length", MAX_CONTEXT_LENGTH, bounds)
 
 
 def _per_layer(gf: GGUFFile, suffix: str, value: Any, n_layers: int | None) -> tuple[int, ...]:
