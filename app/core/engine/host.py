@@ -368,6 +368,11 @@ class EngineHost:
         self._need_model()
         return self._call("kv_usage", "reading KV usage")
 
+    def kv_tokens(self) -> list[int]:
+        """The token ids the KV cache holds, by position (what an audit compares with the plan)."""
+        self._need_model()
+        return self._call("kv_tokens", "reading the KV tokens")
+
     def save_state(self) -> KVState:
         """The KV cache of the sequence with its tokens. The bytes travel through a file in the
         engine's private folder (RAM-backed where /dev/shm exists): a pipe would copy tens of

@@ -318,6 +318,11 @@ class Engine:
         self._lc.llama_memory_clear(self._mem, True)
         self.tokens = []
 
+    def kv_tokens(self) -> list[int]:
+        """The token ids at KV positions 0..n-1 of the sequence, as the engine put them there."""
+        self._require()
+        return list(self.tokens)
+
     def kv_usage(self) -> KVUsage:
         llm = self._require()
         lc = self._lc
