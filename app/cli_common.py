@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-# A contract: 0 done, 2 bad input, 3 engine crashed, 4 refused (does not fit), 130 cancelled.
+# A contract: 0 done, 2 bad input, 3 engine crashed, 4 refused (does not fit), 5 the audit found
+# a mismatch (``run --audit``), 130 cancelled.
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_CONTEXT, EXIT_CANCELLED = 0, 2, 3, 4, 130
+EXIT_AUDIT = 5
 
 
 class BadInput(Exception):

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from app.cli_common import (
+    EXIT_AUDIT,
     EXIT_BAD_INPUT,
     EXIT_CANCELLED,
     EXIT_CONTEXT,
@@ -28,7 +29,7 @@ from app.cli_common import (
     fail,
 )
 from app.cli_input import model_path_or_default, read_document
-from app.cli_snapshots import check_writable, record_runs
+from app.cli_snapshots import check_writable, record_runs, stored_runs
 
 TASKS = ("summarize", "ask", "extract")
 
@@ -38,6 +39,7 @@ def _type_name(event: object) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from app.core.audit import Audit
     from app.core.engine.host import EngineHost
     from app.core.engine.protocol import (
         EngineCrashedError,
@@ -71,6 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
     cancel = CancelToken()
+    audit: Audit | None = None
     with EngineHost() as host:
 
         def on_sigint(_sig: int, _frame: FrameType | None) -> None:
@@ -88,6 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 options["questions"] = args.question
             if args.task == "extract":
                 options["instruction"] = args.instruction
+            if args.audit:  # the counter is this model's own tokenizer: counts must match too
+                audit = options["audit"] = Audit(host, exact_counts=True)
             # the Document, with its structure: the chunks `plan` shows are the ones that run
             events = compare(host, doc.text, counter, task=args.task, strategies=strategies,
                              planner=Planner(doc, counter), **options)  # fmt: skip
@@ -129,10 +134,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app.store.db import StoreError
 
     try:
-        record_runs(args.db, doc, Path(model), args, results, states=states)
+        versions = record_runs(args.db, doc, Path(model), args, results, states=states)
+        if audit is not None:
+            for result, run in zip(results, stored_runs(args.db, versions), strict=True):
+                audit.check_stored(result, run)
     except (BadInput, ValueError, StoreError, OSError) as exc:
         # the run itself succeeded: say so, keep its output
         print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)
+        if audit is not None:
+            audit.fail("store", "store", f"the run was not recorded: {exc}")
+    code = _report(args, results)
+    if audit is None:
+        return code
+    _report_audit(audit, args.json)
+    return EXIT_AUDIT if audit.findings else code
+
+
+def _report_audit(audit: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"type": "audit", "passed": audit.ok, "counts": audit.counts.as_dict(),
+                          "findings": [str(f) for f in audit.findings]}), flush=True)  # fmt: skip
+    print(audit.summary(), file=sys.stderr, flush=True)
+    for finding in audit.findings:
+        print(f"  - {finding}", file=sys.stderr)
+
+
+def _report(args: argparse.Namespace, results: list[Any]) -> int:
+    """Print the last record of a run or compare; the exit code its results call for."""
     if args.command == "compare":
         return _report_compare(results, args.json)
     result = results[-1]
@@ -247,4 +275,7 @@ def add_commands(sub: Any) -> None:
                        help="save the KV state with the run, so a rollback resumes instantly "
                             "(tens of MB per run)")  # fmt: skip
         p.add_argument("--json", action="store_true", help="print JSON lines, one per event")
+        p.add_argument("--audit", action="store_true",
+                       help="check against llama.cpp that the model saw exactly the plan shown; "
+                            "exit 5 on any mismatch")  # fmt: skip
         p.set_defaults(func=cmd_run)

@@ -79,6 +79,16 @@ def record_runs(
         db.close()
 
 
+def stored_runs(db_path: str | None, version_ids: list[int]) -> list[dict[str, Any]]:
+    """The last run recorded under each version, read back from the store (for ``--audit``)."""
+    db, repo = _open(db_path)
+    try:
+        return [repo.runs(v)[-1] for v in version_ids]
+    finally:
+        repo.close()
+        db.close()
+
+
 def cmd_snapshots(args: argparse.Namespace) -> int:
     from app.store.archive import ArchiveError
     from app.store.db import StoreError

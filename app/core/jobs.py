@@ -16,6 +16,7 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from app.core.audit import Audit, CallRecord, LaidSegment
 from app.core.budget import document_messages, split_at_document
 from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
@@ -230,11 +231,19 @@ class _Frame:
 class _Session:
     """Calls the model over segments, mirrors the KV layout in a ring, gathers the figures."""
 
-    def __init__(self, engine: Engine, n_ctx: int, result: JobResult, cancel: CancelToken) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        n_ctx: int,
+        result: JobResult,
+        cancel: CancelToken,
+        audit: Audit | None = None,
+    ) -> None:
         self.engine = engine
         self.ring = Ring(n_ctx)
         self.result = result
         self.cancel = cancel
+        self.audit = audit
         self._frames: dict[str, _Frame] = {}
 
     def frame(self, instruction: str) -> _Frame:
@@ -248,7 +257,8 @@ class _Session:
         frame = self.frame(instruction)
         ring = self.ring
         ring.clear()
-        ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
+        system = ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
+        laid = [LaidSegment(system, tuple(frame.before))]
         prompt = list(frame.before)
         placed = []
         for seg in segments:
@@ -257,14 +267,16 @@ class _Session:
                 continue
             s = ring.append(SegmentKind.CHUNK, len(tokens), source=seg.source)
             placed.append((seg, s))
+            laid.append(LaidSegment(s, tuple(tokens)))
             prompt += tokens
             if seg.source is not None:
                 yield ChunkQueued(step, seg.source[0], seg.source[1], len(tokens))
-        ring.append(SegmentKind.QUESTION, len(frame.after), pinned=True)
+        question = ring.append(SegmentKind.QUESTION, len(frame.after), pinned=True)
+        laid.append(LaidSegment(question, tuple(frame.after)))
         prompt += frame.after
         sources = tuple(ring.resident_sources())
         self.result.final_prompt = tuple(prompt)
-        return (yield from self.stream(step, prompt, placed, sources, max_tokens))
+        return (yield from self.stream(step, prompt, placed, sources, max_tokens, laid=laid))
 
     def stream(
         self,
@@ -273,36 +285,60 @@ class _Session:
         placed: Sequence[tuple[_Segment, Segment]],
         sources: tuple[tuple[int, int], ...],
         max_tokens: int,
+        *,
+        laid: Sequence[LaidSegment] = (),
     ) -> Generator[Event, None, OutputSpan]:
-        """Generate after ``prompt`` (its segments already in the ring) and record the output."""
+        """Generate after ``prompt`` (its segments already in the ring) and record the output.
+
+        When the engine fails mid-reply, the text so far is kept as an output with finish reason
+        ``error`` before the failure goes on to the job.
+        """
         ring = self.ring
+        audit = self.audit
         t0 = time.perf_counter()
         parts: list[str] = []
+        generated: list[int] = []
         finished: Finished | None = None
         output = None
         first = True
-        for ev in self.engine.generate(prompt, max_tokens=max_tokens):
-            if first and isinstance(ev, TextDelta | Finished):  # the prompt is in the KV cache
-                first = False
-                self.result.ttft_s.append(time.perf_counter() - t0)
-                for seg, s in placed:
-                    if seg.source is not None:
-                        yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens,
-                                             s.pos, s.end, ring.version)  # fmt: skip
-            if isinstance(ev, TextDelta):
-                parts.append(ev.text)
-                grow = min(len(ev.token_ids), ring.free)
-                if grow:
-                    output = (
-                        ring.append(SegmentKind.OUTPUT, grow)
-                        if output is None
-                        else ring.grow(output.id, grow)
-                    )
-                yield TokenBatch(step, ev.text, len(ev.token_ids), ring.version, sources)
-            elif isinstance(ev, Finished):
-                finished = ev
+        try:
+            for ev in self.engine.generate(prompt, max_tokens=max_tokens):
+                if first and isinstance(ev, TextDelta | Finished):  # the prompt is in the cache
+                    first = False
+                    self.result.ttft_s.append(time.perf_counter() - t0)
+                    for seg, s in placed:
+                        if seg.source is not None:
+                            yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens,
+                                                 s.pos, s.end, ring.version)  # fmt: skip
+                if isinstance(ev, TextDelta):
+                    parts.append(ev.text)
+                    generated += ev.token_ids
+                    grow = min(len(ev.token_ids), ring.free)
+                    if grow:
+                        output = (
+                            ring.append(SegmentKind.OUTPUT, grow)
+                            if output is None
+                            else ring.grow(output.id, grow)
+                        )
+                    if audit is not None:
+                        audit.batch(step, ring, sources, ring.version)
+                    yield TokenBatch(step, ev.text, len(ev.token_ids), ring.version, sources)
+                elif isinstance(ev, Finished):
+                    finished = ev
+        except EngineError:
+            if "".join(parts).strip():
+                self.result.outputs.append(OutputSpan(step, "".join(parts).strip(), sources,
+                                                      ring.version, "error"))  # fmt: skip
+            if audit is not None:
+                audit.call_failed(step, sources)
+            raise
         assert finished is not None
         stats = finished.stats
+        # llama.cpp holds the prompt (all of it unless cancelled) and the reply but for its last
+        # sampled token, which is never evaluated: the ring lets go of what the cache does not hold
+        ring.cut(min(stats.n_past, ring.used))
+        if audit is not None:
+            audit.call_finished(CallRecord(step, ring, laid, prompt, generated, stats, sources))
         self.result.prompt_tokens += stats.prompt_tokens
         self.result.evaluated_tokens += stats.prompt_eval_tokens
         self.result.prompt_lengths.append(stats.prompt_tokens)
@@ -351,6 +387,13 @@ def _planned(
         result.finish_reason = "error"
         result.refused = plan.refused
         return None
+    if session.audit is not None:
+        passes = (
+            [plan.chunks[first : last + 1] for first, last in _window_ranges(plan)]
+            if plan.multi_pass
+            else [plan.kept_chunks()]
+        )
+        session.audit.planned(plan.kept_chunks(), passes, dropped=bool(plan.dropped))
     return plan
 
 
@@ -383,12 +426,21 @@ def _question_room(counter: TokenCounter, questions: Sequence[str]) -> int:
 
 
 def _job(
-    task: str, strategy: str, n_ctx: int, engine: Engine, cancel: CancelToken | None
+    task: str,
+    strategy: str,
+    n_ctx: int,
+    engine: Engine,
+    cancel: CancelToken | None,
+    *,
+    audit: Audit | None = None,
+    text: str = "",
 ) -> tuple[JobResult, _Session]:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (choose one of {', '.join(STRATEGIES)})")
     result = JobResult(task, strategy, "stop", n_ctx)
-    return result, _Session(engine, n_ctx, result, cancel or CancelToken())
+    if audit is not None:
+        audit.job_started(task, strategy, text)
+    return result, _Session(engine, n_ctx, result, cancel or CancelToken(), audit)
 
 
 def _failed(result: JobResult, session: _Session, exc: EngineError) -> JobError:
@@ -407,6 +459,8 @@ def _finish(result: JobResult, session: _Session, t0: float) -> JobFinished:
     if session.cancel.is_set():
         result.finish_reason = "cancelled"
     result.seconds = time.perf_counter() - t0
+    if session.audit is not None:
+        session.audit.job_finished(result)
     return JobFinished(result)
 
 
@@ -420,6 +474,7 @@ def summarize(
     max_tokens: int = 256,
     cancel: CancelToken | None = None,
     planner: Planner | None = None,
+    audit: Audit | None = None,
 ) -> Iterator[Event]:
     """Summarize ``text`` under ``strategy``; the last event is :class:`JobFinished`.
 
@@ -429,7 +484,7 @@ def summarize(
     by window.
     """
     t0 = time.perf_counter()
-    result, session = _job("summarize", strategy, n_ctx, engine, cancel)
+    result, session = _job("summarize", strategy, n_ctx, engine, cancel, audit=audit, text=text)
     planner = planner or Planner(text, counter)
     try:
         instruction, reserve = planning("summarize", strategy, counter, max_tokens=max_tokens)
@@ -460,6 +515,7 @@ def ask(
     max_tokens: int = 256,
     cancel: CancelToken | None = None,
     planner: Planner | None = None,
+    audit: Audit | None = None,
 ) -> Iterator[Event]:
     """Answer ``questions`` about ``text``, one output per question.
 
@@ -468,7 +524,7 @@ def ask(
     is evaluated). Multi-pass strategies ask each window and then combine the answers.
     """
     t0 = time.perf_counter()
-    result, session = _job("ask", strategy, n_ctx, engine, cancel)
+    result, session = _job("ask", strategy, n_ctx, engine, cancel, audit=audit, text=text)
     planner = planner or Planner(text, counter)
     try:
         if not questions or not all(q.strip() for q in questions):
@@ -518,10 +574,11 @@ def extract(
     max_tokens: int = 256,
     cancel: CancelToken | None = None,
     planner: Planner | None = None,
+    audit: Audit | None = None,
 ) -> Iterator[Event]:
     """Apply ``instruction`` to each window of the plan; the results merged in document order."""
     t0 = time.perf_counter()
-    result, session = _job("extract", strategy, n_ctx, engine, cancel)
+    result, session = _job("extract", strategy, n_ctx, engine, cancel, audit=audit, text=text)
     planner = planner or Planner(text, counter)
     try:
         if not instruction.strip():
@@ -639,9 +696,11 @@ def resume(
             raise ValueError("the saved KV state does not say which of its tokens are the prompt")
         prompt = state.tokens[:prompt_tokens]
         engine.restore_state(state)
-        session.ring.append(SegmentKind.SYSTEM, prompt_tokens, pinned=True)
+        system = session.ring.append(SegmentKind.SYSTEM, prompt_tokens, pinned=True)
         result.final_prompt = tuple(prompt)
-        yield from session.stream("resumed", prompt, (), tuple(sources), max_tokens)
+        laid = [LaidSegment(system, tuple(prompt))]
+        yield from session.stream("resumed", prompt, (), tuple(sources), max_tokens,
+                                  laid=laid)  # fmt: skip
     except EngineError as exc:
         yield _failed(result, session, exc)
     finally:

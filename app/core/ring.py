@@ -172,6 +172,22 @@ class Ring:
         self.version += 1
         return removals
 
+    def cut(self, used: int) -> None:
+        """Keep only positions ``[0, used)``: llama.cpp holds no more than that (a cancelled
+        prompt stops between batches; the last sampled token of a reply is never evaluated)."""
+        if not 0 <= used <= self.used:
+            raise RingError(f"cannot cut to {used:,} positions: {self.used:,} are in use")
+        if used == self.used:
+            return
+        kept = []
+        for s in self._segments:
+            if s.end <= used:
+                kept.append(s)
+            elif s.pos < used:
+                kept.append(replace(s, tokens=used - s.pos))
+        self._segments = kept
+        self.version += 1
+
     def clear(self) -> None:
         self._segments.clear()
         self.version += 1

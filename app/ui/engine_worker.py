@@ -18,6 +18,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.core.audit import Audit
 from app.core.engine.host import EngineHost
 from app.core.engine.protocol import (
     EngineCrashedError,
@@ -52,6 +53,7 @@ class JobSpec:
     instruction: str = ""
     max_tokens: int = 256
     keep_kv: bool = True  # save the KV state after each strategy, for an instant rollback
+    audit: bool = False  # check against llama.cpp that the model saw exactly the plan shown
     # The document's planner, holding the plans the window made for these strategies: the job
     # runs what the window showed, without planning again (None: the job plans the bare text).
     planner: Planner | None = field(default=None, compare=False, repr=False)
@@ -76,6 +78,7 @@ class JobOutcome:
     spec: JobSpec
     results: list[JobResult] = field(default_factory=list)
     states: dict[int, KVState] = field(default_factory=dict)
+    audit: Audit | None = None  # when the spec asked for one: its findings and counts
 
 
 class EngineWorker(QObject):
@@ -167,6 +170,8 @@ class EngineWorker(QObject):
             options["questions"] = list(spec.questions)
         if spec.task == "extract":
             options["instruction"] = spec.instruction
+        if spec.audit:  # the counter is the model's own tokenizer: the counts must match too
+            outcome.audit = options["audit"] = Audit(self._host, exact_counts=True)
         self.status.emit(self.tr("Running…"))
         counter = self._counter
         planner = spec.planner if spec.planner and spec.planner.counter is counter else None

@@ -287,6 +287,18 @@ class MainWindow(QMainWindow):
         self.cancel_action.setEnabled(False)
         self.cancel_action.triggered.connect(self.cancel)
         bar.addAction(self.cancel_action)
+        run_menu = self.menuBar().addMenu(self.tr("R&un"))
+        run_menu.addAction(self.run_action)
+        run_menu.addAction(self.cancel_action)
+        run_menu.addSeparator()
+        self.audit_action = QAction(self.tr("&Audit Each Run Against llama.cpp"), self,
+                                    checkable=True)  # fmt: skip
+        self.audit_action.setToolTip(
+            self.tr("Check after each model call that llama.cpp holds exactly the plan shown")
+        )
+        self.audit_action.setChecked(self.settings.value("audit", False, type=bool))
+        self.audit_action.toggled.connect(lambda on: self.settings.setValue("audit", on))
+        run_menu.addAction(self.audit_action)
         cancel_button = QPushButton(self.tr("Cancel"))
         cancel_button.clicked.connect(self.cancel)
         cancel_button.hide()
@@ -619,7 +631,8 @@ class MainWindow(QMainWindow):
         return JobSpec(task, strategies, self._doc.text,
                        questions=(text,) if task == "ask" else (),
                        instruction=text if task == "extract" else "",
-                       max_tokens=self.max_tokens.value())  # fmt: skip
+                       max_tokens=self.max_tokens.value(),
+                       audit=self.audit_action.isChecked())  # fmt: skip
 
     def _run_clicked(self) -> None:
         self.run_job()  # (a triggered(bool) signal must not become the strategy argument)
@@ -767,7 +780,19 @@ class MainWindow(QMainWindow):
         self._set_running(False)
         reasons = ", ".join(r.finish_reason for r in outcome.results) or self.tr("nothing")
         self.statusBar().showMessage(self.tr("Done: {0}").format(reasons))
+        self._report_audit(outcome)
         self._record(outcome)
+
+    def _report_audit(self, outcome: JobOutcome) -> None:
+        """A passed audit is a line in the status bar; a failed one is a warning with findings."""
+        audit = outcome.audit
+        if audit is None:
+            return
+        if audit.ok:
+            self.statusBar().showMessage(audit.summary())
+            return
+        shown = "\n".join(f"• {f}" for f in audit.findings[:10])
+        self._on_failed(f"{audit.summary()}:\n{shown}")
 
     def _record(self, outcome: JobOutcome) -> None:
         """Store the job as a session with a version (and run, and KV state) per strategy."""

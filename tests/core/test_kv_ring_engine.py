@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from app.core.audit import ring_mismatches
 from app.core.engine.host import EngineHost
 from app.core.engine.protocol import (
     ContextOverflowError,
@@ -29,11 +30,13 @@ def small_engine(model_path: Path) -> Iterator[EngineHost]:
     host.close()
 
 
-def _agree(ring: Ring, host: EngineHost) -> None:
+def _agree(ring: Ring, host: EngineHost, laid: dict[int, list[int]] | None = None) -> None:
+    """llama.cpp's cells and positions are the ring's, and each segment's tokens are where the
+    ring puts them (the audit's own check)."""
     usage = host.kv_usage()
     assert usage.cells_used <= usage.n_ctx
-    mismatch = ring.agrees_with(usage.cells_used, usage.pos_min, usage.pos_max)
-    assert mismatch is None, mismatch
+    mismatches = ring_mismatches(ring, host.kv_tokens(), usage, laid or {})
+    assert not mismatches, mismatches
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -44,13 +47,15 @@ def test_random_operations_keep_ring_and_kv_cache_in_step(
     host = small_engine
     host.reset()
     ring = Ring(N_CTX)
+    laid: dict[int, list[int]] = {}  # each segment's tokens, to find them at its positions
     for _ in range(40):
         op = rng.choice(["append", "append", "append", "evict", "evict_named", "shift", "clear"])
         try:
             if op == "append":
                 n = rng.randint(1, 70)
                 tokens = [rng.randrange(100, 40_000) for _ in range(n)]
-                ring.append(rng.choice(list(SegmentKind)), n, pinned=rng.random() < 0.15)
+                seg = ring.append(rng.choice(list(SegmentKind)), n, pinned=rng.random() < 0.15)
+                laid[seg.id] = tokens
                 host.evaluate(tokens)
             elif op == "evict":
                 removal = ring.evict()
@@ -67,7 +72,7 @@ def test_random_operations_keep_ring_and_kv_cache_in_step(
         except RingError:
             pass  # refused by the ring (full, pinned): nothing reached the engine
         ring.check()
-        _agree(ring, host)
+        _agree(ring, host, laid)
 
 
 @pytest.mark.parametrize("policy", ["rolling", "truncate-middle"])
@@ -82,13 +87,13 @@ def test_generation_shifts_instead_of_overflowing_and_the_ring_follows(
     ring = Ring(N_CTX)
     if policy == "rolling":  # the task is pinned; the document scrolls away
         head = task
-        ring.append(SegmentKind.SYSTEM, len(task), pinned=True)
-        ring.append(SegmentKind.CHUNK, len(opening + rest))
+        parts = [(SegmentKind.SYSTEM, task, True), (SegmentKind.CHUNK, opening + rest, False)]
     else:  # the document's opening is pinned too: the middle goes
         head = task + opening
-        ring.append(SegmentKind.SYSTEM, len(task), pinned=True)
-        ring.append(SegmentKind.CHUNK, len(opening), pinned=True)
-        ring.append(SegmentKind.CHUNK, len(rest))
+        parts = [(SegmentKind.SYSTEM, task, True), (SegmentKind.CHUNK, opening, True),
+                 (SegmentKind.CHUNK, rest, False)]  # fmt: skip
+    laid = {ring.append(kind, len(tokens), pinned=pinned).id: tokens
+            for kind, tokens, pinned in parts}  # fmt: skip
     prompt = task + opening + rest
     out = ring.append(SegmentKind.OUTPUT, 1)  # the reply grows this segment
     generated = 0
@@ -115,7 +120,7 @@ def test_generation_shifts_instead_of_overflowing_and_the_ring_follows(
     assert 0 < kept_output <= N_CTX
     if kept_output - ring.get(out.id).tokens:
         ring.grow(out.id, kept_output - ring.get(out.id).tokens)
-    _agree(ring, host)
+    _agree(ring, host, laid)
     assert "".join(text).count(",") > 100  # kept counting across the shifts
 
 

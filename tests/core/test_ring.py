@@ -45,6 +45,24 @@ class RingMachine(RuleBasedStateMachine):
         self.model[-1] = (sid, n + tokens, pinned)
         self._bumped()
 
+    @rule(keep=st.integers(0, CAPACITY))
+    def cut(self, keep: int) -> None:
+        used = self.ring.used
+        if keep > used:
+            with pytest.raises(RingError, match="cannot cut"):
+                self.ring.cut(keep)
+            return
+        self.ring.cut(keep)
+        model, pos = [], 0
+        for sid, n, pinned in self.model:
+            if pos < keep:
+                model.append((sid, min(n, keep - pos), pinned))
+            pos += n
+        self.model = model
+        if keep < used:
+            self._bumped()
+        assert self.ring.used == keep
+
     @rule()
     def evict_oldest(self) -> None:
         unpinned = [m for m in self.model if not m[2]]
@@ -134,6 +152,22 @@ def test_agreement_check_reports_a_mismatch() -> None:
     assert ring.agrees_with(0, -1, -1) is None
 
 
+def test_cut_keeps_what_llama_cpp_holds() -> None:
+    """A reply's last sampled token is never evaluated; a cancelled prompt stops between batches."""
+    ring = Ring(50)
+    ring.append(SegmentKind.SYSTEM, 5, pinned=True)
+    chunk = ring.append(SegmentKind.CHUNK, 20, source=(0, 80))
+    ring.append(SegmentKind.OUTPUT, 8)
+    ring.cut(32)  # the reply keeps 7 of its 8 tokens
+    assert [s.tokens for s in ring] == [5, 20, 7]
+    ring.cut(15)  # the prompt stopped inside the chunk: the reply and half the chunk are gone
+    assert [(s.id, s.tokens) for s in ring] == [(0, 5), (chunk.id, 10)]
+    version = ring.version
+    ring.cut(15)
+    assert ring.version == version  # nothing to cut: nothing changed
+    ring.check()
+
+
 def test_errors_leave_the_ring_unchanged() -> None:
     ring = Ring(10)
     ring.append(SegmentKind.SYSTEM, 8, pinned=True)
@@ -144,6 +178,7 @@ def test_errors_leave_the_ring_unchanged() -> None:
         lambda: ring.shift(1),
         lambda: ring.evict(99),
         lambda: ring.append(SegmentKind.CHUNK, 0),
+        lambda: ring.cut(9),
     ):
         with pytest.raises(RingError):
             bad()

@@ -110,6 +110,30 @@ def test_a_job_streams_into_the_buffers_and_is_recorded(qtbot, window: MainWindo
     assert window.repo.kv_states(version.id), "the KV state is kept for an instant rollback"
 
 
+def test_an_audited_run_holds_exactly_the_spans_the_document_view_shows_kept(
+    qtbot, window: MainWindow
+) -> None:
+    window.audit_action.setChecked(True)
+    with qtbot.waitSignal(window.plan_shown, timeout=60_000):
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("middle"))
+    outcome = _run(qtbot, window, "middle")
+    audit = outcome.audit
+    assert audit is not None and audit.ok, audit.findings
+    assert audit.counts.calls == 1 and audit.counts.chunks >= 2
+    assert window.statusBar().currentMessage().startswith("audit passed: 1 job(s)")
+    view, text = window.document_view, window._doc.text
+    evaluated = audit.evaluated
+    for a, b in evaluated:  # every chunk llama.cpp held is painted kept...
+        assert view.span_at(a)[1] and view.span_at(b - 1)[1], (a, b)
+    held = [False] * len(text)
+    for a, b in evaluated:
+        held[a:b] = [True] * (b - a)
+    for offset in range(0, len(text), 97):  # ...and what is painted kept is what it held
+        span = view.span_at(offset)
+        if span is not None and text[offset].strip():
+            assert span[1] == held[offset], offset
+
+
 def test_cancel_stops_a_running_job(qtbot, window: MainWindow) -> None:
     window.max_tokens.setValue(400)
     window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
