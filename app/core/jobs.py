@@ -434,12 +434,13 @@ def _job(
     *,
     audit: Audit | None = None,
     text: str = "",
+    resumed: bool = False,
 ) -> tuple[JobResult, _Session]:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (choose one of {', '.join(STRATEGIES)})")
     result = JobResult(task, strategy, "stop", n_ctx)
     if audit is not None:
-        audit.job_started(task, strategy, text)
+        audit.job_started(task, strategy, text, resumed=resumed)
     return result, _Session(engine, n_ctx, result, cancel or CancelToken(), audit)
 
 
@@ -684,13 +685,14 @@ def resume(
     max_tokens: int = 256,
     sources: Sequence[tuple[int, int]] = (),
     cancel: CancelToken | None = None,
+    audit: Audit | None = None,
 ) -> Iterator[Event]:
     """Generate again after a saved prompt without evaluating it: the KV state of a finished job
     is put back and its last call's prompt (the first ``prompt_tokens`` of the state) is sent
     once more, so llama.cpp finds it cached and evaluates one token. ``sources`` are the
     document spans that prompt held, for the output's provenance."""
     t0 = time.perf_counter()
-    result, session = _job(task, strategy, state.n_ctx, engine, cancel)
+    result, session = _job(task, strategy, state.n_ctx, engine, cancel, audit=audit, resumed=True)
     try:
         if not 0 < prompt_tokens <= len(state.tokens):
             raise ValueError("the saved KV state does not say which of its tokens are the prompt")

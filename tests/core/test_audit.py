@@ -19,7 +19,15 @@ from app.core.chunking import Boundary, Chunk
 from app.core.documents import Document, document_from_text, load_document
 from app.core.engine.host import EngineHost
 from app.core.engine.protocol import KVUsage, LoadSettings
-from app.core.jobs import JobFinished, JobResult, ask, extract, summarize
+from app.core.jobs import (
+    JobFinished,
+    JobResult,
+    ask,
+    extract,
+    resume,
+    state_after,
+    summarize,
+)
 from app.core.ring import Ring, SegmentKind
 from app.core.strategies import STRATEGIES, Planner
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
@@ -148,6 +156,22 @@ def test_whole_matrix_runs_exactly_as_planned(
     bench: Bench, kind: str, task: str, strategy: str
 ) -> None:
     bench.audited(kind, task, strategy)
+
+
+def test_a_resumed_run_holds_exactly_the_saved_prompt(bench: Bench) -> None:
+    """A rollback restores the KV state and generates after it: the audit reads the cache back."""
+    result = bench.audited("mixed", "summarize", "head")
+    state = state_after(bench.host, result)
+    assert state is not None
+    bench.host.reset()
+    audit = Audit(bench.host, exact_counts=True)
+    events = resume(bench.host, state, len(result.final_prompt), task="summarize",
+                    strategy="head", max_tokens=MAX_TOKENS,
+                    sources=result.outputs[-1].source_spans, audit=audit)  # fmt: skip
+    resumed = next(ev.result for ev in events if isinstance(ev, JobFinished))
+    audit.raise_if_failed()
+    assert resumed.evaluated_tokens == 1 and audit.counts.calls == 1
+    assert audit.counts.template_tokens == len(result.final_prompt)  # the saved prompt, whole
 
 
 # ----- the audit fails when the model saw something else ---------------------------------------
