@@ -214,6 +214,8 @@ class RunModel(_Strict):
     finish_reason: str
     truncated: bool
     created: datetime
+    error: str | None = None  # absent from files written before runs kept their errors
+    refused: str | None = None
 
 
 class KVStateModel(_Strict):
@@ -289,7 +291,8 @@ def _snapshot(s: OrmSession, session_id: int, include_kv: bool) -> _Snapshot | N
          "outputs": r.outputs or [], "prompt_tokens": r.prompt_tokens,
          "completion_tokens": r.completion_tokens, "kv_peak_cells": r.kv_peak_cells,
          "timings": r.timings or {}, "finish_reason": r.finish_reason,
-         "truncated": bool(r.truncated), "created": _iso(r.created)}
+         "truncated": bool(r.truncated), "created": _iso(r.created), "error": r.error,
+         "refused": r.refused}
         for r in s.scalars(select(Run).where(Run.version_id.in_(ids)).order_by(Run.id))
     ]  # fmt: skip
     kv_meta: list[dict[str, Any]] = []
@@ -761,7 +764,7 @@ def _insert(plan: _Plan, s: OrmSession, meter: _Meter) -> ImportSummary:
                   outputs=r.outputs, prompt_tokens=r.prompt_tokens,
                   completion_tokens=r.completion_tokens, kv_peak_cells=r.kv_peak_cells,
                   timings=r.timings, finish_reason=r.finish_reason, truncated=r.truncated,
-                  created=as_utc(r.created)))  # fmt: skip
+                  created=as_utc(r.created), error=r.error, refused=r.refused))  # fmt: skip
     s.flush()
     meter.advance(plan.sizes.get(SESSION, 0))
     for k in sorted(body.kv_states, key=lambda k: k.id):

@@ -96,6 +96,10 @@ class Run(Base):
     finish_reason: Mapped[str] = mapped_column(String(16))
     truncated: Mapped[bool] = mapped_column(default=False)
     created: Mapped[datetime] = mapped_column(default=now)
+    # why a run ended in error, one sentence: the engine's failure (the outputs keep the text
+    # generated before it), or the refusal of a request that does not fit
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    refused: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class KVStateRow(Base):

@@ -304,7 +304,8 @@ class Repository:
             return [{"id": r.id, "strategy": r.strategy, "finish_reason": r.finish_reason,
                      "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                      "kv_peak_cells": r.kv_peak_cells, "outputs": r.outputs,
-                     "truncated": r.truncated, "timings": r.timings} for r in rows]  # fmt: skip
+                     "truncated": r.truncated, "timings": r.timings, "error": r.error,
+                     "refused": r.refused} for r in rows]  # fmt: skip
 
         return self.read(action)
 
@@ -499,7 +500,8 @@ def _save_run(s: OrmSession, version_id: int, data: dict[str, Any]) -> int:
               completion_tokens=data["completion_tokens"], kv_peak_cells=data["kv_peak_cells"],
               timings={"seconds": data["seconds"], "ttft_s": data["ttft_s"],
                        "evaluated_tokens": data["evaluated_tokens"]},
-              finish_reason=data["finish_reason"], truncated=data["truncated"])  # fmt: skip
+              finish_reason=data["finish_reason"], truncated=data["truncated"],
+              error=data.get("error"), refused=data.get("refused"))  # fmt: skip
     s.add(run)
     s.flush()
     return run.id

@@ -15,15 +15,17 @@ import codecs
 import collections
 import contextlib
 import ctypes
+import json
 import mmap
 import os
 import re
+import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from jinja2 import TemplateError
 
@@ -60,6 +62,65 @@ _LOG_LINES = 40
 
 class _Cancelled(Exception):
     pass
+
+
+# ----- fault injection, for tests only -----------------------------------------------------------
+
+FAULT_ENV = "CONTEXTLENS_ENGINE_FAULT"
+FAULT_PHASES = ("load", "prompt", "generate", "save")
+FAULT_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGABRT")
+
+
+class Fault:
+    """A test's one-shot crash of this child: the real ``signal`` at step ``after`` (0: the first)
+    of ``phase``, counted over the child's life.
+
+    Steps: ``load`` — a line llama.cpp logs while it loads the model (about 2,000 a load);
+    ``prompt`` — a batch of prompt tokens about to be decoded (``after`` batches are in the KV
+    cache); ``generate`` — a token about to be sampled (``after`` tokens were generated, and the
+    text so far was sent to the parent); ``save`` — a ``save_state`` call, once llama.cpp has
+    written the state.
+
+    Armed only when ``$CONTEXTLENS_ENGINE_FAULT`` names a JSON file
+    ``{"phase": ..., "signal": ..., "after": N}``; the child deletes that file as it reads it, so
+    the engine started after the crash is healthy. Unarmed, the engine holds None and each check
+    is one comparison.
+    """
+
+    def __init__(self, phase: str, signal_name: str, after: int) -> None:
+        if phase not in FAULT_PHASES or signal_name not in FAULT_SIGNALS or after < 0:
+            raise ValueError(f"bad fault: {phase!r}, {signal_name!r}, {after!r}")
+        self.phase, self.signal, self.after = phase, signal.Signals[signal_name], after
+        self.steps = 0
+
+    @classmethod
+    def from_env(cls) -> Fault | None:
+        path = os.environ.get(FAULT_ENV)
+        if not path:
+            return None
+        try:
+            with open(path, encoding="utf-8") as fh:
+                spec = json.load(fh)
+            os.unlink(path)
+        except FileNotFoundError:  # spent by an earlier child
+            return None
+        return cls(spec["phase"], spec["signal"], int(spec.get("after", 0)))
+
+    def due(self, phase: str) -> bool:
+        """Count one step of ``phase``; True when the crash is due now."""
+        if phase != self.phase:
+            return False
+        self.steps += 1
+        return self.steps == self.after + 1
+
+    def fire(self) -> NoReturn:
+        import resource
+
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a planned crash leaves no core
+        sys.stderr.flush()
+        signal.raise_signal(self.signal)  # the exit status is the signal, as for a real crash
+        os._exit(70)  # not reached
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -116,6 +177,8 @@ class Engine:
         self.tokens: list[int] = []  # what occupies KV positions 0..len-1 of sequence 0
         self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
         self.first_error = ""  # llama.cpp's first error since the last load began: the cause
+        self._fault = Fault.from_env()  # None unless a test armed one
+        self._loading = False
         self._install_log_capture()
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
 
@@ -126,6 +189,8 @@ class Engine:
 
         @self._lc.llama_log_callback
         def on_log(level: int, text: bytes, _user: Any) -> None:
+            if self._fault is not None and self._loading and self._fault.due("load"):
+                self._fault.fire()
             if level in (3, 4) or (level == 5 and self.log):  # ggml: warn, error, continuation
                 line = text.decode("utf-8", "replace").rstrip()
                 if line:
@@ -148,8 +213,9 @@ class Engine:
     def _vocab(self) -> Any:
         return self._require()._model.vocab
 
-    def _decode(self, tokens: Sequence[int], *, abortable: bool) -> None:
-        """Append ``tokens`` to the KV cache in n_batch slices; logits for the last token only."""
+    def _decode(self, tokens: Sequence[int], *, abortable: bool, prompt: bool = False) -> None:
+        """Append ``tokens`` to the KV cache in n_batch slices; logits for the last token only.
+        ``prompt``: these are a prompt's tokens (not a generated one, not a re-evaluation)."""
         llm = self._require()
         lc = self._lc
         n_ctx = llm.n_ctx()
@@ -159,6 +225,8 @@ class Engine:
             lc.llama_set_abort_callback(llm.ctx, self._abort_cb, None)
         try:
             for i in range(0, len(tokens), llm.n_batch):
+                if prompt and self._fault is not None and self._fault.due("prompt"):
+                    self._fault.fire()
                 piece = list(tokens[i : i + llm.n_batch])
                 n_past = len(self.tokens)
                 llm._batch.set_batch(batch=piece, n_past=n_past, logits_all=False)
@@ -214,6 +282,7 @@ class Engine:
         try:
             from llama_cpp import Llama
 
+            self._loading = True
             self.llm = Llama(
                 model_path=path,
                 n_ctx=settings.n_ctx,
@@ -242,6 +311,8 @@ class Engine:
                 reason = "its chat template is nested too deeply to compile"
             raise ModelLoadError(f"llama.cpp could not load {os.path.basename(path)}: {reason}") \
                 from None  # fmt: skip
+        finally:
+            self._loading = False
         self._install_log_capture()  # Llama() may have replaced the global log callback
         load_s = time.perf_counter() - t0
         self.settings = settings
@@ -251,6 +322,12 @@ class Engine:
             warnings.append(
                 f"n_ctx {settings.n_ctx:,} is larger than the {n_ctx_train:,} tokens the model "
                 "was trained on; quality may drop past that point"
+            )
+        unusable = self._template_problem()
+        if unusable:
+            warnings.append(
+                f"the model's chat template cannot be used ({unusable}); prompts are sent "
+                "without it"
             )
         return LoadedModel(
             path=path,
@@ -266,6 +343,20 @@ class Engine:
             load_seconds=load_s,
             warnings=tuple(warnings),
         )
+
+    def _template_problem(self) -> str:
+        """Why the model's chat template cannot frame a document, or "" when it can (or when
+        there is none: a plain prompt is then the expected thing). Jobs fall back to a plain
+        prompt on the same failure; this says so once, at load."""
+        from app.core.budget import document_messages, split_at_document
+
+        if not self.llm.metadata.get("tokenizer.chat_template"):
+            return ""
+        try:
+            split_at_document(self.apply_chat_template(document_messages("Summarize.")))
+        except ValueError as exc:  # ChatTemplateError is one
+            return str(exc)
+        return ""
 
     def unload(self) -> None:
         if self.llm is not None:
@@ -308,7 +399,7 @@ class Engine:
         self._check_ids(tokens)
         t0 = time.perf_counter()
         try:
-            self._decode(tokens, abortable=True)
+            self._decode(tokens, abortable=True, prompt=True)
         except _Cancelled:
             raise CancelledError("evaluation cancelled") from None
         return EvalResult(len(tokens), len(self.tokens), time.perf_counter() - t0)
@@ -358,6 +449,8 @@ class Engine:
             buf = (ctypes.c_uint8 * size)()
             n = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
             data = bytes(memoryview(buf)[:n])
+        if self._fault is not None and self._fault.due("save"):
+            self._fault.fire()
         return KVState(
             tokens=tuple(self.tokens),
             data=data,
@@ -496,7 +589,7 @@ class Engine:
         reason = "length"
         completion = 0
         try:
-            self._decode(todo, abortable=True)
+            self._decode(todo, abortable=True, prompt=True)
         except _Cancelled:
             reason = "cancelled"
         t_prompt = time.perf_counter() - t0
@@ -549,6 +642,10 @@ class Engine:
         slow = True  # until the first token shows how long one takes
         try:
             while True:
+                if self._fault is not None and self._fault.due("generate"):
+                    if pending_text or pending_ids:  # the text so far reaches the parent first
+                        emit(TextDelta(pending_text, tuple(pending_ids)))
+                    self._fault.fire()
                 if self._cancel.is_set():
                     reason = "cancelled"
                     break
