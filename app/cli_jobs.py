@@ -84,6 +84,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
             loaded = host.load(Path(model), settings)
+            for warning in loaded.warnings:  # past the training context, an unusable template
+                if args.json:
+                    print(json.dumps({"type": "warning", "message": warning}), flush=True)
+                print(f"warning: {warning}", file=sys.stderr, flush=True)
             counter = exact_counter(model, host_tokenize(host))
             options: dict[str, Any] = {"n_ctx": loaded.n_ctx, "max_tokens": args.max_tokens,
                                        "cancel": cancel}  # fmt: skip
@@ -102,7 +106,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if isinstance(ev, JobFinished):
                     results.append(ev.result)
                     if args.keep_kv:
-                        state = state_after(host, ev.result)
+                        try:
+                            state = state_after(host, ev.result)
+                        except EngineCrashedError as exc:  # the run stands; its state is lost
+                            state = None
+                            print(f"warning: the KV state was not kept: {exc}", file=sys.stderr,
+                                  flush=True)  # fmt: skip
                         if state is not None:
                             states[len(results) - 1] = state
                     if args.command == "compare" and args.json:

@@ -120,11 +120,6 @@ def test_a_crash_mid_generation_exits_3_and_the_history_keeps_the_partial_output
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="run --keep-kv loses the finished run when the engine dies "
-    "while saving its KV state (see the fault-injection report)",
-)
 def test_a_crash_while_keeping_the_kv_state_keeps_the_finished_run(
     tmp_path: Path, model_path: Path, pytestconfig: pytest.Config
 ) -> None:  # fmt: skip

@@ -98,6 +98,7 @@ class EngineWorker(QObject):
         self._cancel = CancelToken()
         self._model: tuple[str, LoadSettings] | None = None
         self._counter: TokenCounter | None = None
+        self._lost_state = ""  # why the last KV state could not be kept (the engine died)
 
     # ----- called from the GUI thread directly (the worker may be busy) -----
 
@@ -125,7 +126,10 @@ class EngineWorker(QObject):
             caps = self._host.capabilities
             self._counter = exact_counter(Path(path), host_tokenize(self._host))
         except EngineCrashedError as exc:
-            self._recover(str(exc))
+            # The child died loading this file; the model it held before went with it. Loading
+            # the file again would likely crash again: a fresh engine waits, with no model.
+            self.failed.emit(str(exc))
+            self.unload()
             return
         except (EngineError, ValueError, OSError) as exc:
             self.failed.emit(str(exc))
@@ -231,14 +235,16 @@ class EngineWorker(QObject):
     def _state_after(self, result: JobResult) -> KVState | None:
         try:
             return state_after(self._host, result)
-        except EngineError:  # no state to keep; the job's own outcome is unaffected
+        except EngineError as exc:  # no state to keep; the job's own outcome is unaffected
+            self._lost_state = str(exc)  # a crash while saving: what to tell the person
             return None
 
     def _recover_if_dead(self, outcome: JobOutcome) -> None:
         """A job reports an engine failure as its result's error and ends; if the engine process
         is gone, restart it now rather than fail the next request."""
+        lost, self._lost_state = self._lost_state, ""
         if self._model is not None and not self._host.alive:
-            errors = [r.error for r in outcome.results if r.error]
+            errors = [r.error for r in outcome.results if r.error] or ([lost] if lost else [])
             self._recover(errors[-1] if errors else self.tr("the engine process ended"))
 
     def _recover(self, message: str) -> None:

@@ -202,12 +202,14 @@ class EngineHost:
                 code = None
         native = self._native_last_words()
         doing = f" while {self._busy_with}" if self._busy_with else ""
-        # A file that kills llama.cpp while loading will do so again: do not suggest a retry.
-        advice = (
-            "but llama.cpp cannot load this file as it is"
-            if self._op == "load"
-            else "load the model again to start a new engine"
-        )
+        # A file that kills llama.cpp while loading will do so again: do not suggest a retry,
+        # unless it was killed from outside (most often the system running out of memory).
+        if self._op != "load":
+            advice = "load the model again to start a new engine"
+        elif code == -signal.SIGKILL:
+            advice = "load it again once memory is free, or with a smaller context"
+        else:
+            advice = "but llama.cpp cannot load this file as it is"
         msg = f"the engine process died{doing}: {describe_exit(code)}; the app is unaffected, "
         msg += advice
         if native:

@@ -29,7 +29,11 @@ from typing import Any, NoReturn
 
 from jinja2 import TemplateError
 
-from app.core.engine.chat_template import ChatTemplateError, render_chat_template
+from app.core.engine.chat_template import (
+    ChatTemplateError,
+    compiled_in_sandbox,
+    render_chat_template,
+)
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.protocol import (
     CancelledError,
@@ -62,6 +66,23 @@ _LOG_LINES = 40
 
 class _Cancelled(Exception):
     pass
+
+
+class _SandboxedTemplateCheck:
+    """Stands in for llama-cpp-python's ``Jinja2ChatFormatter`` in this process.
+
+    ``Llama()`` compiles every chat template a file carries with its own Jinja environment,
+    folding constant expressions outside any cap: ``{{ 2 ** 100000 }}`` failed the load and
+    ``'x' * 300000000`` cost seconds and gigabytes. The app renders templates itself
+    (``render_chat_template``), so at load they are only compiled, in the capped sandbox; a
+    template that does not compile still fails the load as Jinja's TemplateError.
+    """
+
+    def __init__(self, template: str, **_ignored: Any) -> None:
+        compiled_in_sandbox(template)
+
+    def to_chat_handler(self) -> None:
+        return None  # llama-cpp-python's chat completion is never used here
 
 
 # ----- fault injection, for tests only -----------------------------------------------------------
@@ -169,7 +190,9 @@ class Engine:
 
     def __init__(self, cancel_flag: SharedFlag) -> None:
         import llama_cpp
+        import llama_cpp.llama_chat_format as chat_format
 
+        chat_format.Jinja2ChatFormatter = _SandboxedTemplateCheck  # type: ignore[misc,assignment]
         self._lc = llama_cpp
         self._cancel = cancel_flag
         self.llm: Any = None
