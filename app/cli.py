@@ -172,7 +172,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
-            host.load(model_path, settings)
+            loaded = host.load(model_path, settings)
+            for warning in loaded.warnings:  # a context past the training one, no GPU offload
+                print(f"warning: {warning}", file=sys.stderr, flush=True)
             if cancelled:
                 return fail(EXIT_CANCELLED, "cancelled", args.json)
             if not args.raw and host.model_info and host.model_info.has_chat_template:

@@ -161,7 +161,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
             if needles:
                 print(f"  needle retention {data['needle_retention']:.0%} of {len(needles)}")
     if len(plans) == 1 and plans[0].refused:
-        print(f"error: refused: {plans[0].refused}", file=sys.stderr)
+        # the whole prompt against the context, as the preflight says it, then the plan's words
+        needed = budget.template_tokens + plans[0].total_tokens
+        message = (f"prompt needs {needed:,} tokens, context is {budget.n_ctx:,} "
+                   f"(reply reserve {budget.reserve:,}): {plans[0].refused}")  # fmt: skip
+        print(f"error: refused: {message}", file=sys.stderr)
         return EXIT_CONTEXT
     return EXIT_OK
 

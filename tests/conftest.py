@@ -14,6 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["CONTEXTLENS_DB"] = os.path.join(tempfile.mkdtemp(prefix="contextlens-test-"), "h.db")
 
 from app.core.default_model import default_model_path
+from tests.edge_cases import EDGE_KEY, EdgeTally, edge_tally
 
 DATA = Path(__file__).parent / "data"
 
@@ -46,3 +47,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def edges(request: pytest.FixtureRequest) -> EdgeTally:
+    """The tally of context edge cases (tests/edge_cases.py), printed at the end of the run."""
+    return edge_tally(request.config)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    tally = config.stash.get(EDGE_KEY, None)
+    if tally is not None and tally.total:
+        terminalreporter.write_sep("-", "context edges")
+        terminalreporter.write_line(tally.report())

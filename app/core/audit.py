@@ -180,10 +180,10 @@ class Audit:
         resident = tuple(ring.resident_sources())
         if tuple(sources) != resident and not self._need_job().resumed:
             self.fail(step, "sources", f"output recorded sources {_spans(sources)}, the "
-                       f"context held {_spans(resident)}")  # fmt: skip
+                      f"context held {_spans(resident)}")  # fmt: skip
         if ring_version != ring.version:
             self.fail(step, "sources", f"output recorded ring version {ring_version}, the ring "
-                       f"is at {ring.version}")  # fmt: skip
+                      f"is at {ring.version}")  # fmt: skip
 
     def call_failed(self, step: str, sources: Sequence[Span]) -> None:
         """The call ended in an engine error: the engine cannot be read back."""
@@ -209,14 +209,14 @@ class Audit:
         if complete and job.kept and not set(job.kept) <= job.evaluated:
             missing = sorted(set(job.kept) - job.evaluated)
             self.fail("job", "plan", f"{len(missing)} kept chunk(s) never reached the model, "
-                       f"first {_spans(missing[:3])}")  # fmt: skip
+                      f"first {_spans(missing[:3])}")  # fmt: skip
         if job.dropped and not result.truncated:
             self.fail("job", "truncation", "the plan dropped text; the result does not say so")
         if complete and not result.truncated:
             gap = _first_gap(job.text, job.evaluated)
             if gap is not None:
                 self.fail("job", "truncation", f"characters {gap[0]:,}..{gap[1]:,} never reached "
-                           "the model, and the result does not say it was truncated")  # fmt: skip
+                          "the model, and the result does not say it was truncated")  # fmt: skip
         starts = {a for a, _ in job.evaluated}
         ends = {b for _, b in job.evaluated}
         for out in result.outputs:
@@ -224,12 +224,12 @@ class Audit:
             if job.call_sources.get(out.step):  # the output of a call that held the document
                 if out.step not in job.failed_calls and recorded != job.call_sources[out.step]:
                     self.fail(out.step, "sources", f"output names {_spans(recorded)}, the call "
-                               f"held {_spans(job.call_sources[out.step])}")  # fmt: skip
+                              f"held {_spans(job.call_sources[out.step])}")  # fmt: skip
                 continue
             for a, b in recorded:  # made from earlier outputs: it names runs of whole chunks
                 if a not in starts or b not in ends:
                     self.fail(out.step, "sources", f"output names {a}..{b}, which is not made "
-                               "of chunks that reached the model")  # fmt: skip
+                              "of chunks that reached the model")  # fmt: skip
 
     def check_stored(self, result: Any, run: Mapping[str, Any]) -> None:
         """The store's record of a run (``Repository.runs``) says what the result says."""
@@ -255,14 +255,14 @@ class Audit:
             self.fail(step, "ring", mismatch)
         if stats.n_past != len(kv):
             self.fail(step, "kv", f"the call reported {stats.n_past} positions in use, the cache "
-                       f"holds {len(kv)}")  # fmt: skip
+                      f"holds {len(kv)}")  # fmt: skip
         held = min(len(prompt), len(kv))
         if list(prompt[:held]) != kv[:held] or (
             stats.finish_reason != "cancelled" and len(kv) < len(prompt)
         ):
             at = next((i for i in range(held) if prompt[i] != kv[i]), held)
             self.fail(step, "prompt", f"the KV cache differs from the prompt sent at position "
-                       f"{at} of {len(prompt)}")  # fmt: skip
+                      f"{at} of {len(prompt)}")  # fmt: skip
 
     def _check_segments(self, call: CallRecord, kv: list[int]) -> None:
         step, ring, stats = call.step, call.ring, call.stats
@@ -273,13 +273,13 @@ class Audit:
             if seg is None:
                 if stats.finish_reason != "cancelled":  # a cancelled prompt may end early
                     self.fail(step, "positions", f"{item.segment.kind} segment "
-                               f"{item.segment.id} is not in the ring")  # fmt: skip
+                              f"{item.segment.id} is not in the ring")  # fmt: skip
                 continue
             self.counts.segments += 1
             want = list(item.tokens[seg.trimmed : seg.trimmed + seg.tokens])
             if kv[seg.pos : seg.end] != want:
                 self.fail(step, "positions", f"KV positions {seg.pos}..{seg.end - 1} do not hold "
-                           f"the {seg.kind} segment laid there")  # fmt: skip
+                          f"the {seg.kind} segment laid there")  # fmt: skip
                 continue
             if seg.kind is not SegmentKind.CHUNK or seg.source is None:
                 self.counts.template_tokens += seg.tokens
@@ -294,20 +294,20 @@ class Audit:
             seen = self.engine.detokenize(want)
             if seen != shown:
                 self.fail(step, "detokenize", f"chunk {a}..{b} reached the model as "
-                           f"{_clip(seen)!r}; the document has {_clip(shown)!r}")  # fmt: skip
+                          f"{_clip(seen)!r}; the document has {_clip(shown)!r}")  # fmt: skip
             planned = job.chunk_tokens.get(seg.source)
             if job.exact_counts and planned is not None and planned != len(want):
                 self.fail(step, "count", f"chunk {a}..{b}: the plan counted {planned} tokens, "
-                           f"the model evaluated {len(want)}")  # fmt: skip
+                          f"the model evaluated {len(want)}")  # fmt: skip
         outputs = [s for s in ring if s.kind is SegmentKind.OUTPUT]
         for seg in outputs:
             self.counts.output_tokens += seg.tokens
             if kv[seg.pos : seg.end] != list(call.generated[: seg.tokens]):
                 self.fail(step, "output", f"KV positions {seg.pos}..{seg.end - 1} do not hold "
-                           "the reply's tokens")  # fmt: skip
+                          "the reply's tokens")  # fmt: skip
         if stats.finish_reason != "cancelled" and len(kv) > ring.used:
             self.fail(step, "ring", f"{len(kv) - ring.used} KV positions hold tokens the ring "
-                       "does not know")  # fmt: skip
+                      "does not know")  # fmt: skip
 
     def _check_call_plan(self, step: str, laid: Sequence[LaidSegment]) -> None:
         job = self._need_job()
@@ -317,7 +317,7 @@ class Audit:
         )  # fmt: skip
         if chunks and chunks not in job.passes:
             self.fail(step, "plan", f"the call evaluated chunks {_spans(chunks)}, which are not "
-                       "the kept chunks of the plan shown nor one of its windows")  # fmt: skip
+                      "the kept chunks of the plan shown nor one of its windows")  # fmt: skip
 
 
 def ring_mismatches(

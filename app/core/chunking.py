@@ -244,8 +244,15 @@ class _Chunker:
         self.max_tokens, self.min_fill = max_tokens, min_fill
         self.cuts = _Cuts(text, blocks)
         self.edges: list[int] = [0, *self.cuts.at_least(Boundary.LINE).tolist(), len(text)]
-        units = [text[a:b] for a, b in itertools.pairwise(self.edges)]
-        self.prefix = [0, *itertools.accumulate(counter.count_many(units))]
+        # A unit longer than a few chunks (a line of megabytes) is counted only until it is
+        # surely over the budget: no chunk holds it whole, so its exact size is never used.
+        long = 8 * max_tokens + 64
+        units = [text[a:b] if b - a <= long else "" for a, b in itertools.pairwise(self.edges)]
+        counts = counter.count_many(units)
+        for i, (a, b) in enumerate(itertools.pairwise(self.edges)):
+            if b - a > long:
+                counts[i] = self._count_head(a, b)
+        self.prefix = [0, *itertools.accumulate(counts)]
         self.forced: list[int] = [] if split_at is None else self.cuts.at_least(split_at).tolist()
         # Unit edges across which counts provably add up (see TokenCounter.splits_at_spaces).
         unsafe = [0, *(0 if _splits(text, e) else 1 for e in self.edges[1:-1]), 0]
@@ -253,7 +260,11 @@ class _Chunker:
         self._additive = counter.splits_at_spaces
 
     def exact_sum(self, start: int, end: int) -> int | None:
-        """The exact count of ``text[start:end]`` from unit counts, when they provably add up."""
+        """The exact count of ``text[start:end]`` from unit counts, when they provably add up.
+
+        (A long unit's count may be only a lower bound over the budget; the spans asked for here
+        never hold one whole, since their estimated count is within the budget.)
+        """
         if not self._additive:
             return None
         k = bisect.bisect_left(self.edges, start)
@@ -278,7 +289,7 @@ class _Chunker:
         """Where the chunk starting at ``start`` should end, from the estimated unit counts."""
         text, edges, prefix, cuts = self.text, self.edges, self.prefix, self.cuts
         k = bisect.bisect_left(edges, start)  # first unit edge at or after start
-        head = self.counter.count(text[start : edges[k]]) if edges[k] > start else 0
+        head = self._count_head(start, edges[k]) if edges[k] > start else 0
         if head > self.max_tokens:  # even the rest of this line is too long
             return self.fine_cut(start, edges[k])
         offset = prefix[k] - head  # estimated tokens from start to edge e: prefix[e] - offset
@@ -294,23 +305,60 @@ class _Chunker:
         assert found is not None  # edges[j] itself is a cut after start
         return found
 
+    def _count_head(self, start: int, end: int) -> int:
+        """The count of ``text[start:end]`` (the rest of a line), or, for a long line, of a
+        prefix of it as soon as that prefix alone is over the budget.
+
+        Counting the whole rest of the line for every chunk made one 5 MB line (no newline)
+        quadratic: hours. The prefix grows from about eight characters a token, so the cost is
+        of the order of one chunk. A prefix over the budget only sends the chunk to
+        :meth:`fine_cut`, which cuts with exact counts.
+        """
+        text, count, budget = self.text, self.counter.count, self.max_tokens
+        span = 8 * budget + 64
+        while end - start > span:
+            n = count(text[start : start + span])
+            if n > budget:
+                return n
+            span *= 2
+        return count(text[start:end])
+
     def fine_cut(self, start: int, end: int) -> tuple[int, Boundary]:
         """The best cut in ``(start, end)`` that fits, found with exact counts.
 
         The search window grows from about four characters a token, so a long line costs counts
-        of the order of one chunk, not of the whole line.
+        of the order of one chunk, not of the whole line. Inside it, the furthest character the
+        budget reaches is found by interpolating on the counts (tokens grow about linearly with
+        the characters), then by bisection: a handful of counts a chunk, not a dozen.
         """
         text, count, budget = self.text, self.counter.count, self.max_tokens
-        hi = min(end - 1, start + 4 * budget)
-        while hi < end - 1 and count(text[start:hi]) <= budget:
-            hi = min(end - 1, start + 2 * (hi - start))
-        lo, reach = start + 1, start + 1
-        while lo <= hi:  # the furthest character the budget reaches
-            mid = (lo + hi) // 2
-            if count(text[start:mid]) <= budget:
-                reach, lo = mid, mid + 1
+        last = end - 1  # the furthest candidate
+        a, fa = start, 0  # the furthest position known to fit, and its count
+        b, fb = last + 1, 0  # the nearest position known not to fit (fb 0: none yet)
+        hi = min(last, start + 4 * budget)
+        while True:
+            n = count(text[start:hi])
+            if n > budget:
+                b, fb = hi, n
+                break
+            a, fa = hi, n
+            if hi >= last:
+                break
+            hi = min(last, start + 2 * (hi - start))
+        probes = 0
+        while b - a > 1:
+            if fb and probes < 4:
+                mid = a + int((b - a) * (budget + 0.5 - fa) / (fb - fa))
+                mid = min(b - 1, max(a + 1, mid))
             else:
-                hi = mid - 1
+                mid = (a + b) // 2
+            probes += 1
+            n = count(text[start:mid])
+            if n <= budget:
+                a, fa = mid, n
+            else:
+                b, fb = mid, n
+        reach = max(a, start + 1)
         floor = start + int((reach - start) * self.min_fill)
         found = self.cuts.strongest_in(max(start, floor - 1), reach + 1)
         if found is None:

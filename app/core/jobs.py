@@ -364,16 +364,19 @@ def _planned(
     instruction: str,
     *,
     reserve: int,
+    later: Sequence[str] = (),
 ) -> Generator[Event, None, Plan | None]:
     """The plan for the document next to ``instruction`` with ``reserve`` tokens kept free;
-    None (and the refusal recorded) when nothing can be done."""
+    None (and the refusal recorded) when nothing can be done. ``later``: the instructions of
+    the job's later calls (combining partial results), which need a token of room too."""
     result = session.result
     frame = session.frame(instruction)
     budget = result.n_ctx - frame.tokens - reserve
-    if budget < 1:
+    widest = max((session.frame(i) for i in (instruction, *later)), key=lambda f: f.tokens)
+    if result.n_ctx - widest.tokens - reserve < 1:
         result.finish_reason = "error"
         result.refused = (
-            f"prompt needs {frame.tokens + 1:,} tokens, context is {result.n_ctx:,} "
+            f"prompt needs {widest.tokens + 1:,} tokens, context is {result.n_ctx:,} "
             f"(reply reserve {reserve:,})"
         )
         return None
@@ -385,7 +388,10 @@ def _planned(
                     plan.boundary_integrity, len(plan.dropped))  # fmt: skip
     if plan.refused:
         result.finish_reason = "error"
-        result.refused = plan.refused
+        result.refused = (
+            f"prompt needs {frame.tokens + plan.total_tokens:,} tokens, context is "
+            f"{result.n_ctx:,} (reply reserve {reserve:,}): {plan.refused}"
+        )
         return None
     if session.audit is not None:
         passes = (
@@ -435,9 +441,12 @@ def _job(
     audit: Audit | None = None,
     text: str = "",
     resumed: bool = False,
+    max_tokens: int = 1,
 ) -> tuple[JobResult, _Session]:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (choose one of {', '.join(STRATEGIES)})")
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
     result = JobResult(task, strategy, "stop", n_ctx)
     if audit is not None:
         audit.job_started(task, strategy, text, resumed=resumed)
@@ -485,11 +494,15 @@ def summarize(
     by window.
     """
     t0 = time.perf_counter()
-    result, session = _job("summarize", strategy, n_ctx, engine, cancel, audit=audit, text=text)
+    result, session = _job(
+        "summarize", strategy, n_ctx, engine, cancel, audit=audit, text=text, max_tokens=max_tokens
+    )
     planner = planner or Planner(text, counter)
     try:
         instruction, reserve = planning("summarize", strategy, counter, max_tokens=max_tokens)
-        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve)
+        later = (COMBINE,) if strategy in MULTI_PASS and strategy != "rolling" else ()
+        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve,
+                                   later=later)  # fmt: skip
         if plan is None:
             return
         if strategy == "rolling":
@@ -525,7 +538,9 @@ def ask(
     is evaluated). Multi-pass strategies ask each window and then combine the answers.
     """
     t0 = time.perf_counter()
-    result, session = _job("ask", strategy, n_ctx, engine, cancel, audit=audit, text=text)
+    result, session = _job(
+        "ask", strategy, n_ctx, engine, cancel, audit=audit, text=text, max_tokens=max_tokens
+    )
     planner = planner or Planner(text, counter)
     try:
         if not questions or not all(q.strip() for q in questions):
@@ -533,7 +548,9 @@ def ask(
         instruction, reserve = planning("ask", strategy, counter, max_tokens=max_tokens,
                                         questions=questions)  # fmt: skip
         room = reserve - max_tokens  # the longest question, after the document
-        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve)
+        later = (COMBINE_ANSWERS,) if strategy in MULTI_PASS else ()
+        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve,
+                                   later=later)  # fmt: skip
         if plan is None:
             return
         for i, q in enumerate(questions):
@@ -579,7 +596,9 @@ def extract(
 ) -> Iterator[Event]:
     """Apply ``instruction`` to each window of the plan; the results merged in document order."""
     t0 = time.perf_counter()
-    result, session = _job("extract", strategy, n_ctx, engine, cancel, audit=audit, text=text)
+    result, session = _job(
+        "extract", strategy, n_ctx, engine, cancel, audit=audit, text=text, max_tokens=max_tokens
+    )
     planner = planner or Planner(text, counter)
     try:
         if not instruction.strip():

@@ -18,12 +18,13 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.core.budget import document_budget
 from app.core.chunking import Boundary, Chunk, chunk_document, sliding_windows
 from app.core.documents import Document
+from app.core.engine.protocol import ContextOverflowError
 from app.core.tokens import TokenCounter
 
 
@@ -75,9 +76,19 @@ class Plan:
         return self.kept_tokens
 
     def kept_chunks(self) -> list[Chunk]:
-        """The chunks inside kept spans, in document order (the segments a pass evaluates)."""
-        return [c for c in self.chunks if any(s.start <= c.start and c.end <= s.end
-                                              for s in self.kept)]  # fmt: skip
+        """The chunks inside kept spans, in document order (the segments a pass evaluates).
+
+        One pass over both (spans and chunks are in document order): a 5 MB document has tens of
+        thousands of chunks, and an entropy plan thousands of kept spans.
+        """
+        out: list[Chunk] = []
+        spans, i = self.kept, 0
+        for c in self.chunks:
+            while i < len(spans) and spans[i].end <= c.start:
+                i += 1
+            if i < len(spans) and spans[i].start <= c.start and c.end <= spans[i].end:
+                out.append(c)
+        return out
 
     def needle_retention(self, needles: Sequence[tuple[int, int]]) -> float:
         """Share of ``needles`` (character ranges) that reach the model whole in one pass."""
@@ -376,10 +387,20 @@ def plan_for(
     n_ctx: int,
     reserve: int,
 ) -> Plan:
-    """The plan of ``strategy`` within the budget the model's prompt and the reply leave."""
+    """The plan of ``strategy`` within the budget the model's prompt and the reply leave.
+
+    When they leave nothing, every strategy's plan is refused with the preflight's sentence
+    (``prompt needs N tokens, context is M (reply reserve R)``), as the job will refuse: a
+    plan of one token there would show a document reaching the model that never does.
+    """
     budget = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=planner.counter,
                              task=instruction)  # fmt: skip
-    return planner.plan(strategy, max(1, budget.available))
+    if budget.available >= 1:
+        return planner.plan(strategy, budget.available)
+    message = str(ContextOverflowError(budget.template_tokens + 1, n_ctx, reserve))
+    nothing = planner.plan(strategy, 0)
+    return replace(nothing, refused=message,
+                   dropped=tuple(replace(s, reason=message) for s in nothing.dropped))  # fmt: skip
 
 
 def plan(

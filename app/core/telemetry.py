@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psutil
@@ -152,13 +152,22 @@ def estimate_memory(info: ModelInfo, settings: LoadSettings) -> MemoryEstimate:
 
 
 def memory_preflight(
-    info: ModelInfo, settings: LoadSettings, *, available: int | None = None
+    info: ModelInfo,
+    settings: LoadSettings,
+    *,
+    available: int | None = None,
+    gpu_offload: bool | None = None,
 ) -> MemoryEstimate:
     """Refuse, before llama.cpp allocates anything, a context that would not fit in free RAM.
 
     (With layers offloaded, the KV cache goes to the GPU; this check then covers what stays in
-    RAM, and llama.cpp reports a VRAM shortfall itself.)
+    RAM, and llama.cpp reports a VRAM shortfall itself.) ``gpu_offload`` is whether the engine's
+    llama.cpp build can offload at all (``EngineCapabilities.gpu_offload_supported``): a build
+    that cannot runs every layer on the CPU whatever the settings ask, so its KV cache and
+    weights are counted in RAM. None: unknown, the settings are taken at their word.
     """
+    if gpu_offload is False and settings.n_gpu_layers != 0:
+        settings = replace(settings, n_gpu_layers=0)
     est = estimate_memory(info, settings)
     free = available if available is not None else int(psutil.virtual_memory().available)
     on_gpu = settings.n_gpu_layers != 0

@@ -43,7 +43,8 @@ CORPUS = {
     "web": "sample.html",
 }
 TASKS = ("summarize", "ask", "extract")
-AUDITED: dict[str, int] = {"jobs": 0, "calls": 0, "document_tokens": 0}  # for the report
+# for the closing summary (tests/core/conftest.py)
+AUDITED: dict[str, Any] = {"jobs": 0, "calls": 0, "document_tokens": 0, "documents": set()}
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,7 @@ class Bench:
         AUDITED["jobs"] += 1
         AUDITED["calls"] += audit.counts.calls
         AUDITED["document_tokens"] += audit.counts.document_tokens
+        AUDITED["documents"].add(kind)
         if strategy == "refuse":  # every document here overflows N_CTX: refused with numbers
             assert result.refused and "budget" in result.refused and audit.counts.calls == 0
         else:

@@ -327,6 +327,10 @@ class EngineHost:
         with self._lock:
             if not self.alive:
                 self.start()
+            assert self.capabilities is not None
+            if settings.n_gpu_layers and not self.capabilities.gpu_offload_supported:
+                # the layers will stay on the CPU: the KV cache and weights must fit in RAM
+                memory_preflight(info, settings, gpu_offload=False)
             self.model = None
             loaded = self._call("load", f"loading {Path(path).name}",
                                 path=str(Path(path).resolve()), settings=settings)  # fmt: skip

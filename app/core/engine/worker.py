@@ -203,7 +203,13 @@ class Engine:
         self._fault = Fault.from_env()  # None unless a test armed one
         self._loading = False
         self._install_log_capture()
-        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        self._parent = os.getppid()
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._stopped())
+
+    def _stopped(self) -> bool:
+        """Cancelled, or orphaned: a parent killed outright (``timeout``, a crash) cannot cancel,
+        and its engine must not go on computing for nobody."""
+        return self._cancel.is_set() or os.getppid() != self._parent
 
     # ----- llama.cpp plumbing -----
 
@@ -254,7 +260,7 @@ class Engine:
                 n_past = len(self.tokens)
                 llm._batch.set_batch(batch=piece, n_past=n_past, logits_all=False)
                 rc = lc.llama_decode(llm.ctx, llm._batch.batch)
-                if rc == DECODE_ABORTED or (abortable and self._cancel.is_set()):
+                if rc == DECODE_ABORTED or (abortable and self._stopped()):
                     # Drop whatever the interrupted batch left behind so tokens and KV agree.
                     lc.llama_memory_seq_rm(self._mem, -1, n_past, -1)
                     raise _Cancelled
@@ -669,7 +675,7 @@ class Engine:
                     if pending_text or pending_ids:  # the text so far reaches the parent first
                         emit(TextDelta(pending_text, tuple(pending_ids)))
                     self._fault.fire()
-                if self._cancel.is_set():
+                if self._stopped():
                     reason = "cancelled"
                     break
                 tok = sampler.sample(llm._ctx, -1)
