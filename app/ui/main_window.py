@@ -287,10 +287,10 @@ class MainWindow(QMainWindow):
         self.cancel_action.setEnabled(False)
         self.cancel_action.triggered.connect(self.cancel)
         bar.addAction(self.cancel_action)
-        run_menu = self.menuBar().addMenu(self.tr("R&un"))
-        run_menu.addAction(self.run_action)
-        run_menu.addAction(self.cancel_action)
-        run_menu.addSeparator()
+        job_menu = self.menuBar().addMenu(self.tr("&Job"))
+        job_menu.addAction(self.run_action)
+        job_menu.addAction(self.cancel_action)
+        job_menu.addSeparator()
         self.audit_action = QAction(self.tr("&Audit Each Run Against llama.cpp"), self,
                                     checkable=True)  # fmt: skip
         self.audit_action.setToolTip(
@@ -298,7 +298,7 @@ class MainWindow(QMainWindow):
         )
         self.audit_action.setChecked(self.settings.value("audit", False, type=bool))
         self.audit_action.toggled.connect(lambda on: self.settings.setValue("audit", on))
-        run_menu.addAction(self.audit_action)
+        job_menu.addAction(self.audit_action)
         cancel_button = QPushButton(self.tr("Cancel"))
         cancel_button.clicked.connect(self.cancel)
         cancel_button.hide()
