@@ -1,0 +1,227 @@
+"""Calibration: the llama.cpp settings that run a model fastest on this machine.
+
+The best thread count, batch and micro-batch sizes and flash-attention setting depend on the CPU
+(cores, caches, SIMD), the model and the llama.cpp build, and defaults are often far off (two
+threads on a busy two-core machine ran several times slower than one). A calibration loads the
+model under each candidate, times a prompt evaluation and a short greedy generation, and keeps the
+candidate with the best combined time. The result is cached per model (sha256) and machine, so
+it costs seconds once; the person can see the table and override the choice.
+
+Pure core: the engine host is passed in, progress and cancel are plain callables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from app.core.engine.protocol import EngineCapabilities, LoadSettings, SamplingSettings
+from app.core.paths import cache_dir
+
+PROMPT_TOKENS = 256  # prompt evaluation timed on this many tokens
+GEN_TOKENS = 32  # generation timed on this many tokens
+# What a document job spends: mostly prompt evaluation, then replies. The score weighs both by
+# the tokens of a typical call (a 2,048-token window and a 128-token reply).
+PROMPT_SHARE, GEN_SHARE = 2048, 128
+CACHE_VERSION = 1
+
+
+class CalibrationCancelled(Exception):
+    """The person stopped the calibration; the engine keeps the model as last loaded."""
+
+
+class CalibratedEngine(Protocol):
+    capabilities: EngineCapabilities | None
+
+    def load(self, path: str | os.PathLike[str], settings: LoadSettings | None = None) -> Any: ...
+
+    def tokenize(self, text: str, *, add_special: bool = ..., parse_special: bool = ...) -> Any: ...
+
+    def evaluate(self, tokens: Sequence[int]) -> Any: ...
+
+    def reset(self) -> None: ...
+
+    def generate_text(self, prompt: Sequence[int], **kwargs: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate's figures."""
+
+    settings: LoadSettings
+    prompt_tokens_per_s: float
+    gen_tokens_per_s: float
+
+    @property
+    def seconds_per_call(self) -> float:
+        """The time a typical call would take: what the calibration minimises."""
+        return PROMPT_SHARE / self.prompt_tokens_per_s + GEN_SHARE / self.gen_tokens_per_s
+
+
+@dataclass(frozen=True)
+class Calibration:
+    model_sha256: str
+    machine: str
+    best: LoadSettings
+    trials: tuple[Trial, ...]
+
+    def settings_for(self, base: LoadSettings) -> LoadSettings:
+        """``base`` (its context size, cache type, GPU layers) with the calibrated speed knobs."""
+        b = self.best
+        return dataclasses.replace(base, n_threads=b.n_threads, n_threads_batch=b.n_threads_batch,
+                                   n_batch=b.n_batch, n_ubatch=b.n_ubatch,
+                                   flash_attn=b.flash_attn)  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": CACHE_VERSION,
+            "model_sha256": self.model_sha256,
+            "machine": self.machine,
+            "best": dataclasses.asdict(self.best),
+            "trials": [
+                {"settings": dataclasses.asdict(t.settings),
+                 "prompt_tokens_per_s": t.prompt_tokens_per_s,
+                 "gen_tokens_per_s": t.gen_tokens_per_s}
+                for t in self.trials
+            ],
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        trials = tuple(
+            Trial(LoadSettings(**t["settings"]), float(t["prompt_tokens_per_s"]),
+                  float(t["gen_tokens_per_s"]))
+            for t in data["trials"]
+        )  # fmt: skip
+        return cls(str(data["model_sha256"]), str(data["machine"]),
+                   LoadSettings(**data["best"]), trials)  # fmt: skip
+
+
+def machine_key(capabilities: EngineCapabilities | None) -> str:
+    """What makes timings on this machine comparable: CPU model and count, the llama.cpp build."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            names = [ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    build = ""
+    if capabilities is not None:
+        build = f"{capabilities.llama_cpp_python_version} {capabilities.system_info}"
+    raw = f"{platform.system()}|{cpu}|{os.cpu_count()}|{build}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def candidates(base: LoadSettings, cpu_count: int | None = None) -> list[LoadSettings]:
+    """The settings worth trying around ``base``: thread counts up to the cores, two batch
+    sizes, flash attention off and on (only where the KV cache type allows both)."""
+    cores = max(1, cpu_count or os.cpu_count() or 1)
+    threads = sorted({1, max(1, cores // 2), cores})
+    out = []
+    for n in threads:
+        for batch in (256, 512):
+            for flash in (False, True):
+                if not flash and base.kv_cache_type not in ("f16", "f32", "bf16"):
+                    continue  # a quantized cache needs flash attention
+                out.append(dataclasses.replace(base, n_threads=n, n_threads_batch=n,
+                                               n_batch=batch, n_ubatch=batch,
+                                               flash_attn=flash))  # fmt: skip
+    return out
+
+
+def _cache_file(model_sha256: str, machine: str, kv_cache_type: str) -> Path:
+    name = f"{model_sha256[:16]}-{machine}-{kv_cache_type}.json"
+    return cache_dir() / "calibration" / name
+
+
+def cached(model_sha256: str, machine: str, kv_cache_type: str = "f16") -> Calibration | None:
+    """The calibration made earlier for this model, machine and KV cache type, or None (the
+    cache type decides whether flash attention may be off, so it is part of the key)."""
+    path = _cache_file(model_sha256, machine, kv_cache_type)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != CACHE_VERSION:
+            return None
+        found = Calibration.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none yet, or unreadable: calibrate again
+    same = (found.model_sha256, found.machine, found.best.kv_cache_type)
+    return found if same == (model_sha256, machine, kv_cache_type) else None
+
+
+def _save(calibration: Calibration) -> None:
+    path = _cache_file(calibration.model_sha256, calibration.machine,
+                       calibration.best.kv_cache_type)  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(calibration.to_json(), indent=1), encoding="utf-8")
+    tmp.replace(path)  # a half-written file never replaces a good one
+
+
+def calibrate(
+    host: CalibratedEngine,
+    model: Path,
+    model_sha256: str,
+    base: LoadSettings,
+    *,
+    trials: Sequence[LoadSettings] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+    use_cache: bool = True,
+) -> Calibration:
+    """Time each candidate (``trials``, by default :func:`candidates` of ``base``) and keep the
+    fastest; cached per model, machine and KV cache type. The model is left loaded with
+    ``base`` tuned by the result (:meth:`Calibration.settings_for`).
+
+    ``progress(done, total)`` is called after each trial; ``cancelled()`` is asked before each
+    (CalibrationCancelled then). A candidate llama.cpp refuses is skipped.
+    """
+    from app.core.engine.protocol import EngineError
+
+    machine = machine_key(host.capabilities)
+    if use_cache and (found := cached(model_sha256, machine, base.kv_cache_type)) is not None:
+        host.load(model, found.settings_for(base))
+        return found
+    todo = list(trials) if trials is not None else candidates(base)
+    done: list[Trial] = []
+    text = "The quick brown fox jumps over the lazy dog. " * 64
+    for i, settings in enumerate(todo):
+        if cancelled():
+            raise CalibrationCancelled("calibration cancelled")
+        try:
+            host.load(model, settings)
+            machine = machine_key(host.capabilities)  # known once the engine has started
+            done.append(_trial(host, settings, text))
+        except (EngineError, ValueError):
+            pass  # this build or machine cannot run the candidate: not a choice
+        if progress is not None:
+            progress(i + 1, len(todo))
+    if not done:
+        raise ValueError("no candidate settings could be loaded; the model cannot be calibrated")
+    best = min(done, key=lambda t: t.seconds_per_call)
+    result = Calibration(model_sha256, machine, best.settings, tuple(done))
+    host.load(model, result.settings_for(base))
+    _save(result)
+    return result
+
+
+def _trial(host: CalibratedEngine, settings: LoadSettings, text: str) -> Trial:
+    tokens = list(host.tokenize(text, add_special=False))[:PROMPT_TOKENS]
+    host.reset()
+    host.evaluate(tokens[:8])  # warm-up: the first decode pays one-off costs
+    host.reset()
+    pp = host.evaluate(tokens)
+    host.reset()
+    _, finished = host.generate_text(tokens[:16], max_tokens=GEN_TOKENS,
+                                     sampling=SamplingSettings())  # fmt: skip
+    stats = finished.stats
+    gen = stats.gen_tokens_per_s or 1e-9
+    return Trial(settings, len(tokens) / max(pp.seconds, 1e-9), gen)

@@ -1,0 +1,104 @@
+"""Calibration on the real default model: it keeps the fastest candidate, caches the choice per
+model and machine, reports progress, can be cancelled, and skips settings llama.cpp refuses."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.calibrate import (
+    CalibrationCancelled,
+    cached,
+    calibrate,
+    candidates,
+    machine_key,
+)
+from app.core.default_model import sha256_of
+from app.core.engine.host import EngineHost
+from app.core.engine.protocol import LoadSettings
+
+BASE = LoadSettings(n_ctx=512)
+
+
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[EngineHost]:
+    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
+    with EngineHost() as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def sha(model_path: Path) -> str:
+    return sha256_of(model_path)
+
+
+def test_candidates_cover_threads_batches_and_flash_attention() -> None:
+    tried = candidates(BASE, cpu_count=8)
+    assert {s.n_threads for s in tried} == {1, 4, 8}
+    assert {s.n_batch for s in tried} == {256, 512} and {s.flash_attn for s in tried} == {
+        False,
+        True,
+    }
+    assert all(s.n_ubatch == s.n_batch and s.n_threads_batch == s.n_threads for s in tried)
+    assert all(s.n_ctx == 512 for s in tried)
+    quantized = candidates(LoadSettings(kv_cache_type="q8_0", flash_attn=True), cpu_count=2)
+    assert quantized and all(s.flash_attn for s in quantized)  # llama.cpp needs it for q8_0
+
+
+def test_calibration_keeps_the_fastest_and_caches_it(
+    host: EngineHost, model_path: Path, sha: str
+) -> None:
+    trials = [
+        LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1),
+        LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1, n_batch=64, n_ubatch=64),
+        LoadSettings(n_ctx=512, kv_cache_type="q8_0"),
+    ]  # refused: needs flash attention
+    seen: list[tuple[int, int]] = []
+    result = calibrate(host, model_path, sha, BASE, trials=trials,
+                       progress=lambda done, total: seen.append((done, total)))  # fmt: skip
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert len(result.trials) == 2  # the refused candidate is not a choice
+    assert all(t.prompt_tokens_per_s > 0 and t.gen_tokens_per_s > 0 for t in result.trials)
+    assert result.best == min(result.trials, key=lambda t: t.seconds_per_call).settings
+    assert host.model is not None and host.model.n_threads == result.best.n_threads
+    assert result.machine == machine_key(host.capabilities)
+    assert cached(sha, result.machine) == result
+
+    class Counting:  # the real host, counting what a cached calibration still evaluates
+        def __init__(self) -> None:
+            self.evaluated = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(host, name)
+
+        def evaluate(self, tokens: Sequence[int]) -> Any:
+            self.evaluated += 1
+            return host.evaluate(tokens)
+
+    counting = Counting()
+    bigger = LoadSettings(n_ctx=1024)  # the context size is the caller's; the speed knobs cached
+    again = calibrate(counting, model_path, sha, bigger, trials=trials)  # type: ignore[arg-type]
+    assert again == result and counting.evaluated == 0
+    assert host.model.n_ctx == 1024 and host.model.n_threads == result.best.n_threads
+    assert cached(sha, result.machine, "q8_0") is None  # another cache type: calibrate again
+
+
+def test_a_damaged_cache_is_ignored_and_a_cancel_stops_before_any_trial(
+    host: EngineHost, model_path: Path, sha: str, tmp_path: Path
+) -> None:
+    host.load(model_path, BASE)
+    machine = machine_key(host.capabilities)
+    folder = tmp_path / "cache" / "calibration"
+    folder.mkdir(parents=True)
+    (folder / f"{sha[:16]}-{machine}-f16.json").write_text("{not json", encoding="utf-8")
+    assert cached(sha, machine) is None
+    (folder / f"{sha[:16]}-{machine}-f16.json").write_text(json.dumps({"version": 0}), "utf-8")
+    assert cached(sha, machine) is None
+    with pytest.raises(CalibrationCancelled):
+        calibrate(host, model_path, sha, BASE, cancelled=lambda: True)
+    with pytest.raises(ValueError, match="no candidate settings could be loaded"):
+        calibrate(host, model_path, sha, BASE, trials=[LoadSettings(kv_cache_type="q4_0")])
