@@ -56,8 +56,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         with EngineHost() as host:
-            host.start()
-            machine = machine_key(host.capabilities)
+            machine = machine_key(host.start())
             was_cached = not args.fresh and cached(sha, machine, base.kv_cache_type) is not None
             result = calibrate(host, Path(model), sha, base, progress=progress,
                                cancelled=lambda: stop, use_cache=not args.fresh)  # fmt: skip

@@ -276,10 +276,9 @@ class Audit:
                               f"{item.segment.id} is not in the ring")  # fmt: skip
                 continue
             self.counts.segments += 1
-            want = list(item.tokens[seg.trimmed : seg.trimmed + seg.tokens])
-            if kv[seg.pos : seg.end] != want:
-                self.fail(step, "positions", f"KV positions {seg.pos}..{seg.end - 1} do not hold "
-                          f"the {seg.kind} segment laid there")  # fmt: skip
+            want = _resident(seg, item.tokens)
+            if not _holds(kv, seg, item.tokens):
+                self.fail(step, "positions", _misplaced(seg))
                 continue
             if seg.kind is not SegmentKind.CHUNK or seg.source is None:
                 self.counts.template_tokens += seg.tokens
@@ -338,12 +337,23 @@ def ring_mismatches(
         out.append(f"the engine lists {len(kv)} tokens, llama.cpp holds {usage.cells_used} cells")
     for seg in ring:
         tokens = laid.get(seg.id)
-        if tokens is not None and list(kv[seg.pos : seg.end]) != list(
-            tokens[seg.trimmed : seg.trimmed + seg.tokens]
-        ):
-            out.append(f"KV positions {seg.pos}..{seg.end - 1} do not hold the {seg.kind} "
-                       f"segment laid there")  # fmt: skip
+        if tokens is not None and not _holds(kv, seg, tokens):
+            out.append(_misplaced(seg))
     return out
+
+
+def _resident(seg: Segment, tokens: Sequence[int]) -> list[int]:
+    """The tokens laid in ``seg`` that are still in the cache (a shift may trim its front)."""
+    return list(tokens[seg.trimmed : seg.trimmed + seg.tokens])
+
+
+def _holds(kv: Sequence[int], seg: Segment, tokens: Sequence[int]) -> bool:
+    """Whether the cache holds ``seg``'s tokens at ``seg``'s positions."""
+    return list(kv[seg.pos : seg.end]) == _resident(seg, tokens)
+
+
+def _misplaced(seg: Segment) -> str:
+    return f"KV positions {seg.pos}..{seg.end - 1} do not hold the {seg.kind} segment laid there"
 
 
 def _first_gap(text: str, covered: set[Span]) -> Span | None:

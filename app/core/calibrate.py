@@ -40,6 +40,8 @@ class CalibrationCancelled(Exception):
 class CalibratedEngine(Protocol):
     capabilities: EngineCapabilities | None
 
+    def start(self) -> EngineCapabilities: ...
+
     def load(self, path: str | os.PathLike[str], settings: LoadSettings | None = None) -> Any: ...
 
     def tokenize(self, text: str, *, add_special: bool = ..., parse_special: bool = ...) -> Any: ...
@@ -186,7 +188,7 @@ def calibrate(
     """
     from app.core.engine.protocol import EngineError
 
-    machine = machine_key(host.capabilities)
+    machine = machine_key(host.start())  # the build is part of the key: the engine must run
     if use_cache and (found := cached(model_sha256, machine, base.kv_cache_type)) is not None:
         host.load(model, found.settings_for(base))
         return found
@@ -198,7 +200,6 @@ def calibrate(
             raise CalibrationCancelled("calibration cancelled")
         try:
             host.load(model, settings)
-            machine = machine_key(host.capabilities)  # known once the engine has started
             done.append(_trial(host, settings, text))
         except (EngineError, ValueError):
             pass  # this build or machine cannot run the candidate: not a choice

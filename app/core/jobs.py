@@ -326,9 +326,10 @@ class _Session:
                 elif isinstance(ev, Finished):
                     finished = ev
         except EngineError:
-            if "".join(parts).strip():
-                self.result.outputs.append(OutputSpan(step, "".join(parts).strip(), sources,
-                                                      ring.version, "error"))  # fmt: skip
+            partial = "".join(parts).strip()
+            if partial:
+                self.result.outputs.append(OutputSpan(step, partial, sources, ring.version,
+                                                      "error"))  # fmt: skip
             if audit is not None:
                 audit.call_failed(step, sources)
             raise
@@ -394,12 +395,7 @@ def _planned(
         )
         return None
     if session.audit is not None:
-        passes = (
-            [plan.chunks[first : last + 1] for first, last in _window_ranges(plan)]
-            if plan.multi_pass
-            else [plan.kept_chunks()]
-        )
-        session.audit.planned(plan.kept_chunks(), passes, dropped=bool(plan.dropped))
+        session.audit.planned(plan.kept_chunks(), _passes(plan), dropped=bool(plan.dropped))
     return plan
 
 
@@ -610,11 +606,7 @@ def extract(
         if plan is None:
             return
         pieces: list[OutputSpan] = []
-        if plan.multi_pass:
-            passes = [plan.chunks[first : last + 1] for first, last in _window_ranges(plan)]
-        else:
-            passes = [plan.kept_chunks()]
-        for w, chunks in enumerate(passes):
+        for w, chunks in enumerate(_passes(plan)):
             if session.cancel.is_set():
                 return
             segs = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
@@ -741,6 +733,14 @@ def _fit(segments: Sequence[_Segment], counter: TokenCounter, budget: int) -> li
         out.append(seg)
         used += n
     return out
+
+
+def _passes(plan: Plan) -> list[Sequence[Chunk]]:
+    """The chunks each pass over the document evaluates: the kept ones in one pass, or one
+    window of the plan per pass."""
+    if not plan.multi_pass:
+        return [plan.kept_chunks()]
+    return [plan.chunks[first : last + 1] for first, last in _window_ranges(plan)]
 
 
 def _window_ranges(plan: Plan) -> list[tuple[int, int]]:
