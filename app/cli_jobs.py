@@ -51,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         CancelToken,
         CompareFinished,
         JobFinished,
+        PartialResult,
         StrategyStarted,
         TokenBatch,
         compare,
@@ -90,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
             counter = exact_counter(model, host_tokenize(host))
             options: dict[str, Any] = {"n_ctx": loaded.n_ctx, "max_tokens": args.max_tokens,
-                                       "cancel": cancel}  # fmt: skip
+                                       "cancel": cancel, "lanes": args.lanes or None}  # fmt: skip
             if args.task == "ask":
                 options["questions"] = args.question
             if args.task == "extract":
@@ -102,6 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                              planner=Planner(doc, counter), **options)  # fmt: skip
             results = []
             states: dict[int, Any] = {}  # results' index -> the KV state right after its job
+            in_lanes: dict[str, list[str]] = {}  # replies generated in lanes, by step
             for ev in events:
                 if isinstance(ev, JobFinished):
                     results.append(ev.result)
@@ -124,8 +126,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(
                         json.dumps({"type": _type_name(ev), **dataclasses.asdict(ev)}), flush=True
                     )
-                elif isinstance(ev, TokenBatch):
+                elif isinstance(ev, TokenBatch) and ev.lane is None:
                     print(ev.text, end="", flush=True)
+                elif isinstance(ev, TokenBatch):  # lanes interleave: each reply whole, once done
+                    in_lanes.setdefault(ev.step, []).append(ev.text)
+                elif isinstance(ev, PartialResult) and ev.step in in_lanes:
+                    print("".join(in_lanes.pop(ev.step)), end="", flush=True)
+                    _print_event(ev)
                 else:
                     _print_event(ev)
         except InsufficientMemoryError as exc:
@@ -192,6 +199,8 @@ def _report(args: argparse.Namespace, results: list[Any]) -> int:
 
 
 def _check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) -> None:
+    from app.core.jobs import MAX_LANES
+
     if args.task not in TASKS:
         raise BadInput(f"unknown task {args.task!r} (choose one of {', '.join(TASKS)})")
     for name in strategies:
@@ -199,6 +208,8 @@ def _check_job_args(args: argparse.Namespace, strategies: list[str], known: Any)
             raise BadInput(f"unknown strategy {name!r} (choose from {', '.join(known)})")
     if args.max_tokens < 1:
         raise BadInput("--max-tokens must be at least 1")
+    if not 0 <= args.lanes <= MAX_LANES:
+        raise BadInput(f"--lanes must be between 0 (one call at a time) and {MAX_LANES}")
     if args.task == "ask" and not (args.question and all(q.strip() for q in args.question)):
         raise BadInput("--task ask needs at least one --question")
     if args.task == "extract" and not (args.instruction or "").strip():
@@ -250,11 +261,14 @@ def done_record(result: Any) -> dict[str, Any]:
 
 
 def _print_event(ev: object) -> None:
-    from app.core.jobs import ChunkEvaluated, PartialResult, PlanReady
+    from app.core.jobs import ChunkEvaluated, LanesStarted, PartialResult, PlanReady
 
     if isinstance(ev, PlanReady):
         print(f"plan {ev.strategy}: {ev.kept_tokens:,} of {ev.total_tokens:,} tokens reach the "
               f"model in {ev.passes} pass(es) of at most {ev.budget:,} tokens",
+              file=sys.stderr)  # fmt: skip
+    elif isinstance(ev, LanesStarted):
+        print(f"--- {ev.windows} replies, {ev.lanes} at a time in parallel lanes ---",
               file=sys.stderr)  # fmt: skip
     elif isinstance(ev, ChunkEvaluated):
         pass  # too many to print; --json has them
@@ -263,6 +277,7 @@ def _print_event(ev: object) -> None:
 
 
 def add_commands(sub: Any) -> None:
+    from app.core.jobs import DEFAULT_LANES
     from app.core.strategies import STRATEGIES
 
     for name in ("run", "compare"):
@@ -284,6 +299,9 @@ def add_commands(sub: Any) -> None:
                        help="save the KV state with the run, so a rollback resumes instantly "
                             "(tens of MB per run)")  # fmt: skip
         p.add_argument("--json", action="store_true", help="print JSON lines, one per event")
+        lanes_help = (f"the map phase's replies generated this many at a time, as parallel "
+                      f"sequences (default {DEFAULT_LANES}; 0: one at a time)")  # fmt: skip
+        p.add_argument("--lanes", type=int, default=DEFAULT_LANES, help=lanes_help)
         p.add_argument("--audit", action="store_true",
                        help="check against llama.cpp that the model saw exactly the plan shown; "
                             "exit 5 on any mismatch")  # fmt: skip

@@ -12,6 +12,10 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Runs record their history; tests never write into the user's own database.
 os.environ["CONTEXTLENS_DB"] = os.path.join(tempfile.mkdtemp(prefix="contextlens-test-"), "h.db")
+# Calibrations and plans are cached on disk: tests keep theirs apart from the user's.
+os.environ.setdefault("CONTEXTLENS_CACHE", tempfile.mkdtemp(prefix="contextlens-cache-"))
+# Loading a model in the window calibrates it on first use; tests that want that turn it on.
+os.environ.setdefault("CONTEXTLENS_CALIBRATE", "0")
 
 from app.core.default_model import default_model_path
 from tests.edge_cases import EDGE_KEY, EdgeTally, edge_tally

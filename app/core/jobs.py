@@ -26,6 +26,10 @@ from app.core.engine.protocol import (
     Finished,
     KVState,
     KVUsage,
+    LaneDelta,
+    LaneFinished,
+    LanesFinished,
+    LaneStarted,
     TextDelta,
 )
 from app.core.ring import Ring, Segment, SegmentKind
@@ -40,6 +44,10 @@ ASK_PART = "Answer the question from this part of a longer document, or say it i
 COMBINE_ANSWERS = (
     "These are answers from different parts of one document. Give the one best answer."
 )
+# The map phase's replies generated together (see app/core/engine/lanes.py): on a CPU four lanes
+# gave about 1.5x the tokens/s of one, and more gain little; each lane may hold a whole context.
+DEFAULT_LANES = 4
+MAX_LANES = 64
 ROLLING = (
     "Update the running summary with the next part of the document. "
     "Reply with the whole updated summary."
@@ -58,6 +66,10 @@ class Engine(Protocol):
     ) -> str: ...
 
     def generate(self, prompt: Sequence[int], **kwargs: Any) -> Iterator[Any]: ...
+
+    def generate_lanes(
+        self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], **kwargs: Any
+    ) -> Iterator[Any]: ...
 
     def kv_usage(self) -> KVUsage: ...
 
@@ -93,6 +105,7 @@ class ChunkEvaluated:
     kv_start: int  # KV positions the chunk occupies
     kv_end: int
     ring_version: int
+    lane: int | None = None  # the sequence of a batched map phase; None: the one sequence
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,7 @@ class TokenBatch:
     tokens: int
     ring_version: int
     sources: tuple[tuple[int, int], ...]  # document spans resident while this was generated
+    lane: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,18 @@ class KVStats:
     cells_used: int
     n_ctx: int
     state_bytes: int
+    lane: int | None = None  # a lane's own figures (its sequence in the lanes' shared cache)
+
+
+@dataclass(frozen=True)
+class LanesStarted:
+    """A batched map phase begins: ``windows`` replies, ``lanes`` generated together as parallel
+    sequences of one llama.cpp context (``n_cells`` shared cells; each lane holds at most
+    ``n_ctx``)."""
+
+    lanes: int
+    windows: int
+    n_ctx: int
 
 
 @dataclass(frozen=True)
@@ -152,6 +178,7 @@ class JobResult:
     error: str | None = None
     prompt_lengths: list[int] = field(default_factory=list)  # per model call, for the histogram
     plan: dict[str, Any] = field(default_factory=dict)
+    lanes: int | None = None  # the map phase's replies ran this many at a time (None: one by one)
     # The token ids of the last model call's prompt: with the KV state saved right after the job,
     # a rollback can resume that call without evaluating it again. Not part of as_dict().
     final_prompt: tuple[int, ...] = field(default=(), repr=False)
@@ -185,7 +212,7 @@ class JobFinished:
 
 Event = (
     PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | TokenBatch | KVStats
-    | PartialResult | JobError | JobFinished
+    | LanesStarted | PartialResult | JobError | JobFinished
 )  # fmt: skip
 
 
@@ -209,6 +236,16 @@ class CancelToken:
 class _Segment:
     text: str
     source: tuple[int, int] | None  # document span, for chunks
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One call of a map phase: its step name, what it holds, and the document spans its
+    partial result stands for (None: the spans the call held)."""
+
+    step: str
+    segments: Sequence[_Segment]
+    stands_for: tuple[tuple[int, int], ...] | None = None
 
 
 class _Frame:
@@ -237,13 +274,16 @@ class _Session:
         n_ctx: int,
         result: JobResult,
         cancel: CancelToken,
+        *,
         audit: Audit | None = None,
+        lanes: int | None = None,
     ) -> None:
         self.engine = engine
         self.ring = Ring(n_ctx)
         self.result = result
         self.cancel = cancel
         self.audit = audit
+        self.lanes = lanes
         self._frames: dict[str, _Frame] = {}
 
     def frame(self, instruction: str) -> _Frame:
@@ -277,6 +317,114 @@ class _Session:
         sources = tuple(ring.resident_sources())
         self.result.final_prompt = tuple(prompt)
         return (yield from self.stream(step, prompt, placed, sources, max_tokens, laid=laid))
+
+    def map(
+        self, instruction: str, windows: Sequence[_Window], max_tokens: int
+    ) -> Generator[Event, None, list[OutputSpan]]:
+        """One reply to ``instruction`` per window, each followed by its :class:`PartialResult`.
+
+        With ``lanes`` the windows are parallel sequences of one batch (the instruction prefix
+        evaluated once); otherwise, or when the job is audited (the audit reads the cache of
+        the loaded context after each call) or there is one window, one call after another.
+        Stops early when cancelled; the outputs come in window order.
+        """
+        if self.lanes is None or self.audit is not None or len(windows) < 2:
+            outs: list[OutputSpan] = []
+            for win in windows:
+                if self.cancel.is_set():
+                    break
+                out = yield from self.call(win.step, instruction, win.segments, max_tokens)
+                outs.append(out)
+                yield PartialResult(out.step, out.text, win.stands_for or out.source_spans)
+            return outs
+        return (yield from self._map_in_lanes(instruction, windows, max_tokens))
+
+    def _map_in_lanes(
+        self, instruction: str, windows: Sequence[_Window], max_tokens: int
+    ) -> Generator[Event, None, list[OutputSpan]]:
+        assert self.lanes is not None
+        frame = self.frame(instruction)
+        result = self.result
+        suffixes: list[list[int]] = []
+        layouts: list[list[tuple[_Segment, int]]] = []
+        for win in windows:
+            suffix: list[int] = []
+            layout = []
+            for seg in win.segments:
+                tokens = self.engine.tokenize(seg.text, add_special=False, parse_special=False)
+                if not tokens:
+                    continue
+                layout.append((seg, len(tokens)))
+                suffix += tokens
+                if seg.source is not None:
+                    yield ChunkQueued(win.step, seg.source[0], seg.source[1], len(tokens))
+            suffixes.append(suffix + frame.after)
+            layouts.append(layout)
+        result.lanes = min(self.lanes, len(windows))
+        yield LanesStarted(result.lanes, len(windows), result.n_ctx)
+        rings: dict[int, Ring] = {}
+        replies: dict[int, Segment] = {}  # each lane's reply segment
+        sources: dict[int, tuple[tuple[int, int], ...]] = {}
+        parts: dict[int, list[str]] = {}
+        done: dict[int, OutputSpan] = {}
+        lane_free_at: dict[int, float] = {}
+        t0 = time.perf_counter()
+        try:
+            for ev in self.engine.generate_lanes(frame.before, suffixes, lanes=self.lanes,
+                                                 max_tokens=max_tokens):  # fmt: skip
+                if isinstance(ev, LaneStarted):
+                    i, lane = ev.index, ev.lane
+                    result.ttft_s.append(time.perf_counter() - lane_free_at.get(lane, t0))
+                    ring = rings.setdefault(lane, Ring(result.n_ctx))
+                    ring.clear()
+                    replies.pop(lane, None)
+                    ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
+                    for seg, n in layouts[i]:
+                        at = ring.append(SegmentKind.CHUNK, n, source=seg.source)
+                        if seg.source is not None:
+                            start, end = seg.source
+                            yield ChunkEvaluated(windows[i].step, start, end, n, at.pos, at.end,
+                                                 ring.version, lane)  # fmt: skip
+                    ring.append(SegmentKind.QUESTION, len(frame.after), pinned=True)
+                    sources[i], parts[i] = tuple(ring.resident_sources()), []
+                elif isinstance(ev, LaneDelta):
+                    i, lane, ring = ev.index, ev.lane, rings[ev.lane]
+                    parts[i].append(ev.text)
+                    grow = min(len(ev.token_ids), ring.free)
+                    if grow:
+                        replies[lane] = (
+                            ring.grow(replies[lane].id, grow)
+                            if lane in replies
+                            else ring.append(SegmentKind.OUTPUT, grow)
+                        )
+                    yield TokenBatch(windows[i].step, ev.text, len(ev.token_ids), ring.version,
+                                     sources[i], lane)  # fmt: skip
+                elif isinstance(ev, LaneFinished):
+                    i, lane, stats, ring = ev.index, ev.lane, ev.stats, rings[ev.lane]
+                    lane_free_at[lane] = time.perf_counter()
+                    ring.cut(min(stats.n_past, ring.used))
+                    result.prompt_tokens += stats.prompt_tokens
+                    result.evaluated_tokens += stats.prompt_eval_tokens
+                    result.prompt_lengths.append(stats.prompt_tokens)
+                    result.completion_tokens += stats.completion_tokens
+                    result.kv_peak_cells = max(result.kv_peak_cells, stats.n_past)
+                    yield KVStats(ev.cells[lane], result.n_ctx, 0, lane)
+                    done[i] = OutputSpan(windows[i].step, "".join(parts[i]).strip(), sources[i],
+                                         ring.version, stats.finish_reason)  # fmt: skip
+                    yield PartialResult(done[i].step, done[i].text,
+                                        windows[i].stands_for or sources[i])  # fmt: skip
+                elif isinstance(ev, LanesFinished) and ev.finish_reason == "cancelled":
+                    self.cancel.set()
+        except EngineError:
+            for i, texts in parts.items():  # the text so far of replies the failure cut short
+                if i not in done and (partial := "".join(texts).strip()):
+                    done[i] = OutputSpan(windows[i].step, partial, sources[i],
+                                         rings[0].version if rings else 0, "error")  # fmt: skip
+            result.outputs.extend(done[i] for i in sorted(done))
+            raise
+        outs = [done[i] for i in sorted(done)]
+        result.outputs.extend(outs)
+        return outs
 
     def stream(
         self,
@@ -438,15 +586,19 @@ def _job(
     text: str = "",
     resumed: bool = False,
     max_tokens: int = 1,
+    lanes: int | None = None,
 ) -> tuple[JobResult, _Session]:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (choose one of {', '.join(STRATEGIES)})")
     if max_tokens < 1:
         raise ValueError("max_tokens must be at least 1")
+    if lanes is not None and not 1 <= lanes <= MAX_LANES:
+        raise ValueError(f"lanes must be between 1 and {MAX_LANES} (or none: one call at a time)")
     result = JobResult(task, strategy, "stop", n_ctx)
     if audit is not None:
         audit.job_started(task, strategy, text, resumed=resumed)
-    return result, _Session(engine, n_ctx, result, cancel or CancelToken(), audit)
+    return result, _Session(engine, n_ctx, result, cancel or CancelToken(), audit=audit,
+                           lanes=lanes)  # fmt: skip
 
 
 def _failed(result: JobResult, session: _Session, exc: EngineError) -> JobError:
@@ -481,18 +633,19 @@ def summarize(
     cancel: CancelToken | None = None,
     planner: Planner | None = None,
     audit: Audit | None = None,
+    lanes: int | None = None,
 ) -> Iterator[Event]:
     """Summarize ``text`` under ``strategy``; the last event is :class:`JobFinished`.
 
     Single-pass strategies summarize what their plan keeps. ``map-reduce`` and ``semantic``
     summarize each window of their plan, then combine the partial summaries (in groups, again,
     while they do not fit). ``rolling`` carries a running summary through the document, window
-    by window.
+    by window. ``lanes``: the map phase's replies generated that many at a time as parallel
+    sequences (:meth:`_Session.map`); None, one call at a time.
     """
     t0 = time.perf_counter()
-    result, session = _job(
-        "summarize", strategy, n_ctx, engine, cancel, audit=audit, text=text, max_tokens=max_tokens
-    )
+    result, session = _job("summarize", strategy, n_ctx, engine, cancel, audit=audit, text=text,
+                           max_tokens=max_tokens, lanes=lanes)  # fmt: skip
     planner = planner or Planner(text, counter)
     try:
         instruction, reserve = planning("summarize", strategy, counter, max_tokens=max_tokens)
@@ -506,7 +659,7 @@ def summarize(
         elif plan.multi_pass:
             yield from _map_reduce(session, text, plan, counter, n_ctx=n_ctx, max_tokens=max_tokens)
         else:
-            kept = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in plan.kept_chunks()]
+            kept = _chunk_segments(text, plan.kept_chunks())
             yield from session.call("summary", SUMMARIZE, kept, max_tokens)
     except EngineError as exc:
         yield _failed(result, session, exc)
@@ -526,6 +679,7 @@ def ask(
     cancel: CancelToken | None = None,
     planner: Planner | None = None,
     audit: Audit | None = None,
+    lanes: int | None = None,
 ) -> Iterator[Event]:
     """Answer ``questions`` about ``text``, one output per question.
 
@@ -534,9 +688,8 @@ def ask(
     is evaluated). Multi-pass strategies ask each window and then combine the answers.
     """
     t0 = time.perf_counter()
-    result, session = _job(
-        "ask", strategy, n_ctx, engine, cancel, audit=audit, text=text, max_tokens=max_tokens
-    )
+    result, session = _job("ask", strategy, n_ctx, engine, cancel, audit=audit, text=text,
+                           max_tokens=max_tokens, lanes=lanes)  # fmt: skip
     planner = planner or Planner(text, counter)
     try:
         if not questions or not all(q.strip() for q in questions):
@@ -554,19 +707,18 @@ def ask(
                 return
             step = f"answer {i + 1}"
             if not plan.multi_pass:
-                doc = [
-                    _Segment(text[c.start : c.end], (c.start, c.end)) for c in plan.kept_chunks()
-                ]
+                doc = _chunk_segments(text, plan.kept_chunks())
                 yield from session.call(step, ASK, [*doc, _Segment(_question(q), None)], max_tokens)
                 continue
-            partials = []
-            for w, (first, last) in enumerate(_window_ranges(plan)):
-                segs = [_Segment(text[c.start : c.end], (c.start, c.end))
-                        for c in plan.chunks[first : last + 1]]  # fmt: skip
-                segs.append(_Segment(_question(q), None))
-                out = yield from session.call(f"{step} part {w + 1}", ASK_PART, segs, max_tokens)
-                partials.append(_Segment(out.text, None))
-                yield PartialResult(out.step, out.text, out.source_spans)
+            windows = [
+                _Window(f"{step} part {w + 1}", [*_chunk_segments(text, chunks),
+                                                 _Segment(_question(q), None)])
+                for w, chunks in enumerate(_passes(plan))
+            ]  # fmt: skip
+            outs = yield from session.map(ASK_PART, windows, max_tokens)
+            if session.cancel.is_set():
+                return
+            partials = [_Segment(out.text, None) for out in outs]
             fits = _fit(partials, counter, n_ctx - session.frame(COMBINE_ANSWERS).tokens
                         - max_tokens - room)  # fmt: skip
             yield from session.call(step, COMBINE_ANSWERS, [*fits, _Segment(_question(q), None)],
@@ -589,12 +741,13 @@ def extract(
     cancel: CancelToken | None = None,
     planner: Planner | None = None,
     audit: Audit | None = None,
+    lanes: int | None = None,
 ) -> Iterator[Event]:
-    """Apply ``instruction`` to each window of the plan; the results merged in document order."""
+    """Apply ``instruction`` to each window of the plan; the results merged in document order.
+    ``lanes``: the windows' replies generated that many at a time (see :func:`summarize`)."""
     t0 = time.perf_counter()
-    result, session = _job(
-        "extract", strategy, n_ctx, engine, cancel, audit=audit, text=text, max_tokens=max_tokens
-    )
+    result, session = _job("extract", strategy, n_ctx, engine, cancel, audit=audit, text=text,
+                           max_tokens=max_tokens, lanes=lanes)  # fmt: skip
     planner = planner or Planner(text, counter)
     try:
         if not instruction.strip():
@@ -605,14 +758,11 @@ def extract(
         plan = yield from _planned(session, planner, strategy, task_instruction, reserve=reserve)
         if plan is None:
             return
-        pieces: list[OutputSpan] = []
-        for w, chunks in enumerate(_passes(plan)):
-            if session.cancel.is_set():
-                return
-            segs = [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
-            out = yield from session.call(f"part {w + 1}", instruction, segs, max_tokens)
-            pieces.append(out)
-            yield PartialResult(out.step, out.text, out.source_spans)
+        windows = [_Window(f"part {w + 1}", _chunk_segments(text, chunks))
+                   for w, chunks in enumerate(_passes(plan))]  # fmt: skip
+        pieces = yield from session.map(instruction, windows, max_tokens)
+        if session.cancel.is_set():
+            return
         if len(pieces) > 1:
             merged = "\n".join(p.text for p in pieces if p.text)
             sources = tuple(s for p in pieces for s in p.source_spans)
@@ -755,15 +905,15 @@ def _map_reduce(
     # each part's reply must fit the room the plan kept free (``max_tokens``): a quarter of the
     # window, at least 32 tokens, never more than that room
     part_tokens = min(max_tokens, max(32, plan.budget // 4))
-    partials: list[tuple[str, tuple[int, int]]] = []
-    for i, w in enumerate(plan.windows):
-        if session.cancel.is_set():
-            return
-        segs = [_Segment(text[c.start : c.end], (c.start, c.end))
-                for c in plan.chunks[w.first : w.last + 1]]  # fmt: skip
-        out = yield from session.call(f"part {i + 1}", SUMMARIZE_PART, segs, part_tokens)
-        partials.append((out.text, (w.start, w.end)))
-        yield PartialResult(out.step, out.text, ((w.start, w.end),))
+    windows = [
+        _Window(f"part {i + 1}", _chunk_segments(text, plan.chunks[w.first : w.last + 1]),
+                ((w.start, w.end),))
+        for i, w in enumerate(plan.windows)
+    ]  # fmt: skip
+    outs = yield from session.map(SUMMARIZE_PART, windows, part_tokens)
+    if session.cancel.is_set():
+        return
+    partials = [(out.text, (w.start, w.end)) for out, w in zip(outs, plan.windows, strict=True)]
     level = 1
     frame = session.frame(COMBINE)
     budget = max(1, n_ctx - frame.tokens - max_tokens)
@@ -775,14 +925,16 @@ def _map_reduce(
             break
         # Too many partial summaries for one call: combine them in groups, then again.
         pseudo = [Chunk(i, 0, 0, n, Boundary.END) for i, n in enumerate(sizes)]
-        merged: list[tuple[str, tuple[int, int]]] = []
-        for g, w in enumerate(sliding_windows(pseudo, budget, 0.0)):
-            group = partials[w.first : w.last + 1]
-            segs = [_Segment(p, None) for p, _ in group]
-            span = (group[0][1][0], group[-1][1][1])
-            out = yield from session.call(f"combine {level}.{g + 1}", COMBINE, segs, part_tokens)
-            merged.append((out.text, span))
-            yield PartialResult(out.step, out.text, (span,))
+        groups = [partials[w.first : w.last + 1] for w in sliding_windows(pseudo, budget, 0.0)]
+        spans = [(group[0][1][0], group[-1][1][1]) for group in groups]
+        combines = [
+            _Window(f"combine {level}.{g + 1}", [_Segment(p, None) for p, _ in group], (span,))
+            for g, (group, span) in enumerate(zip(groups, spans, strict=True))
+        ]
+        outs = yield from session.map(COMBINE, combines, part_tokens)
+        if session.cancel.is_set():
+            return
+        merged = [(out.text, span) for out, span in zip(outs, spans, strict=True)]
         if len(merged) >= len(partials):
             break  # no progress: the final call keeps what fits
         partials, level = merged, level + 1
@@ -791,6 +943,10 @@ def _map_reduce(
         session.result.truncated = True
     yield from session.call("summary", COMBINE, fits, max_tokens)
     session.result.outputs[-1] = _with_sources(session.result.outputs[-1], [s for _, s in partials])
+
+
+def _chunk_segments(text: str, chunks: Sequence[Chunk]) -> list[_Segment]:
+    return [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
 
 
 def _with_sources(span: OutputSpan, sources: Sequence[tuple[int, int]]) -> OutputSpan:
@@ -809,7 +965,7 @@ def _rolling(
             return
         chunks = plan.chunks[first : last + 1]
         segs = [_Segment(f"Summary so far:\n{summary}\n\nNext part:\n", None)] if summary else []
-        segs += [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
+        segs += _chunk_segments(text, chunks)
         instruction = ROLLING if summary else SUMMARIZE_PART
         out = yield from session.call(f"window {i + 1}", instruction, segs, max_tokens)
         if out.text:

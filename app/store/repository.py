@@ -499,7 +499,8 @@ def _save_run(s: OrmSession, version_id: int, data: dict[str, Any]) -> int:
               outputs=data["outputs"], prompt_tokens=data["prompt_tokens"],
               completion_tokens=data["completion_tokens"], kv_peak_cells=data["kv_peak_cells"],
               timings={"seconds": data["seconds"], "ttft_s": data["ttft_s"],
-                       "evaluated_tokens": data["evaluated_tokens"]},
+                       "evaluated_tokens": data["evaluated_tokens"],
+                       "lanes": data.get("lanes")},
               finish_reason=data["finish_reason"], truncated=data["truncated"],
               error=data.get("error"), refused=data.get("refused"))  # fmt: skip
     s.add(run)

@@ -13,6 +13,11 @@ exact after it.
 Updates stay cheap: the queue model gathers changes into one row insertion and one
 ``dataChanged`` range per 50 ms, the bar paints proportional rectangles (never a widget per
 cell), and streamed text is appended at the end of the output, never laid out again.
+
+A batched map phase (``LanesStarted``) runs several model calls at once as parallel sequences:
+the KV stage then shows one bar per lane (events carry their ``lane``), and since the lanes'
+replies stream interleaved, each reply goes to the output whole when its lane's ``KVStats``
+says it is done.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from app.core.jobs import (
     JobError,
     JobFinished,
     KVStats,
+    LanesStarted,
     PlanReady,
     StrategyStarted,
     TokenBatch,
@@ -492,6 +498,15 @@ class BufferPanel(QWidget):
         kv_layout = QVBoxLayout(kv_box)
         kv_layout.setContentsMargins(0, 0, 0, 0)
         kv_layout.addWidget(self.bar)
+        self.lanes_box = QWidget()  # one bar per lane of a batched map phase
+        self._lanes_layout = QVBoxLayout(self.lanes_box)
+        self._lanes_layout.setContentsMargins(0, 0, 0, 0)
+        self._lanes_layout.setSpacing(2)
+        self.lanes_box.hide()
+        self.lane_bars: list[KVBar] = []
+        # each lane's call: (step, its chunks, its text so far, its sources)
+        self._lane_calls: dict[int, tuple[str, list[Span], list[str], tuple[Span, ...]]] = {}
+        kv_layout.addWidget(self.lanes_box)
         kv_layout.addWidget(_Legend())
         kv_layout.addWidget(self.kv_label)
         splitter.addWidget(self._stage(self.tr("2 · KV cache"), kv_box))
@@ -522,6 +537,7 @@ class BufferPanel(QWidget):
         self.kv.n_ctx = max(1, n_ctx)
         self.kv.clear()
         self.kv.question_hint = 0
+        self._end_lanes()
         self._spans = []
         self.output.clear()
         self.plan_label.setText(self.tr("No run yet"))
@@ -531,6 +547,8 @@ class BufferPanel(QWidget):
     def on_event(self, ev: object) -> None:
         """Observe one job event; other objects are ignored."""
         match ev:
+            case TokenBatch(lane=int()) | ChunkEvaluated(lane=int()) | KVStats(lane=int()):
+                self._on_lane_event(ev)
             case TokenBatch():
                 self._on_tokens(ev)
             case ChunkQueued():
@@ -541,6 +559,8 @@ class BufferPanel(QWidget):
                 self._on_evicted(ev)
             case KVStats():
                 self._on_kv_stats(ev)
+            case LanesStarted():
+                self._on_lanes(ev)
             case PlanReady():
                 self._on_plan(ev)
             case JobError():
@@ -573,6 +593,68 @@ class BufferPanel(QWidget):
 
     def _start_call(self) -> None:
         self._in_call, self._evaluated, self._call_chunks, self._open = True, False, [], None
+        if self.lane_bars:
+            self._end_lanes()
+
+    # ----- lanes: several calls at once -----
+
+    def _on_lanes(self, ev: LanesStarted) -> None:
+        self._end_lanes()
+        for lane in range(ev.lanes):
+            bar = KVBar(KVLayout(max(1, ev.n_ctx)))
+            bar.setMinimumHeight(12)
+            bar.setToolTip(self.tr("Lane {0}").format(lane + 1))
+            self.lane_bars.append(bar)
+            self._lanes_layout.addWidget(bar)
+        self.bar.hide()
+        self.lanes_box.show()
+        self._in_call = False
+        self._show_kv()
+
+    def _end_lanes(self) -> None:
+        for bar in self.lane_bars:
+            bar.deleteLater()
+        self.lane_bars = []
+        self._lane_calls = {}
+        self.lanes_box.hide()
+        self.bar.show()
+
+    def lane_layout(self, lane: int) -> KVLayout:
+        return self.lane_bars[lane].kv
+
+    def _on_lane_event(self, ev: TokenBatch | ChunkEvaluated | KVStats) -> None:
+        lane = ev.lane
+        if lane is None or not 0 <= lane < len(self.lane_bars):
+            return  # lanes the panel was not told of (events from before a reset)
+        kv = self.lane_layout(lane)
+        call = self._lane_calls.get(lane)
+        if isinstance(ev, ChunkEvaluated):
+            if call is None or call[0] != ev.step:  # the lane's next call replaces its picture
+                kv.clear()
+                call = self._lane_calls[lane] = (ev.step, [], [], ())
+            span = (ev.start, ev.end)
+            call[1].append(span)
+            self.queue.set_state(span, ChunkState.IN_KV)
+            kv.place_chunk(ev.kv_start, ev.kv_end, span)
+        elif isinstance(ev, TokenBatch):
+            if call is None or call[0] != ev.step:
+                kv.clear()
+                call = (ev.step, [], [], ())
+            self._lane_calls[lane] = (call[0], call[1], [*call[2], ev.text], tuple(ev.sources))
+            if ev.tokens > 0:
+                kv.grow_output(ev.tokens)
+        elif call is not None:  # KVStats: the lane's reply is done; it goes out whole
+            if ev.n_ctx > 0:
+                kv.n_ctx = ev.n_ctx
+            kv.measured(ev.cells_used)
+            self.queue.finish(call[1])
+            view = _OutputSpanView(call[0], call[3], ["".join(call[2])])
+            self._spans.append(view)
+            self._heading(call[0])
+            self._append(view.text, self._span_format(len(self._spans) - 1))
+            self._lane_calls.pop(lane)
+        self.lane_bars[lane].update()
+        self._show_kv()
 
     def _on_plan(self, ev: PlanReady) -> None:
         text = self.tr(
@@ -731,6 +813,12 @@ class BufferPanel(QWidget):
             self.source_clicked.emit([span])
 
     def _show_kv(self) -> None:
+        if self.lane_bars:
+            used = [bar.kv.used for bar in self.lane_bars]
+            text = self.tr("{0} lanes: {1} of {2:,} positions each")
+            self.kv_label.setText(text.format(len(used), " · ".join(f"{u:,}" for u in used),
+                                              self.lane_bars[0].kv.n_ctx))  # fmt: skip
+            return
         self.kv_label.setText(
             self.tr("{0:,} of {1:,} positions in use").format(self.kv.used, self.kv.n_ctx)
         )

@@ -5,7 +5,9 @@ pyqtgraph's SignalProxy: a steady refresh rate, never a redraw per token). While
 gauges redraw once a second, for memory. Each figure and where it comes from:
 
 - KV fill: ``KVStats`` at the end of each model call — llama.cpp's cells used of n_ctx and the
-  size of the sequence's state in bytes.
+  size of the sequence's state in bytes. In a batched map phase (``LanesStarted``) one small bar
+  per lane: each lane's prompt (its ``ChunkEvaluated`` positions) and reply (``TokenBatch``
+  counts) as they arrive, set to llama.cpp's count by the lane's ``KVStats``.
 - RAM: resident memory of this process and of the engine child (``telemetry.process_rss``,
   psutil), once a second, against the machine's total memory.
 - VRAM: ``telemetry.gpu_state()`` (NVML), once a second on a pool thread, since initialising
@@ -48,6 +50,7 @@ from app.core.jobs import (
     CompareFinished,
     JobFinished,
     KVStats,
+    LanesStarted,
     TokenBatch,
 )
 from app.core.telemetry import GPUState, PromptHistogram
@@ -117,6 +120,12 @@ class GaugesPanel(QWidget):
             grid.addWidget(bar, row, 1)
             grid.addWidget(text, row, 2)
         grid.setColumnStretch(1, 1)
+        self.lanes_row = QWidget()  # one bar per lane of a batched map phase, under the KV bar
+        self._lanes_layout = QHBoxLayout(self.lanes_row)
+        self._lanes_layout.setContentsMargins(0, 0, 0, 0)
+        self.lane_bars: list[QProgressBar] = []
+        self.lanes_row.hide()
+        grid.addWidget(self.lanes_row, 3, 1)
 
         self.rates = pg.PlotWidget()
         self.rates.setMinimumHeight(120)
@@ -168,6 +177,8 @@ class GaugesPanel(QWidget):
         self._prompt_tokens = 0  # the current call's evaluated chunk tokens
         self._evaluated_at: float | None = None
         self._running = False  # a job's events are arriving
+        self._lane_cells: list[int] = []
+        self._lanes_drawn: list[int] | None = None
         self.job_text.setText("")
         self._dirty = True
 
@@ -175,6 +186,18 @@ class GaugesPanel(QWidget):
         """Store the numbers an event carries; drawing waits for the timer."""
         now = time.monotonic()
         match ev:
+            case LanesStarted():
+                self._lane_cells = [0] * ev.lanes
+                self._n_ctx = max(1, ev.n_ctx)
+            case TokenBatch(lane=int(lane)) if lane < len(self._lane_cells):
+                self._running = True
+                self._lane_cells[lane] += ev.tokens
+                self._arrivals.append((now, ev.tokens))
+            case ChunkEvaluated(lane=int(lane)) if lane < len(self._lane_cells):
+                self._running = True
+                self._lane_cells[lane] = ev.kv_end  # the lane's new prompt, so far
+            case KVStats(lane=int(lane)) if lane < len(self._lane_cells):
+                self._lane_cells[lane] = ev.cells_used
             case TokenBatch():
                 self._running = True
                 if self._call_first_token is None:
@@ -192,6 +215,7 @@ class GaugesPanel(QWidget):
                 self._prompt_tokens += ev.tokens
                 self._record_prompt_rate()
             case KVStats():
+                self._lane_cells = []  # a call in the loaded context: the lanes are over
                 self._cells, self._kv_bytes = ev.cells_used, ev.state_bytes
                 self._n_ctx = max(1, ev.n_ctx)
                 self._call_first_token = None
@@ -334,9 +358,15 @@ class GaugesPanel(QWidget):
         self.prompt_curve.setData([p[0] for p in self._prompt], [p[1] for p in self._prompt])
         self.rates.setXRange(max(0.0, t - HISTORY_S), max(t, 10.0), padding=0)
 
-        _set_bar(self.kv_bar, self._n_ctx, min(self._cells, self._n_ctx))
-        kv = self.tr("{0:,} of {1:,} cells · {2}")
-        _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, _size(self._kv_bytes)))
+        if self._lane_cells:
+            self._draw_lanes()
+        else:
+            if self._lanes_drawn is not None:
+                self._lanes_drawn = None
+                self.lanes_row.hide()
+            _set_bar(self.kv_bar, self._n_ctx, min(self._cells, self._n_ctx))
+            kv = self.tr("{0:,} of {1:,} cells · {2}")
+            _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, _size(self._kv_bytes)))
         total_rss = self._app_rss + self._engine_rss
         _set_bar(self.ram_bar, 1000, min(1000, total_rss * 1000 // max(1, self._total_ram)))
         engine = _size(self._engine_rss) if self._engine_pid else self.tr("none")
@@ -350,6 +380,31 @@ class GaugesPanel(QWidget):
             self.hist.setYRange(0, max(1, *bins), padding=0.05)
             title = self.tr("Prompt length, % of n_ctx ({0:,} prompts)")
             self.hist.setTitle(title.format(sum(bins)))
+
+    def _draw_lanes(self) -> None:
+        """One bar per lane; the KV bar shows them all together against the lanes' cells."""
+        cells = self._lane_cells
+        if cells == self._lanes_drawn:
+            return
+        if len(self.lane_bars) != len(cells):
+            for bar in self.lane_bars:
+                bar.deleteLater()
+            self.lane_bars = []
+            for lane in range(len(cells)):
+                bar = QProgressBar()
+                bar.setTextVisible(False)
+                bar.setMaximumHeight(8)
+                bar.setToolTip(self.tr("Lane {0}").format(lane + 1))
+                self._lanes_layout.addWidget(bar)
+                self.lane_bars.append(bar)
+        for bar, used in zip(self.lane_bars, cells, strict=True):
+            _set_bar(bar, self._n_ctx, min(used, self._n_ctx))
+        self.lanes_row.show()
+        self._lanes_drawn = list(cells)
+        total = len(cells) * self._n_ctx
+        _set_bar(self.kv_bar, total, min(sum(cells), total))
+        kv = self.tr("{0} lanes: {1:,} of {2} × {3:,} cells")
+        _set_text(self.kv_text, kv.format(len(cells), sum(cells), len(cells), self._n_ctx))
 
     def _draw_vram(self) -> None:
         gpu = self._gpu

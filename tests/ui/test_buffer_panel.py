@@ -299,3 +299,50 @@ def test_a_real_rolling_job_through_both_panels(qtbot, model_path: Path) -> None
     qtbot.waitUntil(lambda: f"{last_kv.cells_used:,} of {N_CTX:,} cells" in gauges.kv_text.text())
     assert sum(gauges.histogram().bins) == len(result.prompt_lengths) >= 2
     gauges.stop()
+
+
+def test_a_real_map_phase_in_lanes_through_both_panels(qtbot, model_path: Path) -> None:
+    from app.core.engine.host import EngineHost
+    from app.core.engine.protocol import LoadSettings
+    from app.core.jobs import LanesStarted, summarize
+    from app.core.paths import sample_document
+    from app.core.tokens import exact_counter, host_tokenize
+    from app.ui.gauges import GaugesPanel
+
+    panel = _panel(qtbot)
+    gauges = GaugesPanel(N_CTX)
+    qtbot.addWidget(gauges)
+    gauges.show()
+    gauges.start()
+    text = sample_document().read_text(encoding="utf-8")[:4000]  # several windows at n_ctx 512
+    host = EngineHost()
+    lanes_seen: list[int] = []
+    try:
+        host.load(model_path, LoadSettings(n_ctx=N_CTX, n_threads=1))
+        counter = exact_counter(model_path, host_tokenize(host))
+        events = []
+        for ev in summarize(host, text, counter, strategy="map-reduce", n_ctx=N_CTX,  # type: ignore[arg-type]
+                            max_tokens=16, lanes=2):  # fmt: skip
+            events.append(ev)
+            panel.on_event(ev)
+            gauges.on_event(ev)
+            if panel.lane_bars:
+                lanes_seen.append(len(panel.lane_bars))
+                assert panel.bar.isHidden() and not panel.lanes_box.isHidden()
+                for bar in panel.lane_bars:
+                    bar.kv.check()  # each lane contiguous, never past n_ctx
+                    assert bar.kv.used <= N_CTX
+        qtbot.waitUntil(lambda: gauges.lane_bars == [] or gauges.lanes_row.isHidden())
+    finally:
+        host.close()
+        gauges.stop()
+    started = next(ev for ev in events if isinstance(ev, LanesStarted))
+    assert started.lanes == 2 and set(lanes_seen) == {2}
+    result = events[-1].result
+    assert result.lanes == 2 and result.finish_reason in ("stop", "length")
+    # the summary call ran in the loaded context: the lanes gave way to the one bar
+    assert not panel.lane_bars and not panel.bar.isHidden()
+    for out in result.outputs:  # each lane's reply, whole, as the job recorded it
+        assert panel.output_text(out.step).strip() == out.text
+    assert [step for step, _ in panel.spans()] == [o.step for o in result.outputs]
+    assert all(s is ChunkState.DONE for *_, s in panel.queue.states())

@@ -108,3 +108,22 @@ def test_the_timer_runs_only_while_started_and_shown(qtbot, gauges) -> None:
     gauges.start()
     gauges.close()
     assert not gauges.is_running()
+
+
+def test_one_kv_bar_per_lane_while_lanes_run(qtbot, gauges) -> None:
+    from app.core.jobs import LanesStarted
+
+    gauges.start()
+    gauges.on_event(LanesStarted(lanes=3, windows=7, n_ctx=N_CTX))
+    gauges.on_event(ChunkEvaluated("part 1", 0, 100, 90, 30, 120, 1, lane=0))
+    gauges.on_event(ChunkEvaluated("part 2", 100, 200, 80, 30, 110, 1, lane=1))
+    gauges.on_event(TokenBatch("part 1", "a", 5, 2, ((0, 100),), lane=0))
+    qtbot.waitUntil(lambda: len(gauges.lane_bars) == 3)
+    qtbot.waitUntil(lambda: [b.value() for b in gauges.lane_bars] == [125, 110, 0])
+    assert "3 lanes: 235 of 3 × 512 cells" in gauges.kv_text.text()
+    gauges.on_event(KVStats(140, N_CTX, 0, lane=0))  # llama.cpp's count when part 1 is done
+    qtbot.waitUntil(lambda: gauges.lane_bars[0].value() == 140)
+    gauges.on_event(KVStats(300, N_CTX, 4096))  # the next call runs in the loaded context
+    qtbot.waitUntil(gauges.lanes_row.isHidden)
+    assert "300 of 512 cells" in gauges.kv_text.text()
+    gauges.stop()

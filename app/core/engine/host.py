@@ -44,6 +44,8 @@ from app.core.engine.protocol import (
     KVEdit,
     KVState,
     KVUsage,
+    LaneEvent,
+    LanesFinished,
     LoadedModel,
     LoadSettings,
     ModelLoadError,
@@ -435,16 +437,46 @@ class EngineHost:
         drops half of what follows the first ``keep`` positions and goes on, with a
         :class:`Shifted` event.
         """
+        yield from self._stream("generate", "generating", Finished, {
+            "prompt": list(prompt),
+            "max_tokens": max_tokens,
+            "sampling": sampling or SamplingSettings(),
+            "stop": list(stop),
+            "on_full": on_full,
+            "keep": keep,
+        })  # fmt: skip
+
+    def generate_lanes(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        *,
+        lanes: int,
+        max_tokens: int = 256,
+        sampling: SamplingSettings | None = None,
+        stop: Sequence[str] = (),
+    ) -> Iterator[LaneEvent]:
+        """Stream replies to ``prefix + suffix`` for every suffix, ``lanes`` of them generated
+        together as parallel sequences in one batch. The last event is :class:`LanesFinished`.
+
+        Each reply is the one :meth:`generate` would give to that prompt (identical with one
+        lane; greedy replies may differ by floating-point rounding with more). The loaded
+        context's cache is not touched. Abandoning the iterator cancels every lane.
+        """
+        yield from self._stream("generate_lanes", "generating in lanes", LanesFinished, {
+            "prefix": list(prefix),
+            "suffixes": [list(s) for s in suffixes],
+            "lanes": lanes,
+            "max_tokens": max_tokens,
+            "sampling": sampling or SamplingSettings(),
+            "stop": list(stop),
+        })  # fmt: skip
+
+    def _stream(self, op: str, doing: str, last: type, kwargs: dict[str, Any]) -> Iterator[Any]:
+        """The events of a streamed request, up to and including the ``last`` kind."""
         self._need_model()
         with self._lock:
-            self._send("generate", "generating", {
-                "prompt": list(prompt),
-                "max_tokens": max_tokens,
-                "sampling": sampling or SamplingSettings(),
-                "stop": list(stop),
-                "on_full": on_full,
-                "keep": keep,
-            })  # fmt: skip
+            self._send(op, doing, kwargs)
             finished = False  # True once the child has sent its last message for this request
             try:
                 while not finished:
@@ -454,7 +486,7 @@ class EngineHost:
                         self._unwrap(reply)  # raises the engine's error
                         raise EngineError(f"unexpected reply from the engine: {reply[0]!r}")
                     event = reply[1]
-                    finished = isinstance(event, Finished)
+                    finished = isinstance(event, last)
                     yield event
             finally:
                 if not finished and self.alive:
@@ -462,7 +494,7 @@ class EngineHost:
                     self._flag.set()
                     while True:
                         reply = self._recv()
-                        if reply[0] != "event" or isinstance(reply[1], Finished):
+                        if reply[0] != "event" or isinstance(reply[1], last):
                             break
                 self._busy_with = self._op = ""
 

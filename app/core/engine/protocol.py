@@ -191,6 +191,54 @@ class Finished:
 
 
 GenerationEvent = TextDelta | Shifted | Finished
+
+
+# ----- batched generation: several prompts as parallel sequences (lanes) -----
+
+
+@dataclass(frozen=True)
+class LaneStarted:
+    """Prompt ``index`` is in the KV cache of sequence ``lane``; its reply begins."""
+
+    index: int
+    lane: int
+    prompt_eval_tokens: int  # evaluated now (the shared prefix is evaluated once, for the first)
+    n_past: int  # positions the lane holds: the prefix and the prompt's own tokens
+
+
+@dataclass(frozen=True)
+class LaneDelta:
+    """New text of prompt ``index``'s reply; whole characters, as :class:`TextDelta`."""
+
+    index: int
+    lane: int
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LaneFinished:
+    """Prompt ``index``'s reply is over; ``cells`` are the positions each lane's sequence held
+    in llama.cpp right then (read from llama.cpp, the shared prefix counted in each)."""
+
+    index: int
+    lane: int
+    stats: GenerationStats
+    cells: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LanesFinished:
+    """The last event of a batched request."""
+
+    lanes: int
+    n_cells: int  # the size of the lanes' KV cache, shared by all of them
+    seconds: float
+    setup_seconds: float  # creating the lanes' context
+    finish_reason: FinishReason  # stop: every prompt got its reply; cancelled
+
+
+LaneEvent = LaneStarted | LaneDelta | LaneFinished | LanesFinished
 OnFull = Literal["stop", "shift"]  # what generation does when the context is full
 
 

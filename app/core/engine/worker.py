@@ -727,6 +727,24 @@ class Engine:
             emit(TextDelta(tail, tuple(pending_ids)))
         return reason, completion
 
+    def generate_lanes(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        *,
+        lanes: int,
+        max_tokens: int,
+        sampling: SamplingSettings,
+        stop: Sequence[str],
+        emit: Callable[[Any], None],
+    ) -> None:
+        """Reply to ``prefix + suffix`` for each suffix, ``lanes`` at a time in one batch (see
+        :mod:`app.core.engine.lanes`). The loaded context and its cache are left as they were."""
+        from app.core.engine.lanes import generate_lanes
+
+        generate_lanes(self, prefix, suffixes, lanes=lanes, max_tokens=max_tokens,
+                       sampling=sampling, stop=stop, emit=emit)  # fmt: skip
+
     # ----- fault injection (tests of crash isolation use this; nothing else does) -----
 
     def crash(self, kind: str) -> None:
@@ -777,8 +795,8 @@ def serve(conn: Connection, cancel_flag: SharedFlag) -> None:
             conn.send(("ok", None))
             break
         try:
-            if op == "generate":
-                engine.generate(emit=lambda ev: conn.send(("event", ev)), **kwargs)
+            if op in ("generate", "generate_lanes"):  # streamed: events, then the last one
+                getattr(engine, op)(emit=lambda ev: conn.send(("event", ev)), **kwargs)
                 continue
             handler = getattr(engine, op, None)
             if handler is None or op.startswith("_"):

@@ -1,0 +1,336 @@
+"""Batched generation: several prompts as parallel sequences of one llama.cpp context.
+
+One token of one sequence costs a pass over all the model's weights; on a CPU that pass is
+memory-bound, so the same pass can carry a token of several sequences for little more. The map
+phase of a multi-pass job asks the same instruction of many windows: here each window is a
+*lane* (a sequence id), the shared instruction prefix is evaluated once and copied to every lane
+with ``llama_memory_seq_cp`` (in a unified KV cache the copy shares the cells, it costs none),
+and each step decodes one token of every lane in one batch. A lane whose reply ends takes the
+next waiting prompt at once (continuous batching), so the batch stays full.
+
+llama-cpp-python's ``Llama`` creates its context with one sequence, so the lanes get their own
+context through the low-level API, with ``n_seq_max`` lanes and room for all of them; it lives
+for one request. Lives only in the engine child (it drives llama.cpp directly).
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import contextlib
+import ctypes
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.core.engine.protocol import (
+    ContextOverflowError,
+    GenerationStats,
+    LaneDelta,
+    LaneFinished,
+    LanesFinished,
+    LaneStarted,
+    SamplingSettings,
+)
+
+if TYPE_CHECKING:
+    from app.core.engine.worker import Engine
+
+CELL_ROUNDING = 256  # llama.cpp pads the cache to this many cells anyway
+STREAM_INTERVAL_S = 0.02  # as for one reply: text goes to the parent at most this often
+SLOW_STEP_S = 0.05  # a step longer than this arms llama.cpp's abort callback, as for one reply
+
+
+class LanesCancelled(Exception):
+    pass
+
+
+@dataclass
+class _Reply:
+    """One lane's reply to one prompt, token by token."""
+
+    index: int
+    lane: int
+    pos: int  # the next KV position of this lane's sequence
+    prompt_tokens: int
+    evaluated: int
+    prompt_seconds: float
+    sampler: Any
+    stops: Any
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    t0: float = field(default_factory=time.perf_counter)
+    completion: int = 0
+    token: int = -1  # sampled, waiting to be evaluated
+    text: str = ""  # not yet sent
+    ids: list[int] = field(default_factory=list)
+    reason: str = ""  # set when the reply is over
+
+
+def generate_lanes(
+    engine: Engine,
+    prefix: Sequence[int],
+    suffixes: Sequence[Sequence[int]],
+    *,
+    lanes: int,
+    max_tokens: int,
+    sampling: SamplingSettings,
+    stop: Sequence[str],
+    emit: Callable[[Any], None],
+) -> None:
+    """Reply to ``prefix + suffix`` for every suffix, ``lanes`` at a time.
+
+    Emits :class:`LaneStarted` when a prompt is in its lane's cache, :class:`LaneDelta` text
+    (whole characters), :class:`LaneFinished` per prompt and :class:`LanesFinished` last. Each
+    reply is the one :meth:`Engine.generate` would give with ``on_full="stop"``: with one lane
+    the very same decodes in the same order (the first prompt whole, then each suffix after the
+    cached prefix); with more, greedy replies may differ from it by floating-point rounding.
+    """
+    llm = engine._require()
+    lc = engine._lc
+    prefix = list(prefix)
+    suffixes = [list(s) for s in suffixes]
+    if not prefix or not suffixes or not all(suffixes):
+        raise ValueError("batched generation needs a prefix and at least one non-empty suffix")
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
+    if lanes < 1:
+        raise ValueError("lanes must be at least 1")
+    engine._check_ids(prefix)
+    for s in suffixes:
+        engine._check_ids(s)
+    n_ctx = llm.n_ctx()  # what one reply may hold, as for a single one
+    longest = max(len(s) for s in suffixes)
+    if len(prefix) + longest + max_tokens > n_ctx:
+        raise ContextOverflowError(len(prefix) + longest, n_ctx, max_tokens)
+    lanes = min(lanes, len(suffixes), lc.llama_max_parallel_sequences())
+
+    t_setup = time.perf_counter()
+    cells = len(prefix) + lanes * (longest + max_tokens)
+    cells = -(-cells // CELL_ROUNDING) * CELL_ROUNDING
+    with contextlib.ExitStack() as stack:
+        ctx = stack.enter_context(contextlib.closing(_lane_context(engine, lanes, cells)))
+        batch_size = max(llm.n_batch, lanes)
+        batch = lc.llama_batch_init(batch_size, 0, 1)
+        stack.callback(lc.llama_batch_free, batch)
+        run = _Run(engine, ctx, batch, batch_size, emit)
+        setup_s = time.perf_counter() - t_setup
+        reason = "stop"
+        try:
+            run.go(prefix, suffixes, lanes=lanes, max_tokens=max_tokens, sampling=sampling,
+                   stop=stop)  # fmt: skip
+        except LanesCancelled:
+            reason = "cancelled"
+            for reply in run.active.values():
+                reply.reason = "cancelled"
+            run.settle()
+        finally:
+            for reply in run.active.values():  # after an engine error
+                reply.sampler.close()
+        emit(LanesFinished(lanes, cells, time.perf_counter() - t_setup, setup_s,
+                           reason))  # type: ignore[arg-type]  # fmt: skip
+
+
+def _lane_context(engine: Engine, lanes: int, cells: int) -> Any:
+    """A context like the loaded one, with ``lanes`` sequences over ``cells`` shared cells."""
+    from llama_cpp._internals import LlamaContext
+
+    llm = engine._require()
+    lc = engine._lc
+    params = lc.llama_context_params()
+    ctypes.pointer(params)[0] = llm.context_params  # a copy: the loaded context's settings
+    params.n_ctx = cells
+    params.n_seq_max = lanes
+    params.kv_unified = True  # one pool of cells: a copied prefix is shared, not duplicated
+    params.n_batch = max(params.n_batch, lanes)
+    params.n_ubatch = max(params.n_ubatch, min(lanes, params.n_batch))
+    try:
+        return LlamaContext(model=llm._model, params=params, verbose=False)
+    except ValueError:
+        last = engine.log[-1] if engine.log else "it could not allocate the cache"
+        raise RuntimeError(
+            f"llama.cpp could not create a context for {lanes} lanes of {cells:,} cells ({last})"
+        ) from None
+
+
+class _Run:
+    """The state of one batched request: which lane holds which prompt, and the shared batch."""
+
+    def __init__(
+        self, engine: Engine, ctx: Any, batch: Any, batch_size: int, emit: Callable[[Any], None]
+    ) -> None:
+        self.engine = engine
+        self.lc = engine._lc
+        self.ctx = ctx
+        self.mem = self.lc.llama_get_memory(ctx.ctx)
+        self.batch = batch
+        self.batch_size = batch_size
+        self.emit = emit
+        self.active: dict[int, _Reply] = {}
+        self.piece_buf = ctypes.create_string_buffer(256)
+        self.last_emit = 0.0
+        self.prefix_len = 0
+        self.has_prefix: set[int] = set()
+
+    # ----- llama.cpp -----
+
+    def _decode(self, entries: Sequence[tuple[int, int, int, bool]], *, abortable: bool) -> None:
+        """Decode (token, position, lane, wants logits) entries, ``batch_size`` at a time."""
+        lc, engine = self.lc, self.engine
+        if abortable:
+            lc.llama_set_abort_callback(self.ctx.ctx, engine._abort_cb, None)
+        try:
+            for i in range(0, len(entries), self.batch_size):
+                piece = entries[i : i + self.batch_size]
+                b = self.batch
+                b.n_tokens = len(piece)
+                for j, (tok, pos, lane, logits) in enumerate(piece):
+                    b.token[j], b.pos[j], b.n_seq_id[j], b.logits[j] = tok, pos, 1, logits
+                    b.seq_id[j][0] = lane
+                rc = lc.llama_decode(self.ctx.ctx, b)
+                if rc == 2 or (abortable and engine._stopped()):
+                    raise LanesCancelled
+                if rc != 0:
+                    raise RuntimeError(engine._decode_failure(rc))
+        finally:
+            if abortable:
+                lc.llama_set_abort_callback(self.ctx.ctx, lc.ggml_abort_callback(), None)
+
+    def _prompt(self, tokens: Sequence[int], start: int, lane: int) -> None:
+        """Evaluate a prompt's tokens into ``lane`` from position ``start``; logits for the
+        last, in n_batch slices as a single reply's prompt is."""
+        entries = [(t, start + k, lane, False) for k, t in enumerate(tokens)]
+        n_batch = self.engine._require().n_batch
+        for i in range(0, len(entries), n_batch):
+            *head, (tok, pos, _, _) = entries[i : i + n_batch]
+            self._decode([*head, (tok, pos, lane, True)], abortable=True)
+
+    # ----- the schedule -----
+
+    def go(
+        self,
+        prefix: list[int],
+        suffixes: list[list[int]],
+        *,
+        lanes: int,
+        max_tokens: int,
+        sampling: SamplingSettings,
+        stop: Sequence[str],
+    ) -> None:
+        from app.core.engine.worker import StopMatcher
+
+        waiting = collections.deque(enumerate(suffixes))
+        self.prefix_len = len(prefix)
+        free = list(range(lanes))
+
+        def start(lane: int) -> None:
+            index, suffix = waiting.popleft()
+            t0 = time.perf_counter()
+            if not self.has_prefix:  # the first prompt goes in whole, as a single reply's does
+                self._prompt(prefix + suffix, 0, lane)
+                evaluated = len(prefix) + len(suffix)
+                self.has_prefix.add(lane)
+                self.prefix_lane = lane
+            else:
+                if lane not in self.has_prefix:
+                    self.lc.llama_memory_seq_cp(self.mem, self.prefix_lane, lane, 0,
+                                                self.prefix_len)  # fmt: skip
+                    self.has_prefix.add(lane)
+                self._prompt(suffix, self.prefix_len, lane)
+                evaluated = len(suffix)
+            held = self.prefix_len + len(suffix)
+            reply = _Reply(index=index, lane=lane, pos=held, prompt_tokens=held,
+                           evaluated=evaluated, prompt_seconds=time.perf_counter() - t0,
+                           sampler=self.engine._sampler(sampling),
+                           stops=StopMatcher(stop))  # fmt: skip
+            self.active[lane] = reply
+            self.emit(LaneStarted(index, lane, evaluated, reply.pos))
+            self._take(reply, reply.sampler.sample(self.ctx, -1), max_tokens)
+
+        def fill() -> None:
+            """Give waiting prompts to free lanes; a reply that ends at once frees its lane."""
+            while waiting and free:
+                start(free.pop(0))
+                free.extend(self.settle())
+                free.sort()
+
+        fill()
+        while self.active:
+            if self.engine._stopped():
+                raise LanesCancelled
+            order = sorted(self.active.values(), key=lambda r: r.lane)
+            t_step = time.perf_counter()
+            self._decode([(r.token, r.pos, r.lane, True) for r in order], abortable=self._slow)
+            self._slow = time.perf_counter() - t_step > SLOW_STEP_S
+            for i, reply in enumerate(order):
+                reply.pos += 1
+                self._take(reply, reply.sampler.sample(self.ctx, i), max_tokens)
+            self._flush()
+            free.extend(self.settle())
+            free.sort()
+            fill()
+
+    _slow = True  # until a step shows how long one takes
+    prefix_lane = 0
+
+    def _take(self, reply: _Reply, tok: int, max_tokens: int) -> None:
+        """One sampled token of ``reply``: its text, or the end of the reply."""
+        lc, engine = self.lc, self.engine
+        vocab = engine._vocab()
+        if lc.llama_vocab_is_eog(vocab, tok):
+            reply.reason = "stop"
+            return
+        n = lc.llama_token_to_piece(vocab, tok, self.piece_buf, len(self.piece_buf), 0, False)
+        piece = self.piece_buf.raw[:n] if n >= 0 else engine.llm._model.token_to_piece(tok)
+        reply.completion += 1
+        reply.ids.append(tok)
+        text, hit = reply.stops.feed(reply.decoder.decode(piece))
+        reply.text += text
+        if hit:
+            reply.reason = "stop"
+        elif reply.completion >= max_tokens or reply.pos >= engine._require().n_ctx():
+            reply.reason = "length"
+        else:
+            reply.token = tok
+
+    def _flush(self) -> None:
+        now = time.perf_counter()
+        if now - self.last_emit < STREAM_INTERVAL_S:
+            return
+        for reply in sorted(self.active.values(), key=lambda r: r.lane):
+            if reply.text or (reply.ids and reply.reason):
+                self.emit(LaneDelta(reply.index, reply.lane, reply.text, tuple(reply.ids)))
+                reply.text, reply.ids = "", []
+        self.last_emit = now
+
+    def settle(self) -> list[int]:
+        """Finish the replies that ended (their last text, their record); the lanes freed."""
+        done = [r for r in self.active.values() if r.reason]
+        for reply in done:
+            tail = reply.text + (reply.stops.flush() if reply.reason != "stop" else "")
+            if tail or reply.ids:
+                self.emit(LaneDelta(reply.index, reply.lane, tail, tuple(reply.ids)))
+            reply.text, reply.ids = "", []
+            # the last sampled token is never evaluated: the lane holds positions 0..pos-1
+            stats = GenerationStats(
+                prompt_tokens=reply.prompt_tokens,
+                prompt_eval_tokens=reply.evaluated,
+                prompt_seconds=reply.prompt_seconds,
+                completion_tokens=reply.completion,
+                gen_seconds=time.perf_counter() - reply.t0,
+                finish_reason=reply.reason,  # type: ignore[arg-type]
+                n_past=reply.pos,
+            )
+            cells = self.cells()
+            self.emit(LaneFinished(reply.index, reply.lane, stats, cells))
+            reply.sampler.close()
+            del self.active[reply.lane]
+            # keep the shared prefix; the lane's own positions go for the next prompt
+            self.lc.llama_memory_seq_rm(self.mem, reply.lane, self.prefix_len, -1)
+        return [r.lane for r in done]
+
+    def cells(self) -> tuple[int, ...]:
+        """The positions llama.cpp holds for each lane's sequence (the prefix included)."""
+        lc = self.lc
+        n = self.ctx.params.n_seq_max
+        return tuple(lc.llama_memory_seq_pos_max(self.mem, s) + 1 for s in range(n))
