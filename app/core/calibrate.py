@@ -12,6 +12,7 @@ Pure core: the engine host is passed in, progress and cancel are plain callables
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -31,6 +32,10 @@ GEN_TOKENS = 32  # generation timed on this many tokens
 # the tokens of a typical call (a 2,048-token window and a 128-token reply).
 PROMPT_SHARE, GEN_SHARE = 2048, 128
 CACHE_VERSION = 1
+TRIAL_TEXT = "The quick brown fox jumps over the lazy dog. " * 64  # what every trial evaluates
+# "0" turns automatic calibration off (the window then loads with the settings as chosen): for
+# scripted runs whose timing or engine faults must not meet a calibration first.
+AUTO_ENV = "CONTEXTLENS_CALIBRATE"
 
 
 class CalibrationCancelled(Exception):
@@ -74,6 +79,12 @@ class Calibration:
     best: LoadSettings
     trials: tuple[Trial, ...]
 
+    @property
+    def best_trial(self) -> Trial:
+        """The chosen candidate's figures."""
+        fastest = min(self.trials, key=lambda t: t.seconds_per_call)
+        return next((t for t in self.trials if t.settings == self.best), fastest)
+
     def settings_for(self, base: LoadSettings) -> LoadSettings:
         """``base`` (its context size, cache type, GPU layers) with the calibrated speed knobs."""
         b = self.best
@@ -104,6 +115,11 @@ class Calibration:
         )  # fmt: skip
         return cls(str(data["model_sha256"]), str(data["machine"]),
                    LoadSettings(**data["best"]), trials)  # fmt: skip
+
+
+def automatic() -> bool:
+    """Whether a first load calibrates (and a cached calibration applies); see AUTO_ENV."""
+    return os.environ.get(AUTO_ENV, "1").strip() not in ("0", "off", "no", "false")
 
 
 def machine_key(capabilities: EngineCapabilities | None) -> str:
@@ -194,17 +210,16 @@ def calibrate(
         return found
     todo = list(trials) if trials is not None else candidates(base)
     done: list[Trial] = []
-    text = "The quick brown fox jumps over the lazy dog. " * 64
     for i, settings in enumerate(todo):
         if cancelled():
             raise CalibrationCancelled("calibration cancelled")
-        try:
-            host.load(model, settings)
-            done.append(_trial(host, settings, text))
-        except (EngineError, ValueError):
-            pass  # this build or machine cannot run the candidate: not a choice
+        # a candidate this build or machine cannot run is not a choice
+        with contextlib.suppress(EngineError, ValueError):
+            done.append(measure(host, model, settings))
         if progress is not None:
             progress(i + 1, len(todo))
+    if cancelled():  # during the last trial: its figures are not to be trusted
+        raise CalibrationCancelled("calibration cancelled")
     if not done:
         raise ValueError("no candidate settings could be loaded; the model cannot be calibrated")
     best = min(done, key=lambda t: t.seconds_per_call)
@@ -212,6 +227,13 @@ def calibrate(
     host.load(model, result.settings_for(base))
     _save(result)
     return result
+
+
+def measure(host: CalibratedEngine, model: Path, settings: LoadSettings) -> Trial:
+    """Load ``model`` with ``settings`` and time it: what each candidate goes through (the
+    benchmark measures a full sweep the same way)."""
+    host.load(model, settings)
+    return _trial(host, settings, TRIAL_TEXT)
 
 
 def _trial(host: CalibratedEngine, settings: LoadSettings, text: str) -> Trial:

@@ -19,6 +19,13 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.core.audit import Audit
+from app.core.calibrate import (
+    CalibrationCancelled,
+    cached,
+    calibrate,
+    candidates,
+    machine_key,
+)
 from app.core.engine.host import EngineHost
 from app.core.engine.protocol import (
     EngineCrashedError,
@@ -71,6 +78,16 @@ class ResumeSpec:
     sources: tuple[tuple[int, int], ...] = ()
 
 
+@dataclass(frozen=True)
+class TuneSpec:
+    """Load with the speed settings calibrated for this model and machine, measuring them first
+    when there are none yet (or when ``fresh``)."""
+
+    model_sha256: str
+    fresh: bool = False
+    trials: tuple[LoadSettings, ...] | None = None  # the candidates; None: calibrate's own
+
+
 @dataclass
 class JobOutcome:
     """A finished job: a result per strategy, and the KV state after each (when kept)."""
@@ -91,6 +108,9 @@ class EngineWorker(QObject):
     restarted = Signal()
     failed = Signal(str)
     status = Signal(str)
+    calibration_progress = Signal(int, int)  # settings tried, settings to try
+    calibrated = Signal(object, bool)  # Calibration, measured now (False: from the cache)
+    calibration_stopped = Signal(str)  # cancelled or failed: the chosen settings are loaded
 
     def __init__(self) -> None:
         super().__init__()
@@ -136,6 +156,33 @@ class EngineWorker(QObject):
             return
         self._model = (path, settings)
         self.model_loaded.emit(self._host.model_info, loaded, caps)
+
+    @Slot(str, object, object)
+    def load_tuned(self, path: str, settings: LoadSettings, tune: TuneSpec) -> None:
+        """Load with the calibrated speed knobs; calibrate first when this model has none on this
+        machine. A cancel or a failed calibration loads ``settings`` as chosen."""
+        self._cancel = token = CancelToken()
+        try:
+            found = None
+            if not tune.fresh:
+                machine = machine_key(self._host.start())
+                found = cached(tune.model_sha256, machine, settings.kv_cache_type)
+            if found is None:
+                todo = list(tune.trials) if tune.trials is not None else candidates(settings)
+                self.status.emit(self.tr("Calibrating…"))
+                self.calibration_progress.emit(0, len(todo))
+                found = calibrate(self._host, Path(path), tune.model_sha256, settings,
+                                  trials=todo, progress=self.calibration_progress.emit,
+                                  cancelled=token.is_set, use_cache=False)  # fmt: skip
+                self.calibrated.emit(found, True)
+            else:
+                self.calibrated.emit(found, False)
+            settings = found.settings_for(settings)
+        except CalibrationCancelled:
+            self.calibration_stopped.emit(self.tr("Calibration cancelled"))
+        except (EngineError, ValueError, OSError) as exc:
+            self.calibration_stopped.emit(self.tr("Calibration failed: {0}").format(exc))
+        self.load_model(path, settings)
 
     @Slot()
     def unload(self) -> None:
@@ -262,6 +309,7 @@ class EngineThread(QObject):
     """Starts the worker on a QThread and stops both cleanly."""
 
     request_load = Signal(str, object)
+    request_load_tuned = Signal(str, object, object)
     request_unload = Signal()
     request_count = Signal(str)
     request_job = Signal(object)
@@ -275,6 +323,7 @@ class EngineThread(QObject):
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
         self.request_load.connect(self.worker.load_model)
+        self.request_load_tuned.connect(self.worker.load_tuned)
         self.request_unload.connect(self.worker.unload)
         self.request_count.connect(self.worker.count_tokens)
         self.request_job.connect(self.worker.run_job)

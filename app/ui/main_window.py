@@ -46,8 +46,10 @@ from PySide6.QtWidgets import (
     QToolButton,
     QWidget,
 )
+from shiboken6 import isValid
 
 from app import __version__
+from app.core import calibrate
 from app.core.default_model import sha256_of
 from app.core.documents import Document, load_document
 from app.core.engine.gguf import ModelInfo
@@ -63,7 +65,7 @@ from app.store.repository import Entry, Repository
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import MAX_PANES, CompareView
 from app.ui.document_view import DocumentView
-from app.ui.engine_worker import EngineThread, JobOutcome, JobSpec, ResumeSpec
+from app.ui.engine_worker import EngineThread, JobOutcome, JobSpec, ResumeSpec, TuneSpec
 from app.ui.gauges import GaugesPanel
 from app.ui.history_panel import HistoryPanel
 from app.ui.model_panel import ModelPanel
@@ -73,7 +75,9 @@ from app.ui.theme import apply_theme, current_theme
 log = logging.getLogger(__name__)
 MAX_RECENT = 8
 TASKS = ("summarize", "ask", "extract")
-CANCELLABLE = frozenset({"open", "plan", "run"})  # a model load runs to its end
+# a model load runs to its end; the calibration before it can stop (the load then goes on)
+CANCELLABLE = frozenset({"open", "plan", "run", "calibrate"})
+USE_TUNED_KEY = "model/use_tuned"
 REPLAN_DELAY_MS = 400  # after the last keystroke in the question
 
 
@@ -125,6 +129,8 @@ class MainWindow(QMainWindow):
         self._resuming: int | None = None  # the version a rollback is generating for
         self._resuming_session = 0
         self._system_info = self._engine_version = ""  # from the engine child, once started
+        # The candidates a first load measures (None: calibrate's own); fewer make it quicker.
+        self.calibration_trials: tuple[LoadSettings, ...] | None = None
 
         self.engine = EngineThread(self)
         self._open_store(db_path)
@@ -158,7 +164,12 @@ class MainWindow(QMainWindow):
 
         self.model_panel = ModelPanel(models_dir())
         self.model_panel.load_requested.connect(self.load_model)
+        self.model_panel.calibrate_requested.connect(self.calibrate_model)
+        self.model_panel.calibration_cancel_requested.connect(self.engine.cancel)
         self.model_panel.unload_requested.connect(self.engine.request_unload)
+        use_tuned = self.model_panel.tuning.use_tuned
+        use_tuned.setChecked(bool(self.settings.value(USE_TUNED_KEY, True, type=bool)))
+        use_tuned.toggled.connect(lambda on: self.settings.setValue(USE_TUNED_KEY, on))
         # scrolls rather than squeezing its wrapped hints when the window is short
         model_scroll = QScrollArea()
         model_scroll.setWidget(self.model_panel)
@@ -357,6 +368,9 @@ class MainWindow(QMainWindow):
         w.restarted.connect(self._on_restarted)
         w.failed.connect(self._on_failed)
         w.status.connect(self.statusBar().showMessage)
+        w.calibration_progress.connect(self._on_calibration_progress)
+        w.calibrated.connect(self._on_calibrated)
+        w.calibration_stopped.connect(self._on_calibration_stopped)
 
     # ----- documents -----
 
@@ -565,17 +579,59 @@ class MainWindow(QMainWindow):
 
     # ----- the model -----
 
-    def load_model(self, path: Path, settings: LoadSettings) -> None:
+    def load_model(self, path: Path, settings: LoadSettings, *, fresh: bool = False) -> None:
+        """Load ``path``. With tuned settings on, the model's sha256 comes first: it keys the
+        calibration, measured now when this machine has none (or when ``fresh``)."""
         self._model_path = Path(path)
         self.model_panel.n_ctx.setValue(settings.n_ctx)
         self._model_sha = ""
         self.model_panel.set_busy(True)
         self._wait("load", True, self.tr("Loading {0}…").format(Path(path).name))
-        self.engine.request_load.emit(str(path), settings)
-        run_in_background(lambda: sha256_of(Path(path)), self._set_model_sha, lambda _m: None)
+        if not (self.model_panel.use_tuned() and calibrate.automatic()):
+            self.engine.request_load.emit(str(path), settings)
+            run_in_background(lambda: sha256_of(Path(path)), self._set_model_sha, lambda _m: None)
+            return
+        tune = (fresh, self.calibration_trials)
+
+        def hashed(sha: str) -> None:
+            if not isValid(self):  # closed while the file was read
+                return
+            self._set_model_sha(sha)
+            spec = TuneSpec(sha, fresh=tune[0], trials=tune[1])
+            self.engine.request_load_tuned.emit(str(path), settings, spec)
+
+        def unreadable(_message: str) -> None:  # the load says what is wrong with the file
+            self.engine.request_load.emit(str(path), settings)
+
+        run_in_background(lambda: sha256_of(Path(path)), hashed, unreadable)
+
+    def calibrate_model(self, path: Path, settings: LoadSettings) -> None:
+        """Measure the candidates anew ("Calibrate again"), then load the fastest."""
+        self.load_model(path, settings, fresh=True)
 
     def _set_model_sha(self, sha: str) -> None:
         self._model_sha = sha
+
+    def _on_calibration_progress(self, done: int, total: int) -> None:
+        self._wait("calibrate", True, self.tr("Calibrating: {0}/{1} settings tried…").format(
+            done, total))  # fmt: skip
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        self.model_panel.show_calibrating(done, total)
+
+    def _on_calibrated(self, calibration: calibrate.Calibration, measured_now: bool) -> None:
+        self._calibration_ended()
+        if self._model_path is not None:
+            self.model_panel.show_calibration(self._model_path, calibration, measured_now)
+
+    def _on_calibration_stopped(self, message: str) -> None:
+        self._calibration_ended()
+        self.model_panel.show_calibration_stopped(message)
+        self.statusBar().showMessage(message)
+
+    def _calibration_ended(self) -> None:
+        self.progress.setRange(0, 0)  # busy again: the load itself has no steps to count
+        self._wait("calibrate", False)
 
     def _on_model_loaded(self, info: ModelInfo, loaded: LoadedModel,
                          caps: EngineCapabilities | None) -> None:  # fmt: skip
@@ -759,6 +815,9 @@ class MainWindow(QMainWindow):
         if "open" in self._waits:
             self._open_generation += 1
             self._wait("open", False, self.tr("Opening cancelled."))
+        if "calibrate" in self._waits:
+            self.statusBar().showMessage(self.tr("Cancelling the calibration…"))
+            self.engine.cancel()
 
     def _set_running(self, running: bool) -> None:
         self.run_action.setEnabled(not running)
@@ -906,6 +965,7 @@ class MainWindow(QMainWindow):
         log.warning("%s", message)
         self.last_error = message
         self._wait("load", False)  # the engine answers a failed load this way
+        self._calibration_ended()
         self.model_panel.set_busy(False)
         self.statusBar().showMessage(message)
         # open(), not exec(): the message is window-modal but never blocks the event loop.

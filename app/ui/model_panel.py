@@ -7,7 +7,9 @@ costs one plain sentence and a disabled Load button, never a crash inside llama.
 
 The panel only asks (``load_requested``, ``unload_requested``); the window owns the engine and
 answers with :meth:`ModelPanel.show_loaded`, :meth:`ModelPanel.show_unloaded` or
-:meth:`ModelPanel.show_error`.
+:meth:`ModelPanel.show_error`. The speed knobs (threads, batch sizes, flash attention) are the
+person's; the tuned values measured on this machine replace them at load unless "Use tuned
+settings" is off (app/ui/tuned_settings.py shows them).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
+from app.core.calibrate import Calibration
 from app.core.engine.gguf import ModelInfo, inspect_model
 from app.core.engine.protocol import (
     KV_CACHE_TYPE_NAMES,
@@ -45,11 +48,13 @@ from app.core.engine.protocol import (
 from app.core.paths import list_models
 from app.core.telemetry import estimate_memory
 from app.ui.tasks import run_in_background
+from app.ui.tuned_settings import TunedSettingsBox
 from app.ui.widgets import MessageLine
 
 MAX_CTX = 1_048_576  # the n_ctx ceiling when the model does not say what it was trained on
 UNQUANTIZED_KV = ("f16", "f32", "bf16")  # the cache types that work without flash attention
 MAX_THREADS = 512
+MAX_BATCH = 65_536
 _PATH_ROLE = Qt.ItemDataRole.UserRole
 
 
@@ -136,6 +141,8 @@ class ModelPanel(QWidget):
     unload_requested = Signal()
     info_ready = Signal(object)  # ModelInfo of the selected file, once read
     file_failed = Signal(str)  # the selected file is not a usable model; one sentence
+    calibrate_requested = Signal(object, object)  # Path, LoadSettings: measure again, then load
+    calibration_cancel_requested = Signal()
 
     def __init__(self, models_dir: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -146,6 +153,7 @@ class ModelPanel(QWidget):
         self._busy = False
         self._reading = 0  # generation of the newest read; older answers are ignored
         self._settings_error = ""
+        self._calibrations: dict[Path, Calibration] = {}  # per model file, as the engine told
         defaults = LoadSettings()
 
         self.models = QListWidget()
@@ -196,7 +204,21 @@ class ModelPanel(QWidget):
         self.threads = QSpinBox()
         self.threads.setRange(1, max(MAX_THREADS, defaults.n_threads))
         self.threads.setValue(defaults.n_threads)
+        self.batch = QSpinBox()
+        self.batch.setRange(1, MAX_BATCH)
+        self.batch.setSingleStep(64)
+        self.batch.setValue(defaults.n_batch)
+        self.batch.setToolTip(self.tr("Prompt tokens handed to llama.cpp at once (n_batch)"))
+        self.ubatch = QSpinBox()
+        self.ubatch.setRange(1, MAX_BATCH)
+        self.ubatch.setSingleStep(64)
+        self.ubatch.setValue(defaults.n_ubatch)
+        self.ubatch.setToolTip(self.tr("Tokens computed in one step (n_ubatch)"))
         self._defaults = defaults
+        self.tuning = TunedSettingsBox()
+        self.tuning.calibrate_requested.connect(self._request_calibration)
+        self.tuning.cancel_requested.connect(self.calibration_cancel_requested)
+        self.tuning.use_tuned.toggled.connect(self._update)
         self.settings_note = MessageLine()
 
         self.load_button = QPushButton(self.tr("L&oad"))
@@ -214,6 +236,8 @@ class ModelPanel(QWidget):
         self.kv_type.currentIndexChanged.connect(self._on_kv_type_changed)
         self.flash_attn.toggled.connect(self._update)
         self.threads.valueChanged.connect(self._update)
+        self.batch.valueChanged.connect(self._update)
+        self.ubatch.valueChanged.connect(self._update)
 
         self.set_capabilities(None)
         self.show_unloaded()
@@ -245,6 +269,12 @@ class ModelPanel(QWidget):
         threads_label = QLabel(self.tr("Threads:"))
         threads_label.setBuddy(self.threads)
         form.addRow(threads_label, self.threads)
+        batch_label = QLabel(self.tr("Batch, micro-batch:"))
+        batch_label.setBuddy(self.batch)
+        batch_row = QHBoxLayout()
+        batch_row.addWidget(self.batch, 1)
+        batch_row.addWidget(self.ubatch, 1)
+        form.addRow(batch_label, batch_row)
         form.addRow(self.settings_note)
 
         buttons = QHBoxLayout()
@@ -258,6 +288,7 @@ class ModelPanel(QWidget):
         layout.addWidget(self.file_error)
         layout.addWidget(self.card)
         layout.addWidget(options)
+        layout.addWidget(self.tuning)
         layout.addLayout(buttons)
         layout.addWidget(self.engine_error)
         layout.addWidget(self.status)
@@ -344,6 +375,7 @@ class ModelPanel(QWidget):
 
     def _on_info(self, info: ModelInfo) -> None:
         self._set_info(info)
+        self.tuning.show_calibration(self._calibrations.get(Path(info.path)))
         self.status.setText(self._loaded_text())
         self.info_ready.emit(info)
 
@@ -393,8 +425,8 @@ class ModelPanel(QWidget):
             n_ctx=self.n_ctx.value(),
             n_threads=self.threads.value(),
             n_threads_batch=self._defaults.n_threads_batch,
-            n_batch=self._defaults.n_batch,
-            n_ubatch=self._defaults.n_ubatch,
+            n_batch=self.batch.value(),
+            n_ubatch=self.ubatch.value(),
             n_gpu_layers=self.gpu_layers.value() if self.gpu_layers.isEnabled() else 0,
             kv_cache_type=str(self.kv_type.currentData()),
             flash_attn=self.flash_attn.isChecked(),
@@ -450,15 +482,27 @@ class ModelPanel(QWidget):
             info is not None and not self._busy and not self._settings_error
         )
         self.unload_button.setEnabled(self._loaded is not None and not self._busy)
+        self.tuning.set_can_calibrate(info is not None and not self._busy
+                                      and not self._settings_error)  # fmt: skip
+
+    def use_tuned(self) -> bool:
+        """Whether the tuned speed settings replace the panel's own at load."""
+        return self.tuning.use_tuned.isChecked()
 
     def _request_load(self) -> None:
+        self._request(self.load_requested)
+
+    def _request_calibration(self) -> None:
+        self._request(self.calibrate_requested)
+
+    def _request(self, signal: Signal) -> None:
         path = self.selected_model()
         settings = self.settings()
         if path is None or self._info is None or self._settings_error:
             return
         self.engine_error.clear()
         self.set_busy(True)
-        self.load_requested.emit(path, settings)
+        signal.emit(path, settings)
 
     # ----- answers from the window -----
 
@@ -488,6 +532,26 @@ class ModelPanel(QWidget):
         self.engine_error.show_message(_sentence(message))
         self.status.setText(self._loaded_text())
         self._update()
+
+    def show_calibrating(self, done: int, total: int) -> None:
+        """The engine measures candidate settings before loading: "calibrating: 3/8"."""
+        self.tuning.show_progress(done, total)
+        self.status.setText(self.tr("Calibrating: {0}/{1} settings tried…").format(done, total))
+
+    def show_calibration(self, path: Path, calibration: Calibration, measured_now: bool) -> None:
+        """The calibration applied to ``path`` (measured now, or found in the cache)."""
+        self._calibrations[Path(path)] = calibration
+        if self.selected_model() == Path(path):
+            note = self.tr("Measured now") if measured_now else ""
+            self.tuning.show_calibration(calibration, note)
+
+    def show_calibration_stopped(self, message: str) -> None:
+        """Cancelled or failed: the model loads with the panel's own values."""
+        self.tuning.show_stopped(self.tr("{0}: loading with the values above").format(message))
+
+    def tuned_text(self) -> str:
+        """The tuned-settings line as shown."""
+        return self.tuning.line.text()
 
     def error_text(self) -> str:
         """The error shown now (the file's, else the engine's), or ""."""

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from app.core.calibrate import (
+    AUTO_ENV,
     CalibrationCancelled,
+    automatic,
     cached,
     calibrate,
     candidates,
@@ -19,7 +22,7 @@ from app.core.calibrate import (
 )
 from app.core.default_model import sha256_of
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import LoadSettings
+from app.core.engine.protocol import EngineCapabilities, LoadSettings
 
 BASE = LoadSettings(n_ctx=512)
 
@@ -102,3 +105,61 @@ def test_a_damaged_cache_is_ignored_and_a_cancel_stops_before_any_trial(
         calibrate(host, model_path, sha, BASE, cancelled=lambda: True)
     with pytest.raises(ValueError, match="no candidate settings could be loaded"):
         calibrate(host, model_path, sha, BASE, trials=[LoadSettings(kv_cache_type="q4_0")])
+
+
+class _Fake:
+    """An engine that answers at once: for the calibration's own logic, not for timings."""
+
+    def __init__(self, on_evaluate: Any = None) -> None:
+        self.capabilities = EngineCapabilities("test", "", False, 1)
+        self.loaded: list[LoadSettings] = []
+        self._on_evaluate = on_evaluate
+
+    def start(self) -> EngineCapabilities:
+        return self.capabilities
+
+    def load(self, _path: Any, settings: LoadSettings) -> None:
+        self.loaded.append(settings)
+
+    def tokenize(self, text: str, **_: Any) -> list[int]:
+        return list(range(len(text.split())))
+
+    def evaluate(self, tokens: Sequence[int]) -> Any:
+        if self._on_evaluate is not None:
+            self._on_evaluate()
+        return SimpleNamespace(seconds=0.001 * len(tokens) * self.loaded[-1].n_threads)
+
+    def reset(self) -> None:
+        pass
+
+    def generate_text(self, _prompt: Sequence[int], **_: Any) -> Any:
+        return "", SimpleNamespace(stats=SimpleNamespace(gen_tokens_per_s=50.0))
+
+
+def test_a_cancel_during_the_last_trial_keeps_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
+    stop: list[bool] = []
+    fake = _Fake(on_evaluate=lambda: stop.append(True))
+    one = [LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1)]
+    with pytest.raises(CalibrationCancelled):
+        calibrate(fake, Path("m.gguf"), "cd" * 32, BASE, trials=one,  # type: ignore[arg-type]
+                  cancelled=lambda: bool(stop))  # fmt: skip
+    assert cached("cd" * 32, machine_key(fake.capabilities)) is None
+    quick = calibrate(_Fake(), Path("m.gguf"), "cd" * 32, BASE, trials=candidates(BASE, 2))  # type: ignore[arg-type]
+    assert quick.best.n_threads == 1  # the fake is fastest on one thread
+    assert quick.best_trial.settings == quick.best
+    assert quick.best_trial.seconds_per_call == min(t.seconds_per_call for t in quick.trials)
+
+
+@pytest.mark.parametrize(("value", "on"), [(None, True), ("1", True), ("0", False),
+                                            ("off", False)])  # fmt: skip
+def test_automatic_calibration_can_be_turned_off(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, on: bool
+) -> None:
+    if value is None:
+        monkeypatch.delenv(AUTO_ENV, raising=False)
+    else:
+        monkeypatch.setenv(AUTO_ENV, value)
+    assert automatic() is on

@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
+from app.core.calibrate import Calibration, Trial
 from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
 from app.ui.model_panel import ModelPanel
 
@@ -179,3 +180,53 @@ def test_load_requests_the_chosen_settings_and_shows_the_answer(panel: ModelPane
     panel.show_error("a context of 2,048 tokens needs about 9 GiB; 1 GiB of memory is free")
     assert panel.error_text().endswith("of memory is free.")
     assert panel.load_button.isEnabled()
+
+
+def _calibration(path: Path) -> Calibration:
+    fast = LoadSettings(n_ctx=512, n_threads=2, n_threads_batch=2, n_batch=256, n_ubatch=256,
+                        flash_attn=True)  # fmt: skip
+    slow = LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1)
+    return Calibration("ab" * 32, "machine", fast,
+                       (Trial(slow, 98.2, 68.4), Trial(fast, 239.4, 140.2)))  # fmt: skip
+
+
+def test_the_tuned_settings_line_progress_table_and_requests(panel: ModelPanel, qtbot) -> None:
+    tuning = panel.tuning
+    assert panel.use_tuned() and panel.tuned_text().startswith("Not calibrated yet")
+    assert not tuning.table_button.isEnabled() and tuning.again_button.isEnabled()
+    panel.batch.setValue(128)
+    panel.ubatch.setValue(64)
+    assert (panel.settings().n_batch, panel.settings().n_ubatch) == (128, 64)
+
+    panel.set_busy(True)
+    panel.show_calibrating(3, 8)
+    assert panel.tuned_text() == "calibrating: 3/8 settings"
+    assert tuning.cancel_button.isVisibleTo(panel) and not tuning.again_button.isEnabled()
+    with qtbot.waitSignal(panel.calibration_cancel_requested, timeout=1000):
+        qtbot.mouseClick(tuning.cancel_button, Qt.MouseButton.LeftButton)
+
+    path = panel.selected_model()
+    panel.show_calibration(path, _calibration(path), measured_now=True)
+    assert panel.tuned_text() == ("Measured now. Tuned for this machine: 2 threads, batch 256, "
+                                  "flash on — 239 prompt / 140 gen tok/s")  # fmt: skip
+    assert not tuning.cancel_button.isVisibleTo(panel)
+    assert tuning.table.rowCount() == 2 and tuning.table.item(0, 0).text() == "✓"
+    assert [tuning.table.item(0, c).text() for c in range(1, 7)] == [
+        "2", "256", "256", "on", "239", "140.2"]  # fmt: skip
+    assert not tuning.table.isVisibleTo(panel)
+    qtbot.mouseClick(tuning.table_button, Qt.MouseButton.LeftButton)
+    assert tuning.table.isVisibleTo(panel)
+
+    panel.show_loaded(LoadedModel(str(path), 512, 8192, 49152, 2, 2, 0, False, "f16", True, 0.1))
+    assert tuning.again_button.isEnabled()
+    with qtbot.waitSignal(panel.calibrate_requested, timeout=1000) as blocker:
+        qtbot.mouseClick(tuning.again_button, Qt.MouseButton.LeftButton)
+    assert blocker.args == [path, panel.settings()] and not panel.load_button.isEnabled()
+    panel.show_calibration_stopped("Calibration cancelled")
+    assert panel.tuned_text().startswith("Calibration cancelled: loading with the values above. "
+                                         "Tuned for this machine: 2 threads")  # fmt: skip
+
+    tuning.use_tuned.setChecked(False)
+    assert not panel.use_tuned() and not tuning.again_button.isEnabled()
+    assert panel.tuned_text() == ("Tuned settings off: the values above are used. (Tuned: 2 "
+                                  "threads, batch 256, flash on.)")  # fmt: skip

@@ -1,0 +1,166 @@
+"""The tuned speed settings: what the calibration chose on this machine, and the way to override.
+
+Threads, batch sizes and flash attention decide how fast a model runs, and the best values depend
+on the machine. The first load of a model measures a few candidates (app/core/calibrate.py); this
+box shows the progress while that runs (with a Cancel), then the choice and its figures, the whole
+table on request, a "Use tuned settings" switch (off: the panel's own values load) and a way to
+measure again. It only shows and asks; the window runs the calibration on the engine thread.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.calibrate import Calibration, Trial
+from app.core.engine.protocol import LoadSettings
+
+RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+COLUMNS = ("", "Threads", "Batch", "Micro-batch", "Flash", "Prompt tok/s", "Gen tok/s")
+
+
+def describe(settings: LoadSettings) -> str:
+    """ "2 threads, batch 256, flash on" (the micro-batch only when it differs)."""
+    threads = f"{settings.n_threads} thread" + ("s" if settings.n_threads != 1 else "")
+    batch = f"batch {settings.n_batch}"
+    if settings.n_ubatch != settings.n_batch:
+        batch += f"/{settings.n_ubatch}"
+    return f"{threads}, {batch}, flash {'on' if settings.flash_attn else 'off'}"
+
+
+def figures(trial: Trial) -> str:
+    return f"{trial.prompt_tokens_per_s:,.0f} prompt / {trial.gen_tokens_per_s:,.0f} gen tok/s"
+
+
+class TunedSettingsBox(QGroupBox):
+    """The calibration's choice for the selected model, its progress, and the override."""
+
+    calibrate_requested = Signal()  # "Calibrate again"
+    cancel_requested = Signal()  # stop the calibration running now
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(self.tr("Speed"), parent)
+        self.use_tuned = QCheckBox(self.tr("Use tuned settings"))
+        self.use_tuned.setChecked(True)
+        self.use_tuned.setToolTip(
+            self.tr(
+                "On: threads, batch sizes and flash attention are the fastest measured on this "
+                "machine (measured on a model's first load). Off: the values above are used."
+            )
+        )
+        self.line = QLabel()
+        self.line.setWordWrap(True)
+        self.line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.again_button = QPushButton(self.tr("Calibrate again"))
+        self.again_button.setToolTip(self.tr("Measure the candidates again and load the fastest"))
+        self.again_button.clicked.connect(self.calibrate_requested)
+        self.table_button = QPushButton(self.tr("Measurements"))
+        self.table_button.setCheckable(True)
+        self.table_button.setToolTip(self.tr("Show every setting tried and its speed"))
+        self.table_button.toggled.connect(self._show_table)
+        self.cancel_button = QPushButton(self.tr("Cancel"))
+        self.cancel_button.setToolTip(self.tr("Stop calibrating and load with the values above"))
+        self.cancel_button.clicked.connect(self.cancel_requested)
+        self.cancel_button.hide()
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels([self.tr(c) for c in COLUMNS])
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.hide()
+        self._calibration: Calibration | None = None
+        self._running = False
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.again_button)
+        buttons.addWidget(self.table_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.use_tuned)
+        layout.addWidget(self.line)
+        layout.addLayout(buttons)
+        layout.addWidget(self.table)
+        self.use_tuned.toggled.connect(lambda _on: self._refresh())
+        self.show_calibration(None)
+
+    @property
+    def calibration(self) -> Calibration | None:
+        return self._calibration
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def show_progress(self, done: int, total: int) -> None:
+        """A calibration runs: "calibrating: 3/8 settings", and its Cancel."""
+        self._running = True
+        self.cancel_button.show()
+        self.cancel_button.setEnabled(True)
+        self.line.setText(self.tr("calibrating: {0}/{1} settings").format(done, total))
+        self.again_button.setEnabled(False)
+
+    def show_calibration(self, calibration: Calibration | None, note: str = "") -> None:
+        """The calibration known for the selected model (None: none yet); ``note`` is added."""
+        self._running = False
+        self.cancel_button.hide()
+        self._calibration = calibration
+        self._fill_table()
+        self._refresh(note)
+
+    def show_stopped(self, message: str) -> None:
+        """The calibration was cancelled or failed; the model loads with the values above."""
+        self.show_calibration(self._calibration, message)
+
+    def set_can_calibrate(self, can: bool) -> None:
+        self.again_button.setEnabled(can and not self._running and self.use_tuned.isChecked())
+
+    def _refresh(self, note: str = "") -> None:
+        cal = self._calibration
+        if cal is None:
+            text = self.tr(
+                "Not calibrated yet: the first load on this machine measures the fastest "
+                "threads, batch and flash attention (a few seconds)."
+            )
+        else:
+            text = self.tr("Tuned for this machine: {0} — {1}").format(
+                describe(cal.best), figures(cal.best_trial)
+            )
+        if not self.use_tuned.isChecked():
+            text = self.tr("Tuned settings off: the values above are used.") + (
+                " " + self.tr("(Tuned: {0}.)").format(describe(cal.best)) if cal else ""
+            )
+        self.line.setText(f"{note}. {text}" if note else text)
+        self.table_button.setEnabled(cal is not None)
+
+    def _fill_table(self) -> None:
+        cal = self._calibration
+        trials = sorted(cal.trials, key=lambda t: t.seconds_per_call) if cal else []
+        self.table.setRowCount(len(trials))
+        for row, t in enumerate(trials):
+            s = t.settings
+            chosen = cal is not None and s == cal.best
+            cells = ("✓" if chosen else "", str(s.n_threads), str(s.n_batch), str(s.n_ubatch),
+                     self.tr("on") if s.flash_attn else self.tr("off"),
+                     f"{t.prompt_tokens_per_s:,.0f}", f"{t.gen_tokens_per_s:,.1f}")  # fmt: skip
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if col:
+                    item.setTextAlignment(RIGHT)
+                self.table.setItem(row, col, item)
+        self.table.resizeColumnsToContents()
+        if cal is None:
+            self.table_button.setChecked(False)
+
+    def _show_table(self, shown: bool) -> None:
+        self.table.setVisible(shown)

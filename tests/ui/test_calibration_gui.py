@@ -1,0 +1,168 @@
+"""Tuned settings in the window, offscreen on the real engine and the default model: the first load
+calibrates (progress, then the choice and its figures), a later load applies the cached choice,
+Cancel loads the person's own values, and "Use tuned settings" off is obeyed and remembered.
+
+The candidates are cut to one to three, and each trial to 32 prompt and 4 generated tokens, so
+the file runs in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from app.core import calibrate
+from app.core.calibrate import AUTO_ENV, cached, machine_key
+from app.core.default_model import sha256_of
+from app.core.engine.protocol import LoadSettings
+from app.ui.main_window import USE_TUNED_KEY, MainWindow
+
+N_CTX = 512
+SLOW = LoadSettings(n_ctx=N_CTX, n_threads=1, n_threads_batch=1, n_batch=32, n_ubatch=32)
+QUICK = LoadSettings(n_ctx=N_CTX, n_threads=1, n_threads_batch=1, n_batch=256, n_ubatch=256,
+                     flash_attn=True)  # fmt: skip
+
+Factory = Callable[[], MainWindow]
+
+
+@pytest.fixture
+def open_window(
+    qtbot, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Factory]:
+    """Windows sharing one settings file and one calibration cache, with the model selected."""
+    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(AUTO_ENV, "1")
+    monkeypatch.setattr(calibrate, "PROMPT_TOKENS", 32)  # shorter trials, the same procedure
+    monkeypatch.setattr(calibrate, "GEN_TOKENS", 4)
+    made: list[MainWindow] = []
+
+    def make() -> MainWindow:
+        settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        w = MainWindow(None, None, n_ctx=N_CTX, db_path=tmp_path / f"h{len(made)}.db",
+                       settings=settings)  # fmt: skip
+        qtbot.addWidget(w)
+        made.append(w)
+        w.calibration_trials = (SLOW, QUICK)
+        with qtbot.waitSignal(w.model_panel.info_ready, timeout=10_000):
+            w.model_panel.select_model(model_path)
+        w.model_panel.n_ctx.setValue(N_CTX)
+        return w
+
+    yield make  # qtbot closes the windows
+
+
+def progress_texts(w: MainWindow) -> list[str]:
+    """The tuned-settings line each time the panel was told of progress."""
+    seen: list[str] = []
+    show = w.model_panel.show_calibrating
+
+    def spy(done: int, total: int) -> None:
+        show(done, total)
+        seen.append(w.model_panel.tuned_text())
+
+    w.model_panel.show_calibrating = spy  # type: ignore[method-assign]
+    return seen
+
+
+def load(qtbot, w: MainWindow, button: object | None = None) -> None:
+    with qtbot.waitSignal(w.ready, timeout=120_000):
+        qtbot.mouseClick(button or w.model_panel.load_button, Qt.MouseButton.LeftButton)
+    assert not w.waiting_for
+
+
+def loaded_settings(w: MainWindow) -> LoadSettings:
+    """What the engine loaded the model with (the worker keeps it to reload after a crash)."""
+    model = w.engine.worker._model
+    assert model is not None
+    return model[1]
+
+
+def test_the_first_load_calibrates_and_later_loads_use_the_cache(
+    qtbot, open_window: Factory, model_path: Path
+) -> None:
+    w = open_window()
+    assert w.model_panel.tuned_text().startswith("Not calibrated yet")
+    w.model_panel.threads.setValue(2)
+    seen = progress_texts(w)
+    load(qtbot, w)
+    assert seen == ["calibrating: 0/2 settings", "calibrating: 1/2 settings",
+                    "calibrating: 2/2 settings"]  # fmt: skip
+    cal = w.model_panel.tuning.calibration
+    assert cal is not None and len(cal.trials) == 2
+    assert cal.best == min(cal.trials, key=lambda t: t.seconds_per_call).settings
+    text = w.model_panel.tuned_text()
+    assert text.startswith("Measured now. Tuned for this machine: 1 thread, batch ")
+    assert text.endswith("gen tok/s") and " prompt / " in text
+    used = loaded_settings(w)
+    assert used == cal.settings_for(w.model_panel.settings())  # the tuned knobs, the panel's n_ctx
+    assert used.n_ctx == N_CTX and used.n_threads == 1  # not the panel's 2 threads
+    assert cached(sha256_of(model_path), cal.machine) == cal
+    assert w.model_panel.tuning.table.rowCount() == 2
+    w.model_panel.tuning.table_button.click()
+    assert w.model_panel.tuning.table.isVisibleTo(w.model_panel)
+
+    again = open_window()  # a later start: the cached choice applies, nothing is measured
+    seen = progress_texts(again)
+    load(qtbot, again)
+    assert seen == [] and again.model_panel.tuning.calibration == cal
+    assert again.model_panel.tuned_text().startswith("Tuned for this machine: ")
+    assert loaded_settings(again) == used
+
+    again.calibration_trials = (QUICK,)  # "Calibrate again" measures anew
+    load(qtbot, again, again.model_panel.tuning.again_button)
+    assert seen == ["calibrating: 0/1 settings", "calibrating: 1/1 settings"]
+    fresh = again.model_panel.tuning.calibration
+    assert fresh is not None and fresh.best == QUICK and len(fresh.trials) == 1
+    assert cached(sha256_of(model_path), fresh.machine) == fresh
+
+
+def test_cancel_stops_the_calibration_and_loads_the_persons_values(
+    qtbot, open_window: Factory, model_path: Path
+) -> None:
+    w = open_window()
+    w.calibration_trials = (SLOW, QUICK, SLOW)
+    w.model_panel.threads.setValue(1)
+    w.model_panel.batch.setValue(128)
+    w.model_panel.ubatch.setValue(64)
+    mine = w.model_panel.settings()
+    clicked: list[bool] = []
+
+    def cancel_at_once(done: int, total: int) -> None:
+        w.model_panel.tuning.show_progress(done, total)
+        if not clicked:  # the panel's Cancel, as soon as it shows
+            assert w.model_panel.tuning.cancel_button.isVisibleTo(w.model_panel)
+            clicked.append(True)
+            qtbot.mouseClick(w.model_panel.tuning.cancel_button, Qt.MouseButton.LeftButton)
+
+    w.model_panel.show_calibrating = cancel_at_once  # type: ignore[method-assign]
+    load(qtbot, w)
+    assert clicked
+    assert loaded_settings(w) == mine
+    assert w.model_panel.tuned_text().startswith(
+        "Calibration cancelled: loading with the values above. Not calibrated yet"
+    )
+    assert not w.model_panel.tuning.cancel_button.isVisibleTo(w.model_panel)
+    machine = machine_key(w.engine.worker._host.capabilities)
+    assert cached(sha256_of(model_path), machine) is None  # the next load calibrates again
+    assert w.model_panel.load_button.isEnabled()
+
+
+def test_use_tuned_settings_off_loads_the_panels_values_and_is_remembered(
+    qtbot, open_window: Factory
+) -> None:
+    w = open_window()
+    assert w.model_panel.use_tuned()
+    w.model_panel.tuning.use_tuned.setChecked(False)
+    assert w.model_panel.tuned_text().startswith("Tuned settings off: the values above are used")
+    assert not w.model_panel.tuning.again_button.isEnabled()
+    w.model_panel.threads.setValue(1)
+    w.model_panel.batch.setValue(64)
+    w.model_panel.ubatch.setValue(64)
+    seen = progress_texts(w)
+    load(qtbot, w)
+    assert seen == [] and loaded_settings(w) == w.model_panel.settings()
+    assert w.settings.value(USE_TUNED_KEY, True, type=bool) is False
+    assert not open_window().model_panel.use_tuned()  # the next start remembers it
