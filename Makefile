@@ -50,13 +50,10 @@ $(VENV)/.bench: pyproject.toml | $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
 	touch $@
 
+# Every tests/benchmarks/bench_*.py, one at a time, into bench-report/report.md (and .csv, .png);
+# `make bench BENCH_ARGS=--quick` for small sizes (minutes), or e.g. BENCH_ARGS="--only kv".
 bench: setup $(VENV)/.bench
-	$(PY) tests/benchmarks/bench_engine_host.py
-	$(PY) tests/benchmarks/bench_kv.py
-	$(PY) tests/benchmarks/bench_rollback.py
-	$(PY) tests/benchmarks/bench_gui_responsiveness.py
-	$(PY) tests/benchmarks/bench_tokens.py
-	$(PY) tests/benchmarks/bench_chunking.py
+	$(BIN)/contextlens-cli bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from app import __version__
+from app.cli_bench import add_commands as add_bench_commands
 from app.cli_calibrate import add_commands as add_calibrate_commands
 from app.cli_common import (
     EXIT_BAD_INPUT,
@@ -267,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_commands(sub)
     add_snapshot_commands(sub)
     add_calibrate_commands(sub)
+    add_bench_commands(sub)
 
     p = sub.add_parser("fetch-model", help="fetch and verify the default model into models/")
     p.add_argument("--dir", help="target folder (default: models/)")

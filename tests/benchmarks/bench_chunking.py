@@ -61,6 +61,7 @@ from app.core.chunking import chunk_document  # noqa: E402
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.documents import document_from_text  # noqa: E402
 from app.core.tokens import TiktokenCounter, gguf_encoding  # noqa: E402
+from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 from tests.core.token_corpus import chinese, code, english  # noqa: E402
 
 MB = 1_000_000
@@ -286,7 +287,7 @@ def main() -> int:
     parser.add_argument(
         "--only", choices=list(CHUNKERS), action="append", help="run only these (repeatable)"
     )
-    args = parser.parse_args()
+    args = parse_args(parser, {"mb": 0.5})
 
     model = default_model_path()
     counter = gguf_encoding(model)
@@ -371,6 +372,7 @@ def main() -> int:
         )
 
     if "ContextLens" not in results or len(results) < 2:
+        write_rows(args.json, "bench_chunking", [])
         return 0
     mine = results["ContextLens"]
     others = {n: r for n, r in results.items() if n != "ContextLens"}
@@ -394,7 +396,25 @@ def main() -> int:
         f"goal: faster than both, integrity at least theirs: {verdict} "
         f"(speed {'PASS' if faster else 'FAIL'}, integrity {'PASS' if cleaner else 'FAIL'})"
     )
+    write_rows(args.json, "bench_chunking", goal_rows(mine, others, size, args.rounds))
     return 0
+
+
+def goal_rows(mine: Result, others: dict[str, Result], size: int, rounds: int) -> list[Row]:
+    """Speed (their seconds / ours: > 1 is faster) and integrity (ours / theirs) per rival."""
+    note = f"{size / MB:.2f} MB, {rounds} rounds"
+    rows = []
+    for name, res in others.items():
+        rows.append(row(f"chunking speed vs {name}", f"{name} on the same text",
+                        size / MB / mine.seconds, res.seconds / mine.seconds, "> 1",
+                        unit="MB/s", note=note))  # fmt: skip
+    for name, res in others.items():
+        theirs = share(res.cuts["all"])
+        rows.append(row(f"clean cuts vs {name}", f"{name}'s clean cuts ({theirs:.2%})",
+                        share(mine.cuts["all"]) * 100,
+                        share(mine.cuts["all"]) / theirs if theirs else 1.0, ">= 1",
+                        unit="%", note=note))  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
 from app.core.engine.protocol import Finished, LoadSettings, TextDelta  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
+from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
+
+GOAL = ">= 0.95"
 
 
 def bare_round(llm: object, prompt: list[int], n_gen: int) -> tuple[float, float, int]:
@@ -106,7 +109,9 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=1024)
     parser.add_argument("--gen-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args()
+    parser.add_argument("--cancel-trials", type=int, default=10)
+    quick = {"rounds": 3, "prompt_tokens": 256, "gen_tokens": 32, "cancel_trials": 3}
+    args = parse_args(parser, quick)
 
     from llama_cpp import Llama
 
@@ -147,7 +152,7 @@ def main() -> int:
         )
     llm.close()
 
-    gen_lat, prompt_lat = cancel_latencies(host, prompt, trials=10)
+    gen_lat, prompt_lat = cancel_latencies(host, prompt, trials=args.cancel_trials)
     host.close()
 
     med = statistics.median
@@ -161,6 +166,13 @@ def main() -> int:
         f"max {max(gen_lat) * 1000:.1f} ms over {len(gen_lat)} trials"
     )
     print(f"cancel latency during a {len(prompt)}-token prompt: {prompt_lat * 1000:.1f} ms")
+    note = f"{len(prompt)} prompt tokens, {args.gen_tokens} generated, {args.rounds} rounds"
+    write_rows(args.json, "bench_engine_host", [
+        row("prompt processing, engine host", "bare llama-cpp-python", med(eng_pp),
+            med(eng_pp) / med(bare_pp), GOAL, unit="tok/s", note=note),
+        row("generation, engine host", "bare llama-cpp-python", med(eng_gen),
+            med(eng_gen) / med(bare_gen), GOAL, unit="tok/s", note=note),
+    ])  # fmt: skip
     return 0
 
 

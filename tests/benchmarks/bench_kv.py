@@ -30,6 +30,7 @@ from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
 from app.core.engine.protocol import Finished, LoadSettings, TextDelta  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
+from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 
 QUESTIONS = (
     "What does the word 'hack' mean here?",
@@ -75,9 +76,9 @@ def time_to_first_token(host: EngineHost, prompt: list[int]) -> tuple[float, int
     return ttft, evaluated
 
 
-def bench_prefix(host: EngineHost, doc_tokens: int, rounds: int) -> float:
+def bench_prefix(host: EngineHost, doc_tokens: int, rounds: int) -> Row:
     doc = document_text(host, doc_tokens)
-    ratios = []
+    ratios, seconds = [], []
     print(f"prefix reuse: document of {doc_tokens:,} tokens, {rounds} rounds")
     for r in range(rounds):
         host.reset()
@@ -85,6 +86,7 @@ def bench_prefix(host: EngineHost, doc_tokens: int, rounds: int) -> float:
         first, n1 = time_to_first_token(host, prompt_for(host, doc, q1))
         second, n2 = time_to_first_token(host, prompt_for(host, doc, q2))
         ratios.append(second / first)
+        seconds.append(second)
         print(
             f"  round {r + 1}: first question {first * 1000:8.1f} ms ({n1:,} evaluated), "
             f"second {second * 1000:7.1f} ms ({n2:,} evaluated), ratio {second / first:.3f}"
@@ -92,13 +94,15 @@ def bench_prefix(host: EngineHost, doc_tokens: int, rounds: int) -> float:
     ratio = statistics.median(ratios)
     print(f"time to first token, second / first question (median): {ratio:.3f}")
     print(f"goal: <= 0.10: {'PASS' if ratio <= 0.10 else 'FAIL'}")
-    return ratio
+    return row("time to first token, second question", "first question (whole document)",
+               statistics.median(seconds) * 1000, ratio, "<= 0.10", unit="ms",
+               note=f"document of {doc_tokens:,} tokens, {rounds} rounds")  # fmt: skip
 
 
-def bench_restore(host: EngineHost, state_tokens: int, rounds: int) -> float:
+def bench_restore(host: EngineHost, state_tokens: int, rounds: int) -> Row:
     doc = document_text(host, state_tokens)
     tokens = host.tokenize(doc, add_special=False)
-    ratios = []
+    ratios, seconds = [], []
     print(f"\nstate restore: {len(tokens):,} tokens, {rounds} rounds")
     for r in range(rounds):
         host.reset()
@@ -118,13 +122,16 @@ def bench_restore(host: EngineHost, state_tokens: int, rounds: int) -> float:
             print("error: the restored state does not reproduce the reply", file=sys.stderr)
             raise SystemExit(1)
         ratios.append(t_restore / t_eval)
+        seconds.append(t_restore)
         print(f"  round {r + 1}: evaluate {t_eval:6.2f} s, save {t_save * 1000:6.1f} ms "
               f"({len(state.data) / 2**20:.1f} MiB), restore {t_restore * 1000:6.1f} ms, "
               f"ratio {t_restore / t_eval:.4f}")  # fmt: skip
     ratio = statistics.median(ratios)
     print(f"restore / re-evaluate (median): {ratio:.4f}; the reply after restoring is identical")
     print(f"goal: <= 0.01: {'PASS' if ratio <= 0.01 else 'FAIL'}")
-    return ratio
+    return row("KV state restore", "re-evaluating the tokens", statistics.median(seconds) * 1000,
+               ratio, "<= 0.01", unit="ms",
+               note=f"{len(tokens):,} tokens, {rounds} rounds")  # fmt: skip
 
 
 def main() -> int:
@@ -134,13 +141,14 @@ def main() -> int:
     parser.add_argument("--state-tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="0: all cores")
-    args = parser.parse_args()
+    args = parse_args(parser, {"doc_tokens": 500, "state_tokens": 500, "rounds": 1})
     settings = LoadSettings(n_ctx=4096, **({"n_threads": args.threads} if args.threads else {}))
     with EngineHost() as host:
         host.load(args.model, settings)
         print(f"model {args.model.name}, n_ctx {settings.n_ctx}, threads {settings.n_threads}")
-        bench_prefix(host, args.doc_tokens, args.rounds)
-        bench_restore(host, args.state_tokens, args.rounds)
+        rows = [bench_prefix(host, args.doc_tokens, args.rounds),
+                bench_restore(host, args.state_tokens, args.rounds)]  # fmt: skip
+    write_rows(args.json, "bench_kv", rows)
     return 0
 
 

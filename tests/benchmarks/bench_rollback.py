@@ -34,6 +34,7 @@ from app.core.tokens import exact_counter, host_tokenize  # noqa: E402
 from app.store.db import open_database  # noqa: E402
 from app.store.repository import Repository  # noqa: E402
 from tests.benchmarks.bench_kv import QUESTIONS, document_text  # noqa: E402
+from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
 
 MAX_TOKENS = 16
 
@@ -87,7 +88,7 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=default_model_path())
     parser.add_argument("--doc-tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(parser, {"doc_tokens": 300, "rounds": 1})
     settings = LoadSettings(n_ctx=4096)
     sha = sha256_of(args.model)
     with tempfile.TemporaryDirectory() as tmp, EngineHost() as host:
@@ -99,7 +100,7 @@ def main() -> int:
         session = repo.create_session("bench")
         print(f"model {args.model.name}, n_ctx {loaded.n_ctx}, document of {args.doc_tokens:,} "
               f"tokens, {args.rounds} rounds")  # fmt: skip
-        ratios = []
+        ratios, seconds = [], []
         for r in range(args.rounds):
             question = QUESTIONS[r % len(QUESTIONS)]
             host.reset()
@@ -116,6 +117,7 @@ def main() -> int:
                       f"{reply_back!r} vs {reply_cold!r})", file=sys.stderr)  # fmt: skip
                 return 1
             ratios.append(t_back / t_cold)
+            seconds.append(t_back)
             print(f"  round {r + 1}: cold {t_cold * 1000:8.1f} ms ({n_cold:,} evaluated), "
                   f"rollback {t_back * 1000:6.1f} ms ({n_back} evaluated, state "
                   f"{len(state.data) / 2**20:.1f} MiB), ratio {t_back / t_cold:.3f}")  # fmt: skip
@@ -129,6 +131,11 @@ def main() -> int:
         "replies identical"
     )
     print(f"goal: <= 0.10: {'PASS' if ratio <= 0.10 else 'FAIL'}")
+    write_rows(args.json, "bench_rollback", [
+        row("time to first token after a rollback", "cold re-evaluation of the prompt",
+            statistics.median(seconds) * 1000, ratio, "<= 0.10", unit="ms",
+            note=f"document of {args.doc_tokens:,} tokens, {args.rounds} rounds"),
+    ])  # fmt: skip
     return 0
 
 

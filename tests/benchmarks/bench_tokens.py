@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.textutil import utf8  # noqa: E402
 from app.core.tokens import cl100k, gguf_encoding  # noqa: E402
+from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
 from tests.core.token_corpus import corpus  # noqa: E402
 
 GOAL = 8.0
@@ -63,7 +64,7 @@ def main() -> int:
     parser.add_argument("--mb", type=float, default=6.0, help="corpus size in MB (10^6 bytes)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_args(parser, {"mb": 1.0, "rounds": 2})
 
     from llama_cpp import Llama
 
@@ -130,6 +131,11 @@ def main() -> int:
     print(f"whole corpus: count vs llama {whole_count:.1f}x, encode vs llama {whole_encode:.1f}x")
     verdict = "PASS" if whole_count >= GOAL else "FAIL"
     print(f"goal: >= {GOAL:g}x (count vs llama-cpp-python tokenize, whole corpus): {verdict}")
+    note = f"{size['whole'] / MB:.2f} MB corpus, {args.rounds} rounds"
+    write_rows(args.json, "bench_tokens", [
+        row("exact count, whole corpus", "llama-cpp-python tokenize", rate("whole", "count"),
+            whole_count, f">= {GOAL:g}", unit="MB/s", note=note),
+    ])  # fmt: skip
     if failures:
         print()
         print("TOKENS DIFFER from llama.cpp (a correctness failure, not timing):")
