@@ -20,6 +20,7 @@ from app.core.audit import Audit, CallRecord, LaidSegment
 from app.core.budget import document_messages, split_at_document
 from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
+from app.core.engine.lanes import MAX_LANES
 from app.core.engine.protocol import (
     CancelledError,
     EngineError,
@@ -47,7 +48,6 @@ COMBINE_ANSWERS = (
 # The map phase's replies generated together (see app/core/engine/lanes.py): on a CPU four lanes
 # gave about 1.5x the tokens/s of one, and more gain little; each lane may hold a whole context.
 DEFAULT_LANES = 4
-MAX_LANES = 64
 ROLLING = (
     "Update the running summary with the next part of the document. "
     "Reply with the whole updated summary."
@@ -136,8 +136,7 @@ class KVStats:
 @dataclass(frozen=True)
 class LanesStarted:
     """A batched map phase begins: ``windows`` replies, ``lanes`` generated together as parallel
-    sequences of one llama.cpp context (``n_cells`` shared cells; each lane holds at most
-    ``n_ctx``)."""
+    sequences of one llama.cpp context; each lane holds at most ``n_ctx`` positions."""
 
     lanes: int
     windows: int

@@ -61,6 +61,7 @@ class JobSpec:
     max_tokens: int = 256
     keep_kv: bool = True  # save the KV state after each strategy, for an instant rollback
     audit: bool = False  # check against llama.cpp that the model saw exactly the plan shown
+    lanes: int | None = None  # a map phase's replies generated this many at a time
     # The document's planner, holding the plans the window made for these strategies: the job
     # runs what the window showed, without planning again (None: the job plans the bare text).
     planner: Planner | None = field(default=None, compare=False, repr=False)
@@ -216,6 +217,7 @@ class EngineWorker(QObject):
             "n_ctx": self._host.model.n_ctx,
             "max_tokens": spec.max_tokens,
             "cancel": self._cancel,
+            "lanes": spec.lanes,
         }
         if spec.task == "ask":
             options["questions"] = list(spec.questions)

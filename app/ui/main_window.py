@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -55,7 +56,7 @@ from app.core.documents import Document, load_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
 from app.core.gc_pause import gc_paused
-from app.core.jobs import JobFinished, planning
+from app.core.jobs import DEFAULT_LANES, JobFinished, planning
 from app.core.paths import models_dir
 from app.core.plan_process import PlanProcess, Superseded
 from app.core.strategies import STRATEGIES, Plan, Planner, needle_spans, plan_for
@@ -310,6 +311,7 @@ class MainWindow(QMainWindow):
         self.audit_action.setChecked(self.settings.value("audit", False, type=bool))
         self.audit_action.toggled.connect(lambda on: self.settings.setValue("audit", on))
         job_menu.addAction(self.audit_action)
+        self._add_lanes_menu(job_menu)
         cancel_button = QPushButton(self.tr("Cancel"))
         cancel_button.clicked.connect(self.cancel)
         cancel_button.hide()
@@ -670,6 +672,29 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(self.tr("Ready"))
         self.ready.emit()
 
+    def _add_lanes_menu(self, job_menu: QMenu) -> None:
+        """How many of a map phase's replies are generated together, as parallel sequences."""
+        menu = job_menu.addMenu(self.tr("Map Phase in Parallel &Lanes"))
+        menu.setToolTipsVisible(True)
+        group = QActionGroup(self)
+        chosen = self.settings.value("lanes", DEFAULT_LANES, type=int)
+        self.lanes_actions: dict[int, QAction] = {}
+        for n in (0, 2, 4, 8):
+            label = self.tr("&One Window at a Time") if n == 0 else self.tr("&{0} Lanes").format(n)
+            action = QAction(label, self, checkable=True)
+            action.setToolTip(self.tr("Generate the replies of a map phase this many at a time; "
+                                      "each lane holds a context of its own"))  # fmt: skip
+            action.setChecked(n == chosen)
+            action.triggered.connect(lambda _on, n=n: self.settings.setValue("lanes", n))
+            group.addAction(action)
+            menu.addAction(action)
+            self.lanes_actions[n] = action
+
+    def lanes(self) -> int | None:
+        """The lanes chosen for a map phase (None: one window at a time)."""
+        n = next((n for n, a in self.lanes_actions.items() if a.isChecked()), DEFAULT_LANES)
+        return n or None
+
     # ----- jobs -----
 
     def _spec(self, strategies: tuple[str, ...]) -> JobSpec | None:
@@ -688,7 +713,7 @@ class MainWindow(QMainWindow):
                        questions=(text,) if task == "ask" else (),
                        instruction=text if task == "extract" else "",
                        max_tokens=self.max_tokens.value(),
-                       audit=self.audit_action.isChecked())  # fmt: skip
+                       audit=self.audit_action.isChecked(), lanes=self.lanes())  # fmt: skip
 
     def _run_clicked(self) -> None:
         self.run_job()  # (a triggered(bool) signal must not become the strategy argument)

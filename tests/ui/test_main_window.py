@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QImage
 
-from app.core.jobs import TokenBatch
+from app.core.jobs import DEFAULT_LANES, TokenBatch
 from app.core.paths import sample_document
 from app.ui.main_window import REPLAN_DELAY_MS, MainWindow
 
@@ -132,6 +132,22 @@ def test_an_audited_run_holds_exactly_the_spans_the_document_view_shows_kept(
         span = view.span_at(offset)
         if span is not None and text[offset].strip():
             assert span[1] == held[offset], offset
+
+
+def test_a_map_phase_runs_in_the_lanes_chosen_in_the_job_menu(qtbot, window: MainWindow) -> None:
+    assert window.lanes() == DEFAULT_LANES  # the default, until the person chooses
+    window.lanes_actions[2].trigger()
+    assert window.lanes() == 2 and window.settings.value("lanes", type=int) == 2
+    outcome = _run(qtbot, window, "map-reduce")
+    [result] = outcome.results
+    assert result.lanes == 2 and result.finish_reason in ("stop", "length")
+    assert [o.step for o in result.outputs][-1] == "summary"
+    for out in result.outputs:  # each lane's reply reached the output stage whole
+        assert out.text in window.buffers.output_text()
+    window.lanes_actions[0].trigger()
+    assert window.lanes() is None and window.settings.value("lanes", type=int) == 0
+    outcome = _run(qtbot, window, "map-reduce")
+    assert outcome.results[0].lanes is None  # one window at a time
 
 
 def test_cancel_stops_a_running_job(qtbot, window: MainWindow) -> None:

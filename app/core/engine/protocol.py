@@ -232,7 +232,7 @@ class LanesFinished:
     """The last event of a batched request."""
 
     lanes: int
-    n_cells: int  # the size of the lanes' KV cache, shared by all of them
+    n_cells: int  # the size of the lanes' KV cache, all streams together
     seconds: float
     setup_seconds: float  # creating the lanes' context
     finish_reason: FinishReason  # stop: every prompt got its reply; cancelled
