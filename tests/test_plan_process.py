@@ -1,8 +1,10 @@
 """Planning in a child process: the same plans and counts as in this process, stale requests
-skipped, a dead child replaced, a changed file refused, and jobs that run the plans handed in."""
+skipped, a dead child replaced, a changed file refused, plans asked again answered without
+planning again, and jobs that run the plans handed in."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -31,6 +33,14 @@ from app.core.tokens import (
 
 DATA = Path(__file__).parent / "data"
 TASK = "Summarize the document."
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Children keep plans under a folder of this module's own (they inherit the variable)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CONTEXTLENS_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +278,68 @@ def test_cancel_stops_the_plan_in_flight_and_the_next_one_works(tmp_path: Path) 
         assert plan.kept and p.pid != first
     finally:
         p.close()
+
+
+# ----- no work twice ----------------------------------------------------------------------
+
+
+def _growth(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in after}
+
+
+def test_switching_strategy_back_is_answered_without_the_child(
+    process: PlanProcess, lexicon: Document, model_path: Path
+) -> None:
+    key = counter_key(gguf_encoding(model_path))
+    assert key is not None
+    args = {"model": model_path, "n_ctx": 1900, "reserve": 40, "instruction": TASK}
+    before, asked = process.child_stats(), dataclasses.replace(process.stats)
+    first = process.plan(lexicon, key, "head", **args)
+    process.plan(lexicon, key, "semantic", **args)
+    assert process.plan(lexicon, key, "head", **args) is first  # A -> B -> A
+    grown = _growth(before, process.child_stats())
+    assert grown["plans_made"] == 2 and grown["plans_reused"] == 0
+    assert process.stats.asked - asked.asked == 3
+    assert process.stats.answered_here - asked.answered_here == 1
+
+
+def test_a_reopened_document_after_a_restart_is_neither_read_nor_counted(
+    process: PlanProcess, lexicon: Document, model_path: Path, tmp_path: Path
+) -> None:
+    key = counter_key(gguf_encoding(model_path))
+    assert key is not None and lexicon.path is not None
+    args = {"model": model_path, "n_ctx": 1700, "reserve": 40, "instruction": TASK}
+    made = {s: process.plan(lexicon, key, s, **args) for s in ("middle", "map-reduce")}
+    total = process.count(lexicon, key)
+    copy = tmp_path / "moved" / "lexicon.txt"  # the same bytes, opened from another folder
+    copy.parent.mkdir()
+    copy.write_bytes(lexicon.path.read_bytes())
+    reopened = load_document(copy)
+    restarted = PlanProcess()  # a new window, a new child: nothing in memory
+    try:
+        for strategy, plan in made.items():
+            assert restarted.plan(reopened, key, strategy, **args) == plan
+        assert restarted.count(reopened, key) == total
+        stats = restarted.child_stats()
+    finally:
+        restarted.close()
+    assert stats["documents_read"] == 0, "the child read the file for work it had done"
+    assert stats["plans_made"] == stats["chunkings_made"] == stats["counts_made"] == 0
+    assert stats["plans_reused"] == 2 and stats["counts_reused"] == 1 and stats["disk_reads"] == 3
+
+
+def test_changed_bytes_are_planned_anew_not_served_stale(
+    process: PlanProcess, tmp_path: Path
+) -> None:
+    path = tmp_path / "notes.md"
+    path.write_text((DATA / "sample.md").read_text(encoding="utf-8"), encoding="utf-8")
+    args = {"n_ctx": 300, "reserve": 16, "instruction": TASK}
+    before = process.plan(load_document(path), CL100K_KEY, "tail", model=None, **args)
+    path.write_text(path.read_text(encoding="utf-8") + "\nA new closing paragraph.\n",
+                    encoding="utf-8")  # fmt: skip
+    edited = load_document(path)
+    after = process.plan(edited, CL100K_KEY, "tail", model=None, **args)
+    assert after == plan_for(Planner(edited, cl100k()), "tail", None, **args) != before
 
 
 # ----- jobs run the plans made in the child -------------------------------------------------

@@ -6,7 +6,9 @@ freezes the window. :class:`PlanProcess` sends the work to one long-lived child 
 lazily, with ``spawn``: the GUI process has threads, so it never forks). The child reads the
 document from its file itself (pickling 50 MB and ~400k blocks would hold the GIL too) and checks
 that it is the same file by its sha256; it keeps the latest document and a :class:`Planner` per
-counter, so chunkings are shared between requests. Plans come back as arrays (see plan_codec).
+counter, so chunkings are shared between requests. Its :class:`~app.core.plan_cache.PlanCache`
+(memory and disk) outlives both: a document opened again, here or after a restart, is neither
+read nor counted for work already done. Plans come back as arrays (see plan_codec).
 
 Calls block and may come from any thread; one request is in the child at a time. A request
 given a ticket older than the newest ticket is skipped (:class:`Superseded`) if it has not
@@ -24,11 +26,13 @@ import os
 import signal
 import threading
 import weakref
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from app.core.documents import Document, DocumentError, load_document
 from app.core.gc_pause import gc_paused
+from app.core.plan_cache import BoundedLru, doc_id, on_disk
 from app.core.plan_codec import pack_plan, unpack_plan
 from app.core.strategies import Plan, Planner, plan_for
 from app.core.tokens import counter_for_key
@@ -56,10 +60,29 @@ _ERRORS: dict[str, type[Exception]] = {
 }
 
 
+ANSWERS_KEPT = 8  # plans and counts this process keeps, to answer again without the child
+ANSWER_ROWS = 600_000  # chunks and spans in those plans, ~150 bytes each
+
+
+@dataclass
+class AnswerStats:
+    """Requests made of :class:`PlanProcess`, and how many it answered without the child."""
+
+    asked: int = 0
+    answered_here: int = 0
+
+
 class PlanProcess:
-    """The handle on the planning child; blocking calls, safe from any thread."""
+    """The handle on the planning child; blocking calls, safe from any thread.
+
+    Answers are kept (a few, by document sha256 and every parameter of the request): asking
+    again, after a switch of strategy and back or for the same bytes opened again, returns
+    the plan already made without a trip to the child.
+    """
 
     def __init__(self) -> None:
+        self.stats = AnswerStats()
+        self._answers = BoundedLru(ANSWERS_KEPT, ANSWER_ROWS)
         self._lock = threading.Lock()  # one request in the child at a time
         self._tickets = threading.Lock()
         self._newest = 0
@@ -96,14 +119,48 @@ class PlanProcess:
         ticket: int | None = None,
     ) -> Plan:
         """``plan_for`` on the child's copy of ``doc``; equal to the plan made in this process."""
-        packed = self._call("plan", doc, counter_key, ticket, strategy=strategy,
-                            model=None if model is None else os.fspath(model), n_ctx=n_ctx,
-                            reserve=reserve, instruction=instruction)  # fmt: skip
-        return unpack_plan(packed)  # outside the lock: Python that lets the GIL change hands
+        model = None if model is None else os.fspath(model)
+        args = {"strategy": strategy, "model": model, "n_ctx": n_ctx, "reserve": reserve,
+                "instruction": instruction}  # fmt: skip
+        key = ("plan", doc.sha256, doc.format, counter_key, *args.values())
+        found = self._answered(key, ticket)
+        if found is not None:
+            return found
+        packed = self._call("plan", doc, counter_key, ticket, **args)
+        plan = unpack_plan(packed)  # outside the lock: Python that lets the GIL change hands
+        self._keep(key, plan, len(plan.chunks) + len(plan.kept) + len(plan.dropped))
+        return plan
 
     def count(self, doc: Document, counter_key: str, ticket: int | None = None) -> int:
         """The tokens of the whole document by the counter ``counter_key`` names."""
-        return int(self._call("count", doc, counter_key, ticket))
+        key = ("count", doc.sha256, doc.format, counter_key)
+        found = self._answered(key, ticket)
+        if found is not None:
+            return found
+        n = int(self._call("count", doc, counter_key, ticket))
+        self._keep(key, n, 1)
+        return n
+
+    def child_stats(self) -> dict[str, int]:
+        """The child's figures: chunkings, plans and counts made and reused (see
+        :class:`~app.core.plan_cache.CacheStats`), and ``documents_read``. Starts a child if
+        none runs (its figures are then all zero)."""
+        return dict(self._request("stats", {}, None))
+
+    def _answered(self, key: tuple[object, ...], ticket: int | None) -> Any | None:
+        """An answer kept for ``key``, unless the request is superseded or the process closed."""
+        with self._tickets:
+            self.stats.asked += 1
+            if self._closed or (ticket is not None and ticket < self._newest):
+                return None  # _call says why
+            found = self._answers.get(key)
+            if found is not None:
+                self.stats.answered_here += 1
+            return found
+
+    def _keep(self, key: tuple[object, ...], answer: object, rows: int) -> None:
+        with self._tickets:
+            self._answers.put(key, answer, rows)
 
     def cancel(self) -> bool:
         """Stop the request in flight, if any: its child is killed and the call ends as
@@ -145,6 +202,9 @@ class PlanProcess:
             raise ValueError(f"{doc.name} has no file for the planning process to read")
         request = {"path": os.fspath(doc.path), "sha256": doc.sha256, "format": doc.format,
                    "key": counter_key, **kwargs}  # fmt: skip
+        return self._request(op, request, ticket)
+
+    def _request(self, op: str, request: dict[str, Any], ticket: int | None) -> Any:
         with self._lock:
             if self._closed:
                 raise Superseded("the planning process is closed")
@@ -247,23 +307,27 @@ def _close_all() -> None:
 
 
 class _Child:
-    """The child's state: the latest document, and a planner per counter for it."""
+    """The child's state: the latest document, a planner per counter for it, and the cache
+    (memory and disk) that outlives both."""
 
     def __init__(self) -> None:
+        self.cache = on_disk()
         self.doc: Document | None = None
-        self.planners: dict[str, Planner] = {}
-        self.counts: dict[str, int] = {}
+        self.planners: dict[tuple[str, str], Planner] = {}
         self.changed: set[tuple[str, str]] = set()  # (path, sha256) found changed on disk
+        self.request: dict[str, Any] = {}
+        self.documents_read = 0
 
     def document(self, request: dict[str, Any]) -> Document:
         path, sha = request["path"], request["sha256"]
         doc = self.doc
-        if doc is not None and doc.sha256 == sha and os.fspath(doc.path or "") == path:
-            return doc
+        if doc is not None and doc.sha256 == sha and doc.format == request["format"]:
+            return doc  # the same bytes read the same way, wherever the file is now
         if (path, sha) not in self.changed:
-            self.doc, self.planners, self.counts = None, {}, {}  # free the old one first
+            self.doc = None  # free the old one first
             with gc_paused():  # ~400k blocks, none of them garbage
                 doc = self.doc = load_document(path, format=request["format"])
+            self.documents_read += 1
             if doc.sha256 == sha:
                 return doc
             self.changed.add((path, sha))
@@ -271,23 +335,28 @@ class _Child:
                               "open it again to plan it.")  # fmt: skip
 
     def planner(self, request: dict[str, Any]) -> Planner:
-        doc, key = self.document(request), request["key"]
-        if key not in self.planners:
-            self.planners[key] = Planner(doc, counter_for_key(key))
-        return self.planners[key]
+        """The planner of the requested document, which reads its file only for work the
+        cache has not seen done."""
+        name, key = doc_id(request["sha256"], request["format"]), request["key"]
+        if (name, key) not in self.planners:
+            self.planners = {k: p for k, p in self.planners.items() if k[0] == name}
+            self.planners[name, key] = Planner(lambda: self.document(self.request),
+                                               counter_for_key(key), cache=self.cache,
+                                               doc_id=name)  # fmt: skip
+        self.request = request  # where the planner reads its document, should it need to
+        return self.planners[name, key]
 
     def plan(self, request: dict[str, Any]) -> dict[str, Any]:
-        planner = self.planner(request)
-        plan = plan_for(planner, request["strategy"], request["model"], n_ctx=request["n_ctx"],
-                        reserve=request["reserve"], instruction=request["instruction"])  # fmt: skip
-        planner.remember(plan)  # asked again (the window, then its job): answered at once
+        plan = plan_for(self.planner(request), request["strategy"], request["model"],
+                        n_ctx=request["n_ctx"], reserve=request["reserve"],
+                        instruction=request["instruction"])  # fmt: skip
         return pack_plan(plan)
 
     def count(self, request: dict[str, Any]) -> int:
-        doc, key = self.document(request), request["key"]
-        if key not in self.counts:
-            self.counts[key] = counter_for_key(key).count(doc.text)
-        return self.counts[key]
+        return self.planner(request).count()
+
+    def stats(self, _request: dict[str, Any]) -> dict[str, int]:
+        return self.cache.stats.as_dict() | {"documents_read": self.documents_read}
 
 
 def _kind(exc: Exception) -> str:
@@ -301,7 +370,7 @@ def _serve(conn: Connection) -> None:
     """The child's loop: one request, one reply, until told to close or the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the parent's
     child = _Child()
-    handlers = {"plan": child.plan, "count": child.count}
+    handlers = {"plan": child.plan, "count": child.count, "stats": child.stats}
     while True:
         try:
             op, request = conn.recv()

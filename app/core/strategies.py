@@ -25,7 +25,8 @@ from app.core.budget import document_budget
 from app.core.chunking import Boundary, Chunk, chunk_document, sliding_windows
 from app.core.documents import Document
 from app.core.engine.protocol import ContextOverflowError
-from app.core.tokens import TokenCounter
+from app.core.plan_cache import CacheStats, PlanCache, doc_id, text_id
+from app.core.tokens import TokenCounter, counter_fingerprint
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,23 +314,67 @@ def needle_spans(text: str, needles: Sequence[str]) -> list[tuple[int, int]]:
     return found
 
 
-REMEMBERED_PLANS = 16  # plans kept by remember(): a 50 MB entropy plan holds ~90k spans
+REMEMBERED_PLANS = 16  # plans a planner of its own keeps: a 50 MB entropy plan holds ~90k spans
 
 
 class Planner:
     """Plans for one document and counter; chunkings are shared between strategies.
+
+    Chunkings, plans and the whole-document count are kept in a :class:`PlanCache`: this
+    planner's own, in memory, unless a shared one is given. A shared cache names the document
+    by its sha256 and the counter by its fingerprint, so another planner of the same bytes
+    (reopened, at any path; in another process, through the disk) answers without counting
+    again. ``doc`` may be a function that loads the document: it is called only when work is
+    not found done, and then ``doc_id`` (see :func:`app.core.plan_cache.doc_id`) names it.
 
     Plans made elsewhere (another process, with the same document and counter) can be handed
     in with :meth:`remember`: asking for the same strategy and budget then returns them as they
     are, without chunking the document again.
     """
 
-    def __init__(self, doc: Document | str, counter: TokenCounter) -> None:
-        self.doc = doc
-        self.text = doc if isinstance(doc, str) else doc.text
+    def __init__(
+        self,
+        doc: Document | str | Callable[[], Document],
+        counter: TokenCounter,
+        *,
+        cache: PlanCache | None = None,
+        doc_id: str | None = None,
+    ) -> None:
+        self._doc = None if callable(doc) else doc
+        self._load = doc if callable(doc) else None
         self.counter = counter
-        self._chunks: dict[tuple[int, Boundary | None], list[Chunk]] = {}
-        self._plans: dict[tuple[str, int, PlanOptions], Plan] = {}
+        fingerprint = counter_fingerprint(counter)
+        if cache is None or fingerprint is None:  # nothing names this counter elsewhere
+            self.cache, self._ids = PlanCache(max_plans=REMEMBERED_PLANS), ("", "")
+        else:
+            if doc_id is None and self._doc is None:
+                raise ValueError("a document loaded on demand needs its doc_id")
+            self.cache, self._ids = cache, (doc_id or "", fingerprint)
+        self._named = doc_id is not None or cache is None or fingerprint is None
+
+    @property
+    def doc(self) -> Document | str:
+        if self._doc is None:
+            assert self._load is not None
+            self._doc = self._load()
+        return self._doc
+
+    @property
+    def text(self) -> str:
+        doc = self.doc
+        return doc if isinstance(doc, str) else doc.text
+
+    @property
+    def stats(self) -> CacheStats:
+        """What was counted and planned, and what was found done (shared with the cache)."""
+        return self.cache.stats
+
+    def _key(self, *parts: object) -> tuple[object, ...]:
+        if not self._named:  # a shared cache and a document not yet named: name it now
+            doc = self.doc
+            name = text_id(doc) if isinstance(doc, str) else doc_id(doc.sha256, doc.format)
+            self._ids, self._named = (name, self._ids[1]), True
+        return (*self._ids, *parts)
 
     def remember(self, plan: Plan, opts: PlanOptions | None = None) -> None:
         """Answer ``plan(plan.strategy, plan.budget, opts)`` with ``plan``, and share its chunks.
@@ -337,37 +382,44 @@ class Planner:
         The caller vouches that ``plan`` was made for this document and counter.
         """
         opts = opts or PlanOptions()
-        key = (plan.strategy, plan.budget, opts)
-        self._plans.pop(key, None)
-        self._plans[key] = plan
-        while len(self._plans) > REMEMBERED_PLANS:
-            del self._plans[next(iter(self._plans))]  # the oldest
+        self.cache.remember_plan(self._plan_key(plan.strategy, plan.budget, opts), plan)
         if plan.budget >= 1 and plan.strategy in STRATEGIES:
             split_at = Boundary.PARAGRAPH if plan.strategy == "entropy" else None
             unit = unit_tokens(plan.strategy, plan.budget, opts)
-            self._chunks.setdefault((unit, split_at), list(plan.chunks))
+            self.cache.remember_chunks(self._chunks_key(unit, split_at), list(plan.chunks))
 
     def chunks(self, max_tokens: int, split_at: Boundary | None = None) -> list[Chunk]:
-        key = (max_tokens, split_at)
-        if key not in self._chunks:
-            self._chunks[key] = chunk_document(
-                self.doc, self.counter, max_tokens, split_at=split_at
-            )
-        return self._chunks[key]
+        return self.cache.chunks(
+            self._chunks_key(max_tokens, split_at),
+            lambda: chunk_document(self.doc, self.counter, max_tokens, split_at=split_at),
+        )
+
+    def count(self) -> int:
+        """The tokens of the whole document."""
+        return self.cache.count(self._key("count"), lambda: self.counter.count(self.text))
 
     def plan(self, strategy: str, budget: int, opts: PlanOptions | None = None) -> Plan:
         if strategy not in STRATEGIES:
             names = ", ".join(STRATEGIES)
             raise ValueError(f"unknown strategy {strategy!r} (choose one of {names})")
         opts = opts or PlanOptions()
-        remembered = self._plans.get((strategy, budget, opts))
-        if remembered is not None:
-            return remembered
+        return self.cache.plan(
+            self._plan_key(strategy, budget, opts), lambda: self._make(strategy, budget, opts)
+        )
+
+    def _chunks_key(self, max_tokens: int, split_at: Boundary | None) -> tuple[object, ...]:
+        return self._key("chunks", max_tokens, -1 if split_at is None else int(split_at))
+
+    def _plan_key(self, strategy: str, budget: int, opts: PlanOptions) -> tuple[object, ...]:
+        return self._key("plan", strategy, budget, opts.overlap, opts.chunk_tokens)
+
+    def _make(self, strategy: str, budget: int, opts: PlanOptions) -> Plan:
         t0 = time.perf_counter()
         if budget < 1:
-            total = self.counter.count(self.text)
+            total = self.count()
+            text = self.text
             message = f"nothing of the document fits: the budget is {budget:,} tokens"
-            dropped = (Span(0, len(self.text), total, message),) if self.text else ()
+            dropped = (Span(0, len(text), total, message),) if text else ()
             return Plan(strategy, budget, total, (), dropped, refused=message,
                         boundary_integrity=1.0, seconds=time.perf_counter() - t0)  # fmt: skip
         # entropy judges paragraphs one by one, so they must not share a chunk

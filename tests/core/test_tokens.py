@@ -201,3 +201,18 @@ def test_tokens_its_merges_never_build_are_detected() -> None:
         pairs[(left, right)] = 256 + i
     # BPE on "abc" merges b+c first and then has no (a, bc) merge: "abc" is never built.
     assert T.unreachable_tokens(ranks, pairs) == [b"abc"]
+
+
+def test_the_fingerprint_names_the_vocabulary_not_the_file(
+    fast: T.TiktokenCounter, model_path: Path, tmp_path: Path
+) -> None:
+    link = tmp_path / "renamed.gguf"
+    link.symlink_to(model_path)
+    assert T.counter_fingerprint(T.gguf_encoding(link)) == T.counter_fingerprint(fast) is not None
+    one, other = tmp_path / "one.gguf", tmp_path / "other.gguf"
+    _write_gguf(one, model="gpt2", pre="gpt2", tokens=[*_byte_tokens(), "ab"], merges=["a b"])
+    _write_gguf(other, model="gpt2", pre="gpt2", tokens=[*_byte_tokens(), "bc"], merges=["b c"])
+    prints = {T.counter_fingerprint(T.gguf_encoding(p)) for p in (one, other, model_path)}
+    prints.add(T.counter_fingerprint(T.cl100k()))
+    assert len(prints) == 4, "another vocabulary is another fingerprint"
+    assert T.counter_fingerprint(T.LlamaCounter(lambda text, special: [], name="x")) is None
