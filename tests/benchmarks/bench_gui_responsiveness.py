@@ -3,8 +3,11 @@
 Run with ``make bench`` (or ``python tests/benchmarks/bench_gui_responsiveness.py``); offscreen
 unless a display is set. A precise 10 ms QTimer records when each tick arrives while the window
 (1) opens a ~50 MB document (read, decode, show, count, plan) and (2) streams a generation from
-the default model. A tick late by more than the interval means the GUI thread was busy: the
-worst gap and the 99th percentile are the figures. Goal (issue: the desktop app): p99 < 50 ms.
+the default model, and (3) under load: a generation streams at full speed while the ~50 MB
+document is opened and counted. A tick late by more than the interval means the GUI thread was
+busy: the worst gap and the 99th percentile are the figures. Goals: (1) and (2) p99 < 50 ms
+(issue: the desktop app); (3) p99 <= 16 ms and the worst gap < 100 ms, the gauges redrawn about
+10 times a second (issue: speed on long documents).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E4
 
 INTERVAL_MS = 10
 GOAL_MS = 50
+LOAD_P99_MS, LOAD_WORST_MS = 16, 100  # under load: a generation and a document being counted
 
 
 class GapMeter(QObject):
@@ -85,17 +89,19 @@ def wait_for(signal: SignalInstance, start: Callable[[], None], timeout_s: float
     return bool(fired)
 
 
-def report(name: str, gaps: list[float]) -> float:
+def report(name: str, gaps: list[float], goal_ms: float = GOAL_MS) -> float:
     p99 = percentile(gaps, 99)
     print(f"{name}: {len(gaps):,} ticks, median {statistics.median(gaps):.1f} ms, "
           f"p99 {p99:.1f} ms, worst {max(gaps):.1f} ms "
-          f"(goal p99 < 50 ms: {'PASS' if p99 < 50 else 'FAIL'})")  # fmt: skip
+          f"(goal p99 < {goal_ms:g} ms: {'PASS' if p99 < goal_ms else 'FAIL'})")  # fmt: skip
     return p99
 
 
-def big_document(folder: Path, megabytes: int) -> Path:
+def big_document(folder: Path, megabytes: int, *, name: str = "big") -> Path:
     text = sample_document().read_text(encoding="utf-8")
-    path = folder / f"big-{megabytes}mb.txt"
+    if name != "big":  # other bytes: nothing of the first document's counts and plans applies
+        text = text.replace("e", "E")
+    path = folder / f"{name}-{megabytes}mb.txt"
     with path.open("w", encoding="utf-8") as out:
         written = 0
         while written < megabytes * 2**20:
@@ -118,12 +124,38 @@ def measure(window: object, doc: Path, max_tokens: int) -> tuple[list[float], li
     return opening, generating
 
 
+def measure_under_load(window: object, doc: Path, max_tokens: int) -> tuple[list[float], float]:
+    """Gaps, and gauge redraws per second, while a generation streams and ``doc`` (another
+    file of the same size) is opened and counted as the first tokens arrive."""
+    meter = GapMeter()
+    window.max_tokens.setValue(max_tokens)
+    redraws0, t0 = window.gauges.redraw_count, time.perf_counter()
+    opened: list[bool] = []
+
+    def open_once(_events: object) -> None:
+        if not opened:
+            opened.append(True)
+            window.open_document(doc)
+
+    window.job_events.connect(open_once)
+    meter.start()
+    wait_for(window.job_finished, window.run_job, 600)
+    window.job_events.disconnect(open_once)
+    if window._waits:  # the document is still being opened or counted
+        wait_for(window.plan_shown, lambda: None, 600)
+    gaps = meter.stop()
+    rate = (window.gauges.redraw_count - redraws0) / (time.perf_counter() - t0)
+    return gaps, rate
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=int, default=50)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--n-ctx", type=int, default=2048, help="the window's context size")
-    args = parse_args(parser, {"megabytes": 2, "max_tokens": 16, "n_ctx": 512})
+    parser.add_argument("--load-tokens", type=int, default=1024,
+                        help="the generation that runs while the document is counted")  # fmt: skip
+    args = parse_args(parser, {"megabytes": 2, "max_tokens": 16, "n_ctx": 512, "load_tokens": 96})
     from app.ui.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -138,6 +170,8 @@ def main() -> int:
             print("error: the window did not load the model within 120 s", file=sys.stderr)
             return 1
         opening, generating = measure(window, doc, args.max_tokens)
+        other = big_document(folder, args.megabytes, name="other")
+        loaded, gauge_hz = measure_under_load(window, other, args.load_tokens)
         window.close()
     print(f"document {args.megabytes} MB, generation of {args.max_tokens} tokens, "
           f"timer {INTERVAL_MS} ms")  # fmt: skip
@@ -145,6 +179,18 @@ def main() -> int:
                 "opening the document", opening), len(opening)),
             stall_row(f"GUI p99 tick gap, generating {args.max_tokens} tokens", report(
                 "generating", generating), len(generating))]  # fmt: skip
+    p99 = report("generating while the document is counted", loaded, goal_ms=LOAD_P99_MS)
+    worst = max(loaded, default=0.0)
+    print(f"gauges redrawn {gauge_hz:.1f} times a second (goal about 10)")
+    rows += [
+        row(f"GUI p99 tick gap, generating while {args.megabytes} MB is counted",
+            f"the {INTERVAL_MS} ms timer interval", p99, p99 / INTERVAL_MS,
+            f"<= {LOAD_P99_MS / INTERVAL_MS:g}", unit="ms", note=f"{len(loaded):,} ticks"),
+        row("GUI worst tick gap, the same", f"the {INTERVAL_MS} ms timer interval", worst,
+            worst / INTERVAL_MS, f"< {LOAD_WORST_MS / INTERVAL_MS:g}", unit="ms"),
+        row("gauge redraws per second, the same", "10 per second (REDRAW_MS 100)", gauge_hz,
+            gauge_hz / 10, ">= 0.8", unit="Hz"),
+    ]  # fmt: skip
     write_rows(args.json, "bench_gui_responsiveness", rows)
     del app
     return 0
