@@ -64,12 +64,14 @@ def document(host: EngineHost, counter: object, n_ctx: int, windows: int, reply:
     raise SystemExit(f"could not cut the sample document into {windows} windows")
 
 
-def generation_rate(host: EngineHost, text: str, lanes: int, tokens: int) -> float:
+def generation_rate(host: EngineHost, text: str, lanes: int, args: argparse.Namespace) -> float:
     """Tokens per second of ``lanes`` replies generated together, each after its own copy of a
-    600-token window (the same prompt in every lane, so the replies end together): the speed of
-    the decode steps alone, from the last prompt in the cache to the end."""
+    window as long as a map call's (the same prompt in every lane, so the replies end together):
+    the speed of the decode steps alone, from the last prompt in the cache to the end."""
+    tokens = args.reply
     prefix = host.tokenize("Summarize this part of a longer document.\n\n", add_special=True)
-    window = host.tokenize(text, add_special=False)[:600]
+    room = args.n_ctx - len(prefix) - tokens - 32  # about a window: the context less the reply
+    window = host.tokenize(text, add_special=False)[:room]
     started = 0.0
     done = 0
     for ev in host.generate_lanes(prefix, [window] * lanes, lanes=lanes, max_tokens=tokens):
@@ -118,7 +120,7 @@ def main() -> int:
         print(f"{args.windows} windows ({len(text):,} characters) at n_ctx {args.n_ctx}, "
               f"partial summaries up to {args.reply} tokens, {threads} threads, "
               f"{args.rounds} round(s)")  # fmt: skip
-        rates = {n: generation_rate(host, text, n, args.reply) for n in (1, *lane_counts)}
+        rates = {n: generation_rate(host, text, n, args) for n in (1, *lane_counts)}
         print("generation alone, tokens/s: " + ", ".join(
             f"{n} lane(s) {r:.0f}" for n, r in rates.items()))  # fmt: skip
         times: dict[int | None, list[tuple[float, float]]] = {}
