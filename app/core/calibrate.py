@@ -31,7 +31,10 @@ GEN_TOKENS = 32  # generation timed on this many tokens
 # What a document job spends: mostly prompt evaluation, then replies. The score weighs both by
 # the tokens of a typical call (a 2,048-token window and a 128-token reply).
 PROMPT_SHARE, GEN_SHARE = 2048, 128
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: micro-batch candidates
+# (batch, micro-batch) pairs tried: a full sweep on 2 cores found 512/128 fastest, about 15%
+# ahead of the best pair with both equal (tests/benchmarks/bench_calibration.py).
+BATCHES = ((512, 512), (512, 128), (256, 256))
 TRIAL_TEXT = "The quick brown fox jumps over the lazy dog. " * 64  # what every trial evaluates
 # "0" turns automatic calibration off (the window then loads with the settings as chosen): for
 # scripted runs whose timing or engine faults must not meet a calibration first.
@@ -139,18 +142,19 @@ def machine_key(capabilities: EngineCapabilities | None) -> str:
 
 
 def candidates(base: LoadSettings, cpu_count: int | None = None) -> list[LoadSettings]:
-    """The settings worth trying around ``base``: thread counts up to the cores, two batch
-    sizes, flash attention off and on (only where the KV cache type allows both)."""
+    """The settings worth trying around ``base``: thread counts up to the cores, the batch and
+    micro-batch sizes of :data:`BATCHES`, flash attention off and on (only where the KV cache
+    type allows both)."""
     cores = max(1, cpu_count or os.cpu_count() or 1)
     threads = sorted({1, max(1, cores // 2), cores})
     out = []
     for n in threads:
-        for batch in (256, 512):
+        for batch, ubatch in BATCHES:
             for flash in (False, True):
                 if not flash and base.kv_cache_type not in ("f16", "f32", "bf16"):
                     continue  # a quantized cache needs flash attention
                 out.append(dataclasses.replace(base, n_threads=n, n_threads_batch=n,
-                                               n_batch=batch, n_ubatch=batch,
+                                               n_batch=batch, n_ubatch=ubatch,
                                                flash_attn=flash))  # fmt: skip
     return out
 

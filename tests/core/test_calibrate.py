@@ -13,6 +13,7 @@ import pytest
 
 from app.core.calibrate import (
     AUTO_ENV,
+    BATCHES,
     CalibrationCancelled,
     automatic,
     cached,
@@ -42,11 +43,10 @@ def sha(model_path: Path) -> str:
 def test_candidates_cover_threads_batches_and_flash_attention() -> None:
     tried = candidates(BASE, cpu_count=8)
     assert {s.n_threads for s in tried} == {1, 4, 8}
-    assert {s.n_batch for s in tried} == {256, 512} and {s.flash_attn for s in tried} == {
-        False,
-        True,
-    }
-    assert all(s.n_ubatch == s.n_batch and s.n_threads_batch == s.n_threads for s in tried)
+    assert {(s.n_batch, s.n_ubatch) for s in tried} == set(BATCHES)
+    assert {s.flash_attn for s in tried} == {False, True}
+    assert len(tried) == 3 * len(BATCHES) * 2
+    assert all(s.n_threads_batch == s.n_threads for s in tried)
     assert all(s.n_ctx == 512 for s in tried)
     quantized = candidates(LoadSettings(kv_cache_type="q8_0", flash_attn=True), cpu_count=2)
     assert quantized and all(s.flash_attn for s in quantized)  # llama.cpp needs it for q8_0

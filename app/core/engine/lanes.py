@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 CELL_ROUNDING = 256  # llama.cpp pads the cache to this many cells anyway
 MAX_LANES = 64
 STREAM_INTERVAL_S = 0.02  # as for one reply: text goes to the parent at most this often
-SLOW_STEP_S = 0.05  # a step longer than this arms llama.cpp's abort callback, as for one reply
+# Cancel is seen between steps; a step longer than this also arms llama.cpp's abort callback
+# (a Python call per graph node: a few % of a step, so not for steps of a few tens of ms).
+SLOW_STEP_S = 0.25
 
 
 class LanesCancelled(Exception):
