@@ -368,12 +368,14 @@ class _Session:
         parts: dict[int, list[str]] = {}
         done: dict[int, OutputSpan] = {}
         lane_free_at: dict[int, float] = {}
+        lane_of: dict[int, int] = {}  # window -> the lane it ran in
         t0 = time.perf_counter()
         try:
             for ev in self.engine.generate_lanes(frame.before, suffixes, lanes=self.lanes,
                                                  max_tokens=max_tokens):  # fmt: skip
                 if isinstance(ev, LaneStarted):
                     i, lane = ev.index, ev.lane
+                    lane_of[i] = lane
                     result.ttft_s.append(time.perf_counter() - lane_free_at.get(lane, t0))
                     ring = rings.setdefault(lane, Ring(result.n_ctx))
                     ring.clear()
@@ -419,7 +421,7 @@ class _Session:
             for i, texts in parts.items():  # the text so far of replies the failure cut short
                 if i not in done and (partial := "".join(texts).strip()):
                     done[i] = OutputSpan(windows[i].step, partial, sources[i],
-                                         rings[0].version if rings else 0, "error")  # fmt: skip
+                                         rings[lane_of[i]].version, "error")  # fmt: skip
             result.outputs.extend(done[i] for i in sorted(done))
             raise
         outs = [done[i] for i in sorted(done)]

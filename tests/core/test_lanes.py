@@ -219,3 +219,33 @@ def _check_lane_events(events: list[object], result: JobResult) -> None:
 def test_lanes_out_of_range_is_refused(host: EngineHost, counter: object) -> None:
     with pytest.raises(ValueError, match="lanes must be between 1 and"):
         list(summarize(host, "text", counter, strategy="map-reduce", n_ctx=N_CTX, lanes=0))  # type: ignore[arg-type]
+
+
+def test_an_engine_crash_mid_lanes_keeps_the_text_so_far(model_path: Path, counter: object) -> None:
+    import os
+    import signal
+
+    from app.core.jobs import JobError
+
+    text = sample_document().read_text(encoding="utf-8")[:5000]
+    crashing = EngineHost()
+    try:
+        crashing.load(model_path, LoadSettings(n_ctx=N_CTX, n_threads=1))
+        events: list[object] = []
+        job = summarize(crashing, text, counter, strategy="map-reduce", n_ctx=N_CTX,  # type: ignore[arg-type]
+                        max_tokens=64, lanes=2)  # fmt: skip
+        for ev in job:
+            events.append(ev)
+            batches = [e for e in events if isinstance(e, TokenBatch) and e.text.strip()]
+            if len(batches) == 6 and crashing.pid is not None:
+                os.kill(crashing.pid, signal.SIGKILL)
+    finally:
+        crashing.close()
+    assert any(isinstance(ev, JobError) for ev in events)
+    result = events[-1].result
+    assert result.finish_reason == "error" and "engine" in (result.error or "")
+    cut_short = [o for o in result.outputs if o.finish_reason == "error"]
+    assert cut_short and all(o.text for o in cut_short)  # what each lane had said is kept
+    for out in cut_short:
+        said = "".join(e.text for e in events if isinstance(e, TokenBatch) and e.step == out.step)
+        assert out.text == said.strip()
