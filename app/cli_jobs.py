@@ -247,6 +247,7 @@ def done_record(result: Any) -> dict[str, Any]:
         "completion_tokens": data["completion_tokens"],
         "kv_peak_cells": data["kv_peak_cells"],
         "n_ctx": data["n_ctx"],
+        "lanes": data["lanes"],  # the map phase's replies generated this many at a time (or null)
         "ttft_s": [round(t, 4) for t in data["ttft_s"]],
         "seconds": round(data["seconds"], 3),
         "truncated": data["truncated"],
