@@ -24,6 +24,7 @@ import codecs
 import collections
 import contextlib
 import ctypes
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -146,21 +147,25 @@ def _lanes_that_fit(engine: Engine, per_lane: int) -> int:
     refusal decides (:func:`_lane_context` halves the lanes until one fits)."""
     import psutil
 
-    from app.core.engine.gguf import inspect_model
-
     settings = engine.settings
     if settings is None or settings.n_gpu_layers != 0:
         return MAX_LANES
-    try:
-        per_cell = inspect_model(engine._require().model_path).kv_bytes_per_token(
-            settings.kv_cache_type
-        )
-    except (OSError, ValueError):
-        per_cell = None
+    per_cell = _kv_bytes_per_cell(engine._require().model_path, settings.kv_cache_type)
     if not per_cell:
         return MAX_LANES
     free = int(psutil.virtual_memory().available) // 2
     return max(1, free // (per_cell * per_lane))
+
+
+@functools.lru_cache(maxsize=4)
+def _kv_bytes_per_cell(model_path: str, kv_cache_type: str) -> int | None:
+    """From the GGUF card, read once per model (not at every map phase); None if unknown."""
+    from app.core.engine.gguf import inspect_model
+
+    try:
+        return inspect_model(model_path).kv_bytes_per_token(kv_cache_type)
+    except (OSError, ValueError):
+        return None
 
 
 def _lane_context(engine: Engine, lanes: int, per_lane: int) -> tuple[Any, int]:
@@ -207,7 +212,9 @@ class _Run:
         self.piece_buf = ctypes.create_string_buffer(256)
         self.last_emit = 0.0
         self.prefix_len = 0
-        self.has_prefix: set[int] = set()
+        self.has_prefix: set[int] = set()  # lanes holding the prefix; empty: none evaluated yet
+        self.prefix_lane = 0  # the lane the prefix was evaluated in
+        self._slow = True  # until a step shows how long one takes
 
     # ----- llama.cpp -----
 
@@ -307,18 +314,13 @@ class _Run:
             free.sort()
             fill()
 
-    _slow = True  # until a step shows how long one takes
-    prefix_lane = 0
-
     def _take(self, reply: _Reply, tok: int, max_tokens: int) -> None:
         """One sampled token of ``reply``: its text, or the end of the reply."""
-        lc, engine = self.lc, self.engine
-        vocab = engine._vocab()
-        if lc.llama_vocab_is_eog(vocab, tok):
+        engine = self.engine
+        piece = engine.piece_of(tok, self.piece_buf)
+        if piece is None:
             reply.reason = "stop"
             return
-        n = lc.llama_token_to_piece(vocab, tok, self.piece_buf, len(self.piece_buf), 0, False)
-        piece = self.piece_buf.raw[:n] if n >= 0 else engine.llm._model.token_to_piece(tok)
         reply.completion += 1
         reply.ids.append(tok)
         text, hit = reply.stops.feed(reply.decoder.decode(piece))

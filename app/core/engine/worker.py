@@ -550,6 +550,16 @@ class Engine:
         return KVEdit(end - start, len(rest), reevaluated, time.perf_counter() - t0,
                       len(self.tokens))  # fmt: skip
 
+    def piece_of(self, tok: int, buf: Any) -> bytes | None:
+        """The bytes of a sampled token (``buf``: a reused 256-byte buffer), or None for an
+        end-of-generation token."""
+        lc = self._lc
+        vocab = self._vocab()
+        if lc.llama_vocab_is_eog(vocab, tok):
+            return None
+        n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
+        return buf.raw[:n] if n >= 0 else self._require()._model.token_to_piece(tok)
+
     def _check_ids(self, tokens: Sequence[int]) -> None:
         n_vocab = self._require().n_vocab()
         bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
@@ -657,8 +667,6 @@ class Engine:
         With ``shift_keep`` a full context is shifted (keeping that many positions) instead of
         ending the reply.
         """
-        lc = self._lc
-        vocab = self._vocab()
         sampler = self._sampler(sampling)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = StopMatcher(stop)
@@ -679,11 +687,10 @@ class Engine:
                     reason = "cancelled"
                     break
                 tok = sampler.sample(llm._ctx, -1)
-                if lc.llama_vocab_is_eog(vocab, tok):
+                piece = self.piece_of(tok, piece_buf)
+                if piece is None:
                     reason = "stop"
                     break
-                n = lc.llama_token_to_piece(vocab, tok, piece_buf, len(piece_buf), 0, False)
-                piece = piece_buf.raw[:n] if n >= 0 else llm._model.token_to_piece(tok)
                 completion += 1
                 pending_ids.append(tok)
                 text, hit = stops.feed(decoder.decode(piece))
