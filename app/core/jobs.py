@@ -25,6 +25,7 @@ from app.core.engine.protocol import (
     CancelledError,
     EngineError,
     Finished,
+    GenerationStats,
     KVState,
     KVUsage,
     LaneDelta,
@@ -318,6 +319,15 @@ class _Session:
         self.result.final_prompt = tuple(prompt)
         return (yield from self.stream(step, prompt, placed, sources, max_tokens, laid=laid))
 
+    def _count(self, stats: GenerationStats, cells: int) -> None:
+        """Add one model call's figures to the job's (``cells``: what its cache held)."""
+        result = self.result
+        result.prompt_tokens += stats.prompt_tokens
+        result.evaluated_tokens += stats.prompt_eval_tokens
+        result.prompt_lengths.append(stats.prompt_tokens)
+        result.completion_tokens += stats.completion_tokens
+        result.kv_peak_cells = max(result.kv_peak_cells, cells)
+
     def map(
         self, instruction: str, windows: Sequence[_Window], max_tokens: int
     ) -> Generator[Event, None, list[OutputSpan]]:
@@ -405,11 +415,7 @@ class _Session:
                     i, lane, stats, ring = ev.index, ev.lane, ev.stats, rings[ev.lane]
                     lane_free_at[lane] = time.perf_counter()
                     ring.cut(min(stats.n_past, ring.used))
-                    result.prompt_tokens += stats.prompt_tokens
-                    result.evaluated_tokens += stats.prompt_eval_tokens
-                    result.prompt_lengths.append(stats.prompt_tokens)
-                    result.completion_tokens += stats.completion_tokens
-                    result.kv_peak_cells = max(result.kv_peak_cells, stats.n_past)
+                    self._count(stats, stats.n_past)
                     yield KVStats(ev.cells[lane], result.n_ctx, 0, lane)
                     done[i] = OutputSpan(windows[i].step, "".join(parts[i]).strip(), sources[i],
                                          ring.version, stats.finish_reason)  # fmt: skip
@@ -490,12 +496,8 @@ class _Session:
         ring.cut(min(stats.n_past, ring.used))
         if audit is not None:
             audit.call_finished(CallRecord(step, ring, laid, prompt, generated, stats, sources))
-        self.result.prompt_tokens += stats.prompt_tokens
-        self.result.evaluated_tokens += stats.prompt_eval_tokens
-        self.result.prompt_lengths.append(stats.prompt_tokens)
-        self.result.completion_tokens += stats.completion_tokens
         usage = self.engine.kv_usage()
-        self.result.kv_peak_cells = max(self.result.kv_peak_cells, usage.cells_used, stats.n_past)
+        self._count(stats, max(usage.cells_used, stats.n_past))
         yield KVStats(usage.cells_used, usage.n_ctx, usage.state_bytes)
         span = OutputSpan(step, "".join(parts).strip(), sources, ring.version,
                           stats.finish_reason)  # fmt: skip
