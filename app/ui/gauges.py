@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+import numpy as np
 import psutil
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QTimer
@@ -60,6 +61,9 @@ REDRAW_MS = 100  # about 10 redraws a second
 SAMPLE_S = 1.0  # memory and VRAM once a second
 RATE_WINDOW_S = 1.0  # generation tokens/s over the last second
 HISTORY_S = 60.0  # the rate plot scrolls over the last minute
+# The rate plot's y axis ends at one of these (tokens/s); see GaugesPanel._fit_y.
+Y_STEPS = (10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
+AXIS_WIDTH = 48  # pixels for the y axis' labels, up to "100000"
 MIN_PROMPT_S = 0.02  # a shorter gap between queued and evaluated is delivery, not prefill
 GEN_COLOUR = QColor(74, 144, 217)
 PROMPT_COLOUR = QColor(230, 162, 60)
@@ -130,15 +134,26 @@ class GaugesPanel(QWidget):
         self.rates = pg.PlotWidget()
         self.rates.setMinimumHeight(120)
         self.rates.setTitle(self.tr("Tokens per second"))
-        self.rates.setLabel("bottom", self.tr("seconds"))
+        self.rates.setLabel("bottom", self.tr("seconds ago"))
         self.rates.setMouseEnabled(x=False, y=False)
-        self.rates.enableAutoRange(axis="y")
+        # A redraw must cost the GUI thread a few milliseconds, not a relayout: the x axis is
+        # fixed (now is 0), the y axis moves only in whole steps, and neither axis changes its
+        # width or SI prefix, so pyqtgraph repaints the curves and keeps the axes' pictures.
+        self.rates.disableAutoRange()
+        self.rates.setXRange(-HISTORY_S, 0, padding=0)
+        self.rates.setYRange(0, Y_STEPS[0], padding=0)
+        self._y_top = Y_STEPS[0]
+        for side in ("left", "bottom"):
+            self.rates.getAxis(side).enableAutoSIPrefix(False)
+        self.rates.getAxis("left").setWidth(AXIS_WIDTH)
         self._legend = self.rates.addLegend(offset=(-8, 4), colCount=2)  # one row, top right
         self.gen_curve = self.rates.plot([], [], name=self.tr("generation"),
                                          pen=pg.mkPen(GEN_COLOUR, width=2))  # fmt: skip
         self.prompt_curve = self.rates.plot([], [], name=self.tr("prompt"),
                                             pen=pg.mkPen(PROMPT_COLOUR, width=1), symbol="o",
                                             symbolSize=6, symbolBrush=PROMPT_COLOUR)  # fmt: skip
+        for curve in (self.gen_curve, self.prompt_curve):
+            curve.drawn = None  # (count, last, first) of the points it shows: redraw on change
 
         self.hist = pg.PlotWidget()
         self.hist.setMinimumHeight(120)
@@ -354,9 +369,14 @@ class GaugesPanel(QWidget):
         for points in (self._gen, self._prompt):
             while points and points[0][0] < t - HISTORY_S:
                 points.popleft()
-        self.gen_curve.setData([p[0] for p in self._gen], [p[1] for p in self._gen])
-        self.prompt_curve.setData([p[0] for p in self._prompt], [p[1] for p in self._prompt])
-        self.rates.setXRange(max(0.0, t - HISTORY_S), max(t, 10.0), padding=0)
+        for curve, points in ((self.gen_curve, self._gen), (self.prompt_curve, self._prompt)):
+            drawn = (len(points), points[-1] if points else None, points[0] if points else None)
+            if curve.drawn != drawn:  # the prompt curve changes once a call, not every redraw
+                curve.drawn = drawn
+                xs = np.fromiter((p[0] for p in points), float, len(points))
+                curve.setData(xs, np.fromiter((p[1] for p in points), float, len(points)))
+            curve.setPos(-t, 0)  # x is seconds since reset(); shifted so that now is 0
+        self._fit_y(max((p[1] for p in (*self._gen, *self._prompt)), default=0.0))
 
         if self._lane_cells:
             self._draw_lanes()
@@ -380,6 +400,16 @@ class GaugesPanel(QWidget):
             self.hist.setYRange(0, max(1, *bins), padding=0.05)
             title = self.tr("Prompt length, % of n_ctx ({0:,} prompts)")
             self.hist.setTitle(title.format(sum(bins)))
+
+    def _fit_y(self, top: float) -> None:
+        """The y axis ends at the first step above the highest point (with room to spare), so it
+        changes a few times a run instead of at every redraw."""
+        wanted = next((step for step in Y_STEPS if top * 1.1 <= step), Y_STEPS[-1])
+        while wanted < top * 1.1:  # beyond the table: keep doubling
+            wanted *= 2
+        if wanted != self._y_top:
+            self._y_top = wanted
+            self.rates.setYRange(0, wanted, padding=0)
 
     def _draw_lanes(self) -> None:
         """One bar per lane; the KV bar shows them all together against the lanes' cells."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -10,7 +11,7 @@ import pytest
 from app.core import telemetry
 from app.core.jobs import ChunkEvaluated, ChunkQueued, JobFinished, JobResult, KVStats, TokenBatch
 from app.core.telemetry import GPUMemory, GPUState
-from app.ui.gauges import GaugesPanel
+from app.ui.gauges import HISTORY_S, REDRAW_MS, Y_STEPS, GaugesPanel
 
 N_CTX = 512
 
@@ -44,6 +45,26 @@ def test_a_burst_of_token_batches_redraws_at_most_ten_times_a_second(qtbot, gaug
     assert 1 <= redraws <= elapsed * 10 + 2, f"{redraws} redraws in {elapsed:.2f} s"
     _, rates = gauges.gen_curve.getData()
     assert rates is not None and max(rates) > 0  # generation tokens/s came from the counts
+
+
+def test_a_redraw_moves_the_curves_not_the_axes(qtbot, gauges) -> None:
+    """The x axis stays at the last minute (now = 0) and the y axis moves in whole steps, so a
+    redraw repaints the curves without laying the axes out again (the GUI thread's budget)."""
+    gauges.start()
+    tops = []
+    for i in range(30):  # the rate climbs from ~10 to ~300 tokens/s
+        gauges.on_event(TokenBatch("summary", "tok", 1 + i, 10 + i, ()))
+        qtbot.wait(REDRAW_MS + 5)
+        (x0, x1), (y0, y1) = gauges.rates.viewRange()
+        assert (x0, x1) == (-HISTORY_S, 0) and y0 == 0
+        tops.append(y1)
+    _, rates = gauges.gen_curve.getData()
+    assert max(rates) <= tops[-1] and set(tops) <= set(Y_STEPS)
+    changes = sum(a != b for a, b in itertools.pairwise(tops))
+    assert changes <= Y_STEPS.index(tops[-1]), tops  # a step at a time, not a range per redraw
+    xs, _ = gauges.gen_curve.getData()
+    shown = xs + gauges.gen_curve.pos().x()  # where the points are drawn: seconds ago
+    assert -HISTORY_S <= shown.min() and shown.max() <= 0
 
 
 def test_no_gpu_is_shown_when_nvml_has_no_figures(qtbot, gauges) -> None:
