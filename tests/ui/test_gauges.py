@@ -64,7 +64,7 @@ def test_a_redraw_moves_the_curves_not_the_axes(qtbot, gauges) -> None:
     assert changes <= Y_STEPS.index(tops[-1]), tops  # a step at a time, not a range per redraw
     xs, _ = gauges.gen_curve.getData()
     shown = xs + gauges.gen_curve.pos().x()  # where the points are drawn: seconds ago
-    assert -HISTORY_S <= shown.min() and shown.max() <= 0
+    assert shown.min() >= -HISTORY_S and shown.max() <= 0
 
 
 def test_no_gpu_is_shown_when_nvml_has_no_figures(qtbot, gauges) -> None:
