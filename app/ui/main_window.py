@@ -70,6 +70,7 @@ from app.ui.engine_worker import EngineThread, JobOutcome, JobSpec, ResumeSpec, 
 from app.ui.gauges import GaugesPanel
 from app.ui.history_panel import HistoryPanel
 from app.ui.model_panel import ModelPanel
+from app.ui.plan_index import PlanIndex, index_plan
 from app.ui.tasks import run_in_background
 from app.ui.theme import apply_theme, current_theme
 
@@ -509,21 +510,22 @@ class MainWindow(QMainWindow):
         doc, (where, key) = self._doc, self._planning()
         ticket = self.plans.ticket() if key is not None else None
 
-        def work() -> Plan | None:
+        def work() -> tuple[Plan, PlanIndex] | None:
             instruction, reserve = framing(strategy, counter)
-            return _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
+            plan = _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
                          instruction=instruction, ticket=ticket)  # fmt: skip
+            return None if plan is None else (plan, index_plan(plan))  # indexed off the GUI
 
         def settle() -> None:
             self._plans_pending.discard(generation)
             self._wait("plan", bool(self._plans_pending))
 
-        def done(plan: Plan | None) -> None:
+        def done(planned: tuple[Plan, PlanIndex] | None) -> None:
             settle()
-            if plan is not None and generation == self._plan_generation:
-                self._plan = plan
-                self.document_view.show_plan(plan)
-                self.plan_shown.emit(plan)
+            if planned is not None and generation == self._plan_generation:
+                self._plan, index = planned
+                self.document_view.show_plan(self._plan, index)
+                self.plan_shown.emit(self._plan)
 
         def failed(message: str) -> None:
             settle()
