@@ -27,6 +27,7 @@ from app.core.documents import (
     DocumentError,
     Limits,
     decode_bytes,
+    decoding,
     document_from_text,
     load_document,
     reading,
@@ -587,6 +588,31 @@ def test_decode_bytes_returns_clean_text_or_refuses(prefix: bytes, body: bytes) 
         return
     assert isinstance(text, str) and isinstance(encoding, str) and isinstance(lossy, bool)
     text.encode("utf-8")  # raises on a lone surrogate
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        st.text(max_size=150).map(lambda s: s.encode("utf-8", "surrogatepass")),
+        st.text(max_size=150).map(lambda s: s.encode("gb18030", "replace")),
+    ),
+    encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-32", "gbk", "big5", "cp1252"]),
+    errors=st.sampled_from(["strict", "replace"]),
+    slice_bytes=st.integers(1, 7),
+)
+def test_decoding_in_slices_is_decoding_whole(
+    data: bytes, encoding: str, errors: str, slice_bytes: int
+) -> None:
+    """Slices a few bytes long cut every multi-byte character somewhere: the text (or the
+    refusal) must still be the whole decode's."""
+    try:
+        whole = data.decode(encoding, errors)
+    except UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            decoding.decode_in_slices(data, encoding, errors, slice_bytes=slice_bytes)
+        return
+    assert decoding.decode_in_slices(data, encoding, errors, slice_bytes=slice_bytes) == whole
 
 
 STRUCTURED_TEXT = st.lists(
