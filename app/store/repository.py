@@ -134,8 +134,15 @@ class Repository:
 
     def add_document(self, doc: CoreDocument) -> int:
         """Record a document; its text is stored once per sha256, compressed."""
-        blob = pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
+        blob = self._text_blob(doc)
         return self.write(lambda s: _add_document(s, doc, blob))
+
+    def _text_blob(self, doc: CoreDocument) -> bytes | None:
+        """The text compressed for the store, or None when the store has it already: encoding
+        a 50 MB text holds the GIL ~50 ms, a stall of the window for every job on it."""
+        if self.read(lambda s: s.get(DocumentText, doc.sha256) is not None):
+            return None
+        return _pack_text(doc)
 
     def document_text(self, document_id: int) -> str:
         def action(s: OrmSession) -> str:
@@ -333,7 +340,7 @@ class Repository:
     def record(self, doc: CoreDocument, name: str, entries: Sequence[Entry]) -> list[int]:
         """What one command or click produced, in ONE transaction: the document, a session, a
         version per entry with its run and (when given) its KV state. The version ids."""
-        blob = pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
+        blob = self._text_blob(doc)
         packed = [
             None if e.state is None
             else _PackedKV.of(e.state, e.content.get("model_sha256", ""), e.prompt_tokens)
@@ -451,8 +458,14 @@ def _version(s: OrmSession, version_id: int) -> PromptVersion:
     return v
 
 
-def _add_document(s: OrmSession, doc: CoreDocument, blob: bytes) -> int:
+def _pack_text(doc: CoreDocument) -> bytes:
+    return pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
+
+
+def _add_document(s: OrmSession, doc: CoreDocument, blob: bytes | None) -> int:
+    """The document's row; its text's too unless stored (``blob`` None: it was, when looked)."""
     if s.get(DocumentText, doc.sha256) is None:
+        blob = blob if blob is not None else _pack_text(doc)  # deleted since it was looked up
         s.add(DocumentText(sha256=doc.sha256, chars=len(doc.text), compressed=blob))
         s.flush()  # the text row first: the document refers to it
     row = Document(path=str(doc.path or doc.name), sha256=doc.sha256, size=doc.size,

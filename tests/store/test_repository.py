@@ -11,6 +11,7 @@ import pytest
 from app.core.documents import document_from_text
 from app.core.engine.protocol import KVState
 from app.core.jobs import JobResult, OutputSpan
+from app.store import repository
 from app.store.db import open_database
 from app.store.repository import Entry, Repository, RepositoryError
 
@@ -126,10 +127,23 @@ def test_record_is_one_transaction(repo: Repository) -> None:
     assert [v.number for v in repo.history()] == [1, 2] and len(ids) == 2
 
 
-def test_documents_are_stored_once_per_hash(repo: Repository) -> None:
+def test_documents_are_stored_once_per_hash(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text the store has is not encoded and compressed again (for a long document that is
+    tens of milliseconds holding the GIL, at every job recorded on it)."""
+    packed: list[str] = []
+    pack_text = repository._pack_text
+    monkeypatch.setattr(repository, "_pack_text", lambda d: packed.append(d.sha256) or pack_text(d))
     doc = document_from_text("The same text. 同じ文章。" * 100, name="a.txt")
     first, second = repo.add_document(doc), repo.add_document(doc)
+    result = JobResult("ask", "head", "stop", 512, final_prompt=(1, 2))
+    repo.record(doc, "again", [Entry({"task": "ask", "strategy": "head"}, result)])
     assert first != second and repo.document_text(second) == doc.text
+    assert packed == [doc.sha256]  # once, for the first add
+    other = document_from_text("Another text.", name="b.txt")
+    repo.record(other, "new", [Entry({"task": "ask", "strategy": "head"}, result)])
+    assert packed == [doc.sha256, other.sha256]
 
 
 def test_runs_and_kv_states_round_trip(repo: Repository) -> None:
