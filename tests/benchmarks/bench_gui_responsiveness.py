@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # A first load would calibrate the engine settings for minutes; bench_calibration measures that.
 os.environ.setdefault("CONTEXTLENS_CALIBRATE", "0")
+# A cache of its own: plans cached by an earlier run would leave nothing to count under load.
+os.environ["CONTEXTLENS_CACHE"] = tempfile.mkdtemp(prefix="contextlens-bench-")
 
 from PySide6.QtCore import QEventLoop, QObject, QSettings, Qt, QTimer, SignalInstance  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
