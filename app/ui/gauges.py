@@ -152,8 +152,8 @@ class GaugesPanel(QWidget):
         self.prompt_curve = self.rates.plot([], [], name=self.tr("prompt"),
                                             pen=pg.mkPen(PROMPT_COLOUR, width=1), symbol="o",
                                             symbolSize=6, symbolBrush=PROMPT_COLOUR)  # fmt: skip
-        for curve in (self.gen_curve, self.prompt_curve):
-            curve.drawn = None  # (count, last, first) of the points it shows: redraw on change
+        # (count, last, first) of the points each curve shows: its data is set only on change
+        self._curves_drawn: dict[str, tuple[object, ...]] = {}
 
         self.hist = pg.PlotWidget()
         self.hist.setMinimumHeight(120)
@@ -369,10 +369,11 @@ class GaugesPanel(QWidget):
         for points in (self._gen, self._prompt):
             while points and points[0][0] < t - HISTORY_S:
                 points.popleft()
-        for curve, points in ((self.gen_curve, self._gen), (self.prompt_curve, self._prompt)):
+        curves = (("gen", self.gen_curve, self._gen), ("prompt", self.prompt_curve, self._prompt))
+        for name, curve, points in curves:
             drawn = (len(points), points[-1] if points else None, points[0] if points else None)
-            if curve.drawn != drawn:  # the prompt curve changes once a call, not every redraw
-                curve.drawn = drawn
+            if self._curves_drawn.get(name) != drawn:  # the prompt curve: once a call
+                self._curves_drawn[name] = drawn
                 xs = np.fromiter((p[0] for p in points), float, len(points))
                 curve.setData(xs, np.fromiter((p[1] for p in points), float, len(points)))
             curve.setPos(-t, 0)  # x is seconds since reset(); shifted so that now is 0

@@ -79,8 +79,7 @@ def decode_in_slices(
         return data.decode(encoding, errors)
     decoder = codecs.getincrementaldecoder(encoding)(errors)
     view = memoryview(data)
-    step = slice_bytes
-    parts = [decoder.decode(view[i : i + step]) for i in range(0, len(data), step)]
+    parts = [decoder.decode(view[i : i + slice_bytes]) for i in range(0, len(data), slice_bytes)]
     parts.append(decoder.decode(b"", final=True))
     return "".join(parts)
 
