@@ -59,6 +59,27 @@ def _human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def cmd_backend(args: argparse.Namespace) -> int:
+    import llama_cpp
+
+    from app.core.engine.worker import build_capabilities
+
+    caps = build_capabilities(llama_cpp)
+    data = {
+        "backends": list(caps.backends),
+        "gpu_offload_supported": caps.gpu_offload_supported,
+        "llama_cpp_python_version": caps.llama_cpp_python_version,
+        "system_info": caps.system_info,
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(f"{'backend':>18}: {caps.describe_backend()}")
+    print(f"{'llama-cpp-python':>18}: {caps.llama_cpp_python_version}")
+    print(f"{'build':>18}: {caps.system_info}")
+    return EXIT_OK
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from app.core.engine.gguf import GGUFError, inspect_model
 
@@ -245,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help="GGUF file (default: the default model)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("backend", help="show what llama.cpp runs on here (CPU, CUDA, Metal…)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_backend)
 
     p = sub.add_parser("generate", help="stream a reply from a model")
     p.add_argument("--model", help="GGUF file (default: the default model in models/)")

@@ -30,7 +30,10 @@ case "$(uname -m)" in
 esac
 cmake_args="$cmake_args ${LLAMA_CMAKE_ARGS:-}"
 
-key="$(printf '%s\n%s\n%s\n' "$VERSION" "$cmake_args" "$(uname -m)" | sha256sum | cut -c1-16)"
+# macOS has neither sha256sum nor nproc.
+if command -v sha256sum >/dev/null; then hash_cmd="sha256sum"; else hash_cmd="shasum -a 256"; fi
+cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
+key="$(printf '%s\n%s\n%s\n' "$VERSION" "$cmake_args" "$(uname -m)" | $hash_cmd | cut -c1-16)"
 dest="$CACHE/wheels/llama-cpp-python-$VERSION-$key"
 wheel="$(ls "$dest"/llama_cpp_python-*.whl 2>/dev/null | head -n1 || true)"
 if [[ -n "$wheel" ]]; then
@@ -43,7 +46,7 @@ work="$(mktemp -d "$CACHE/wheels/.build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "building llama-cpp-python $VERSION from source (several minutes on 2 cores)" >&2
 echo "  CMAKE_ARGS=$cmake_args" >&2
-CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$cores}" \
   "$PYTHON" -m pip wheel --no-deps --no-cache-dir --no-binary llama-cpp-python \
   --wheel-dir "$work/out" "llama-cpp-python==$VERSION" >&2
 printf '%s\n' "$cmake_args" > "$work/out/CMAKE_ARGS"

@@ -80,6 +80,7 @@ from app.ui.plan_index import (
     PlanIndex,
     index_plan,
 )
+from app.ui.plan_map import NOTHING, PlanMap
 
 FULL_CHARS = 1 << 19  # texts up to this size are in the pane whole (~40 ms to build)
 WINDOW_CHARS = 1 << 18  # of a longer text, about this much is in the pane (~25 ms to build)
@@ -396,6 +397,8 @@ class DocumentView(QWidget):
         self.bar.setAccessibleName(self.tr("Position in the document"))
         self.bar.valueChanged.connect(self._on_bar_moved)
         self.bar.hide()
+        self.map = PlanMap()
+        self.map.jump_requested.connect(self._on_map_jump)
         self.caret_info = QLabel()
         self.caret_info.setWordWrap(True)
         self.caret_info.setAccessibleName(self.tr("Span under the caret"))
@@ -422,6 +425,7 @@ class DocumentView(QWidget):
         row.setSpacing(0)
         row.addWidget(self.text, 1)
         row.addWidget(self.bar)
+        row.addWidget(self.map)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(page)
         splitter.addWidget(self.histogram)
@@ -665,16 +669,23 @@ class DocumentView(QWidget):
         if not self._moving:
             self._scroll_to_top(value)
 
+    def _on_map_jump(self, offset: int) -> None:
+        """A click on the plan map: that place in the middle of the screen."""
+        top, bottom = self._screen()
+        self._scroll_to_top(max(0, offset - (bottom - top) // 2))
+
     def _go_to_edge(self, at_end: bool) -> None:
         """Ctrl+Home / Ctrl+End: the start or the end of the whole text, not of the window."""
         self.reveal(len(self._text_str) if at_end else 0)
 
     def _sync_bar(self, top: int | None = None) -> None:
         """The bar at the text offset on top of the screen (``top`` when the caller knows it)."""
+        screen = self._screen()
+        self.map.set_screen(screen[0] if top is None else top, screen[1])
         if not self.bar.isVisible() or self.bar.isSliderDown():
             return  # a bar being dragged is the person's
         self.bar.blockSignals(True)
-        self.bar.setValue(self._screen()[0] if top is None else top)
+        self.bar.setValue(screen[0] if top is None else top)
         self.bar.blockSignals(False)
 
     def _update_steps(self) -> None:
@@ -700,6 +711,7 @@ class DocumentView(QWidget):
         if self.text.highlighter is not None:
             self.text.highlighter.layers = self._layers
         self.text.mark_starts = self._index.chunk_starts[1:]
+        self.map.set_plan(len(self._text_str), self._index.stretches)
         self.text.invalidate()
         self.text.viewport().update()
         self._on_caret()
@@ -776,6 +788,17 @@ class DocumentView(QWidget):
         if self.text.highlighter is not None and isValid(self.text.highlighter):
             self.text.highlighter.formats = formats
         self.text.mark_colour = _mix(accent, text, 0.3)
+        self.map.set_colours(
+            {
+                KEPT_A: _mix(base, accent, 0.55),
+                KEPT_B: _mix(base, second, 0.55),
+                KEPT_A_SHARED: _mix(base, accent, 0.8),
+                KEPT_B_SHARED: _mix(base, second, 0.8),
+                DROPPED: _mix(base, text, 0.18),
+                NOTHING: base,
+            },
+            text,
+        )
 
         self.histogram.setBackground(base)
         for side in ("left", "bottom"):

@@ -8,6 +8,7 @@ the GUI observes; nothing here knows about processes or llama.cpp.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -84,12 +85,36 @@ class LoadedModel:
     warnings: tuple[str, ...] = ()
 
 
+_BACKEND_NAME = re.compile(r"(?:^|\|)\s*([A-Za-z][\w.-]*) : ")
+
+
+def backends_of(system_info: str) -> tuple[str, ...]:
+    """The ggml backends a llama.cpp build registered, in its order ("CUDA", "CPU"; "Metal", …).
+
+    ``llama_print_system_info`` writes each backend as ``NAME : FEATURE = value | …``; the names
+    are what tells a person whether the build uses their GPU at all.
+    """
+    return tuple(dict.fromkeys(_BACKEND_NAME.findall(system_info)))
+
+
 @dataclass(frozen=True)
 class EngineCapabilities:
     llama_cpp_python_version: str
     system_info: str
     gpu_offload_supported: bool
     pid: int
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return backends_of(self.system_info)
+
+    def describe_backend(self) -> str:
+        """One line for people: "CUDA + CPU (GPU offload available)" or "CPU only"."""
+        names = [n for n in self.backends if n != "CPU"]
+        if not names:
+            return "CPU only"
+        offload = "GPU offload available" if self.gpu_offload_supported else "no GPU offload"
+        return f"{' + '.join([*names, 'CPU'])} ({offload})"
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,16 @@ class Fault:
         os._exit(70)  # not reached
 
 
+def build_capabilities(lc: Any) -> EngineCapabilities:
+    """What this llama.cpp build is and can do, read from the loaded ``llama_cpp`` module."""
+    return EngineCapabilities(
+        llama_cpp_python_version=lc.__version__,
+        system_info=lc.llama_print_system_info().decode("utf-8", "replace").strip(),
+        gpu_offload_supported=bool(lc.llama_supports_gpu_offload()),
+        pid=os.getpid(),
+    )
+
+
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -281,13 +291,7 @@ class Engine:
     # ----- operations (each is one request from the parent) -----
 
     def capabilities(self) -> EngineCapabilities:
-        lc = self._lc
-        return EngineCapabilities(
-            llama_cpp_python_version=lc.__version__,
-            system_info=lc.llama_print_system_info().decode("utf-8", "replace").strip(),
-            gpu_offload_supported=bool(lc.llama_supports_gpu_offload()),
-            pid=os.getpid(),
-        )
+        return build_capabilities(self._lc)
 
     def load(self, path: str, settings: LoadSettings) -> LoadedModel:
         from gguf.constants import GGMLQuantizationType
