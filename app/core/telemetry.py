@@ -38,16 +38,22 @@ class GPUState:
         return bool(self.gpus)
 
 
+# Why there are no VRAM figures (the window lists these to translate them).
+NO_NVML = "no GPU figures: nvidia-ml-py is not installed"
+NO_DRIVER = "no GPU: the NVIDIA driver is not available"
+NO_GPU = "no GPU found"
+
+
 def gpu_state() -> GPUState:
     """VRAM used and total per NVIDIA GPU, or why there are no figures."""
     try:
         import pynvml  # nvidia-ml-py, optional
     except ImportError:
-        return GPUState(reason="no GPU figures: nvidia-ml-py is not installed")
+        return GPUState(reason=NO_NVML)
     try:
         pynvml.nvmlInit()
     except Exception:  # NVML raises its own error types when there is no driver or GPU
-        return GPUState(reason="no GPU: the NVIDIA driver is not available")
+        return GPUState(reason=NO_DRIVER)
     try:
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -56,7 +62,7 @@ def gpu_state() -> GPUState:
             name = pynvml.nvmlDeviceGetName(handle)
             name = name.decode() if isinstance(name, bytes) else str(name)
             gpus.append(GPUMemory(i, name, int(mem.used), int(mem.total)))
-        return GPUState(tuple(gpus), "" if gpus else "no GPU found")
+        return GPUState(tuple(gpus), "" if gpus else NO_GPU)
     finally:
         pynvml.nvmlShutdown()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
 from PySide6.QtGui import QFont, QTextCursor
 from PySide6.QtWidgets import (
     QGridLayout,
@@ -69,8 +69,19 @@ class StrategyPane(QGroupBox):
 class CompareView(QWidget):
     """Two to four :class:`StrategyPane` side by side and a summary table."""
 
-    COLUMNS = ("strategy", "kept", "passes", "boundaries", "needles", "prompt", "generated",
-               "KV peak", "seconds", "finish")  # fmt: skip
+    # the table's headers; QT_TRANSLATE_NOOP lets lupdate see the texts tr() gets at run time
+    COLUMNS = (
+        QT_TRANSLATE_NOOP("CompareView", "strategy"),
+        QT_TRANSLATE_NOOP("CompareView", "kept"),
+        QT_TRANSLATE_NOOP("CompareView", "passes"),
+        QT_TRANSLATE_NOOP("CompareView", "boundaries"),
+        QT_TRANSLATE_NOOP("CompareView", "needles"),
+        QT_TRANSLATE_NOOP("CompareView", "prompt"),
+        QT_TRANSLATE_NOOP("CompareView", "generated"),
+        QT_TRANSLATE_NOOP("CompareView", "KV peak"),
+        QT_TRANSLATE_NOOP("CompareView", "seconds"),
+        QT_TRANSLATE_NOOP("CompareView", "finish"),
+    )
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)

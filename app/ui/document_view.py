@@ -81,6 +81,7 @@ from app.ui.plan_index import (
     index_plan,
 )
 from app.ui.plan_map import NOTHING, PlanMap
+from app.ui.widgets import still_plot
 
 FULL_CHARS = 1 << 19  # texts up to this size are in the pane whole (~40 ms to build)
 WINDOW_CHARS = 1 << 18  # of a longer text, about this much is in the pane (~25 ms to build)
@@ -403,10 +404,7 @@ class DocumentView(QWidget):
         self.caret_info.setWordWrap(True)
         self.caret_info.setAccessibleName(self.tr("Span under the caret"))
 
-        self.histogram = pg.PlotWidget()
-        self.histogram.setMinimumHeight(90)
-        self.histogram.setMouseEnabled(x=False, y=False)
-        self.histogram.hideButtons()
+        self.histogram = still_plot(90)
         self.histogram.setLabel("bottom", self.tr("tokens per chunk"))
         self.histogram.setLabel("left", self.tr("chunks"))
         self.kept_bars = pg.BarGraphItem(x=[], height=[], width=1.0)

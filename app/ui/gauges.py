@@ -32,7 +32,7 @@ from collections import deque
 import numpy as np
 import psutil
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QTimer
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QEvent, QTimer
 from PySide6.QtGui import QCloseEvent, QColor, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import (
     QGridLayout,
@@ -56,6 +56,7 @@ from app.core.jobs import (
 )
 from app.core.telemetry import GPUState, PromptHistogram
 from app.ui.tasks import run_in_background
+from app.ui.widgets import still_plot
 
 REDRAW_MS = 100  # about 10 redraws a second
 SAMPLE_S = 1.0  # memory and VRAM once a second
@@ -86,6 +87,15 @@ def _set_bar(bar: QProgressBar, maximum: int, value: int) -> None:
         bar.setRange(0, maximum)
     if bar.value() != value:
         bar.setValue(value)
+
+
+# Why there are no VRAM figures, as telemetry.gpu_state words it; listed so the window can show
+# them translated (any other reason, an unexpected error's, is shown as it is).
+GPU_REASONS = (
+    QT_TRANSLATE_NOOP("GaugesPanel", "no GPU figures: nvidia-ml-py is not installed"),
+    QT_TRANSLATE_NOOP("GaugesPanel", "no GPU: the NVIDIA driver is not available"),
+    QT_TRANSLATE_NOOP("GaugesPanel", "no GPU found"),
+)
 
 
 class GaugesPanel(QWidget):
@@ -131,11 +141,9 @@ class GaugesPanel(QWidget):
         self.lanes_row.hide()
         grid.addWidget(self.lanes_row, 3, 1)
 
-        self.rates = pg.PlotWidget()
-        self.rates.setMinimumHeight(120)
+        self.rates = still_plot(120)
         self.rates.setTitle(self.tr("Tokens per second"))
         self.rates.setLabel("bottom", self.tr("seconds ago"))
-        self.rates.setMouseEnabled(x=False, y=False)
         # A redraw must cost the GUI thread a few milliseconds, not a relayout: the x axis is
         # fixed (now is 0), the y axis moves only in whole steps, and neither axis changes its
         # width or SI prefix, so pyqtgraph repaints the curves and keeps the axes' pictures.
@@ -155,9 +163,7 @@ class GaugesPanel(QWidget):
         # (count, last, first) of the points each curve shows: its data is set only on change
         self._curves_drawn: dict[str, tuple[object, ...]] = {}
 
-        self.hist = pg.PlotWidget()
-        self.hist.setMinimumHeight(120)
-        self.hist.setMouseEnabled(x=False, y=False)
+        self.hist = still_plot(120)
         self._hist_bars = pg.BarGraphItem(x=list(range(11)), height=[0] * 11, width=0.8,
                                           brush=BAR_COLOUR)  # fmt: skip
         self.hist.addItem(self._hist_bars)
@@ -445,7 +451,8 @@ class GaugesPanel(QWidget):
             _set_bar(self.vram_bar, 1000, 0)
             if self.vram_bar.isEnabled():
                 self.vram_bar.setEnabled(False)
-            _set_text(self.vram_text, self.tr("no GPU"), gpu.reason)
+            reason = self.tr(gpu.reason) if gpu.reason in GPU_REASONS else gpu.reason
+            _set_text(self.vram_text, self.tr("no GPU"), reason)
             return
         used = sum(g.used for g in gpu.gpus)
         total = sum(g.total for g in gpu.gpus)

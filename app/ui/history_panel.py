@@ -58,6 +58,7 @@ from app.store.archive import (
     import_session,
 )
 from app.store.repository import Repository, VersionInfo
+from app.ui.i18n import task_label
 from app.ui.tasks import run_in_background
 from app.ui.widgets import MessageLine
 
@@ -476,7 +477,7 @@ class HistoryPanel(QWidget):
         item.setText(0, f"v{v.number}")
         item.setToolTip(0, self.tr("Version #{0} of session #{1}").format(v.id, v.session))
         item.setText(1, v.created.astimezone().strftime("%Y-%m-%d %H:%M"))
-        item.setText(2, v.task)
+        item.setText(2, task_label(v.task))
         item.setText(3, v.strategy)
         item.setText(4, _first_line(v.prompt))
         item.setToolTip(4, v.prompt)
@@ -766,9 +767,20 @@ class HistoryPanel(QWidget):
             self, self.tr("Import Session"), str(Path.home()),
             self.tr("ContextLens sessions (*.ctxlens);;All files (*)"),
         )  # fmt: skip
-        if not chosen:
+        if chosen:
+            self.import_file(Path(chosen))
+
+    def import_file(self, path: Path) -> None:
+        """Add the session exported in ``path`` as a new session, in the background (also for
+        a .ctxlens file opened from the command line or a second launch)."""
+        if self._read_only:
+            self._fail(self.tr("This history is read-only: {0} cannot be imported.").format(
+                path.name))  # fmt: skip
             return
-        path = Path(chosen)
+        if self._waiting is not None:
+            self._fail(self.tr("An export or import is running: open {0} again when it has "
+                               "finished.").format(path.name))  # fmt: skip
+            return
         repo = self._repo
         wait = self._wait(self.tr("Importing {0}…").format(path.name))
 

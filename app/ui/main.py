@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
 DEMO_STRATEGY = "entropy"  # keeps spans all through the document: the highlighting shows it
@@ -31,7 +32,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--theme", choices=("system", "light", "dark"),
                         help="look of the window (default: as last chosen in View ▸ Theme, "
                              "else the platform's)")  # fmt: skip
+    parser.add_argument("--lang", choices=("system", "en", "zh_CN"),
+                        help="language (default: as chosen in View ▸ Language)")  # fmt: skip
+    parser.add_argument("--new-instance", action="store_true",
+                        help="open a window of its own even when ContextLens is running "
+                             "(by default the running window opens the files)")  # fmt: skip
     args = parser.parse_args(argv)
+    args.given = [p for p in (args.document, args.model) if p is not None]  # for a handover
     if args.demo or (args.document is None and args.model is None):
         args.document = args.document or sample_document()
         args.model = args.model or default_model_path()
@@ -54,16 +61,26 @@ def _log_to_file() -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
-def _install_translation(app: QApplication) -> None:
-    """Every visible string goes through tr(): a contextlens_<locale>.qm file dropped into
-    resources/translations translates the app without touching the code."""
-    from PySide6.QtCore import QLocale, QTranslator
+def _app_icon() -> QIcon:
+    """The app's icon at every size drawn for it (resources/icons, from contextlens.svg)."""
+    from PySide6.QtGui import QIcon
 
     from app.core.paths import resources_dir
 
-    translator = QTranslator(app)
-    if translator.load(QLocale.system(), "contextlens", "_", str(resources_dir() / "translations")):
-        app.installTranslator(translator)
+    icon = QIcon()
+    for png in sorted((resources_dir() / "icons").glob("contextlens-*.png")):
+        icon.addFile(str(png))
+    return icon
+
+
+def _install_translation(app: QApplication, choice: str | None = None) -> None:
+    """Every visible string goes through tr(): ``choice`` (--lang), else View ▸ Language as last
+    chosen, else the system's locale picks a translation from resources/translations."""
+    from PySide6.QtCore import QSettings
+
+    from app.ui.i18n import install_translator, stored_language
+
+    install_translator(app, choice or stored_language(QSettings()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,17 +88,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from app.ui import single_instance
     from app.ui.main_window import MainWindow
+    from app.ui.session_guard import SessionGuard
     from app.ui.theme import apply_theme
 
     _log_to_file()
     app = QApplication(sys.argv[:1])
     app.setApplicationName("ContextLens")
     app.setOrganizationName("ContextLens")
-    _install_translation(app)
+    _install_translation(app, args.lang)
     apply_theme(app, args.theme or str(QSettings().value("theme", "system")))
+    app.setWindowIcon(_app_icon())
+    app.setDesktopFileName("contextlens")  # the .desktop entry, whose icon the desktop shows
+    handover, server = single_instance.Handover.NO_SERVER, None
+    if not (args.demo or args.screenshot or args.new_instance):  # scripted runs stand alone
+        handover, server = single_instance.claim(args.given)
+        if handover is single_instance.Handover.TAKEN:
+            return 0  # the running window opened the files
     model = args.model if args.model and args.model.exists() else None
     scratch = tempfile.TemporaryDirectory() if args.screenshot else None
+    guard = None
     if scratch is not None:  # a scripted picture: the default layout and an empty history; the
         # person's own settings and history are left as they are
         folder = Path(scratch.name)
@@ -89,12 +116,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         window = MainWindow(model, args.document, n_ctx=args.n_ctx, settings=settings,
                             db_path=folder / "history.db")  # fmt: skip
     else:
+        guard = SessionGuard(QSettings())  # reads the last session before the window changes it
+        guard.start()
         window = MainWindow(model, args.document, n_ctx=args.n_ctx)
     window.show()
+    if guard is not None:
+        guard.attach(window, offer=not args.demo)  # the demo chooses what it opens
+    if server is not None:
+        server.paths_received.connect(lambda paths: single_instance.open_in(window, paths))
+    elif handover is single_instance.Handover.NO_ANSWER:
+        window.statusBar().showMessage(
+            QApplication.translate(
+                "main", "Another ContextLens window does not answer; this one runs on its own."
+            )
+        )
     sys.excepthook = window.report_unexpected
     if args.model is not None and model is None:
         window.statusBar().showMessage(
-            f"Model not found: {args.model} — run `make` to fetch the default model"
+            QApplication.translate(
+                "main", "Model not found: {0} — run `make` to fetch the default model"
+            ).format(args.model)
         )
     exit_code = 0
 

@@ -68,7 +68,9 @@ from app.ui.compare_view import MAX_PANES, CompareView
 from app.ui.document_view import DocumentView
 from app.ui.engine_worker import EngineThread, JobOutcome, JobSpec, ResumeSpec, TuneSpec
 from app.ui.gauges import GaugesPanel
+from app.ui.history_panel import SUFFIX as SESSION_SUFFIX
 from app.ui.history_panel import HistoryPanel
+from app.ui.i18n import language_menu, task_label
 from app.ui.model_panel import ModelPanel
 from app.ui.plan_index import PlanIndex, index_plan
 from app.ui.tasks import run_in_background
@@ -90,6 +92,7 @@ class MainWindow(QMainWindow):
     job_finished = Signal(object)  # JobOutcome, once recorded in the history
     job_events = Signal(list)  # each batch of job events, after the panels have shown it
     engine_restarted = Signal()  # llama.cpp died and a new engine has the model loaded again
+    closed = Signal()  # the window was closed cleanly (its engine and store shut down)
 
     def __init__(
         self,
@@ -142,7 +145,7 @@ class MainWindow(QMainWindow):
         self._restore_layout()
 
         if document is not None:
-            self.open_document(document)
+            self.open_path(document)
         if model is not None:
             self.model_panel.select_model(model)
             self.load_model(model, LoadSettings(n_ctx=n_ctx))
@@ -230,6 +233,8 @@ class MainWindow(QMainWindow):
         file_menu.addAction(open_action)
         self.recent_menu = file_menu.addMenu(self.tr("Open &Recent"))
         self._fill_recent()
+        get_model = file_menu.addAction(self.tr("Get the &Default Model…"))
+        get_model.triggered.connect(self.model_panel.get_default_model)
         file_menu.addSeparator()
         quit_action = QAction(self.tr("&Quit"), self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
@@ -239,7 +244,7 @@ class MainWindow(QMainWindow):
 
         self.task_box = QComboBox()
         for task in TASKS:
-            self.task_box.addItem(self.tr(task), task)
+            self.task_box.addItem(task_label(task), task)
         self.task_box.setToolTip(self.tr("What the model does with the document"))
         self.task_box.currentIndexChanged.connect(self._on_task_changed)
         bar.addWidget(_buddy(self.tr(" &Task "), self.task_box))
@@ -347,6 +352,7 @@ class MainWindow(QMainWindow):
             themes.addAction(choice)
             theme_menu.addAction(choice)
         themes.triggered.connect(self._set_theme)
+        view_menu.addMenu(language_menu(self, self.settings, self.statusBar().showMessage))
 
         help_menu = self.menuBar().addMenu(self.tr("&Help"))
         about = QAction(self.tr("&About ContextLens"), self)
@@ -449,13 +455,36 @@ class MainWindow(QMainWindow):
     def dropEvent(self, event: QDropEvent) -> None:
         for url in event.mimeData().urls():
             if url.isLocalFile():
-                path = Path(url.toLocalFile())
-                if path.suffix.lower() == ".gguf":
-                    self.model_panel.select_model(path)
-                else:
-                    self.open_document(path)
+                self.open_path(Path(url.toLocalFile()))
                 event.acceptProposedAction()
                 return
+
+    def open_path(self, path: Path) -> None:
+        """A file from the command line, a second launch or a drop: a ``.gguf`` is chosen as
+        the model, a ``.ctxlens`` session export is imported into the history, anything else
+        opens as the document."""
+        suffix = path.suffix.lower()
+        if suffix == ".gguf":
+            self.model_panel.select_model(path)
+        elif suffix == SESSION_SUFFIX:
+            if self.history is None:
+                self._on_failed(self.tr("{0} cannot be imported: {1}").format(
+                    path.name, self._store_problem))  # fmt: skip
+                return
+            self.tabs.setCurrentWidget(self.history)
+            self.history.import_file(path)
+        else:
+            self.open_document(path)
+
+    @property
+    def document_path(self) -> Path | None:
+        """The file of the document shown (None: none yet, or one made from text)."""
+        return self._doc.path if self._doc is not None else None
+
+    @property
+    def model_path(self) -> Path | None:
+        """The model loaded, or being loaded (None: none chosen yet)."""
+        return self._model_path
 
     # ----- the plan of what reaches the model -----
 
@@ -1053,6 +1082,8 @@ class MainWindow(QMainWindow):
         if self.db is not None:
             self.db.close()
         super().closeEvent(event)
+        if event.isAccepted():
+            self.closed.emit()
 
 
 def _plan(where: PlanProcess | Planner, doc: Document, key: str | None, strategy: str, *,

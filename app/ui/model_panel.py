@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.core.calibrate import Calibration
+from app.core.default_model import default_model_path
 from app.core.engine.gguf import ModelInfo, inspect_model
 from app.core.engine.protocol import (
     KV_CACHE_TYPE_NAMES,
@@ -47,6 +48,7 @@ from app.core.engine.protocol import (
 )
 from app.core.paths import list_models
 from app.core.telemetry import estimate_memory
+from app.ui.model_fetch_dialog import ModelFetchDialog
 from app.ui.tasks import run_in_background
 from app.ui.tuned_settings import TunedSettingsBox
 from app.ui.widgets import MessageLine
@@ -79,21 +81,21 @@ class ModelCard(QGroupBox):
         form = QFormLayout(self)
         self._fields: dict[str, QLabel] = {}
         for key, label in (
-            ("name", self.tr("Name")),
-            ("file", self.tr("File")),
-            ("arch", self.tr("Architecture")),
-            ("params", self.tr("Parameters")),
-            ("quant", self.tr("Quantization")),
-            ("ctx_train", self.tr("Context trained")),
-            ("layers", self.tr("Layers")),
-            ("kv", self.tr("KV bytes per token")),
-            ("loaded", self.tr("Loaded")),
+            ("name", self.tr("Name:")),
+            ("file", self.tr("File:")),
+            ("arch", self.tr("Architecture:")),
+            ("params", self.tr("Parameters:")),
+            ("quant", self.tr("Quantization:")),
+            ("ctx_train", self.tr("Context trained:")),
+            ("layers", self.tr("Layers:")),
+            ("kv", self.tr("KV bytes per token:")),
+            ("loaded", self.tr("Loaded:")),
         ):
             value = QLabel("–")
             value.setWordWrap(True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self._fields[key] = value
-            form.addRow(label + ":", value)
+            form.addRow(label, value)
 
     def value(self, key: str) -> str:
         """The text shown for one field (name, file, arch, params, quant, ctx_train, layers, kv,
@@ -164,6 +166,12 @@ class ModelPanel(QWidget):
         self.browse_button = QPushButton(self.tr("Bro&wse…"))
         self.browse_button.setToolTip(self.tr("Choose a GGUF file anywhere on disk"))
         self.browse_button.clicked.connect(self._browse)
+        self.get_default_button = QPushButton(self.tr("Get the Default Model…"))
+        self.get_default_button.setToolTip(
+            self.tr("Download the default model (about 98 MB) and check it against its checksum")
+        )
+        self.get_default_button.clicked.connect(self.get_default_model)
+        self._fetch_dialog: ModelFetchDialog | None = None
 
         self.card = ModelCard()
         self.file_error = MessageLine()
@@ -190,6 +198,8 @@ class ModelPanel(QWidget):
         self.gpu_layers_value = QLabel()
         self.gpu_reason = QLabel()
         self.gpu_reason.setWordWrap(True)
+        self.backend = QLabel()
+        self.backend.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.gpu_reason.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
         self.kv_type = QComboBox()
@@ -262,6 +272,7 @@ class ModelPanel(QWidget):
         gpu_row.addWidget(self.gpu_layers_value)
         form.addRow(gpu_label, gpu_row)
         form.addRow("", self.gpu_reason)
+        form.addRow(self.tr("Backend:"), self.backend)
         kv_label = QLabel(self.tr("KV cache type:"))
         kv_label.setBuddy(self.kv_type)
         form.addRow(kv_label, self.kv_type)
@@ -285,6 +296,7 @@ class ModelPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.models, 1)
+        layout.addWidget(self.get_default_button)
         layout.addWidget(self.file_error)
         layout.addWidget(self.card)
         layout.addWidget(options)
@@ -308,6 +320,24 @@ class ModelPanel(QWidget):
             self.select_model(chosen)
         elif self.models.count():
             self.models.setCurrentRow(0)
+        self.get_default_button.setVisible(not default_model_path(self._models_dir).exists())
+
+    def get_default_model(self) -> None:
+        """Offer to download the default model into the models folder (asks first)."""
+        dialog = self._fetch_dialog
+        if dialog is not None and dialog.isVisible():
+            dialog.raise_()
+            dialog.activateWindow()
+            return
+        if dialog is not None:
+            dialog.deleteLater()
+        dialog = self._fetch_dialog = ModelFetchDialog(self._models_dir, self)
+        dialog.fetched.connect(self._on_default_model_fetched)
+        dialog.open()
+
+    def _on_default_model_fetched(self, path: Path) -> None:
+        self.refresh_models()
+        self.select_model(path)
 
     def _listed(self) -> list[Path]:
         return [Path(self.models.item(i).data(_PATH_ROLE)) for i in range(self.models.count())]
@@ -417,7 +447,28 @@ class ModelPanel(QWidget):
         self.gpu_layers.setToolTip(reason or self.tr("Layers to run on the GPU"))
         self.gpu_reason.setText(reason)
         self.gpu_reason.setVisible(bool(reason))
+        self._show_backend(caps)
         self._update()
+
+    def _show_backend(self, caps: EngineCapabilities | None) -> None:
+        """Which ggml backends this llama.cpp build runs on: the answer to "is my GPU used?"."""
+        if caps is None:
+            self.backend.setText(self.tr("checking…"))
+            self.backend.setToolTip("")
+            return
+        gpus = [name for name in caps.backends if name != "CPU"]
+        if not gpus:
+            text = self.tr("CPU only")
+        elif caps.gpu_offload_supported:
+            text = self.tr("%1 + CPU (GPU offload available)").replace("%1", " + ".join(gpus))
+        else:
+            text = self.tr("%1 + CPU (no GPU offload)").replace("%1", " + ".join(gpus))
+        self.backend.setText(text)
+        self.backend.setToolTip(
+            self.tr("llama.cpp %1 — %2")
+            .replace("%1", caps.llama_cpp_python_version)
+            .replace("%2", caps.system_info)
+        )
 
     def settings(self) -> LoadSettings:
         """The load settings as chosen (not validated: see :meth:`settings_error`)."""

@@ -9,7 +9,7 @@ measure again. It only shows and asks; the window runs the calibration on the en
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -27,20 +27,40 @@ from app.core.calibrate import Calibration, Trial
 from app.core.engine.protocol import LoadSettings
 
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-COLUMNS = ("", "Threads", "Batch", "Micro-batch", "Flash", "Prompt tok/s", "Gen tok/s")
+# the table's headers; QT_TRANSLATE_NOOP lets lupdate see the texts tr() gets at run time
+COLUMNS = (
+    "",
+    QT_TRANSLATE_NOOP("TunedSettingsBox", "Threads"),
+    QT_TRANSLATE_NOOP("TunedSettingsBox", "Batch"),
+    QT_TRANSLATE_NOOP("TunedSettingsBox", "Micro-batch"),
+    QT_TRANSLATE_NOOP("TunedSettingsBox", "Flash"),
+    QT_TRANSLATE_NOOP("TunedSettingsBox", "Prompt tok/s"),
+    QT_TRANSLATE_NOOP("TunedSettingsBox", "Gen tok/s"),
+)
 
 
 def describe(settings: LoadSettings) -> str:
     """ "2 threads, batch 256, flash on" (the micro-batch only when it differs)."""
-    threads = f"{settings.n_threads} thread" + ("s" if settings.n_threads != 1 else "")
-    batch = f"batch {settings.n_batch}"
+    n = settings.n_threads
+    threads = (
+        QCoreApplication.translate("TunedSettingsBox", "{0} thread")
+        if n == 1
+        else QCoreApplication.translate("TunedSettingsBox", "{0} threads")
+    ).format(n)
+    batch = str(settings.n_batch)
     if settings.n_ubatch != settings.n_batch:
         batch += f"/{settings.n_ubatch}"
-    return f"{threads}, {batch}, flash {'on' if settings.flash_attn else 'off'}"
+    text = (
+        QCoreApplication.translate("TunedSettingsBox", "{0}, batch {1}, flash on")
+        if settings.flash_attn
+        else QCoreApplication.translate("TunedSettingsBox", "{0}, batch {1}, flash off")
+    )
+    return text.format(threads, batch)
 
 
 def figures(trial: Trial) -> str:
-    return f"{trial.prompt_tokens_per_s:,.0f} prompt / {trial.gen_tokens_per_s:,.0f} gen tok/s"
+    text = QCoreApplication.translate("TunedSettingsBox", "{0:,.0f} prompt / {1:,.0f} gen tok/s")
+    return text.format(trial.prompt_tokens_per_s, trial.gen_tokens_per_s)
 
 
 class TunedSettingsBox(QGroupBox):
@@ -74,7 +94,7 @@ class TunedSettingsBox(QGroupBox):
         self.cancel_button.clicked.connect(self.cancel_requested)
         self.cancel_button.hide()
         self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels([self.tr(c) for c in COLUMNS])
+        self.table.setHorizontalHeaderLabels([self.tr(c) if c else c for c in COLUMNS])
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.hide()
@@ -140,7 +160,7 @@ class TunedSettingsBox(QGroupBox):
             text = self.tr("Tuned settings off: the values above are used.") + (
                 " " + self.tr("(Tuned: {0}.)").format(describe(cal.best)) if cal else ""
             )
-        self.line.setText(f"{note}. {text}" if note else text)
+        self.line.setText(self.tr("{0}. {1}").format(note, text) if note else text)
         self.table_button.setEnabled(cal is not None)
 
     def _fill_table(self) -> None:

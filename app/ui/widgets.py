@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QStyle, QWidget
+
+
+def still_plot(minimum_height: int) -> pg.PlotWidget:
+    """A pyqtgraph plot that only shows a figure the app redraws itself: no mouse zoom, no
+    auto-range button and no context menu. pyqtgraph's menus (View All, the axes, Export…) and
+    its export dialog cannot be translated, and zooming would fight the app's own ranges."""
+    plot = pg.PlotWidget()
+    plot.setMinimumHeight(minimum_height)
+    plot.setMouseEnabled(x=False, y=False)
+    plot.hideButtons()
+    plot.setMenuEnabled(False)
+    scene = plot.scene()
+    for action in scene.contextMenu:  # the scene's own "Export..." entry
+        action.deleteLater()
+    scene.contextMenu.clear()
+    return plot
 
 
 class MessageLine(QWidget):

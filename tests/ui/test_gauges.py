@@ -11,7 +11,7 @@ import pytest
 from app.core import telemetry
 from app.core.jobs import ChunkEvaluated, ChunkQueued, JobFinished, JobResult, KVStats, TokenBatch
 from app.core.telemetry import GPUMemory, GPUState
-from app.ui.gauges import HISTORY_S, REDRAW_MS, Y_STEPS, GaugesPanel
+from app.ui.gauges import GPU_REASONS, HISTORY_S, REDRAW_MS, Y_STEPS, GaugesPanel
 
 N_CTX = 512
 
@@ -72,6 +72,20 @@ def test_no_gpu_is_shown_when_nvml_has_no_figures(qtbot, gauges) -> None:
     qtbot.waitUntil(lambda: gauges.vram_text_shown() == "no GPU")
     assert gauges.vram_text.toolTip() == "no GPU: the NVIDIA driver is not available"
     assert not gauges.vram_bar.isEnabled()
+
+
+def test_every_reason_for_no_gpu_figures_can_be_translated() -> None:
+    assert set(GPU_REASONS) == {telemetry.NO_NVML, telemetry.NO_DRIVER, telemetry.NO_GPU}
+
+
+def test_the_plots_have_no_menu_and_no_zoom(qtbot, gauges) -> None:
+    """pyqtgraph's own menus and export dialog are English only, and zooming would fight the
+    fixed ranges: a right click on a gauge plot opens nothing."""
+    for plot in (gauges.rates, gauges.hist):
+        item = plot.getPlotItem()
+        assert not item.menuEnabled() and not item.getViewBox().menuEnabled()
+        assert plot.scene().contextMenu == []
+        assert item.getViewBox().state["mouseEnabled"] == [False, False]
 
 
 def test_vram_is_shown_when_there_is_a_gpu(qtbot, gauges, monkeypatch) -> None:

@@ -133,6 +133,16 @@ def test_gpu_layers_wait_for_capabilities_and_say_why_they_are_off(panel: ModelP
     assert panel.gpu_layers.value() == 0
 
 
+def test_the_panel_names_the_backend_the_build_runs_on(panel: ModelPanel) -> None:
+    assert panel.backend.text() == "checking…"
+    panel.set_capabilities(EngineCapabilities("0.3.36", "CPU : AVX2 = 1 | ", False, 1))
+    assert panel.backend.text() == "CPU only"
+    cuda = "CUDA : ARCHS = 890 | USE_GRAPHS = 1 | CPU : AVX2 = 1 | "
+    panel.set_capabilities(EngineCapabilities("0.3.36", cuda, True, 1))
+    assert panel.backend.text() == "CUDA + CPU (GPU offload available)"
+    assert "ARCHS = 890" in panel.backend.toolTip() and "0.3.36" in panel.backend.toolTip()
+
+
 def test_a_quantized_cache_turns_flash_attention_on_and_refuses_without_it(
     panel: ModelPanel,
 ) -> None:

@@ -1,0 +1,224 @@
+"""The "Get the Default Model" dialog: ask first, then download with progress and a Cancel.
+
+Models are not bundled with the app. This dialog says what it will fetch, how large it is and
+from where, and downloads only when the person agrees. The work (app/core/model_fetch.py) runs on
+a pool thread and reports into a small lock-guarded object that a timer reads ten times a second,
+so the worker never touches Qt. A failure stays in the dialog as one sentence with Try Again; a
+cancel stops between chunks and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from contextlib import suppress
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QTimer, Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+from shiboken6 import isValid
+
+from app.core.default_model import DEFAULT_MODEL, ModelFetchError
+from app.core.model_fetch import FetchCancelled, fetch_default_model, index_host
+from app.ui.tasks import run_in_background
+from app.ui.widgets import MessageLine
+
+POLL_MS = 100
+MIN_WIDTH = 480  # wide enough that the wrapped sentences stay a few lines each
+
+
+class _Transfer:
+    """One fetch: the progress its worker reports, read by the GUI thread's timer, and the
+    event that cancels it. Plain Python under a lock, so the worker holds no Qt object."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._done = 0
+        self._total = 0
+
+    def stop(self) -> None:
+        self.cancel.set()
+
+    def report(self, done: int, total: int) -> None:
+        with self._lock:
+            self._done, self._total = done, total
+
+    def progress(self) -> tuple[int, int]:
+        with self._lock:
+            return self._done, self._total
+
+
+def _as_sentence_end(text: str) -> str:
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+class ModelFetchDialog(QDialog):
+    """Confirm, download and verify the default model into ``folder``."""
+
+    fetched = Signal(object)  # Path of the verified model
+    failed = Signal(str)  # the sentence shown
+    cancelled = Signal()
+
+    def __init__(self, folder: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._folder = Path(folder)
+        self._transfer: _Transfer | None = None
+        self.setWindowTitle(self.tr("Get the Default Model"))
+        self.setMinimumWidth(MIN_WIDTH)
+
+        self.intro = QLabel(
+            self.tr(
+                "ContextLens will download {0} ({1:,.0f} MB) from {2} into {3}. The file is "
+                "checked against its published SHA-256 checksum before it is used."
+            ).format(DEFAULT_MODEL.filename, DEFAULT_MODEL.size / 1e6, index_host(), self._folder)
+        )
+        self.intro.setWordWrap(True)
+        self.bar = QProgressBar()
+        self.bar.setTextVisible(False)
+        self.amount = QLabel()
+        self.error = MessageLine()
+
+        self.buttons = QDialogButtonBox()
+        self.download_button = QPushButton(self.tr("&Download"))
+        self.download_button.setDefault(True)
+        self.buttons.addButton(self.download_button, QDialogButtonBox.ButtonRole.ActionRole)
+        self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        self.download_button.clicked.connect(self.start)
+        self.cancel_button.clicked.connect(self.reject)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.amount)
+        layout.addWidget(self.error)
+        layout.addStretch(1)
+        layout.addWidget(self.buttons)
+
+        self._poll = QTimer(self)
+        self._poll.setInterval(POLL_MS)
+        self._poll.timeout.connect(self._show_progress)
+        self._show_idle()
+
+    def running(self) -> bool:
+        return self._transfer is not None
+
+    def start(self) -> None:
+        """Download now (the person agreed), on a pool thread."""
+        if self._transfer is not None:
+            return
+        transfer = self._transfer = _Transfer()
+        folder = self._folder
+        self.error.clear()
+        self.download_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.cancel_button.setText(self.tr("Cancel"))
+        self.bar.setRange(0, 0)  # busy until the index says how large the wheel is
+        self.bar.show()
+        self.amount.setText(self.tr("Asking {0} for the file…").format(index_host()))
+        self.amount.show()
+        self.adjustSize()
+        self._poll.start()
+        # Quitting the app mid-download stops it too: the pool would otherwise hold the exit
+        # until the last byte arrived.
+        QCoreApplication.instance().aboutToQuit.connect(transfer.stop)
+
+        def work() -> Path | str | None:  # plain values only: see run_in_background
+            try:
+                return fetch_default_model(folder, transfer.report, transfer.cancel)
+            except FetchCancelled:
+                return None
+            except ModelFetchError as exc:  # expected (offline, a bad mirror): not logged
+                return str(exc)
+
+        dialog = weakref.ref(self)
+
+        def done(outcome: Path | str | None) -> None:
+            if (d := dialog()) is not None and isValid(d):
+                if isinstance(outcome, str):
+                    d._failed(transfer, outcome)
+                else:
+                    d._finished(transfer, outcome)
+
+        def failed(message: str) -> None:
+            if (d := dialog()) is not None and isValid(d):
+                d._failed(transfer, message)
+
+        run_in_background(work, done, failed)
+
+    def reject(self) -> None:
+        """Cancel, Esc or the close box: while downloading, stop it first (the dialog closes
+        once the worker has cleaned up); otherwise just close."""
+        transfer = self._transfer
+        if transfer is None:
+            super().reject()
+            return
+        if not transfer.cancel.is_set():
+            transfer.cancel.set()
+            self.cancel_button.setEnabled(False)
+            self.amount.setText(self.tr("Cancelling…"))
+
+    def _show_progress(self) -> None:
+        transfer = self._transfer
+        if transfer is None or transfer.cancel.is_set():
+            return
+        done, total = transfer.progress()
+        if total <= 0:
+            return
+        if self.bar.maximum() != total:
+            self.bar.setRange(0, total)
+        self.bar.setValue(done)
+        if done >= total:
+            self.amount.setText(self.tr("Checking the model…"))
+        else:
+            self.amount.setText(self.tr("{0:,.1f} of {1:,.1f} MB").format(done / 1e6, total / 1e6))
+
+    def _end(self, transfer: _Transfer) -> bool:
+        """Forget ``transfer``; False when it is not the current one (then ignore it)."""
+        if self._transfer is not transfer:
+            return False
+        self._show_progress()
+        self._poll.stop()
+        self._transfer = None
+        with suppress(RuntimeError, TypeError):
+            QCoreApplication.instance().aboutToQuit.disconnect(transfer.stop)
+        return True
+
+    def _finished(self, transfer: _Transfer, path: Path | None) -> None:
+        if not self._end(transfer):
+            return
+        if path is None:
+            self._show_idle()
+            self.cancelled.emit()
+            super().reject()
+            return
+        self.fetched.emit(path)
+        self.accept()
+
+    def _failed(self, transfer: _Transfer, message: str) -> None:
+        if not self._end(transfer):
+            return
+        text = self.tr("Could not get the default model: {0}").format(_as_sentence_end(message))
+        self._show_idle()
+        self.error.show_message(text)
+        self.download_button.setText(self.tr("Try &Again"))
+        self.cancel_button.setText(self.tr("Close"))
+        self.adjustSize()
+        self.failed.emit(text)
+
+    def _show_idle(self) -> None:
+        self.bar.hide()
+        self.amount.hide()
+        self.download_button.setEnabled(True)
+        self.cancel_button.setEnabled(True)
+
+    def error_text(self) -> str:
+        return self.error.text()

@@ -1,0 +1,236 @@
+"""One window per user: a second launch hands its files to the running one and exits.
+
+The first instance listens on a local socket (a Unix socket in the user's private runtime
+folder, a named pipe on Windows). A later ``contextlens FILE…`` connects, sends the absolute
+paths as one JSON line, waits for ``ok`` and exits 0; the running window opens each path (a
+``.ctxlens`` export is imported into the history, a ``.gguf`` is chosen as the model, anything
+else opens as the document) and comes to the front. A socket left behind by a crashed run is
+removed before listening, so it never blocks a start; a running instance that does not answer
+is left alone, and the new window then runs on its own.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+import platformdirs
+from PySide6.QtCore import QLockFile, QObject, Qt, Signal
+from PySide6.QtNetwork import QLocalServer, QLocalSocket
+from PySide6.QtWidgets import QWidget
+
+from app.core.paths import APP_NAME
+from app.ui.session_guard import state_dir
+
+log = logging.getLogger(__name__)
+ACK = b"ok\n"
+REFUSED = b"error\n"
+MAX_MESSAGE = 1 << 20  # bytes of one request; paths, not documents
+CONNECT_TIMEOUT_MS = 500
+ANSWER_TIMEOUT_MS = 5000
+STARTUP_LOCK_MS = 3000
+POLL_MS = 20
+MAX_ANSWER = 64
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+
+
+class Handover(enum.Enum):
+    TAKEN = "taken"  # a running instance took the paths: this launch is done
+    NO_SERVER = "no server"  # nothing listens (or only a stale socket): be the first
+    NO_ANSWER = "no answer"  # something listens but did not acknowledge: run on its own
+
+
+class Opens(Protocol):
+    def open_path(self, path: Path) -> None: ...
+
+
+def server_name() -> str:
+    """Per user and per state folder (so tests and a second profile keep apart): a socket in
+    the user's private runtime folder where there is one, else a name Qt places itself."""
+    key = hashlib.sha256(str(state_dir().absolute()).encode()).hexdigest()[:16]
+    name = f"{APP_NAME}-{key}"
+    folder = _private_runtime_dir()
+    if folder is not None and len(str(folder / name)) <= _MAX_SOCKET_PATH:
+        return str(folder / name)
+    return name
+
+
+def _private_runtime_dir() -> Path | None:
+    """The runtime folder when it is ours alone (owned by this user, no access for others)."""
+    if os.name != "posix":
+        return None
+    with warnings.catch_warnings():  # no XDG_RUNTIME_DIR: platformdirs warns, then falls back
+        warnings.simplefilter("ignore")
+        folder = Path(platformdirs.user_runtime_dir(APP_NAME))
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.stat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return folder
+
+
+def _request(paths: Sequence[Path]) -> bytes:
+    return (json.dumps({"paths": [os.path.abspath(p) for p in paths]}) + "\n").encode()
+
+
+def send_paths(
+    paths: Sequence[Path],
+    name: str | None = None,
+    *,
+    answer_timeout_ms: int = ANSWER_TIMEOUT_MS,
+) -> Handover:
+    """Hand ``paths`` (none: just raise the window) to the instance listening on ``name``.
+    Blocking; runs before this launch has an event loop, or on any thread."""
+    socket = QLocalSocket()
+    socket.connectToServer(name or server_name())
+    if not socket.waitForConnected(CONNECT_TIMEOUT_MS):
+        return Handover.NO_SERVER
+    socket.write(_request(paths))
+    socket.flush()
+    answer = b""
+    deadline = time.monotonic() + answer_timeout_ms / 1000
+    # short waits: each holds the GIL, and the server may be this process's own GUI thread
+    while not answer.endswith(b"\n") and len(answer) < MAX_ANSWER:
+        if socket.waitForReadyRead(POLL_MS) or socket.bytesAvailable():
+            answer += bytes(socket.readAll().data())
+        elif socket.state() != QLocalSocket.LocalSocketState.ConnectedState:
+            break
+        if time.monotonic() > deadline:
+            break
+    socket.abort()
+    if answer == ACK:
+        return Handover.TAKEN
+    log.warning("the running instance did not take the files (answer %r)", answer)
+    return Handover.NO_ANSWER
+
+
+class InstanceServer(QObject):
+    """Listens for later launches; ``paths_received`` carries each one's paths (a list of
+    Path, maybe empty) on the GUI thread."""
+
+    paths_received = Signal(list)
+
+    def __init__(self, name: str | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.name = name or server_name()
+        self._server = QLocalServer(self)
+        self._server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
+        self._server.newConnection.connect(self._on_connection)
+        self._buffers: dict[QLocalSocket, bytes] = {}
+
+    def listen(self) -> bool:
+        """Listen, removing a socket file a crashed run left; False (and logged) when that
+        fails: the window then works on its own."""
+        QLocalServer.removeServer(self.name)
+        if self._server.listen(self.name):
+            return True
+        log.warning("single instance off: cannot listen on %s (%s)", self.name,
+                    self._server.errorString())  # fmt: skip
+        return False
+
+    def is_listening(self) -> bool:
+        return self._server.isListening()
+
+    def close(self) -> None:
+        self._server.close()
+
+    def _on_connection(self) -> None:
+        while self._server.hasPendingConnections():
+            socket = self._server.nextPendingConnection()
+            self._buffers[socket] = b""
+            socket.readyRead.connect(lambda s=socket: self._read(s))
+            socket.disconnected.connect(lambda s=socket: self._drop(s))
+
+    def _drop(self, socket: QLocalSocket) -> None:
+        self._buffers.pop(socket, None)
+        socket.deleteLater()
+
+    def _read(self, socket: QLocalSocket) -> None:
+        if socket not in self._buffers:
+            return
+        data = self._buffers[socket] + bytes(socket.readAll().data())
+        self._buffers[socket] = data
+        if b"\n" not in data and len(data) <= MAX_MESSAGE:
+            return
+        del self._buffers[socket]
+        paths = _parse(data.split(b"\n", 1)[0]) if len(data) <= MAX_MESSAGE else None
+        socket.write(ACK if paths is not None else REFUSED)
+        socket.flush()
+        socket.disconnectFromServer()
+        if paths is not None:
+            self.paths_received.emit(paths)
+
+
+def _parse(line: bytes) -> list[Path] | None:
+    """The paths of one request, or None (logged) when it is not one."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        message = None
+    paths = message.get("paths") if isinstance(message, dict) else None
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        log.warning("ignored a malformed request from a second launch: %.200r", line)
+        return None
+    return [Path(p) for p in paths]
+
+
+@contextmanager
+def _startup_lock() -> Iterator[None]:
+    """Two launches at the same moment: one decides (send, or listen) at a time."""
+    folder = state_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        yield
+        return
+    lock = QLockFile(str(folder / "instance.lock"))
+    held = lock.tryLock(STARTUP_LOCK_MS)
+    try:
+        yield
+    finally:
+        if held:
+            lock.unlock()
+
+
+def claim(paths: Sequence[Path], name: str | None = None) -> tuple[Handover, InstanceServer | None]:
+    """Hand ``paths`` to a running instance, or become the one others hand theirs to.
+
+    (TAKEN, None): this launch is done. (NO_SERVER, server): listen with ``server`` (not
+    listening if the socket could not be made). (NO_ANSWER, None): run on its own."""
+    name = name or server_name()
+    with _startup_lock():
+        outcome = send_paths(paths, name)
+        if outcome is not Handover.NO_SERVER:
+            return outcome, None
+        server = InstanceServer(name)
+        server.listen()
+        return outcome, server
+
+
+def open_in(window: Opens, paths: Sequence[Path]) -> None:
+    """Open what a later launch sent, then bring the window to the front."""
+    for path in paths:
+        window.open_path(path)
+    if isinstance(window, QWidget):
+        bring_to_front(window)
+
+
+def bring_to_front(window: QWidget) -> None:
+    window.show()
+    window.setWindowState(
+        (window.windowState() & ~Qt.WindowState.WindowMinimized) | Qt.WindowState.WindowActive
+    )
+    window.raise_()
+    window.activateWindow()

@@ -1,0 +1,1528 @@
+<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE TS>
+<TS version="2.1" language="zh_CN">
+<context>
+    <name>BranchDialog</name>
+    <message>
+        <source>Branch from v{0}</source>
+        <translation>从 v{0} 创建分支</translation>
+    </message>
+    <message>
+        <source>&amp;Prompt for the new version:</source>
+        <translation>新版本的提示词(&amp;P)：</translation>
+    </message>
+    <message>
+        <source>&amp;Branch</source>
+        <translation>创建分支(&amp;B)</translation>
+    </message>
+</context>
+<context>
+    <name>BufferPanel</name>
+    <message>
+        <source>No run yet</source>
+        <translation>尚未运行</translation>
+    </message>
+    <message>
+        <source>1 · Input: chunks</source>
+        <translation>1 · 输入：分块</translation>
+    </message>
+    <message>
+        <source>2 · KV cache</source>
+        <translation>2 · KV 缓存</translation>
+    </message>
+    <message>
+        <source>3 · Output</source>
+        <translation>3 · 输出</translation>
+    </message>
+    <message>
+        <source>Lane {0}</source>
+        <translation>通道 {0}</translation>
+    </message>
+    <message>
+        <source>{0}: {1:,} of {2:,} tokens kept, budget {3:,}, {4} pass(es), {5} span(s) dropped, boundaries {6:.0%}</source>
+        <translation>{0}：保留 {1:,} / {2:,} 个 token，预算 {3:,}，{4} 轮，丢弃 {5} 个片段，边界完整度 {6:.0%}</translation>
+    </message>
+    <message>
+        <source>Engine error: {0}</source>
+        <translation>引擎错误：{0}</translation>
+    </message>
+    <message>
+        <source>Strategy: {0}</source>
+        <translation>策略：{0}</translation>
+    </message>
+    <message>
+        <source>Refused: {0}</source>
+        <translation>已拒绝：{0}</translation>
+    </message>
+    <message>
+        <source>Error: {0}</source>
+        <translation>错误：{0}</translation>
+    </message>
+    <message>
+        <source>Finished: {0} · {1:,} prompt tokens ({2:,} evaluated) · {3:,} generated · KV peak {4:,} of {5:,} · {6:.1f} s</source>
+        <translation>已结束：{0} · 提示词 {1:,} 个 token（已计算 {2:,} 个）· 生成 {3:,} 个 · KV 峰值 {4:,} / {5:,} · {6:.1f} 秒</translation>
+    </message>
+    <message>
+        <source>Click to highlight the document text this output came from</source>
+        <translation>点击以高亮此输出所依据的文档文本</translation>
+    </message>
+    <message>
+        <source>{0} lanes: {1} of {2:,} positions each</source>
+        <translation>{0} 个通道：各占用 {1} / {2:,} 个位置</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} positions in use</source>
+        <translation>已使用 {0:,} / {1:,} 个位置</translation>
+    </message>
+</context>
+<context>
+    <name>ChunkQueueModel</name>
+    <message>
+        <source>#</source>
+        <translation>序号</translation>
+    </message>
+    <message>
+        <source>Characters</source>
+        <translation>字符</translation>
+    </message>
+    <message>
+        <source>Tokens</source>
+        <translation>Token 数</translation>
+    </message>
+    <message>
+        <source>State</source>
+        <translation>状态</translation>
+    </message>
+    <message>
+        <source>pending</source>
+        <translation>等待中</translation>
+    </message>
+    <message>
+        <source>in KV</source>
+        <translation>在 KV 中</translation>
+    </message>
+    <message>
+        <source>done</source>
+        <translation>已完成</translation>
+    </message>
+    <message>
+        <source>evicted</source>
+        <translation>已逐出</translation>
+    </message>
+</context>
+<context>
+    <name>CompareView</name>
+    <message>
+        <source>strategy</source>
+        <translation>策略</translation>
+    </message>
+    <message>
+        <source>kept</source>
+        <translation>保留</translation>
+    </message>
+    <message>
+        <source>passes</source>
+        <translation>轮数</translation>
+    </message>
+    <message>
+        <source>boundaries</source>
+        <translation>边界完整度</translation>
+    </message>
+    <message>
+        <source>needles</source>
+        <translation>针</translation>
+    </message>
+    <message>
+        <source>prompt</source>
+        <translation>提示词</translation>
+    </message>
+    <message>
+        <source>generated</source>
+        <translation>生成</translation>
+    </message>
+    <message>
+        <source>KV peak</source>
+        <translation>KV 峰值</translation>
+    </message>
+    <message>
+        <source>seconds</source>
+        <translation>秒</translation>
+    </message>
+    <message>
+        <source>finish</source>
+        <translation>结束原因</translation>
+    </message>
+</context>
+<context>
+    <name>DiffDialog</name>
+    <message>
+        <source>The two versions are the same.</source>
+        <translation>两个版本相同。</translation>
+    </message>
+</context>
+<context>
+    <name>DocumentView</name>
+    <message>
+        <source>No document</source>
+        <translation>没有文档</translation>
+    </message>
+    <message>
+        <source>Document text</source>
+        <translation>文档文本</translation>
+    </message>
+    <message>
+        <source>Position in the document</source>
+        <translation>文档中的位置</translation>
+    </message>
+    <message>
+        <source>Span under the caret</source>
+        <translation>光标处的片段</translation>
+    </message>
+    <message>
+        <source>tokens per chunk</source>
+        <translation>每块 token 数</translation>
+    </message>
+    <message>
+        <source>chunks</source>
+        <translation>分块数</translation>
+    </message>
+    <message>
+        <source>budget {value:,.0f}</source>
+        <translation>预算 {value:,.0f}</translation>
+    </message>
+    <message>
+        <source>{0:,} characters</source>
+        <translation>{0:,} 个字符</translation>
+    </message>
+    <message>
+        <source>{0:,} tokens (model)</source>
+        <translation>{0:,} 个 token（模型）</translation>
+    </message>
+    <message>
+        <source>tokens (model): no model</source>
+        <translation>token（模型）：未加载模型</translation>
+    </message>
+    <message>
+        <source>tokens (model): counting…</source>
+        <translation>token（模型）：正在计数…</translation>
+    </message>
+    <message>
+        <source>{0:,} tokens (cl100k)</source>
+        <translation>{0:,} 个 token（cl100k）</translation>
+    </message>
+    <message>
+        <source>tokens (cl100k): counting…</source>
+        <translation>token（cl100k）：正在计数…</translation>
+    </message>
+    <message>
+        <source>about </source>
+        <translation>约 </translation>
+    </message>
+    <message>
+        <source>{0}{1:,.1f}× the {2:,}-token context</source>
+        <translation>为 {2:,} token 上下文的{0}{1:,.1f} 倍</translation>
+    </message>
+    <message>
+        <source>fits the {0:,}-token context</source>
+        <translation>可放入 {0:,} token 的上下文</translation>
+    </message>
+    <message>
+        <source>Kept: {0}</source>
+        <translation>保留：{0}</translation>
+    </message>
+    <message>
+        <source>Dropped: {0}</source>
+        <translation>丢弃：{0}</translation>
+    </message>
+    <message>
+        <source>{0:,} tokens, characters {1:,}–{2:,}</source>
+        <translation>{0:,} 个 token，字符 {1:,}–{2:,}</translation>
+    </message>
+    <message>
+        <source>In pass {0:,} of {1:,}</source>
+        <translation>在第 {0:,} 轮（共 {1:,} 轮）</translation>
+    </message>
+    <message>
+        <source>In passes {0:,}–{1:,} of {2:,}</source>
+        <translation>在第 {0:,}–{1:,} 轮（共 {2:,} 轮）</translation>
+    </message>
+    <message>
+        <source>Chunk {0:,} of {1:,}: {2:,} tokens</source>
+        <translation>第 {0:,} 块（共 {1:,} 块）：{2:,} 个 token</translation>
+    </message>
+    <message>
+        <source>{0}: refused — {1}</source>
+        <translation>{0}：已拒绝 — {1}</translation>
+    </message>
+    <message>
+        <source>{0}: {1:,} of {2:,} tokens reach the model · spans kept/dropped: {3:,}/{4:,} · {5:,} chunks · cuts on sentence boundaries or better: {6:.0%}</source>
+        <translation>{0}：{1:,} / {2:,} 个 token 送入模型 · 保留/丢弃片段：{3:,}/{4:,} · {5:,} 个分块 · 切分点位于句子或更大边界：{6:.0%}</translation>
+    </message>
+    <message>
+        <source> · {0:,} passes, the largest {1:,} tokens (budget {2:,})</source>
+        <translation> · {0:,} 轮，最大一轮 {1:,} 个 token（预算 {2:,}）</translation>
+    </message>
+</context>
+<context>
+    <name>EngineWorker</name>
+    <message>
+        <source>Loading model…</source>
+        <translation>正在加载模型…</translation>
+    </message>
+    <message>
+        <source>Calibrating…</source>
+        <translation>正在校准…</translation>
+    </message>
+    <message>
+        <source>Calibration cancelled</source>
+        <translation>校准已取消</translation>
+    </message>
+    <message>
+        <source>Calibration failed: {0}</source>
+        <translation>校准失败：{0}</translation>
+    </message>
+    <message>
+        <source>Counting tokens…</source>
+        <translation>正在统计 token…</translation>
+    </message>
+    <message>
+        <source>Load a model first.</source>
+        <translation>请先加载模型。</translation>
+    </message>
+    <message>
+        <source>Running…</source>
+        <translation>正在运行…</translation>
+    </message>
+    <message>
+        <source>the engine process ended</source>
+        <translation>引擎进程已结束</translation>
+    </message>
+</context>
+<context>
+    <name>GaugesPanel</name>
+    <message>
+        <source>no GPU figures: nvidia-ml-py is not installed</source>
+        <translation>无 GPU 数据：未安装 nvidia-ml-py</translation>
+    </message>
+    <message>
+        <source>no GPU: the NVIDIA driver is not available</source>
+        <translation>无 GPU：NVIDIA 驱动不可用</translation>
+    </message>
+    <message>
+        <source>no GPU found</source>
+        <translation>未找到 GPU</translation>
+    </message>
+    <message>
+        <source>–</source>
+        <translation>–</translation>
+    </message>
+    <message>
+        <source>KV cache</source>
+        <translation>KV 缓存</translation>
+    </message>
+    <message>
+        <source>RAM</source>
+        <translation>内存</translation>
+    </message>
+    <message>
+        <source>VRAM</source>
+        <translation>显存</translation>
+    </message>
+    <message>
+        <source>Tokens per second</source>
+        <translation>每秒 token 数</translation>
+    </message>
+    <message>
+        <source>seconds ago</source>
+        <translation>秒前</translation>
+    </message>
+    <message>
+        <source>generation</source>
+        <translation>生成</translation>
+    </message>
+    <message>
+        <source>prompt</source>
+        <translation>提示词</translation>
+    </message>
+    <message>
+        <source>over</source>
+        <translation>超出</translation>
+    </message>
+    <message>
+        <source>Last job: {0:,} prompt tokens evaluated in {1:.2f} s to first token ({2:,.0f} tokens/s); {3:,} tokens generated; {4:.1f} s in all</source>
+        <translation>上一个作业：{0:,} 个提示词 token 计算完毕，{1:.2f} 秒后输出首个 token（{2:,.0f} token/秒）；生成 {3:,} 个 token；共 {4:.1f} 秒</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} cells · {2}</source>
+        <translation>{0:,} / {1:,} 个单元 · {2}</translation>
+    </message>
+    <message>
+        <source>none</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>app {0} + engine {1} of {2}</source>
+        <translation>应用 {0} + 引擎 {1}，共 {2}</translation>
+    </message>
+    <message>
+        <source>Prompt length, % of n_ctx ({0:,} prompts)</source>
+        <translation>提示词长度，占 n_ctx 的百分比（{0:,} 个提示词）</translation>
+    </message>
+    <message>
+        <source>Lane {0}</source>
+        <translation>通道 {0}</translation>
+    </message>
+    <message>
+        <source>{0} lanes: {1:,} of {2} × {3:,} cells</source>
+        <translation>{0} 个通道：{1:,} / {2} × {3:,} 个单元</translation>
+    </message>
+    <message>
+        <source>no GPU</source>
+        <translation>无 GPU</translation>
+    </message>
+    <message>
+        <source>{0} of {1}</source>
+        <translation>{0} / {1}</translation>
+    </message>
+</context>
+<context>
+    <name>HistoryPanel</name>
+    <message>
+        <source>Session:</source>
+        <translation>会话：</translation>
+    </message>
+    <message>
+        <source>Refresh</source>
+        <translation>刷新</translation>
+    </message>
+    <message>
+        <source>Version</source>
+        <translation>版本</translation>
+    </message>
+    <message>
+        <source>Created</source>
+        <translation>创建时间</translation>
+    </message>
+    <message>
+        <source>Task</source>
+        <translation>任务</translation>
+    </message>
+    <message>
+        <source>Strategy</source>
+        <translation>策略</translation>
+    </message>
+    <message>
+        <source>Prompt</source>
+        <translation>提示词</translation>
+    </message>
+    <message>
+        <source>Last run</source>
+        <translation>最近一次运行</translation>
+    </message>
+    <message>
+        <source>KV state</source>
+        <translation>KV 状态</translation>
+    </message>
+    <message>
+        <source>&amp;Diff</source>
+        <translation>差异(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Rollbac&amp;k</source>
+        <translation>回滚(&amp;K)</translation>
+    </message>
+    <message>
+        <source>Branch…</source>
+        <translation>创建分支…</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Undo Delete</source>
+        <translation>撤销删除</translation>
+    </message>
+    <message>
+        <source>&amp;Export…</source>
+        <translation>导出(&amp;E)…</translation>
+    </message>
+    <message>
+        <source>Include KV states</source>
+        <translation>包含 KV 状态</translation>
+    </message>
+    <message>
+        <source>Exports carry the saved KV states, so rollbacks stay instant elsewhere</source>
+        <translation>导出时附带已保存的 KV 状态，在其他地方回滚也能即时完成</translation>
+    </message>
+    <message>
+        <source>&amp;Import…</source>
+        <translation>导入(&amp;I)…</translation>
+    </message>
+    <message>
+        <source>ContextLens</source>
+        <translation>ContextLens</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>This history is read-only: it can be browsed and exported, not changed.</source>
+        <translation>此历史记录为只读：可以浏览和导出，但不能修改。</translation>
+    </message>
+    <message>
+        <source>{0} (#{1})</source>
+        <translation>{0}（#{1}）</translation>
+    </message>
+    <message>
+        <source>{0} versions</source>
+        <translation>{0} 个版本</translation>
+    </message>
+    <message>
+        <source>Version #{0} of session #{1}</source>
+        <translation>会话 #{1} 的版本 #{0}</translation>
+    </message>
+    <message>
+        <source>{0} · {1:,} + {2:,} tokens</source>
+        <translation>{0} · {1:,} + {2:,} 个 token</translation>
+    </message>
+    <message>
+        <source>{0} instant</source>
+        <translation>{0} 即时</translation>
+    </message>
+    <message>
+        <source>its own</source>
+        <translation>本版本的</translation>
+    </message>
+    <message>
+        <source>that of the version it equals (#{0})</source>
+        <translation>与之相同的版本（#{0}）的</translation>
+    </message>
+    <message>
+        <source>A rollback resumes from a saved KV state ({0}): {1:,} prompt tokens, context {2:,}, {3} cache, {4:,.1f} MiB; the prompt is not evaluated again.</source>
+        <translation>回滚将从{0}已保存 KV 状态继续：提示词 {1:,} 个 token，上下文 {2:,}，{3} 缓存，{4:,.1f} MiB；无需重新计算提示词。</translation>
+    </message>
+    <message>
+        <source>All sessions</source>
+        <translation>所有会话</translation>
+    </message>
+    <message>
+        <source>{0} (#{1}, {2} versions)</source>
+        <translation>{0}（#{1}，{2} 个版本）</translation>
+    </message>
+    <message>
+        <source>Rollbac&amp;k {0}</source>
+        <translation>回滚 {0}(&amp;K)</translation>
+    </message>
+    <message>
+        <source>The history database is read-only: nothing can be changed.</source>
+        <translation>历史数据库为只读：无法进行任何修改。</translation>
+    </message>
+    <message>
+        <source>A saved KV state: the rollback resumes instantly</source>
+        <translation>已保存 KV 状态：回滚可即时继续</translation>
+    </message>
+    <message>
+        <source>A new version equal to the selected one; nothing after it is lost</source>
+        <translation>新建一个与所选版本相同的版本；其后的内容不会丢失</translation>
+    </message>
+    <message>
+        <source>A new version from the selected one, with a new prompt</source>
+        <translation>基于所选版本、使用新提示词新建一个版本</translation>
+    </message>
+    <message>
+        <source>Hide the selection; Undo brings it back until you quit</source>
+        <translation>隐藏所选项；退出前可通过撤销恢复</translation>
+    </message>
+    <message>
+        <source>Bring back what was deleted last</source>
+        <translation>恢复最近删除的内容</translation>
+    </message>
+    <message>
+        <source>Add a session from a .ctxlens file</source>
+        <translation>从 .ctxlens 文件添加会话</translation>
+    </message>
+    <message>
+        <source>Compare two selected versions</source>
+        <translation>比较所选的两个版本</translation>
+    </message>
+    <message>
+        <source>Write the session to a .ctxlens file</source>
+        <translation>将会话写入 .ctxlens 文件</translation>
+    </message>
+    <message>
+        <source>Select exactly two versions to compare.</source>
+        <translation>请恰好选择两个版本进行比较。</translation>
+    </message>
+    <message>
+        <source>v{0} → v{1}</source>
+        <translation>v{0} → v{1}</translation>
+    </message>
+    <message>
+        <source>Rolled back to v{0} as v{1}: it resumes instantly from the saved KV state.</source>
+        <translation>已回滚到 v{0}，新版本为 v{1}：将从已保存的 KV 状态即时继续。</translation>
+    </message>
+    <message>
+        <source>Rolled back to v{0} as v{1}: no KV state is saved, so the prompt will be evaluated again.</source>
+        <translation>已回滚到 v{0}，新版本为 v{1}：没有保存 KV 状态，因此将重新计算提示词。</translation>
+    </message>
+    <message>
+        <source>v{0} branched from v{1}.</source>
+        <translation>已从 v{1} 创建分支 v{0}。</translation>
+    </message>
+    <message>
+        <source>Deleted {0} item(s); Undo Delete brings them back until you quit.</source>
+        <translation>已删除 {0} 项；退出前可通过“撤销删除”恢复。</translation>
+    </message>
+    <message>
+        <source>Nothing to undo.</source>
+        <translation>没有可撤销的操作。</translation>
+    </message>
+    <message>
+        <source>version</source>
+        <translation>版本</translation>
+    </message>
+    <message>
+        <source>session</source>
+        <translation>会话</translation>
+    </message>
+    <message>
+        <source>The {0} #{1} is back.</source>
+        <translation>{0} #{1} 已恢复。</translation>
+    </message>
+    <message>
+        <source>Choose a session to export (above, or select one of its versions).</source>
+        <translation>请选择要导出的会话（在上方选择，或选中它的某个版本）。</translation>
+    </message>
+    <message>
+        <source>Export Session</source>
+        <translation>导出会话</translation>
+    </message>
+    <message>
+        <source>ContextLens sessions (*.ctxlens)</source>
+        <translation>ContextLens 会话 (*.ctxlens)</translation>
+    </message>
+    <message>
+        <source>Exporting the session to {0}…</source>
+        <translation>正在将会话导出到 {0}…</translation>
+    </message>
+    <message>
+        <source>Export to {0} cancelled; no file was written and nothing changed.</source>
+        <translation>导出到 {0} 已取消；未写入任何文件，也没有任何改动。</translation>
+    </message>
+    <message>
+        <source>Exported {0} versions, {1} runs and {2} KV states to {3} ({4:,.1f} MiB).</source>
+        <translation>已将 {0} 个版本、{1} 次运行和 {2} 个 KV 状态导出到 {3}（{4:,.1f} MiB）。</translation>
+    </message>
+    <message>
+        <source>Import Session</source>
+        <translation>导入会话</translation>
+    </message>
+    <message>
+        <source>ContextLens sessions (*.ctxlens);;All files (*)</source>
+        <translation>ContextLens 会话 (*.ctxlens);;所有文件 (*)</translation>
+    </message>
+    <message>
+        <source>This history is read-only: {0} cannot be imported.</source>
+        <translation>此历史记录为只读：无法导入 {0}。</translation>
+    </message>
+    <message>
+        <source>An export or import is running: open {0} again when it has finished.</source>
+        <translation>正在导出或导入：完成后请再次打开 {0}。</translation>
+    </message>
+    <message>
+        <source>Importing {0}…</source>
+        <translation>正在导入 {0}…</translation>
+    </message>
+    <message>
+        <source>Import of {0} cancelled; nothing changed in the history.</source>
+        <translation>导入 {0} 已取消；历史记录没有任何改动。</translation>
+    </message>
+    <message>
+        <source>Imported {0} as session #{1}: {2} versions, {3} runs, {4} KV states.</source>
+        <translation>已将 {0} 导入为会话 #{1}：{2} 个版本、{3} 次运行、{4} 个 KV 状态。</translation>
+    </message>
+    <message>
+        <source>Cancelling…</source>
+        <translation>正在取消…</translation>
+    </message>
+</context>
+<context>
+    <name>KVBar</name>
+    <message>
+        <source>Free: {0:,} of {1:,} positions</source>
+        <translation>空闲：{0:,} / {1:,} 个位置</translation>
+    </message>
+    <message>
+        <source>Document chunk, characters {0:,}–{1:,}</source>
+        <translation>文档分块，字符 {0:,}–{1:,}</translation>
+    </message>
+    <message>
+        <source>Pinned prefix: chat template, task and any text carried in front of the document</source>
+        <translation>固定前缀：聊天模板、任务以及放在文档前面的其他文本</translation>
+    </message>
+    <message>
+        <source>Context text without a document span</source>
+        <translation>不对应文档片段的上下文文本</translation>
+    </message>
+    <message>
+        <source>Question and the reply&apos;s turn markers</source>
+        <translation>问题及回复的轮次标记</translation>
+    </message>
+    <message>
+        <source>Generated output</source>
+        <translation>生成的输出</translation>
+    </message>
+    <message>
+        <source>KV positions {0:,}–{1:,} ({2:,} tokens)</source>
+        <translation>KV 位置 {0:,}–{1:,}（{2:,} 个 token）</translation>
+    </message>
+</context>
+<context>
+    <name>Language</name>
+    <message>
+        <source>&amp;System</source>
+        <translation>跟随系统(&amp;S)</translation>
+    </message>
+    <message>
+        <source>&amp;Language</source>
+        <translation>语言(&amp;L)</translation>
+    </message>
+    <message>
+        <source>The language changes the next time ContextLens starts.</source>
+        <translation>语言将在下次启动 ContextLens 时更改。</translation>
+    </message>
+</context>
+<context>
+    <name>MainWindow</name>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>&amp;Buffers</source>
+        <translation>缓冲区(&amp;B)</translation>
+    </message>
+    <message>
+        <source>Comp&amp;are</source>
+        <translation>比较(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Histor&amp;y</source>
+        <translation>历史(&amp;Y)</translation>
+    </message>
+    <message>
+        <source>Three-stage buffer</source>
+        <translation>三级缓冲区</translation>
+    </message>
+    <message>
+        <source>Gauges</source>
+        <translation>仪表盘</translation>
+    </message>
+    <message>
+        <source>Job</source>
+        <translation>作业</translation>
+    </message>
+    <message>
+        <source>&amp;File</source>
+        <translation>文件(&amp;F)</translation>
+    </message>
+    <message>
+        <source>&amp;Open Document…</source>
+        <translation>打开文档(&amp;O)…</translation>
+    </message>
+    <message>
+        <source>Open &amp;Recent</source>
+        <translation>最近打开(&amp;R)</translation>
+    </message>
+    <message>
+        <source>Get the &amp;Default Model…</source>
+        <translation>获取默认模型(&amp;D)…</translation>
+    </message>
+    <message>
+        <source>&amp;Quit</source>
+        <translation>退出(&amp;Q)</translation>
+    </message>
+    <message>
+        <source>What the model does with the document</source>
+        <translation>模型要对文档做什么</translation>
+    </message>
+    <message>
+        <source> &amp;Task </source>
+        <translation> 任务(&amp;T) </translation>
+    </message>
+    <message>
+        <source>Question, or instruction for extract</source>
+        <translation>问题，或提取任务的指令</translation>
+    </message>
+    <message>
+        <source>What to do with a document longer than the context</source>
+        <translation>文档超出上下文长度时的处理方式</translation>
+    </message>
+    <message>
+        <source> &amp;Strategy </source>
+        <translation> 策略(&amp;S) </translation>
+    </message>
+    <message>
+        <source>Longest reply, in tokens (kept free in the context)</source>
+        <translation>回复的最大长度（token 数，会在上下文中预留）</translation>
+    </message>
+    <message>
+        <source> Rep&amp;ly </source>
+        <translation> 回复(&amp;L) </translation>
+    </message>
+    <message>
+        <source>&amp;Run</source>
+        <translation>运行(&amp;R)</translation>
+    </message>
+    <message>
+        <source>Com&amp;pare</source>
+        <translation>比较(&amp;P)</translation>
+    </message>
+    <message>
+        <source>&amp;Compare</source>
+        <translation>比较(&amp;C)</translation>
+    </message>
+    <message>
+        <source>Needles: facts to track, separated by |</source>
+        <translation>针：要追踪的事实，用 | 分隔</translation>
+    </message>
+    <message>
+        <source>Texts from the document; Compare shows the share that reaches the model</source>
+        <translation>取自文档的文本；“比较”会显示其中送入模型的比例</translation>
+    </message>
+    <message>
+        <source>&amp;Cancel</source>
+        <translation>取消(&amp;C)</translation>
+    </message>
+    <message>
+        <source>&amp;Job</source>
+        <translation>作业(&amp;J)</translation>
+    </message>
+    <message>
+        <source>&amp;Audit Each Run Against llama.cpp</source>
+        <translation>每次运行后对照 llama.cpp 审计(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Check after each model call that llama.cpp holds exactly the plan shown</source>
+        <translation>每次调用模型后检查 llama.cpp 中的内容与所示计划完全一致</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>&amp;View</source>
+        <translation>视图(&amp;V)</translation>
+    </message>
+    <message>
+        <source>Go to the &amp;Document</source>
+        <translation>转到文档(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Go to the &amp;Model</source>
+        <translation>转到模型(&amp;M)</translation>
+    </message>
+    <message>
+        <source>Go to the &amp;Three-Stage Buffer</source>
+        <translation>转到三级缓冲区(&amp;T)</translation>
+    </message>
+    <message>
+        <source>T&amp;heme</source>
+        <translation>主题(&amp;H)</translation>
+    </message>
+    <message>
+        <source>&amp;System</source>
+        <translation>跟随系统(&amp;S)</translation>
+    </message>
+    <message>
+        <source>&amp;Light</source>
+        <translation>浅色(&amp;L)</translation>
+    </message>
+    <message>
+        <source>&amp;Dark</source>
+        <translation>深色(&amp;D)</translation>
+    </message>
+    <message>
+        <source>&amp;Help</source>
+        <translation>帮助(&amp;H)</translation>
+    </message>
+    <message>
+        <source>&amp;About ContextLens</source>
+        <translation>关于 ContextLens(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Open Document</source>
+        <translation>打开文档</translation>
+    </message>
+    <message>
+        <source>Opening {0}…</source>
+        <translation>正在打开 {0}…</translation>
+    </message>
+    <message>
+        <source>{0} cannot be imported: {1}</source>
+        <translation>无法导入 {0}：{1}</translation>
+    </message>
+    <message>
+        <source>Planning {0}…</source>
+        <translation>正在规划 {0}…</translation>
+    </message>
+    <message>
+        <source>Counting tokens…</source>
+        <translation>正在统计 token…</translation>
+    </message>
+    <message>
+        <source>Loading {0}…</source>
+        <translation>正在加载 {0}…</translation>
+    </message>
+    <message>
+        <source>Calibrating: {0}/{1} settings tried…</source>
+        <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
+    </message>
+    <message>
+        <source>Model loaded in {0:.2f} s</source>
+        <translation>模型已加载，用时 {0:.2f} 秒</translation>
+    </message>
+    <message>
+        <source>Ready</source>
+        <translation>就绪</translation>
+    </message>
+    <message>
+        <source>Map Phase in Parallel &amp;Lanes</source>
+        <translation>map 阶段并行通道(&amp;L)</translation>
+    </message>
+    <message>
+        <source>&amp;One Window at a Time</source>
+        <translation>一次一个窗口(&amp;O)</translation>
+    </message>
+    <message>
+        <source>&amp;{0} Lanes</source>
+        <translation>&amp;{0} 个通道</translation>
+    </message>
+    <message>
+        <source>Generate the replies of a map phase this many at a time; each lane holds a context of its own</source>
+        <translation>map 阶段同时生成这么多个回复；每个通道有自己的上下文</translation>
+    </message>
+    <message>
+        <source>Open a document first.</source>
+        <translation>请先打开文档。</translation>
+    </message>
+    <message>
+        <source>Load a model first.</source>
+        <translation>请先加载模型。</translation>
+    </message>
+    <message>
+        <source>Type the question (or the extract instruction) first.</source>
+        <translation>请先输入问题（或提取指令）。</translation>
+    </message>
+    <message>
+        <source>Choose two to four strategies to compare (Compare menu).</source>
+        <translation>请选择二至四个策略进行比较（“比较”菜单）。</translation>
+    </message>
+    <message>
+        <source>None of the needles occurs in the document.</source>
+        <translation>文档中没有出现任何一根针。</translation>
+    </message>
+    <message>
+        <source>Planning…</source>
+        <translation>正在规划…</translation>
+    </message>
+    <message>
+        <source>Cancelling…</source>
+        <translation>正在取消…</translation>
+    </message>
+    <message>
+        <source>Planning cancelled; the plan shown is the last one made.</source>
+        <translation>规划已取消；所示计划为最近一次生成的计划。</translation>
+    </message>
+    <message>
+        <source>Opening cancelled.</source>
+        <translation>打开已取消。</translation>
+    </message>
+    <message>
+        <source>Cancelling the calibration…</source>
+        <translation>正在取消校准…</translation>
+    </message>
+    <message>
+        <source>Running…</source>
+        <translation>正在运行…</translation>
+    </message>
+    <message>
+        <source>Refused: {0}</source>
+        <translation>已拒绝：{0}</translation>
+    </message>
+    <message>
+        <source>nothing</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>Done: {0}</source>
+        <translation>完成：{0}</translation>
+    </message>
+    <message>
+        <source>The run was not recorded: {0}</source>
+        <translation>本次运行未被记录：{0}</translation>
+    </message>
+    <message>
+        <source>Rolled back to a new version #{0}; run it to see its output.</source>
+        <translation>已回滚为新版本 #{0}；运行它以查看输出。</translation>
+    </message>
+    <message>
+        <source>No KV state for the loaded model and context; run it again.</source>
+        <translation>没有与当前模型和上下文匹配的 KV 状态；请重新运行。</translation>
+    </message>
+    <message>
+        <source>Resuming from the saved KV state…</source>
+        <translation>正在从已保存的 KV 状态继续…</translation>
+    </message>
+    <message>
+        <source>Engine restarted</source>
+        <translation>引擎已重启</translation>
+    </message>
+    <message>
+        <source>The engine stopped: {0}. Starting it again…</source>
+        <translation>引擎已停止：{0}。正在重新启动…</translation>
+    </message>
+    <message>
+        <source>ContextLens</source>
+        <translation>ContextLens</translation>
+    </message>
+    <message>
+        <source>Unexpected error (details in the log): {0}: {1}</source>
+        <translation>意外错误（详情见日志）：{0}：{1}</translation>
+    </message>
+    <message>
+        <source>About ContextLens</source>
+        <translation>关于 ContextLens</translation>
+    </message>
+    <message>
+        <source>ContextLens {0}
+llama-cpp-python {1}
+llama.cpp build: {2}
+Qt (PySide6) {3}</source>
+        <translation>ContextLens {0}
+llama-cpp-python {1}
+llama.cpp 构建：{2}
+Qt (PySide6) {3}</translation>
+    </message>
+    <message>
+        <source>(load a model)</source>
+        <translation>（请加载模型）</translation>
+    </message>
+</context>
+<context>
+    <name>ModelCard</name>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Name:</source>
+        <translation>名称：</translation>
+    </message>
+    <message>
+        <source>File:</source>
+        <translation>文件：</translation>
+    </message>
+    <message>
+        <source>Architecture:</source>
+        <translation>架构：</translation>
+    </message>
+    <message>
+        <source>Parameters:</source>
+        <translation>参数量：</translation>
+    </message>
+    <message>
+        <source>Quantization:</source>
+        <translation>量化：</translation>
+    </message>
+    <message>
+        <source>Context trained:</source>
+        <translation>训练上下文：</translation>
+    </message>
+    <message>
+        <source>Layers:</source>
+        <translation>层数：</translation>
+    </message>
+    <message>
+        <source>KV bytes per token:</source>
+        <translation>每 token 的 KV 字节数：</translation>
+    </message>
+    <message>
+        <source>Loaded:</source>
+        <translation>已加载：</translation>
+    </message>
+    <message>
+        <source>{0} ({1} MiB, GGUF v{2})</source>
+        <translation>{0}（{1} MiB，GGUF v{2}）</translation>
+    </message>
+    <message>
+        <source>{0:,} ({1})</source>
+        <translation>{0:,}（{1}）</translation>
+    </message>
+    <message>
+        <source>unknown</source>
+        <translation>未知</translation>
+    </message>
+    <message>
+        <source>no</source>
+        <translation>否</translation>
+    </message>
+    <message>
+        <source>context {0:,}, KV {1}, {2} GPU layers, in {3:.2f} s</source>
+        <translation>上下文 {0:,}，KV {1}，{2} 层在 GPU 上，用时 {3:.2f} 秒</translation>
+    </message>
+</context>
+<context>
+    <name>ModelFetchDialog</name>
+    <message>
+        <source>Get the Default Model</source>
+        <translation>获取默认模型</translation>
+    </message>
+    <message>
+        <source>ContextLens will download {0} ({1:,.0f} MB) from {2} into {3}. The file is checked against its published SHA-256 checksum before it is used.</source>
+        <translation>ContextLens 将从 {2} 下载 {0}（{1:,.0f} MB）到 {3}。使用前会用其公布的 SHA-256 校验和检查该文件。</translation>
+    </message>
+    <message>
+        <source>&amp;Download</source>
+        <translation>下载(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Asking {0} for the file…</source>
+        <translation>正在向 {0} 请求文件…</translation>
+    </message>
+    <message>
+        <source>Cancelling…</source>
+        <translation>正在取消…</translation>
+    </message>
+    <message>
+        <source>Checking the model…</source>
+        <translation>正在检查模型…</translation>
+    </message>
+    <message>
+        <source>{0:,.1f} of {1:,.1f} MB</source>
+        <translation>{0:,.1f} / {1:,.1f} MB</translation>
+    </message>
+    <message>
+        <source>Could not get the default model: {0}</source>
+        <translation>无法获取默认模型：{0}</translation>
+    </message>
+    <message>
+        <source>Try &amp;Again</source>
+        <translation>重试(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Close</source>
+        <translation>关闭</translation>
+    </message>
+</context>
+<context>
+    <name>ModelPanel</name>
+    <message>
+        <source>&amp;Models:</source>
+        <translation>模型(&amp;M)：</translation>
+    </message>
+    <message>
+        <source>Bro&amp;wse…</source>
+        <translation>浏览(&amp;W)…</translation>
+    </message>
+    <message>
+        <source>Choose a GGUF file anywhere on disk</source>
+        <translation>在磁盘上任意位置选择 GGUF 文件</translation>
+    </message>
+    <message>
+        <source>Get the Default Model…</source>
+        <translation>获取默认模型…</translation>
+    </message>
+    <message>
+        <source>Download the default model (about 98 MB) and check it against its checksum</source>
+        <translation>下载默认模型（约 98 MB）并用校验和检查</translation>
+    </message>
+    <message>
+        <source>Tokens the model can hold at once (n_ctx)</source>
+        <translation>模型一次能容纳的 token 数（n_ctx）</translation>
+    </message>
+    <message>
+        <source>Estimated before loading: the KV cache is exact for its type; compute buffers are approximated. Live figures come from llama.cpp once loaded.</source>
+        <translation>加载前的估算：KV 缓存按其类型精确计算，计算缓冲区为近似值。加载后的实时数据来自 llama.cpp。</translation>
+    </message>
+    <message>
+        <source>Quantized types (q8_0 … iq4_nl) take less memory and need flash attention</source>
+        <translation>量化类型（q8_0 … iq4_nl）占用内存更少，但需要 Flash Attention</translation>
+    </message>
+    <message>
+        <source>Flash attention</source>
+        <translation>启用 Flash Attention</translation>
+    </message>
+    <message>
+        <source>Prompt tokens handed to llama.cpp at once (n_batch)</source>
+        <translation>一次交给 llama.cpp 的提示词 token 数（n_batch）</translation>
+    </message>
+    <message>
+        <source>Tokens computed in one step (n_ubatch)</source>
+        <translation>一步计算的 token 数（n_ubatch）</translation>
+    </message>
+    <message>
+        <source>L&amp;oad</source>
+        <translation>加载(&amp;O)</translation>
+    </message>
+    <message>
+        <source>&amp;Unload</source>
+        <translation>卸载(&amp;U)</translation>
+    </message>
+    <message>
+        <source>Load options</source>
+        <translation>加载选项</translation>
+    </message>
+    <message>
+        <source>Co&amp;ntext size:</source>
+        <translation>上下文大小(&amp;N)：</translation>
+    </message>
+    <message>
+        <source>&amp;GPU layers:</source>
+        <translation>GPU 层数(&amp;G)：</translation>
+    </message>
+    <message>
+        <source>Backend:</source>
+        <translation>后端：</translation>
+    </message>
+    <message>
+        <source>KV cache type:</source>
+        <translation>KV 缓存类型：</translation>
+    </message>
+    <message>
+        <source>Threads:</source>
+        <translation>线程数：</translation>
+    </message>
+    <message>
+        <source>Batch, micro-batch:</source>
+        <translation>批大小、微批大小：</translation>
+    </message>
+    <message>
+        <source>Choose a Model</source>
+        <translation>选择模型</translation>
+    </message>
+    <message>
+        <source>GGUF models (*.gguf);;All files (*)</source>
+        <translation>GGUF 模型 (*.gguf);;所有文件 (*)</translation>
+    </message>
+    <message>
+        <source>Reading {0}…</source>
+        <translation>正在读取 {0}…</translation>
+    </message>
+    <message>
+        <source>{0} cannot be used: {1}</source>
+        <translation>无法使用 {0}：{1}</translation>
+    </message>
+    <message>
+        <source>Checking whether this build can use a GPU…</source>
+        <translation>正在检查此构建能否使用 GPU…</translation>
+    </message>
+    <message>
+        <source>This llama.cpp build runs on the CPU only: it cannot offload layers to a GPU.</source>
+        <translation>此 llama.cpp 构建只能在 CPU 上运行：无法将层卸载到 GPU。</translation>
+    </message>
+    <message>
+        <source>Layers to run on the GPU</source>
+        <translation>在 GPU 上运行的层数</translation>
+    </message>
+    <message>
+        <source>checking…</source>
+        <translation>正在检查…</translation>
+    </message>
+    <message>
+        <source>CPU only</source>
+        <translation>仅 CPU</translation>
+    </message>
+    <message>
+        <source>%1 + CPU (GPU offload available)</source>
+        <translation>%1 + CPU（可卸载到 GPU）</translation>
+    </message>
+    <message>
+        <source>%1 + CPU (no GPU offload)</source>
+        <translation>%1 + CPU（不可卸载到 GPU）</translation>
+    </message>
+    <message>
+        <source>llama.cpp %1 — %2</source>
+        <translation>llama.cpp %1 — %2</translation>
+    </message>
+    <message>
+        <source>A quantized KV cache ({0}) needs flash attention, so it was turned on.</source>
+        <translation>量化 KV 缓存（{0}）需要 Flash Attention，因此已将其开启。</translation>
+    </message>
+    <message>
+        <source>all {0}</source>
+        <translation>全部 {0} 层</translation>
+    </message>
+    <message>
+        <source>{0} of {1}</source>
+        <translation>{0} / {1}</translation>
+    </message>
+    <message>
+        <source>KV cache: choose a model to see the memory it takes.</source>
+        <translation>KV 缓存：选择模型后可查看其占用的内存。</translation>
+    </message>
+    <message>
+        <source>KV cache: {0} MiB (model {1} MiB, total about {2:,.2f} GiB)</source>
+        <translation>KV 缓存：{0} MiB（模型 {1} MiB，总计约 {2:,.2f} GiB）</translation>
+    </message>
+    <message>
+        <source>Loading…</source>
+        <translation>正在加载…</translation>
+    </message>
+    <message>
+        <source>Calibrating: {0}/{1} settings tried…</source>
+        <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
+    </message>
+    <message>
+        <source>Measured now</source>
+        <translation>刚刚测量</translation>
+    </message>
+    <message>
+        <source>{0}: loading with the values above</source>
+        <translation>{0}：使用上方的值加载</translation>
+    </message>
+    <message>
+        <source>No model loaded.</source>
+        <translation>未加载模型。</translation>
+    </message>
+    <message>
+        <source>Loaded {0}: context {1:,} tokens.</source>
+        <translation>已加载 {0}：上下文 {1:,} 个 token。</translation>
+    </message>
+</context>
+<context>
+    <name>PlanMap</name>
+    <message>
+        <source>Plan map</source>
+        <translation>计划概览</translation>
+    </message>
+    <message>
+        <source>The whole document: kept, dropped and passes; click to go there</source>
+        <translation>整个文档：保留、丢弃的部分和各轮；点击可跳转到该处</translation>
+    </message>
+</context>
+<context>
+    <name>SessionGuard</name>
+    <message>
+        <source>The model {0} is no longer there.</source>
+        <translation>模型 {0} 已不存在。</translation>
+    </message>
+    <message>
+        <source>The document {0} is no longer there.</source>
+        <translation>文档 {0} 已不存在。</translation>
+    </message>
+    <message>
+        <source>ContextLens did not close properly last time. Open what you were working on again?</source>
+        <translation>ContextLens 上次未正常关闭。要重新打开您当时正在处理的内容吗？</translation>
+    </message>
+    <message>
+        <source>Document: {0}</source>
+        <translation>文档：{0}</translation>
+    </message>
+    <message>
+        <source>Model: {0}</source>
+        <translation>模型：{0}</translation>
+    </message>
+    <message>
+        <source>&amp;Restore</source>
+        <translation>恢复(&amp;R)</translation>
+    </message>
+    <message>
+        <source>Start &amp;Fresh</source>
+        <translation>重新开始(&amp;F)</translation>
+    </message>
+</context>
+<context>
+    <name>StrategyPane</name>
+    <message>
+        <source>waiting…</source>
+        <translation>等待中…</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} tokens kept ({2:.0%}), {3} pass(es), boundaries {4:.0%}</source>
+        <translation>保留 {0:,} / {1:,} 个 token（{2:.0%}），{3} 轮，边界完整度 {4:.0%}</translation>
+    </message>
+    <message>
+        <source>, needles {0:.0%}</source>
+        <translation>，针 {0:.0%}</translation>
+    </message>
+    <message>
+        <source>{0:.1f} s, {1}</source>
+        <translation>{0:.1f} 秒，{1}</translation>
+    </message>
+</context>
+<context>
+    <name>Task</name>
+    <message>
+        <source>summarize</source>
+        <translation>总结</translation>
+    </message>
+    <message>
+        <source>ask</source>
+        <translation>提问</translation>
+    </message>
+    <message>
+        <source>extract</source>
+        <translation>提取</translation>
+    </message>
+</context>
+<context>
+    <name>TunedSettingsBox</name>
+    <message>
+        <source>Threads</source>
+        <translation>线程数</translation>
+    </message>
+    <message>
+        <source>Batch</source>
+        <translation>批大小</translation>
+    </message>
+    <message>
+        <source>Micro-batch</source>
+        <translation>微批大小</translation>
+    </message>
+    <message>
+        <source>Flash</source>
+        <translation>Flash Attention</translation>
+    </message>
+    <message>
+        <source>Prompt tok/s</source>
+        <translation>提示词 token/秒</translation>
+    </message>
+    <message>
+        <source>Gen tok/s</source>
+        <translation>生成 token/秒</translation>
+    </message>
+    <message>
+        <source>{0} thread</source>
+        <translation>{0} 个线程</translation>
+    </message>
+    <message>
+        <source>{0} threads</source>
+        <translation>{0} 个线程</translation>
+    </message>
+    <message>
+        <source>{0}, batch {1}, flash on</source>
+        <translation>{0}，批大小 {1}，Flash Attention 开</translation>
+    </message>
+    <message>
+        <source>{0}, batch {1}, flash off</source>
+        <translation>{0}，批大小 {1}，Flash Attention 关</translation>
+    </message>
+    <message>
+        <source>{0:,.0f} prompt / {1:,.0f} gen tok/s</source>
+        <translation>提示词 {0:,.0f} / 生成 {1:,.0f} token/秒</translation>
+    </message>
+    <message>
+        <source>Speed</source>
+        <translation>速度</translation>
+    </message>
+    <message>
+        <source>Use tuned settings</source>
+        <translation>使用调优设置</translation>
+    </message>
+    <message>
+        <source>On: threads, batch sizes and flash attention are the fastest measured on this machine (measured on a model&apos;s first load). Off: the values above are used.</source>
+        <translation>开启：线程数、批大小和 Flash Attention 使用在本机测得的最快值（在模型首次加载时测量）。关闭：使用上方的值。</translation>
+    </message>
+    <message>
+        <source>Calibrate again</source>
+        <translation>重新校准</translation>
+    </message>
+    <message>
+        <source>Measure the candidates again and load the fastest</source>
+        <translation>重新测量各候选设置并以最快的设置加载</translation>
+    </message>
+    <message>
+        <source>Measurements</source>
+        <translation>测量结果</translation>
+    </message>
+    <message>
+        <source>Show every setting tried and its speed</source>
+        <translation>显示尝试过的每组设置及其速度</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Stop calibrating and load with the values above</source>
+        <translation>停止校准并使用上方的值加载</translation>
+    </message>
+    <message>
+        <source>calibrating: {0}/{1} settings</source>
+        <translation>正在校准：{0}/{1} 组设置</translation>
+    </message>
+    <message>
+        <source>Not calibrated yet: the first load on this machine measures the fastest threads, batch and flash attention (a few seconds).</source>
+        <translation>尚未校准：在本机首次加载时会测出最快的线程数、批大小和 Flash Attention 设置（需要几秒钟）。</translation>
+    </message>
+    <message>
+        <source>Tuned for this machine: {0} — {1}</source>
+        <translation>已针对本机调优：{0} — {1}</translation>
+    </message>
+    <message>
+        <source>Tuned settings off: the values above are used.</source>
+        <translation>调优设置已关闭：使用上方的值。</translation>
+    </message>
+    <message>
+        <source>(Tuned: {0}.)</source>
+        <translation>（调优值：{0}。）</translation>
+    </message>
+    <message>
+        <source>{0}. {1}</source>
+        <translation>{0}。{1}</translation>
+    </message>
+    <message>
+        <source>on</source>
+        <translation>开</translation>
+    </message>
+    <message>
+        <source>off</source>
+        <translation>关</translation>
+    </message>
+</context>
+<context>
+    <name>_Legend</name>
+    <message>
+        <source>pinned prefix</source>
+        <translation>固定前缀</translation>
+    </message>
+    <message>
+        <source>document chunks</source>
+        <translation>文档分块</translation>
+    </message>
+    <message>
+        <source>other context</source>
+        <translation>其他上下文</translation>
+    </message>
+    <message>
+        <source>question</source>
+        <translation>问题</translation>
+    </message>
+    <message>
+        <source>output</source>
+        <translation>输出</translation>
+    </message>
+    <message>
+        <source>free</source>
+        <translation>空闲</translation>
+    </message>
+</context>
+<context>
+    <name>main</name>
+    <message>
+        <source>Another ContextLens window does not answer; this one runs on its own.</source>
+        <translation>另一个 ContextLens 窗口没有响应；此窗口将独立运行。</translation>
+    </message>
+    <message>
+        <source>Model not found: {0} — run `make` to fetch the default model</source>
+        <translation>找不到模型：{0} — 运行 `make` 以获取默认模型</translation>
+    </message>
+</context>
+</TS>

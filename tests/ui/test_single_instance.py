@@ -1,0 +1,155 @@
+"""One window per user: a second launch hands its paths over a local socket and exits 0; bad
+requests are refused; a socket left by a crash never blocks a start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtNetwork import QLocalSocket
+
+from app.core.paths import project_root
+from app.ui.single_instance import Handover, InstanceServer, claim, send_paths, server_name
+
+WAIT = 20_000
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A state folder of the test's own, so the socket name is too."""
+    folder = tmp_path / "state"
+    monkeypatch.setenv("CONTEXTLENS_STATE", str(folder))
+    return folder
+
+
+@pytest.fixture
+def server(qapp, state: Path) -> Iterator[InstanceServer]:
+    del state
+    listening = InstanceServer()
+    assert listening.listen()
+    yield listening
+    listening.close()
+
+
+def _in_thread(qtbot, call: Callable[[], object]) -> object:
+    """Run a blocking client call on a thread while this thread's event loop serves it."""
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(call()))
+    thread.start()
+    qtbot.waitUntil(lambda: not thread.is_alive(), timeout=WAIT)
+    return out[0]
+
+
+def test_the_name_is_per_state_folder_and_private(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = server_name()
+    assert mine == server_name() and "contextlens-" in mine
+    if os.path.isabs(mine):  # a socket in a runtime folder only this user can enter
+        assert Path(mine).parent.stat().st_mode & 0o077 == 0
+    monkeypatch.setenv("CONTEXTLENS_STATE", str(tmp_path / "other"))
+    assert server_name() != mine
+
+
+def test_a_second_launch_hands_its_paths_to_the_first(
+    qtbot, server: InstanceServer, tmp_path: Path
+) -> None:
+    doc = tmp_path / "report.txt"
+    with qtbot.waitSignal(server.paths_received, timeout=WAIT) as received:
+        answer = _in_thread(qtbot, lambda: send_paths([doc, Path("relative.md")], server.name))
+    assert answer is Handover.TAKEN
+    assert received.args[0] == [doc, Path.cwd() / "relative.md"]  # absolute paths
+    with qtbot.waitSignal(server.paths_received, timeout=WAIT) as received:  # just raise it
+        assert _in_thread(qtbot, lambda: send_paths([], server.name)) is Handover.TAKEN
+    assert received.args[0] == []
+
+
+def _raw(name: str, data: bytes) -> bytes:
+    """Send ``data`` as it is and return the answer (short waits: the server is this thread's)."""
+    socket = QLocalSocket()
+    socket.connectToServer(name)
+    assert socket.waitForConnected(2000)
+    socket.write(data)
+    socket.flush()
+    answer = b""
+    for _ in range(250):
+        if socket.waitForReadyRead(20) or socket.bytesAvailable():
+            answer += bytes(socket.readAll().data())
+        if answer.endswith(b"\n"):
+            break
+    socket.abort()
+    return answer
+
+
+@pytest.mark.parametrize("request_line", [b"not json\n", b'{"paths": "one"}\n',
+                                          b'{"paths": [3]}\n', b"[]\n"])  # fmt: skip
+def test_a_malformed_request_is_refused_and_opens_nothing(
+    qtbot, server: InstanceServer, request_line: bytes
+) -> None:
+    got: list[object] = []
+    server.paths_received.connect(got.append)
+    assert _in_thread(qtbot, lambda: _raw(server.name, request_line)) == b"error\n"
+    assert got == [] and server.is_listening()  # and it still serves the next launch
+    assert _in_thread(qtbot, lambda: send_paths([], server.name)) is Handover.TAKEN
+
+
+def test_nothing_listening_means_be_the_first(qapp, state: Path) -> None:
+    del state
+    assert send_paths([Path("x.txt")]) is Handover.NO_SERVER
+
+
+CRASH = """
+import os, signal, sys
+from PySide6.QtCore import QCoreApplication
+from app.ui.single_instance import InstanceServer
+app = QCoreApplication([])
+server = InstanceServer()
+assert server.listen()
+print(server.name, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_socket_left_by_a_crash_does_not_block_the_next_start(qtbot, state: Path) -> None:
+    crashed = subprocess.run([sys.executable, "-c", CRASH], capture_output=True, text=True,
+                             cwd=project_root(), env=dict(os.environ), timeout=60,
+                             check=False)  # fmt: skip
+    name = crashed.stdout.strip()
+    assert crashed.returncode == -9 and name == server_name()
+    if os.path.isabs(name):
+        assert Path(name).exists()  # the dead process's socket file is still there
+    outcome, server = claim([Path("a.txt")])
+    assert outcome is Handover.NO_SERVER and server is not None and server.is_listening()
+    with qtbot.waitSignal(server.paths_received, timeout=WAIT):
+        assert _in_thread(qtbot, lambda: send_paths([], name)) is Handover.TAKEN
+    server.close()
+    assert not (state / "instance.lock").exists()  # the start-up lock was let go
+
+
+def test_contextlens_with_a_file_while_running_hands_it_over_and_exits_0(
+    qtbot, server: InstanceServer, tmp_path: Path
+) -> None:
+    doc = tmp_path / "chapter.txt"
+    doc.write_text("Call me Ishmael.", encoding="utf-8")
+    with qtbot.waitSignal(server.paths_received, timeout=60_000) as received:
+        env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}  # never the person's settings
+        second = subprocess.Popen([sys.executable, "-m", "app.ui.main", str(doc)],
+                                  cwd=project_root(), env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)
+    assert second.returncode == 0, second.stderr.read() if second.stderr else ""
+    assert received.args[0] == [doc]
+
+
+def test_the_command_line_names_what_a_second_launch_hands_over() -> None:
+    from app.ui.main import parse_args
+
+    assert parse_args(["--new-instance", "a.txt"]).new_instance
+    args = parse_args(["b.txt"])
+    assert not args.new_instance and args.given == [Path("b.txt")]
+    assert parse_args([]).given == []  # no files: the running window is only raised

@@ -1,0 +1,204 @@
+"""The Simplified Chinese translation: complete for every string the code marks, faithful to its
+placeholders and accelerators, actually shown by the window, and chosen by the language setting.
+
+The .qm the app loads is compiled here from the committed .ts (as ``make setup`` does), so the
+tests check the source of truth whether or not the build has run.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QCoreApplication, QLocale, QSettings, Qt
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
+    QComboBox,
+    QDockWidget,
+    QGroupBox,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QTableView,
+    QTabWidget,
+    QTreeView,
+    QWidget,
+)
+
+from app.core.engine.protocol import KV_CACHE_TYPE_NAMES
+from app.core.paths import project_root, resources_dir
+from app.core.strategies import STRATEGIES
+from app.ui import i18n
+from app.ui.main_window import MainWindow
+
+TS = resources_dir() / "translations" / "contextlens_zh_CN.ts"
+UI_SOURCES = sorted(str(p) for p in (project_root() / "app" / "ui").glob("*.py"))
+PLACEHOLDER = re.compile(r"\{[^{}]*\}|%\d+")
+ACCELERATOR = re.compile(r"&([^&\s])")
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# Latin text that stays as it is in the Chinese window, and why:
+ALLOWED = [
+    r"ContextLens",  # the product's name
+    r"English",  # a language offered in its own name (View ▸ Language)
+    *(re.escape(name) for name in STRATEGIES),  # strategy identifiers, as typed in the CLI
+    *KV_CACHE_TYPE_NAMES,  # llama.cpp's cache type names
+    # technical terms, which Chinese software writes in Latin letters too
+    *(r"GGUF v\d+", r"GGUF", r"llama\.cpp", r"KV", r"GPU", r"CPU", r"n_ctx", r"Flash Attention"),
+    r"[\w.-]+\.(?:gguf|ctxlens|txt)",  # file names
+    r"\d[\d,.]*\s*(?:MiB|GiB|MB|B|M|s)?\b",  # numbers and their units
+]
+
+
+def _tool(name: str) -> str:
+    """pyside6-lupdate / pyside6-lrelease of the environment running the tests."""
+    return str(Path(sys.executable).with_name(f"pyside6-{name}"))
+
+
+def _messages(path: Path) -> dict[tuple[str, str], ET.Element]:
+    """(context, source) -> its <translation> element."""
+    found = {}
+    for context in ET.parse(path).getroot().iter("context"):
+        name = context.findtext("name", "")
+        for message in context.iter("message"):
+            found[(name, message.findtext("source", ""))] = message.find("translation")
+    return found
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding contextlens_zh_CN.qm compiled from the committed .ts."""
+    folder = tmp_path_factory.mktemp("translations")
+    subprocess.run([_tool("lrelease"), "-silent", str(TS), "-qm",
+                    str(folder / "contextlens_zh_CN.qm")], check=True)  # fmt: skip
+    return folder
+
+
+@pytest.fixture
+def chinese(qapp: QApplication, compiled: Path) -> Iterator[None]:
+    """The zh_CN translators installed for one test, then taken off again."""
+    assert i18n.install_translator(qapp, "zh_CN", folder=compiled) == "zh_CN"
+    yield
+    i18n.install_translator(qapp, i18n.ENGLISH)
+
+
+def test_every_marked_string_has_a_finished_translation(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.ts"
+    subprocess.run([_tool("lupdate"), "-silent", *UI_SOURCES, "-ts", str(fresh)], check=True)
+    extracted = _messages(fresh)
+    committed = _messages(TS)
+    assert len(extracted) > 300
+    missing = [key for key in extracted if key not in committed]
+    unfinished = [
+        key
+        for key, t in committed.items()
+        if t is None or t.get("type") is not None or not (t.text or "").strip()
+    ]
+    stale = [key for key in committed if key not in extracted]
+    assert not missing, f"not in the .ts (run `make translations`, then translate): {missing}"
+    assert not unfinished, f"without a finished translation: {unfinished}"
+    assert not stale, f"no longer in the code (run `make translations`): {stale}"
+
+
+def test_translations_keep_placeholders_accelerators_and_ellipses() -> None:
+    wrong = []
+    for (context, source), element in _messages(TS).items():
+        text = element.text or ""
+        if Counter(PLACEHOLDER.findall(source)) != Counter(PLACEHOLDER.findall(text)):
+            wrong.append((context, source, text, "placeholders"))
+        keys = {k.lower() for k in ACCELERATOR.findall(source)}
+        if keys != {k.lower() for k in ACCELERATOR.findall(text)}:
+            wrong.append((context, source, text, "accelerator"))
+        if source.endswith("…") != text.endswith("…"):
+            wrong.append((context, source, text, "trailing …"))
+        if (source[:1] == " ", source[-1:] == " ") != (text[:1] == " ", text[-1:] == " "):
+            wrong.append((context, source, text, "padding"))
+    assert not wrong, "\n".join(map(repr, wrong))
+
+
+def _visible_texts(window: MainWindow) -> list[tuple[str, str]]:
+    """(where, text) for every string a person can see or hover in the window."""
+    texts: list[tuple[str, str]] = [("title", window.windowTitle()),
+                                    ("status", window.statusBar().currentMessage())]  # fmt: skip
+    for w in window.findChildren(QWidget):
+        kind = type(w).__name__
+        texts.append((f"{kind} tooltip", w.toolTip()))
+        if isinstance(w, QLabel | QAbstractButton):
+            texts.append((kind, w.text()))
+        elif isinstance(w, QGroupBox):
+            texts.append((kind, w.title()))
+        elif isinstance(w, QDockWidget):
+            texts.append((kind, w.windowTitle()))
+        elif isinstance(w, QLineEdit):
+            texts.append((f"{kind} placeholder", w.placeholderText()))
+        elif isinstance(w, QTabWidget):
+            texts += [(kind, w.tabText(i)) for i in range(w.count())]
+        elif isinstance(w, QComboBox):
+            texts += [(kind, w.itemText(i)) for i in range(w.count())]
+        elif isinstance(w, QMenu):
+            texts.append((kind, w.title()))
+        if isinstance(w, QTableView | QTreeView) and w.model() is not None:
+            model = w.model()
+            header = w.horizontalHeader() if isinstance(w, QTableView) else w.header()
+            texts += [(f"{kind} header", str(model.headerData(c, Qt.Orientation.Horizontal)))
+                      for c in range(header.count())]  # fmt: skip
+    for action in window.findChildren(QAction):
+        texts += [("QAction", action.text()), ("QAction tooltip", action.toolTip())]
+    return [(where, text) for where, text in texts if text and text != "None"]
+
+
+def test_the_window_shows_chinese_throughout(qtbot, tmp_path: Path, chinese: None) -> None:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(None, None, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.model_panel.card.value("arch") != "–", timeout=10_000)
+    card = window.model_panel.card
+    data = [re.escape(card.value(k)) for k in ("name", "arch", "quant")]  # the model's own words
+    allowed = re.compile("|".join(rf"(?<!\w)(?:{a})(?!\w)" for a in [*data, *ALLOWED]))
+    untranslated = []
+    for where, text in _visible_texts(window):
+        bare = re.sub(r"\(&\w\)|&(?=\S)", "", text)
+        if not CJK.search(bare) and re.search(r"[A-Za-z]", allowed.sub("", bare)):
+            untranslated.append((where, text))
+    window.close()
+    assert not untranslated, "\n".join(map(repr, sorted(set(untranslated))))
+
+
+def test_the_language_setting(qapp: QApplication, compiled: Path, tmp_path: Path) -> None:
+    def file_menu() -> str:
+        return QCoreApplication.translate("MainWindow", "&File")
+
+    before = QLocale()
+    try:
+        assert i18n.install_translator(qapp, "en", folder=compiled) == "en"
+        assert file_menu() == "&File"
+        assert i18n.install_translator(qapp, "zh_CN", folder=compiled) == "zh_CN"
+        assert file_menu() == "文件(&F)"
+        QLocale.setDefault(QLocale("de_DE"))
+        assert i18n.install_translator(qapp, "system", folder=compiled) == "en"
+        assert file_menu() == "&File"  # choosing again took the Chinese one off
+        QLocale.setDefault(QLocale(QLocale.Language.Chinese, QLocale.Country.China))
+        assert i18n.install_translator(qapp, "system", folder=compiled) == "zh_CN"
+        assert file_menu() == "文件(&F)"
+        assert i18n.install_translator(qapp, "fr", folder=compiled) == "en"  # none shipped
+    finally:
+        QLocale.setDefault(before)
+        i18n.install_translator(qapp, "en")
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    told: list[str] = []
+    parent = QWidget()
+    menu = i18n.language_menu(parent, settings, told.append)
+    choices = {a.data(): a for a in menu.actions()}
+    assert choices["system"].isChecked() and "en" in choices
+    choices["en"].trigger()
+    assert settings.value(i18n.SETTINGS_KEY) == "en" and choices["en"].isChecked()
+    assert told == ["The language changes the next time ContextLens starts."]
