@@ -15,9 +15,11 @@ def still_plot(minimum_height: int) -> pg.PlotWidget:
     plot.setMinimumHeight(minimum_height)
     plot.setMouseEnabled(x=False, y=False)
     plot.hideButtons()
-    plot.setMenuEnabled(False)
+    # The view passes no mouse or key event to the plot, so no menu can open. (Turning
+    # pyqtgraph's menu off instead leaves a ViewBox without one, which crashed a later paint.)
+    plot.setInteractive(False)
     scene = plot.scene()
-    for action in scene.contextMenu:  # the scene's own "Export..." entry
+    for action in scene.contextMenu:  # the scene's own "Export..." entry, never reachable now
         action.deleteLater()
     scene.contextMenu.clear()
     return plot
