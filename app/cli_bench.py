@@ -40,7 +40,7 @@ STOP_GRACE_S = 10.0  # after Ctrl+C, how long a benchmark gets to end before it 
 ROW_KEYS = {"figure": str, "baseline": str, "value": (int, float), "ratio": (int, float),
             "goal": str, "met": bool}  # fmt: skip
 COLUMNS = ("benchmark", "status", "figure", "baseline", "value", "unit", "ratio", "goal", "met",
-           "note")  # fmt: skip
+           "note", "why")  # fmt: skip
 
 
 @dataclass
@@ -186,6 +186,22 @@ def _number(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
+def shortfall(ratio: float, goal: str) -> str:
+    """By how much ``ratio`` misses ``goal``: "4.8 % short of >= 1.25", "2.5x the limit < 10"."""
+    op, _, text = goal.strip().partition(" ")
+    threshold = float(text)
+    if op in (">=", ">"):
+        if threshold <= 0 or ratio <= 0:
+            return f"{ratio:.3g} against {goal}"
+        return f"{(1 - ratio / threshold) * 100:.1f} % short of {goal}"
+    if threshold <= 0:
+        return f"{ratio:.3g} against {goal}"
+    factor = ratio / threshold
+    if factor >= 2:
+        return f"{factor:.2g}x the limit {goal}"
+    return f"{(factor - 1) * 100:.1f} % over {goal}"
+
+
 def table_rows(outcomes: list[Outcome]) -> list[dict[str, str]]:
     """One dict per report line (CSV columns); a benchmark without rows still gets one line."""
     lines = []
@@ -196,7 +212,8 @@ def table_rows(outcomes: list[Outcome]) -> list[dict[str, str]]:
                           "baseline": r["baseline"], "value": f"{r['value']:.6g}",
                           "unit": r.get("unit", ""), "ratio": f"{r['ratio']:.6g}",
                           "goal": r["goal"], "met": "yes" if r["met"] else "no",
-                          "note": r.get("note", "") or o.reason})  # fmt: skip
+                          "note": r.get("note", "") or o.reason,
+                          "why": r.get("why", "")})  # fmt: skip
         if not o.rows or status:
             lines.append(dict.fromkeys(COLUMNS, "") | {"benchmark": o.name, "status": o.status,
                                                         "note": o.reason})  # fmt: skip
@@ -233,6 +250,13 @@ def markdown(outcomes: list[Outcome], header: str) -> str:
             out.append(f"| {o.name} | | | | | | **{o.status}**{_cell(why)} |")
     out += ["", f"{met} of {len(rows)} goals met; "
             + (f"failed: {', '.join(failed)}." if failed else "no benchmark failed.")]  # fmt: skip
+    missed = [(o.name, r) for o in outcomes for r in o.rows if not r["met"]]
+    if missed:
+        out += ["", "## Goals missed, by how much and why", ""]
+        for name, r in missed:
+            why = r.get("why") or "the benchmark gives no reason"
+            out.append(f"- {name}, {r['figure']}: ratio {r['ratio']:.3g}, "
+                       f"{shortfall(r['ratio'], r['goal'])}. {why}")  # fmt: skip
     return "\n".join(out) + "\n"
 
 

@@ -22,6 +22,19 @@ row = {"figure": "speed", "baseline": "the old way", "value": 2.0, "ratio": 1.5,
 json.dump({"bench": "bench_ok", "rows": [row]}, open(path, "w"))
 print("fine")
 """
+MISS_BENCH = """
+import json, sys
+path = sys.argv[sys.argv.index("--json") + 1]
+rows = [
+    {"figure": "speed-up", "baseline": "one at a time", "value": 9.0, "ratio": 1.19,
+     "goal": ">= 1.25", "met": False, "why": "prompts gain nothing from lanes"},
+    {"figure": "worst gap", "baseline": "the timer", "value": 247.0, "ratio": 24.7,
+     "goal": "< 10", "met": False},
+    {"figure": "p99 gap", "baseline": "the timer", "value": 16.8, "ratio": 1.68,
+     "goal": "<= 1.6", "met": False, "why": "the machine was busy"},
+]
+json.dump({"bench": "bench_miss", "rows": rows}, open(path, "w"))
+"""
 BOOM_BENCH = """
 import sys
 print("starting", flush=True)
@@ -84,6 +97,24 @@ def test_a_failing_benchmark_is_reported_and_the_others_still_run(tmp_path: Path
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "**failed**: boom: the benchmark broke" in report
     assert "| bench_ok | speed | the old way | 2 x | 1.5 | >= 1.25 | yes |" in report
+
+
+def test_a_missed_goal_is_reported_with_by_how_much_and_why(tmp_path: Path) -> None:
+    folder = _benches(tmp_path / "b", bench_miss=MISS_BENCH, bench_ok=OK_BENCH)
+    out = tmp_path / "report"
+    done = _bench("--bench-dir", str(folder), "--out", str(out), "--no-plot")
+    assert done.returncode == EXIT_OK, done.stderr  # a missed goal is a finding, not a failure
+    report = (out / "report.md").read_text(encoding="utf-8")
+    missed = report.split("## Goals missed, by how much and why\n", 1)[1].strip().splitlines()
+    assert missed == [
+        "- bench_miss, speed-up: ratio 1.19, 4.8 % short of >= 1.25. "
+        "prompts gain nothing from lanes",
+        "- bench_miss, worst gap: ratio 24.7, 2.5x the limit < 10. the benchmark gives no reason",
+        "- bench_miss, p99 gap: ratio 1.68, 5.0 % over <= 1.6. the machine was busy",
+    ]
+    assert "1 of 4 goals met" in report and "bench_ok" not in "\n".join(missed)
+    whys = {r["figure"]: r["why"] for r in _csv(out)}
+    assert whys["speed-up"] == "prompts gain nothing from lanes" and whys["speed"] == ""
 
 
 def test_ctrl_c_cancels_and_still_writes_the_report(tmp_path: Path) -> None:

@@ -42,6 +42,17 @@ from app.core.tokens import exact_counter, host_tokenize  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 
 GOAL = ">= 1.25"
+# What bounds the figures, printed by the report beside a missed goal.
+MAP_LIMIT = (
+    "Lanes speed up generation only: each window's prompt (about half of the map phase on a CPU) "
+    "is evaluated at the same speed with or without lanes, and a CPU's decode step is close to "
+    "compute-bound, so four lanes generate only about 1.4x as fast as one; quick sizes (short "
+    "replies) leave even less to share."
+)
+GEN_LIMIT = (
+    "A CPU decode step is close to compute-bound: lanes share the weights' pass, not the "
+    "arithmetic, and short replies leave little to share."
+)
 
 
 def document(host: EngineHost, counter: object, n_ctx: int, windows: int, reply: int) -> str:
@@ -145,9 +156,11 @@ def main() -> int:
         print(f"{f'{lanes} lanes':>13} {m:7.1f} {j:7.1f} {base_map / m:6.2f} {base_job / j:6.2f} "
               f"{statistics.median(replies[lanes]):9,.0f}")  # fmt: skip
         rows.append(row(f"map phase, {args.windows} windows, {lanes} lanes (speed-up)",
-                        "one window at a time", m, base_map / m, GOAL, unit="s"))  # fmt: skip
+                        "one window at a time", m, base_map / m, GOAL, unit="s",
+                        why=MAP_LIMIT))  # fmt: skip
         rows.append(row(f"generation alone, {lanes} lanes (tokens/s)", "one lane",
-                        rates[lanes], rates[lanes] / rates[1], "> 1.0", unit="tok/s"))  # fmt: skip
+                        rates[lanes], rates[lanes] / rates[1], "> 1.0", unit="tok/s",
+                        why=GEN_LIMIT))  # fmt: skip
         rows.append(row(f"whole map-reduce job, {lanes} lanes (speed-up)",
                         "one window at a time", j, base_job / j, "> 1.0", unit="s"))  # fmt: skip
     best = max(base_map / statistics.median(t[0] for t in times[n]) for n in lane_counts)

@@ -28,6 +28,11 @@ from app.core.paths import sample_document  # noqa: E402
 from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
 
 GOAL = ">= 0.95"
+NOISE = (
+    "The engine host adds one pipe round trip per text delta (at most one per 20 ms); a shortfall "
+    "of a few percent is the size of the run-to-run noise on a shared 2-core machine, and quick "
+    "sizes (3 short rounds) swing by more."
+)
 
 
 def bare_round(llm: object, prompt: list[int], n_gen: int) -> tuple[float, float, int]:
@@ -169,9 +174,9 @@ def main() -> int:
     note = f"{len(prompt)} prompt tokens, {args.gen_tokens} generated, {args.rounds} rounds"
     write_rows(args.json, "bench_engine_host", [
         row("prompt processing, engine host", "bare llama-cpp-python", med(eng_pp),
-            med(eng_pp) / med(bare_pp), GOAL, unit="tok/s", note=note),
+            med(eng_pp) / med(bare_pp), GOAL, unit="tok/s", note=note, why=NOISE),
         row("generation, engine host", "bare llama-cpp-python", med(eng_gen),
-            med(eng_gen) / med(bare_gen), GOAL, unit="tok/s", note=note),
+            med(eng_gen) / med(bare_gen), GOAL, unit="tok/s", note=note, why=NOISE),
     ])  # fmt: skip
     return 0
 

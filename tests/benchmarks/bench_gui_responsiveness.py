@@ -39,6 +39,17 @@ from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E4
 INTERVAL_MS = 10
 GOAL_MS = 50
 LOAD_P99_MS, LOAD_WORST_MS = 16, 100  # under load: a generation and a document being counted
+# What bounds the figures under load, printed by the report beside a missed goal.
+LOAD_LIMIT = (
+    "On 2 cores, llama.cpp's threads and the planning process leave the GUI thread waiting for a "
+    "core; quick sizes (2 MB, a few seconds) are short and noisy, the full size is the figure."
+)
+WORST_LIMIT = (
+    "The document's decoded slices are joined into the one str the window holds: one copy of the "
+    "whole text with the GIL held (~30 ms for 50 MB on a quiet machine, ~220 ms while llama.cpp "
+    "uses the memory bandwidth). Removing it means not holding the text as one str in the "
+    "window's process, a larger change that is not made."
+)
 
 
 class GapMeter(QObject):
@@ -187,11 +198,13 @@ def main() -> int:
     rows += [
         row(f"GUI p99 tick gap, generating while {args.megabytes} MB is counted",
             f"the {INTERVAL_MS} ms timer interval", p99, p99 / INTERVAL_MS,
-            f"<= {LOAD_P99_MS / INTERVAL_MS:g}", unit="ms", note=f"{len(loaded):,} ticks"),
+            f"<= {LOAD_P99_MS / INTERVAL_MS:g}", unit="ms", note=f"{len(loaded):,} ticks",
+            why=LOAD_LIMIT),
         row("GUI worst tick gap, the same", f"the {INTERVAL_MS} ms timer interval", worst,
-            worst / INTERVAL_MS, f"< {LOAD_WORST_MS / INTERVAL_MS:g}", unit="ms"),
+            worst / INTERVAL_MS, f"< {LOAD_WORST_MS / INTERVAL_MS:g}", unit="ms",
+            why=WORST_LIMIT),
         row("gauge redraws per second, the same", "10 per second (REDRAW_MS 100)", gauge_hz,
-            gauge_hz / 10, ">= 0.8", unit="Hz"),
+            gauge_hz / 10, ">= 0.8", unit="Hz", why=LOAD_LIMIT),
     ]  # fmt: skip
     write_rows(args.json, "bench_gui_responsiveness", rows)
     del app

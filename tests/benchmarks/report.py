@@ -2,7 +2,8 @@
 
 A file holds ``{"bench": NAME, "rows": [ROW, ...]}``; each ROW is
 ``{"figure": str, "baseline": str, "value": float, "ratio": float, "goal": str, "met": bool}``
-plus, optionally, ``"unit": str`` and ``"note": str``. ``value`` is the measured figure in its
+plus, optionally, ``"unit": str``, ``"note": str`` and ``"why": str`` (what limits the figure, which
+the report prints when the goal is missed). ``value`` is the measured figure in its
 unit, ``ratio`` that figure against its baseline measured in the same run, ``goal`` a comparison
 on the ratio (``"<= 0.10"``, ``">= 1.25"``, ``"< 5"``) and ``met`` whether the ratio meets it.
 
@@ -36,6 +37,7 @@ class Row(TypedDict):
     met: bool
     unit: NotRequired[str]
     note: NotRequired[str]
+    why: NotRequired[str]
 
 
 def goal_met(ratio: float, goal: str) -> bool:
@@ -47,14 +49,17 @@ def goal_met(ratio: float, goal: str) -> bool:
 
 
 def row(figure: str, baseline: str, value: float, ratio: float, goal: str, *,
-        unit: str = "", note: str = "") -> Row:  # fmt: skip
-    """One row, ``met`` decided from the ratio and the goal so that no benchmark judges twice."""
+        unit: str = "", note: str = "", why: str = "") -> Row:  # fmt: skip
+    """One row, ``met`` decided from the ratio and the goal so that no benchmark judges twice.
+    ``why`` says what limits the figure; the report shows it beside a missed goal."""
     out = Row(figure=figure, baseline=baseline, value=float(value), ratio=float(ratio), goal=goal,
               met=goal_met(ratio, goal))  # fmt: skip
     if unit:
         out["unit"] = unit
     if note:
         out["note"] = note
+    if why:
+        out["why"] = why
     return out
 
 
