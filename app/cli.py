@@ -7,6 +7,7 @@ does not fit the context, 130 cancelled. Errors are one line on stderr, never a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -16,6 +17,7 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from app import __version__
+from app.cli_batch import add_commands as add_batch_commands
 from app.cli_bench import add_commands as add_bench_commands
 from app.cli_calibrate import add_commands as add_calibrate_commands
 from app.cli_common import (
@@ -24,11 +26,16 @@ from app.cli_common import (
     EXIT_CONTEXT,
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
+    BadInput,
     fail,
 )
+from app.cli_engine import add_commands as add_remote_commands
+from app.cli_engine import add_engine_options
 from app.cli_input import add_commands
 from app.cli_jobs import add_commands as add_job_commands
 from app.cli_snapshots import add_commands as add_snapshot_commands
+
+GENERATE_N_CTX = 4096  # the local engine's context for `generate` when --n-ctx is not given
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,6 +160,7 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from app.cli_engine import check_remote_args, connect_remote
     from app.core.engine.chat_template import ChatTemplateError
     from app.core.engine.host import EngineHost
     from app.core.engine.protocol import (
@@ -169,10 +177,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     out: TextIO = sys.stdout
     try:
+        check_remote_args(args)
         prompt_text = _read_prompt(args)
-        model_path = _resolve_model(args.model)
+        if args.engine:
+            model_path = Path(args.model).expanduser() if args.model else None
+            if model_path is not None and not model_path.is_file():
+                raise FileNotFoundError(f"the model {args.model} does not exist")
+        else:
+            model_path = _resolve_model(args.model)
         settings = LoadSettings(
-            n_ctx=args.n_ctx,
+            n_ctx=args.n_ctx or GENERATE_N_CTX,
             n_threads=args.threads or LoadSettings().n_threads,
             n_gpu_layers=args.gpu_layers,
             kv_cache_type=args.kv_type,
@@ -181,26 +195,35 @@ def cmd_generate(args: argparse.Namespace) -> int:
         settings.validate()
         if args.max_tokens < 1:
             raise ValueError("--max-tokens must be at least 1")
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, BadInput) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
     cancelled = False
-    with EngineHost() as host:
+    host: Any = None
+    with contextlib.ExitStack() as stack:
 
         def on_sigint(_sig: int, _frame: FrameType | None) -> None:
             nonlocal cancelled
             cancelled = True
-            host.cancel()
+            if host is not None:
+                host.cancel()
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl+C quits hard
 
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
-            loaded = host.load(model_path, settings)
-            for warning in loaded.warnings:  # a context past the training one, no GPU offload
+            if args.engine:  # a server: the same stream, from /v1/completions
+                host = stack.enter_context(contextlib.closing(connect_remote(args, args.n_ctx)))
+                warnings, has_template = host.info.warnings, bool(host.info.chat_template)
+            else:
+                host = stack.enter_context(EngineHost())
+                loaded = host.load(model_path, settings)
+                warnings = loaded.warnings  # a context past the training one, no GPU offload
+                has_template = bool(host.model_info and host.model_info.has_chat_template)
+            for warning in warnings:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
             if cancelled:
                 return fail(EXIT_CANCELLED, "cancelled", args.json)
-            if not args.raw and host.model_info and host.model_info.has_chat_template:
+            if not args.raw and has_template:
                 messages = []
                 if args.system:
                     messages.append({"role": "system", "content": args.system})
@@ -278,7 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system", help="system message (chat models only)")
     p.add_argument("--raw", action="store_true", help="send the prompt as is, no chat template")
     p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
-    p.add_argument("--n-ctx", type=int, default=4096, help="context size (default 4096)")
+    p.add_argument(
+        "--n-ctx",
+        type=int,
+        help=f"context size (default {GENERATE_N_CTX}; with --engine: the server's)",
+    )
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload (-1: all)")
     p.add_argument("--kv-type", default="f16", choices=KV_CACHE_TYPE_NAMES, help="KV cache type")
@@ -287,13 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+    add_engine_options(p)
     p.set_defaults(func=cmd_generate)
 
     add_commands(sub)
     add_job_commands(sub)
+    add_batch_commands(sub)
     add_snapshot_commands(sub)
     add_calibrate_commands(sub)
     add_bench_commands(sub)
+    add_remote_commands(sub)
 
     p = sub.add_parser("fetch-model", help="fetch and verify the default model into models/")
     p.add_argument("--dir", help="target folder (default: models/)")

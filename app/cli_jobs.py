@@ -14,7 +14,6 @@ import json
 import re
 import signal
 import sys
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -28,6 +27,7 @@ from app.cli_common import (
     BadInput,
     fail,
 )
+from app.cli_engine import LOCAL_N_CTX, add_engine_options, check_remote_args, open_engine
 from app.cli_input import model_path_or_default, read_document
 from app.cli_snapshots import check_writable, record_runs, stored_runs
 
@@ -40,7 +40,6 @@ def _type_name(event: object) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from app.core.audit import Audit
-    from app.core.engine.host import EngineHost
     from app.core.engine.protocol import (
         EngineCrashedError,
         EngineError,
@@ -58,48 +57,51 @@ def cmd_run(args: argparse.Namespace) -> int:
         state_after,
     )
     from app.core.strategies import STRATEGIES, Planner
-    from app.core.tokens import exact_counter, host_tokenize
 
     try:
         strategies = args.strategies.split(",") if args.command == "compare" else [args.strategy]
         _check_job_args(args, strategies, STRATEGIES)
-        settings = LoadSettings(n_ctx=args.n_ctx)
+        check_remote_args(args)
+        settings = LoadSettings(n_ctx=args.n_ctx or LOCAL_N_CTX)
         settings.validate()
         doc = read_document(args.document)
-        model = model_path_or_default(args.model)
-        if model is None:
-            raise BadInput("no model: pass --model or fetch the default one (`make`)")
+        if args.model:
+            model_path_or_default(args.model)  # a --model that is not there: said now
         check_writable(args.db)  # now, not after a long run that could not be recorded
     except (BadInput, ValueError) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
     cancel = CancelToken()
     audit: Audit | None = None
-    with EngineHost() as host:
+    engine: Any = None
 
-        def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-            cancel.set()
-            host.cancel()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
+        cancel.set()
+        if engine is not None:
+            engine.cancel()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        try:
-            loaded = host.load(Path(model), settings)
-            for warning in loaded.warnings:  # past the training context, an unusable template
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with open_engine(args, settings, n_ctx_given=args.n_ctx) as opened:
+            engine = opened.engine
+            for warning in opened.warnings:  # past the training context, an unusable template
                 if args.json:
                     print(json.dumps({"type": "warning", "message": warning}), flush=True)
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
-            counter = exact_counter(model, host_tokenize(host))
-            options: dict[str, Any] = {"n_ctx": loaded.n_ctx, "max_tokens": args.max_tokens,
+            if opened.server is not None and args.json:
+                print(json.dumps({"type": "server", **opened.server.as_dict()}), flush=True)
+            options: dict[str, Any] = {"n_ctx": opened.n_ctx, "max_tokens": args.max_tokens,
                                        "cancel": cancel, "lanes": args.lanes or None}  # fmt: skip
             if args.task == "ask":
                 options["questions"] = args.question
             if args.task == "extract":
                 options["instruction"] = args.instruction
             if args.audit:  # the counter is this model's own tokenizer: counts must match too
-                audit = options["audit"] = Audit(host, exact_counts=True)
+                audit = options["audit"] = Audit(engine, exact_counts=True)
             # the Document, with its structure: the chunks `plan` shows are the ones that run
-            events = compare(host, doc.text, counter, task=args.task, strategies=strategies,
+            counter = opened.counter
+            events = compare(engine, doc.text, counter, task=args.task, strategies=strategies,
                              planner=Planner(doc, counter), **options)  # fmt: skip
             results = []
             states: dict[int, Any] = {}  # results' index -> the KV state right after its job
@@ -109,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     results.append(ev.result)
                     if args.keep_kv:
                         try:
-                            state = state_after(host, ev.result)
+                            state = state_after(engine, ev.result)
                         except EngineCrashedError as exc:  # the run stands; its state is lost
                             state = None
                             print(f"warning: the KV state was not kept: {exc}", file=sys.stderr,
@@ -135,22 +137,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                     _print_event(ev)
                 else:
                     _print_event(ev)
-        except InsufficientMemoryError as exc:
-            return fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
-        except EngineCrashedError as exc:
-            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
-        except EngineError as exc:
-            if cancel.is_set():
-                return fail(EXIT_CANCELLED, "cancelled", args.json)
-            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
-        except ValueError as exc:
-            return fail(EXIT_BAD_INPUT, str(exc), args.json)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+            model_label, model_sha = opened.model_label, opened.model_sha256
+    except BadInput as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+    except InsufficientMemoryError as exc:
+        return fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
+    except EngineCrashedError as exc:
+        return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+    except EngineError as exc:
+        if cancel.is_set():
+            return fail(EXIT_CANCELLED, "cancelled", args.json)
+        return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+    except ValueError as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     from app.store.db import StoreError
 
     try:
-        versions = record_runs(args.db, doc, Path(model), args, results, states=states)
+        versions = record_runs(args.db, doc, args, results, model=model_label,
+                               model_sha256=model_sha, states=states)  # fmt: skip
         if audit is not None:
             for result, run in zip(results, stored_runs(args.db, versions), strict=True):
                 audit.check_stored(result, run)
@@ -293,7 +299,9 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--question", action="append", help="for ask (repeatable)")
         p.add_argument("--instruction", help="for extract: what to do with each part")
         p.add_argument("--model", help="GGUF model (default: the default model)")
-        p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
+        p.add_argument("--n-ctx", type=int,
+                       help=f"context size (default {LOCAL_N_CTX}; with --engine: the "
+                            f"server's)")  # fmt: skip
         p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
         p.add_argument("--db", help="history database (default: the user's)")
         p.add_argument("--keep-kv", action="store_true",
@@ -306,4 +314,5 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--audit", action="store_true",
                        help="check against llama.cpp that the model saw exactly the plan shown; "
                             "exit 5 on any mismatch")  # fmt: skip
+        add_engine_options(p)
         p.set_defaults(func=cmd_run)

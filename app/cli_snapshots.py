@@ -52,23 +52,24 @@ def check_writable(db_path: str | None) -> None:
 def record_runs(
     db_path: str | None,
     doc: Any,
-    model: Path,
     args: argparse.Namespace,
     results: list[Any],
     *,
+    model: str,
+    model_sha256: str,
     states: dict[int, Any] | None = None,
 ) -> list[int]:
     """One session per command, one version per strategy with its run (and KV state), all in
-    one transaction; the version ids."""
+    one transaction; the version ids. ``model`` is the GGUF's path, or a server's "URL model"
+    (``--engine``; the address only, never a key)."""
     from app.store.repository import Entry
 
     prompt = "\n".join(args.question or []) or (args.instruction or "")
-    sha = sha256_of(model)
     entries = []
     for i, result in enumerate(results):
         content = {"task": result.task, "strategy": result.strategy, "prompt": prompt,
-                   "model_path": str(model), "model_sha256": sha,
-                   "settings": {"n_ctx": result.n_ctx, "max_tokens": args.max_tokens}}  # fmt: skip
+                   "model_path": model, "model_sha256": model_sha256,
+                   "settings": run_settings(result.n_ctx, args)}  # fmt: skip
         state = (states or {}).get(i)
         entries.append(Entry(content, result, state, len(result.final_prompt)))
     db, repo = _open(db_path)
@@ -77,6 +78,12 @@ def record_runs(
     finally:
         repo.close()
         db.close()
+
+
+def run_settings(n_ctx: int, args: argparse.Namespace) -> dict[str, Any]:
+    """What a version records of how it ran (the engine: "local", or the server's address)."""
+    return {"n_ctx": n_ctx, "max_tokens": args.max_tokens,
+            "engine": getattr(args, "engine", None) or "local"}  # fmt: skip
 
 
 def stored_runs(db_path: str | None, version_ids: list[int]) -> list[dict[str, Any]]:

@@ -133,6 +133,7 @@ class KVStats:
     n_ctx: int
     state_bytes: int
     lane: int | None = None  # a lane's own figures (its sequence in the lanes' shared cache)
+    reported_by: str = "llama.cpp"  # a server's endpoint, or "": the server does not report KV
 
 
 @dataclass(frozen=True)
@@ -498,7 +499,9 @@ class _Session:
             audit.call_finished(CallRecord(step, ring, laid, prompt, generated, stats, sources))
         usage = self.engine.kv_usage()
         self._count(stats, max(usage.cells_used, stats.n_past))
-        yield KVStats(usage.cells_used, usage.n_ctx, usage.state_bytes)
+        yield KVStats(
+            usage.cells_used, usage.n_ctx, usage.state_bytes, reported_by=usage.reported_by
+        )
         span = OutputSpan(step, "".join(parts).strip(), sources, ring.version,
                           stats.finish_reason)  # fmt: skip
         self.result.outputs.append(span)

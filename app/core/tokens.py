@@ -117,6 +117,7 @@ class TiktokenCounter:
             ch.isspace() for token in always_special for ch in token
         )
         self._rank_to_id = rank_to_id
+        self._inverse: np.ndarray | None = None  # id -> rank, made on the first decode
         self._always_special = always_special  # user-defined tokens: llama.cpp splits them always
         # Bytes the vocabulary lacks (their ranks are the byte values) are filtered out; the
         # filter costs a numpy pass, so it runs only for texts that can produce such a byte.
@@ -177,6 +178,35 @@ class TiktokenCounter:
 
     def count_special(self, text: str) -> int:
         return len(self._encode(text, "all"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids this counter made (special tokens as their text); an id it
+        does not know raises ValueError. A remote engine sends the text of a prompt built from
+        these ids to a server that takes only text."""
+        ranks = np.asarray(ids, dtype=np.int64)
+        if self._rank_to_id is not None:
+            inverse = self._id_to_rank()
+            if ranks.size and (ranks.min() < 0 or ranks.max() >= inverse.size):
+                raise ValueError("a token id is outside the vocabulary")
+            ranks = inverse[ranks]
+            if ranks.size and ranks.min() < 0:
+                raise ValueError("a token id has no text in this vocabulary")
+        try:
+            data = self.encoding.decode_bytes(ranks.tolist())
+        except KeyError:
+            raise ValueError("a token id is outside the vocabulary") from None
+        return data.decode("utf-8", "replace")
+
+    def _id_to_rank(self) -> np.ndarray:
+        inverse = self._inverse
+        if inverse is None:
+            assert self._rank_to_id is not None
+            ids = self._rank_to_id
+            valid = ids >= 0
+            inverse = np.full(int(ids[valid].max()) + 1, -1, dtype=np.int64)
+            inverse[ids[valid]] = np.flatnonzero(valid)
+            self._inverse = inverse
+        return inverse
 
 
 _PARALLEL_CHARS = 1 << 18  # texts longer than this are split and encoded on several threads

@@ -76,6 +76,7 @@ class SavedKV:
 
 
 _CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
+_MATCHED = ("task", "prompt", "strategy", "model_path", "model_sha256")  # as columns
 
 
 def _info(v: PromptVersion, parent: int | None, children: tuple[int, ...] = ()) -> VersionInfo:
@@ -359,6 +360,36 @@ class Repository:
             return ids
 
         return self.write(action)
+
+    def finished_version(self, document_sha256: str, content: dict[str, Any]) -> int | None:
+        """A version that already did exactly this to this document and finished (its last run
+        ended with ``stop`` or ``length``, without an error or a refusal); None when there is
+        none. A batch run again skips what it finds (resumable batches)."""
+
+        def action(s: OrmSession) -> int | None:
+            same = [getattr(PromptVersion, k) == content[k] for k in _MATCHED if k in content]
+            query = (
+                select(PromptVersion)
+                .join(Session, PromptVersion.session_id == Session.id)
+                .join(Document, Session.document_id == Document.id)
+                .where(Document.sha256 == document_sha256)
+                .where(Session.deleted.is_(None), PromptVersion.deleted.is_(None), *same)
+                .order_by(PromptVersion.id.desc())
+            )
+            for v in s.scalars(query):
+                if (v.settings or {}) != content.get("settings", {}):
+                    continue
+                last = s.scalars(select(Run).where(Run.version_id == v.id)
+                                 .order_by(Run.id.desc()).limit(1)).first()  # fmt: skip
+                if (
+                    last is not None
+                    and last.finish_reason in ("stop", "length")
+                    and not (last.error or last.refused)
+                ):
+                    return v.id
+            return None
+
+        return self.read(action)
 
     def kv_state(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,11 @@ from app.core.engine.protocol import (
     EngineCrashedError,
     EngineError,
     KVState,
+    LoadedModel,
     LoadSettings,
 )
+from app.core.engine.remote import NO_AUDIT, NO_KV_STATE, RemoteEngine, ServerInfo
+from app.core.engine.remote_http import Connection
 from app.core.jobs import (
     CancelToken,
     JobFinished,
@@ -89,6 +92,17 @@ class TuneSpec:
     trials: tuple[LoadSettings, ...] | None = None  # the candidates; None: calibrate's own
 
 
+@dataclass(frozen=True)
+class ServerSpec:
+    """A server to run jobs on (the key goes to the engine thread only, never to settings)."""
+
+    url: str
+    api_key: str | None = field(default=None, repr=False)
+    n_ctx: int | None = None  # None: the server's own
+    model: str | None = None  # the server's model id; None: the first it lists
+    model_path: str | None = None  # the same model's GGUF here, for exact counts and template
+
+
 @dataclass
 class JobOutcome:
     """A finished job: a result per strategy, and the KV state after each (when kept)."""
@@ -101,6 +115,8 @@ class JobOutcome:
 
 class EngineWorker(QObject):
     model_loaded = Signal(object, object, object)  # ModelInfo, LoadedModel, EngineCapabilities
+    server_connected = Signal(object, object)  # ServerInfo, LoadedModel (its context, warnings)
+    server_failed = Signal(str)  # a connection that could not be made; one sentence
     unloaded = Signal()
     tokens_counted = Signal(int, int)  # tokens, characters
     job_events = Signal(list)  # core job events, in order, batched
@@ -120,17 +136,28 @@ class EngineWorker(QObject):
         self._model: tuple[str, LoadSettings] | None = None
         self._counter: TokenCounter | None = None
         self._lost_state = ""  # why the last KV state could not be kept (the engine died)
+        self._remote: RemoteEngine | None = None  # connected to a server instead of llama.cpp
 
     # ----- called from the GUI thread directly (the worker may be busy) -----
 
     def cancel(self) -> None:
         """Stop the running job at once: the job stops at its next step, llama.cpp now."""
         self._cancel.set()
-        self._host.cancel()
+        remote = self._remote
+        if remote is not None:
+            remote.cancel()
+        else:
+            self._host.cancel()
 
     @property
     def engine_pid(self) -> int | None:
-        return self._host.pid
+        return None if self._remote is not None else self._host.pid
+
+    @property
+    def server(self) -> ServerInfo | None:
+        """The server jobs run on, or None: the local engine."""
+        remote = self._remote
+        return remote.info if remote is not None else None
 
     @property
     def counter(self) -> TokenCounter | None:
@@ -142,6 +169,7 @@ class EngineWorker(QObject):
     @Slot(str, object)
     def load_model(self, path: str, settings: LoadSettings) -> None:
         self.status.emit(self.tr("Loading model…"))
+        self._disconnect()  # one engine at a time: a model here ends a server's connection
         try:
             loaded = self._host.load(path, settings)
             caps = self._host.capabilities
@@ -189,9 +217,43 @@ class EngineWorker(QObject):
     def unload(self) -> None:
         self._host.close()
         self._host = EngineHost()
+        self._disconnect()
         self._model = None
         self._counter = None
         self.unloaded.emit()
+
+    @Slot(object)
+    def connect_server(self, spec: ServerSpec) -> None:
+        """Run jobs on the server ``spec`` names instead of the local engine (whose model is
+        let go: one engine at a time)."""
+        self.status.emit(self.tr("Connecting to {0}…").format(spec.url))
+        t0 = time.perf_counter()
+        try:
+            connection = Connection(spec.url, api_key=spec.api_key)
+            remote = RemoteEngine(connection, model=spec.model, n_ctx=spec.n_ctx,
+                                  model_path=spec.model_path)  # fmt: skip
+            try:
+                info = remote.connect()
+                counter = remote.counter()
+            except BaseException:
+                remote.close()
+                raise
+        except (EngineError, ValueError, OSError) as exc:
+            self.server_failed.emit(str(exc))
+            return
+        self._host.close()
+        self._host = EngineHost()
+        self._disconnect()
+        self._remote, self._counter, self._model = remote, counter, None
+        loaded = LoadedModel(f"{info.url} {info.model}", info.n_ctx, info.n_ctx_train or 0, 0,
+                             0, 0, 0, False, "", False, time.perf_counter() - t0,
+                             info.warnings)  # fmt: skip
+        self.server_connected.emit(info, loaded)
+
+    def _disconnect(self) -> None:
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            remote.close()
 
     @Slot(str)
     def count_tokens(self, text: str) -> None:
@@ -207,14 +269,23 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def run_job(self, spec: JobSpec) -> None:
+        remote = self._remote
+        if remote is not None:  # a server keeps no KV state for us, and cannot be audited
+            spec = replace(spec, keep_kv=False)
         outcome = JobOutcome(spec)
-        if self._counter is None or self._host.model is None:
-            self.failed.emit(self.tr("Load a model first."))
+        if self._counter is None or (remote is None and self._host.model is None):
+            self.failed.emit(self.tr("Load a model or connect to a server first."))
             self.job_done.emit(outcome)
             return
+        if remote is not None and spec.audit:
+            self.failed.emit(self.tr("The audit needs the local engine: {0}").format(NO_AUDIT))
+            self.job_done.emit(outcome)
+            return
+        engine: Any = remote if remote is not None else self._host
+        n_ctx = remote.info.n_ctx if remote is not None else self._host.model.n_ctx
         self._cancel = CancelToken()
         options: dict[str, Any] = {
-            "n_ctx": self._host.model.n_ctx,
+            "n_ctx": n_ctx,
             "max_tokens": spec.max_tokens,
             "cancel": self._cancel,
             "lanes": spec.lanes,
@@ -228,7 +299,7 @@ class EngineWorker(QObject):
         self.status.emit(self.tr("Running…"))
         counter = self._counter
         planner = spec.planner if spec.planner and spec.planner.counter is counter else None
-        self._execute(lambda: compare(self._host, spec.text, counter, task=spec.task,
+        self._execute(lambda: compare(engine, spec.text, counter, task=spec.task,
                                       strategies=list(spec.strategies), planner=planner,
                                       **options),
                       outcome)  # fmt: skip
@@ -238,6 +309,11 @@ class EngineWorker(QObject):
         """Roll back with a saved KV state: restore it and generate without re-evaluating."""
         outcome = JobOutcome(JobSpec(spec.task, (spec.strategy,), "", max_tokens=spec.max_tokens,
                                      keep_kv=False))  # fmt: skip
+        if self._remote is not None:
+            self.failed.emit(self.tr("A rollback cannot resume instantly on a server: "
+                                     "{0}").format(NO_KV_STATE))  # fmt: skip
+            self.job_done.emit(outcome)
+            return
         self._cancel = CancelToken()
         self._execute(lambda: resume(self._host, spec.state, spec.prompt_tokens, task=spec.task,
                                      strategy=spec.strategy, max_tokens=spec.max_tokens,
@@ -247,6 +323,7 @@ class EngineWorker(QObject):
     @Slot()
     def shutdown(self) -> None:
         self._host.close()
+        self._disconnect()
 
     # ----- plumbing -----
 
@@ -316,6 +393,7 @@ class EngineThread(QObject):
     request_count = Signal(str)
     request_job = Signal(object)
     request_resume = Signal(object)
+    request_connect = Signal(object)  # ServerSpec
     _request_shutdown = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -330,6 +408,7 @@ class EngineThread(QObject):
         self.request_count.connect(self.worker.count_tokens)
         self.request_job.connect(self.worker.run_job)
         self.request_resume.connect(self.worker.resume_state)
+        self.request_connect.connect(self.worker.connect_server)
         self._request_shutdown.connect(self.worker.shutdown)
         self.thread.start()
 

@@ -189,6 +189,7 @@ class GaugesPanel(QWidget):
         """Clear the live figures for a new run (the prompt-length histogram is kept)."""
         self._n_ctx = max(1, n_ctx)
         self._cells = self._kv_bytes = 0
+        self._kv_source = "llama.cpp"  # who reports the KV figures (a server may not)
         self._t0 = time.monotonic()
         self._arrivals: deque[tuple[float, int]] = deque()  # (time, tokens) of TokenBatch
         self._call_first_token: float | None = None
@@ -238,6 +239,7 @@ class GaugesPanel(QWidget):
             case KVStats():
                 self._lane_cells = []  # a call in the loaded context: the lanes are over
                 self._cells, self._kv_bytes = ev.cells_used, ev.state_bytes
+                self._kv_source = ev.reported_by
                 self._n_ctx = max(1, ev.n_ctx)
                 self._call_first_token = None
                 self._queued_at = self._evaluated_at = None
@@ -392,8 +394,23 @@ class GaugesPanel(QWidget):
                 self._lanes_drawn = None
                 self.lanes_row.hide()
             _set_bar(self.kv_bar, self._n_ctx, min(self._cells, self._n_ctx))
-            kv = self.tr("{0:,} of {1:,} cells · {2}")
-            _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, _size(self._kv_bytes)))
+            if self._kv_source == "llama.cpp":
+                kv = self.tr("{0:,} of {1:,} cells · {2}")
+                _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, _size(self._kv_bytes)))
+            elif self._kv_source:  # a server's own figure
+                kv = self.tr("{0:,} of {1:,} cells (the server's {2})")
+                _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, self._kv_source))
+            else:
+                kv = self.tr("{0:,} of {1:,} positions by the last request; KV not reported by "
+                             "this server")  # fmt: skip
+                _set_text(
+                    self.kv_text,
+                    kv.format(self._cells, self._n_ctx),
+                    self.tr(
+                        "The server does not report its KV cache; the bar shows the "
+                        "prompt and reply of the last request, by its token counts"
+                    ),
+                )
         total_rss = self._app_rss + self._engine_rss
         _set_bar(self.ram_bar, 1000, min(1000, total_rss * 1000 // max(1, self._total_ram)))
         engine = _size(self._engine_rss) if self._engine_pid else self.tr("none")

@@ -55,6 +55,7 @@ from app.core.default_model import sha256_of
 from app.core.documents import Document, load_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
+from app.core.engine.remote import ServerInfo
 from app.core.gc_pause import gc_paused
 from app.core.jobs import DEFAULT_LANES, JobFinished, planning
 from app.core.paths import models_dir
@@ -66,7 +67,14 @@ from app.store.repository import Entry, Repository
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import MAX_PANES, CompareView
 from app.ui.document_view import DocumentView
-from app.ui.engine_worker import EngineThread, JobOutcome, JobSpec, ResumeSpec, TuneSpec
+from app.ui.engine_worker import (
+    EngineThread,
+    JobOutcome,
+    JobSpec,
+    ResumeSpec,
+    ServerSpec,
+    TuneSpec,
+)
 from app.ui.gauges import GaugesPanel
 from app.ui.history_panel import SUFFIX as SESSION_SUFFIX
 from app.ui.history_panel import HistoryPanel
@@ -113,6 +121,8 @@ class MainWindow(QMainWindow):
         self._model_path: Path | None = None
         self._model_sha = ""
         self._loaded: LoadedModel | None = None
+        self._server: ServerInfo | None = None  # jobs run on this server, not a model here
+        self._shut_down = False  # closeEvent has stopped the engine and closed the store
         self._doc: Document | None = None
         self._doc_tokens: int | None = None
         self._doc_estimate: int | None = None  # cl100k tokens, once counted
@@ -167,8 +177,10 @@ class MainWindow(QMainWindow):
         self.document_view = DocumentView()
         self.setCentralWidget(self.document_view)
 
-        self.model_panel = ModelPanel(models_dir())
+        self.model_panel = ModelPanel(models_dir(), settings=self.settings)
         self.model_panel.load_requested.connect(self.load_model)
+        self.model_panel.server.connect_requested.connect(self.connect_server)
+        self.model_panel.server.disconnect_requested.connect(self.engine.request_unload)
         self.model_panel.calibrate_requested.connect(self.calibrate_model)
         self.model_panel.calibration_cancel_requested.connect(self.engine.cancel)
         self.model_panel.unload_requested.connect(self.engine.request_unload)
@@ -367,6 +379,8 @@ class MainWindow(QMainWindow):
     def _wire_engine(self) -> None:
         w = self.engine.worker
         w.model_loaded.connect(self._on_model_loaded)
+        w.server_connected.connect(self._on_server_connected)
+        w.server_failed.connect(self._on_server_failed)
         w.unloaded.connect(self._on_unloaded)
         w.tokens_counted.connect(self._on_tokens_counted)
         w.job_events.connect(self._on_job_events)
@@ -644,6 +658,37 @@ class MainWindow(QMainWindow):
 
         run_in_background(lambda: sha256_of(Path(path)), hashed, unreadable)
 
+    def connect_server(self, spec: ServerSpec, use_local_model: bool = False) -> None:
+        """Run jobs on the server ``spec`` names; with ``use_local_model`` the GGUF selected in
+        the model panel (the same model) gives exact counts and its chat template."""
+        local = self.model_panel.selected_model() if use_local_model else None
+        if local is not None:
+            spec = replace(spec, model_path=str(local))
+        self._model_sha = ""
+        if local is not None:
+            run_in_background(lambda: sha256_of(local), self._set_model_sha, lambda _m: None)
+        self._wait("load", True, self.tr("Connecting to {0}…").format(spec.url))
+        self.engine.request_connect.emit(spec)
+
+    def _on_server_connected(self, info: ServerInfo, loaded: LoadedModel) -> None:
+        self._wait("load", False)
+        self._server, self._loaded, self._model_path = info, loaded, None
+        self.model_panel.show_server(info)
+        self.gauges.set_engine_pid(None)
+        self.statusBar().showMessage(self.tr("Connected to {0} ({1}), context {2:,} tokens").format(
+            info.url, info.model, info.n_ctx), 5000)  # fmt: skip
+        self._planner = None  # the server's counts now
+        if self._doc is not None:
+            self._count_exact()
+            self.update_plan()
+        else:
+            self.ready.emit()
+
+    def _on_server_failed(self, message: str) -> None:
+        self._wait("load", False)
+        self.model_panel.server.show_error(message)
+        self.statusBar().showMessage(message)
+
     def calibrate_model(self, path: Path, settings: LoadSettings) -> None:
         """Measure the candidates anew ("Calibrate again"), then load the fastest."""
         self.load_model(path, settings, fresh=True)
@@ -676,7 +721,7 @@ class MainWindow(QMainWindow):
                          caps: EngineCapabilities | None) -> None:  # fmt: skip
         del info
         self._wait("load", False)
-        self._loaded = loaded
+        self._loaded, self._server = loaded, None
         self.model_panel.set_busy(False)
         self.model_panel.show_loaded(loaded)
         if caps is not None:
@@ -697,7 +742,7 @@ class MainWindow(QMainWindow):
             self.ready.emit()
 
     def _on_unloaded(self) -> None:
-        self._loaded = None
+        self._loaded, self._server = None, None
         self.model_panel.show_unloaded()
         self.gauges.set_engine_pid(None)
         self._planner = None
@@ -929,15 +974,20 @@ class MainWindow(QMainWindow):
                               lambda _id: self._recorded(resumed_session, outcome),
                               lambda m: self._record_failed(m, outcome))  # fmt: skip
             return
-        spec, model, sha = outcome.spec, str(self._model_path or ""), self._model_sha
+        spec, sha, server = outcome.spec, self._model_sha, self._server
+        # a server's model is recorded as "URL model" (never with a key); its sha256 is the
+        # local GGUF's when one was given for the counts, else unknown
+        model = loaded.path if server is not None else str(self._model_path or "")
+        engine = server.url if server is not None else "local"
         prompt = "\n".join(spec.questions) or spec.instruction
 
         def work() -> int:
+            model_sha = sha or ("" if server is not None else sha256_of(Path(model)))
             entries = [
                 Entry({"task": r.task, "strategy": r.strategy, "prompt": prompt,
-                       "model_path": model, "model_sha256": sha or sha256_of(Path(model)),
+                       "model_path": model, "model_sha256": model_sha,
                        "settings": {"n_ctx": r.n_ctx, "max_tokens": spec.max_tokens,
-                                    "kv_cache_type": loaded.kv_cache_type}},
+                                    "kv_cache_type": loaded.kv_cache_type, "engine": engine}},
                       r, outcome.states.get(i), len(r.final_prompt))
                 for i, r in enumerate(outcome.results)
             ]  # fmt: skip
@@ -1071,6 +1121,10 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if self._shut_down:  # closed once already: the engine and the store are gone
+            event.accept()
+            return
+        self._shut_down = True
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState())
         self.gauges.stop()

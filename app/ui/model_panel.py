@@ -17,7 +17,7 @@ from __future__ import annotations
 import weakref
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -46,9 +46,11 @@ from app.core.engine.protocol import (
     LoadedModel,
     LoadSettings,
 )
+from app.core.engine.remote import ServerInfo
 from app.core.paths import list_models
 from app.core.telemetry import estimate_memory
 from app.ui.model_fetch_dialog import ModelFetchDialog
+from app.ui.server_box import ServerBox
 from app.ui.tasks import run_in_background
 from app.ui.tuned_settings import TunedSettingsBox
 from app.ui.widgets import MessageLine
@@ -146,9 +148,12 @@ class ModelPanel(QWidget):
     calibrate_requested = Signal(object, object)  # Path, LoadSettings: measure again, then load
     calibration_cancel_requested = Signal()
 
-    def __init__(self, models_dir: Path, parent: QWidget | None = None) -> None:
+    def __init__(self, models_dir: Path, parent: QWidget | None = None, *,
+                 settings: QSettings | None = None) -> None:  # fmt: skip
         super().__init__(parent)
         self._models_dir = Path(models_dir)
+        # a server instead of a file here (its address is kept in these settings)
+        self.server = ServerBox(settings if settings is not None else QSettings())
         self._info: ModelInfo | None = None
         self._caps: EngineCapabilities | None = None
         self._loaded: LoadedModel | None = None
@@ -302,6 +307,7 @@ class ModelPanel(QWidget):
         layout.addWidget(options)
         layout.addWidget(self.tuning)
         layout.addLayout(buttons)
+        layout.addWidget(self.server)
         layout.addWidget(self.engine_error)
         layout.addWidget(self.status)
 
@@ -574,7 +580,18 @@ class ModelPanel(QWidget):
     def show_unloaded(self) -> None:
         self._loaded = None
         self._busy = False
+        self.server.show_disconnected()
         self.status.setText(self._loaded_text())
+        self._update()
+
+    def show_server(self, info: ServerInfo) -> None:
+        """Jobs run on the server ``info`` describes; no model is loaded here."""
+        self._loaded = None
+        self._busy = False
+        self.engine_error.clear()
+        self.server.show_connected(info)
+        self.status.setText(self.tr("Connected to {0}: model {1}, context {2:,} tokens.").format(
+            info.url, info.model, info.n_ctx))  # fmt: skip
         self._update()
 
     def show_error(self, message: str) -> None:

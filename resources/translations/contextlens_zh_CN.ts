@@ -282,16 +282,28 @@
         <translation>校准失败：{0}</translation>
     </message>
     <message>
+        <source>Connecting to {0}…</source>
+        <translation>正在连接 {0}…</translation>
+    </message>
+    <message>
         <source>Counting tokens…</source>
         <translation>正在统计 token…</translation>
     </message>
     <message>
-        <source>Load a model first.</source>
-        <translation>请先加载模型。</translation>
+        <source>Load a model or connect to a server first.</source>
+        <translation>请先加载模型或连接服务器。</translation>
+    </message>
+    <message>
+        <source>The audit needs the local engine: {0}</source>
+        <translation>审计需要本地引擎：{0}</translation>
     </message>
     <message>
         <source>Running…</source>
         <translation>正在运行…</translation>
+    </message>
+    <message>
+        <source>A rollback cannot resume instantly on a server: {0}</source>
+        <translation>在服务器上回滚无法立即恢复：{0}</translation>
     </message>
     <message>
         <source>the engine process ended</source>
@@ -355,6 +367,18 @@
     <message>
         <source>{0:,} of {1:,} cells · {2}</source>
         <translation>{0:,} / {1:,} 个单元 · {2}</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} cells (the server&apos;s {2})</source>
+        <translation>{0:,} / {1:,} 个单元（来自服务器的 {2}）</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} positions by the last request; KV not reported by this server</source>
+        <translation>上一次请求占用 {0:,} / {1:,} 个位置；此服务器不报告 KV</translation>
+    </message>
+    <message>
+        <source>The server does not report its KV cache; the bar shows the prompt and reply of the last request, by its token counts</source>
+        <translation>服务器不报告其 KV 缓存；此条按 token 数显示上一次请求的提示词和回复</translation>
     </message>
     <message>
         <source>none</source>
@@ -877,6 +901,14 @@
         <translation>正在加载 {0}…</translation>
     </message>
     <message>
+        <source>Connecting to {0}…</source>
+        <translation>正在连接 {0}…</translation>
+    </message>
+    <message>
+        <source>Connected to {0} ({1}), context {2:,} tokens</source>
+        <translation>已连接到 {0}（{1}），上下文 {2:,} 个 token</translation>
+    </message>
+    <message>
         <source>Calibrating: {0}/{1} settings tried…</source>
         <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
     </message>
@@ -1276,6 +1308,10 @@ Qt (PySide6) {3}</translation>
         <translation>正在加载…</translation>
     </message>
     <message>
+        <source>Connected to {0}: model {1}, context {2:,} tokens.</source>
+        <translation>已连接到 {0}：模型 {1}，上下文 {2:,} 个 token。</translation>
+    </message>
+    <message>
         <source>Calibrating: {0}/{1} settings tried…</source>
         <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
     </message>
@@ -1305,6 +1341,113 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>The whole document: kept, dropped and passes; click to go there</source>
         <translation>整个文档：保留、丢弃的部分和各轮；点击可跳转到该处</translation>
+    </message>
+</context>
+<context>
+    <name>ServerBox</name>
+    <message>
+        <source>Server</source>
+        <translation>服务器</translation>
+    </message>
+    <message>
+        <source>http://127.0.0.1:8080</source>
+        <translation>http://127.0.0.1:8080</translation>
+    </message>
+    <message>
+        <source>An OpenAI-compatible server: llama-server, python -m llama_cpp.server or vLLM</source>
+        <translation>兼容 OpenAI 的服务器：llama-server、python -m llama_cpp.server 或 vLLM</translation>
+    </message>
+    <message>
+        <source>Keep the key in the system keyring</source>
+        <translation>将密钥保存在系统密钥环中</translation>
+    </message>
+    <message>
+        <source>the first the server lists</source>
+        <translation>服务器列出的第一个</translation>
+    </message>
+    <message>
+        <source>the server&apos;s</source>
+        <translation>服务器的设置</translation>
+    </message>
+    <message>
+        <source>Needed only when the server does not report its context size (llama-cpp-python&apos;s server does not)</source>
+        <translation>仅当服务器不报告其上下文大小时需要（llama-cpp-python 的服务器不报告）</translation>
+    </message>
+    <message>
+        <source>Count with the selected GGUF (the same model)</source>
+        <translation>用所选 GGUF（同一模型）计数</translation>
+    </message>
+    <message>
+        <source>Exact counts here and the model&apos;s own chat template; checked against the server&apos;s tokenizer</source>
+        <translation>在本地精确计数并使用模型自己的聊天模板；已与服务器的分词器核对</translation>
+    </message>
+    <message>
+        <source>Connect</source>
+        <translation>连接</translation>
+    </message>
+    <message>
+        <source>Disconnect</source>
+        <translation>断开</translation>
+    </message>
+    <message>
+        <source>Add&amp;ress:</source>
+        <translation>地址(&amp;R)：</translation>
+    </message>
+    <message>
+        <source>API key:</source>
+        <translation>API 密钥：</translation>
+    </message>
+    <message>
+        <source>Model:</source>
+        <translation>模型：</translation>
+    </message>
+    <message>
+        <source>Context size:</source>
+        <translation>上下文大小：</translation>
+    </message>
+    <message>
+        <source>kept in the system keyring</source>
+        <translation>已保存在系统密钥环中</translation>
+    </message>
+    <message>
+        <source>none</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>not reported by this server</source>
+        <translation>此服务器不报告</translation>
+    </message>
+    <message>
+        <source>{0} at {1}, model {2}</source>
+        <translation>{0}，地址 {1}，模型 {2}</translation>
+    </message>
+    <message>
+        <source>Context: {0:,} tokens ({1})</source>
+        <translation>上下文：{0:,} 个 token（{1}）</translation>
+    </message>
+    <message>
+        <source>Token counts: {0}</source>
+        <translation>token 计数：{0}</translation>
+    </message>
+    <message>
+        <source> (estimates)</source>
+        <translation> （估计值）</translation>
+    </message>
+    <message>
+        <source>KV figures: {0}</source>
+        <translation>KV 数据：{0}</translation>
+    </message>
+    <message>
+        <source>from {0}</source>
+        <translation>来自 {0}</translation>
+    </message>
+    <message>
+        <source>Parallel slots: {0}</source>
+        <translation>并行槽位：{0}</translation>
+    </message>
+    <message>
+        <source>Not over HTTP: saving KV states (instant rollback), shifting the cache, the faithfulness audit</source>
+        <translation>无法通过 HTTP 进行：保存 KV 状态（即时回滚）、移动缓存、忠实度审计</translation>
     </message>
 </context>
 <context>

@@ -53,6 +53,7 @@ ALLOWED = [
     # technical terms, which Chinese software writes in Latin letters too
     *(r"GGUF v\d+", r"GGUF", r"llama\.cpp", r"KV", r"GPU", r"CPU", r"n_ctx", r"Flash Attention"),
     r"[\w.-]+\.(?:gguf|ctxlens|txt)",  # file names
+    r"https?://[\w.:/-]+",  # addresses (the server's)
     r"\d[\d,.]*\s*(?:MiB|GiB|MB|B|M|s)?\b",  # numbers and their units
 ]
 

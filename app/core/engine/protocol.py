@@ -127,6 +127,10 @@ class KVUsage:
     pos_max: int  # -1 when empty
     state_bytes: int  # llama_state_seq_get_size for sequence 0
     can_shift: bool
+    # Where the figures come from: "llama.cpp" for the local engine, a server's endpoint
+    # ("/slots", "/metrics"), or "" when the server does not report them (cells_used is then
+    # what the last request held by the server's own token counts).
+    reported_by: str = "llama.cpp"
 
     @property
     def fraction(self) -> float:

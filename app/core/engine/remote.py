@@ -1,0 +1,922 @@
+"""An OpenAI-compatible inference server behind the engine interface the jobs use.
+
+llama.cpp's ``llama-server``, llama-cpp-python's own server (``python -m llama_cpp.server``) and
+vLLM all generate through ``/v1/completions``; each adds endpoints of its own for what ContextLens
+needs beyond text: token counts (``/tokenize``, ``/extras/tokenize``), the context size (``/props``,
+``max_model_len`` in ``/v1/models``), the KV cache (``/slots``, ``/metrics``). :meth:`RemoteEngine.
+connect` probes for them once and :class:`ServerInfo` says, for every figure, where it comes from,
+or that this server does not report it. What needs llama.cpp's own KV cache in this process (saving
+and restoring its state, shifting positions, reading it back for the faithfulness audit) cannot
+work over HTTP and is refused with the reason.
+
+Token counts are exact when the server tokenizes, or when the same GGUF is given locally (its fast
+encoding is then checked against the server's tokenizer, so a different model is noticed);
+otherwise they are cl100k estimates, marked as such. Prompts are sent as token ids to servers that
+take them, else as the text those ids decode to.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.core.engine.chat_template import ChatTemplateError, render_chat_template
+from app.core.engine.protocol import (
+    ContextOverflowError,
+    EngineError,
+    Finished,
+    FinishReason,
+    GenerationStats,
+    KVState,
+    KVUsage,
+    LaneDelta,
+    LaneFinished,
+    LanesFinished,
+    LaneStarted,
+    SamplingSettings,
+    TextDelta,
+)
+from app.core.engine.remote_http import Client, Connection, ServerError, StreamBrokenError
+from app.core.tokens import TiktokenCounter, TokenCounter, cl100k, scrub
+
+NOT_REPORTED = "not reported by this server"
+NO_KV_STATE = (
+    "saving and restoring the KV state needs llama.cpp's own cache, which a server does not "
+    "hand out over HTTP"
+)
+NO_KV_SHIFT = (
+    "removing or shifting KV positions needs llama.cpp's own cache, which a server does not "
+    "let a client edit"
+)
+NO_AUDIT = (
+    "the faithfulness audit reads llama.cpp's KV cache position by position, which a server "
+    "does not expose"
+)
+STREAM_INTERVAL_S = 0.02  # one text delta per 20 ms at most, as the local engine sends them
+PROBE_TIMEOUT_S = 10.0
+COUNT_WORKERS = 8  # token counts asked of the server at once
+
+
+class UnsupportedRemotelyError(EngineError):
+    """The operation needs the local llama.cpp engine; the message says why."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What :meth:`RemoteEngine.connect` found out about the server, each with its source."""
+
+    url: str
+    kind: str  # "llama-server", "llama-cpp-python", "vllm" or "openai-compatible"
+    model: str  # the model id sent with every request
+    n_ctx: int
+    n_ctx_source: str  # "/props", "/v1/models max_model_len" or "given (--n-ctx)"
+    n_ctx_train: int | None  # as the server reports it, when it does
+    tokenizer: str  # where token counts come from
+    exact_counts: bool
+    chat_template: str  # where the chat template comes from; "" when prompts are plain
+    slots: int | None  # requests the server serves in parallel, when it says
+    kv_source: str  # "/slots", "/metrics", "" (not reported)
+    accepts_token_ids: bool  # prompts may be sent as token ids
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """Feature -> why it is off for this engine."""
+        return {"kv_state": NO_KV_STATE, "kv_shift": NO_KV_SHIFT, "audit": NO_AUDIT}
+
+    def kv_figures(self) -> str:
+        return f"from {self.kv_source}" if self.kv_source else NOT_REPORTED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url, "kind": self.kind, "model": self.model, "n_ctx": self.n_ctx,
+            "n_ctx_source": self.n_ctx_source, "n_ctx_train": self.n_ctx_train,
+            "tokenizer": self.tokenizer, "exact_counts": self.exact_counts,
+            "chat_template": self.chat_template or "none: plain prompts",
+            "parallel_slots": self.slots, "kv_figures": self.kv_figures(),
+            "prompts_as_token_ids": self.accepts_token_ids, "unsupported": self.unsupported,
+            "warnings": list(self.warnings),
+        }  # fmt: skip
+
+
+# ----- tokenizers -------------------------------------------------------------------------------
+
+
+class _ServerTokenizer:
+    """The server's own tokenizer over HTTP (exact by definition)."""
+
+    def __init__(self, client: Client, kind: str, model: str) -> None:
+        self._client, self._kind, self._model = client, kind, model
+        self.bos: tuple[int, ...] = ()  # what the server puts in front of every text
+
+    def probe(self) -> bool:
+        """Whether the endpoint answers; learns the tokens it adds to an empty text."""
+        try:
+            self.bos = tuple(self._call("", True))
+        except ServerError:
+            return False
+        return True
+
+    @property
+    def endpoint(self) -> str:
+        return "/extras/tokenize" if self._kind == "llama-cpp-python" else "/tokenize"
+
+    def _call(self, text: str, special: bool) -> list[int]:
+        if self._kind == "llama-cpp-python":
+            body: dict[str, Any] = {"input": text, "model": self._model}
+        elif self._kind == "vllm":
+            body = {"model": self._model, "prompt": text, "add_special_tokens": False}
+        else:
+            body = {"content": text, "add_special": False, "parse_special": special}
+        data = self._client.post_json(self.endpoint, body, "a request to count tokens")
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise ServerError(f"{self._client.host} answered {self.endpoint} without token ids")
+        return tokens
+
+    def encode(self, text: str, special: bool) -> list[int]:
+        tokens = self._call(text, special)
+        if self.bos and tokens[: len(self.bos)] == list(self.bos):
+            tokens = tokens[len(self.bos) :]  # llama-cpp-python adds the BOS; jobs add their own
+        return tokens
+
+    def decode(self, ids: Sequence[int]) -> str:
+        if self._kind == "llama-cpp-python":
+            body = {"tokens": list(ids), "model": self._model}
+            path, key = "/extras/detokenize", "text"
+        elif self._kind == "vllm":
+            path, body, key = "/detokenize", {"model": self._model, "tokens": list(ids)}, "prompt"
+        else:
+            path, body, key = "/detokenize", {"tokens": list(ids)}, "content"
+        data = self._client.post_json(path, body, "a request to turn tokens into text")
+        text = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise ServerError(f"{self._client.host} answered {path} without text")
+        return text
+
+
+class RemoteCounter:
+    """Exact counts from the server's tokenizer, several requests at once (for planning)."""
+
+    splits_at_spaces = False
+    exact = True
+
+    def __init__(self, tokenizer: _ServerTokenizer, name: str) -> None:
+        self._tokenizer = tokenizer
+        self.name = name
+        self.fingerprint: str | None = None  # the server's tokenizer may change: never cached
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(scrub(text), False)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text)) if text else 0
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        if len(texts) < 2:
+            return [self.count(t) for t in texts]
+        with ThreadPoolExecutor(COUNT_WORKERS, thread_name_prefix="remote-count") as pool:
+            return list(pool.map(self.count, texts))
+
+    def count_special(self, text: str) -> int:
+        return len(self._tokenizer.encode(scrub(text), True)) if text else 0
+
+
+class _TextMemo:
+    """The text each token sequence was made from, for servers that take prompts as text only
+    and whose detokenizer drops special tokens (llama-cpp-python's renders none): a prompt is
+    put back together from the texts of the pieces it was built of, and only a stretch that
+    matches none is asked of the server."""
+
+    MAX_SEQUENCES = 200_000
+
+    def __init__(self) -> None:
+        self._by_first: dict[int, dict[tuple[int, ...], str]] = {}
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def remember(self, ids: Sequence[int], text: str) -> None:
+        if not ids:
+            return
+        with self._lock:
+            if self._count >= self.MAX_SEQUENCES:
+                self._by_first.clear()
+                self._count = 0
+            known = self._by_first.setdefault(ids[0], {})
+            if tuple(ids) not in known:
+                known[tuple(ids)] = text
+                self._count += 1
+
+    def text(self, ids: Sequence[int], decode: Callable[[Sequence[int]], str]) -> str:
+        """The text of ``ids``: remembered pieces, longest first, and ``decode`` between them."""
+        parts: list[str] = []
+        unknown_from = None
+        i, n = 0, len(ids)
+        with self._lock:
+            snapshot = {k: sorted(v.items(), key=lambda kv: -len(kv[0]))
+                        for k, v in self._by_first.items()}  # fmt: skip
+        while i < n:
+            match = None
+            for seq, text in snapshot.get(ids[i], ()):
+                if tuple(ids[i : i + len(seq)]) == seq:
+                    match = (seq, text)
+                    break
+            if match is None:
+                unknown_from = i if unknown_from is None else unknown_from
+                i += 1
+                continue
+            if unknown_from is not None:
+                parts.append(decode(ids[unknown_from:i]))
+                unknown_from = None
+            parts.append(match[1])
+            i += len(match[0])
+        if unknown_from is not None:
+            parts.append(decode(ids[unknown_from:]))
+        return "".join(parts)
+
+
+# ----- the engine -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Lane:
+    index: int
+    lane: int
+    prompt_tokens: int
+    generated: int = 0
+
+
+@dataclass
+class _Reply:
+    """One streamed completion, as its events arrive."""
+
+    started: float
+    first: float | None = None
+    finish: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    tokens: int = 0
+
+
+_CONTEXT_LIMIT = re.compile(r"(?:maximum context length|context (?:window|size)) (?:is|of) (\d+)")
+_PROMPT_SIZE = re.compile(r"\((\d+) in your prompt")
+
+
+class RemoteEngine:
+    """The jobs' engine on an OpenAI-compatible server (see the module's docstring).
+
+    Thread-safe for generation: several requests may stream at once (a batch, or the lanes of
+    a map phase); :meth:`cancel` stops every one of them.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        model: str | None = None,
+        model_path: str | Path | None = None,
+        n_ctx: int | None = None,
+    ) -> None:
+        self.connection = connection
+        self._client = Client(connection)
+        self._want_model = model
+        self._model_path = Path(model_path) if model_path else None
+        self._given_n_ctx = n_ctx
+        self._info: ServerInfo | None = None
+        self._server_tokenizer: _ServerTokenizer | None = None
+        self._local: TiktokenCounter | None = None  # the same GGUF's fast encoding
+        self._estimate: TiktokenCounter | None = None
+        self._template: tuple[str, str, str] | None = None  # template, bos text, eos text
+        self._memo = _TextMemo()
+        self._cancel = threading.Event()
+        self._last = threading.local()  # each thread's last request (a batch runs several)
+
+    # ----- connecting ----------------------------------------------------------------------
+
+    @property
+    def info(self) -> ServerInfo:
+        if self._info is None:
+            raise EngineError("not connected to a server yet")
+        return self._info
+
+    def __enter__(self) -> RemoteEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def connect(self) -> ServerInfo:
+        """Ask the server what it runs and offers; ServerError or ValueError (one sentence)
+        when it cannot be used."""
+        client = self._client
+        listing = client.get_json("/v1/models", timeout=PROBE_TIMEOUT_S)
+        models = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(models, list) or not models:
+            raise ServerError(
+                f"{client.host} lists no models at /v1/models: is it an OpenAI-compatible "
+                "server (llama-server, python -m llama_cpp.server, vLLM)?"
+            )
+        entries = {str(m.get("id")): m for m in models if isinstance(m, dict) and m.get("id")}
+        model = self._want_model or next(iter(entries), "")
+        if self._want_model and self._want_model not in entries:
+            raise ValueError(
+                f"{client.host} does not serve a model named {self._want_model!r} "
+                f"(it serves {', '.join(entries) or 'none'})"
+            )
+        entry = entries.get(model, {})
+        props = client.get_json("/props", timeout=PROBE_TIMEOUT_S)
+        kind, n_ctx, source, slots, template = _identify(props, entry)
+        if kind == "openai-compatible" and _answers(client, "/extras/tokenize", {"input": ""}):
+            kind = "llama-cpp-python"
+            slots = 1  # one model, one request at a time
+        warnings: list[str] = []
+        n_ctx, source = self._context_size(n_ctx, source, warnings)
+        train = _n_ctx_train(entry, props)
+
+        server_tokenizer = _ServerTokenizer(client, kind, model)
+        has_tokenizer = kind != "openai-compatible" and server_tokenizer.probe()
+        self._server_tokenizer = server_tokenizer if has_tokenizer else None
+        tokenizer, exact = self._choose_tokenizer(has_tokenizer, warnings)
+        template_source = self._choose_template(template, props, warnings)
+        kv_source = self._kv_source(kind)
+        self._info = ServerInfo(
+            url=self.connection.url, kind=kind, model=model, n_ctx=n_ctx, n_ctx_source=source,
+            n_ctx_train=train, tokenizer=tokenizer, exact_counts=exact,
+            chat_template=template_source, slots=slots, kv_source=kv_source,
+            accepts_token_ids=kind in ("llama-server", "vllm") and self._same_ids(),
+            warnings=tuple(warnings),
+        )  # fmt: skip
+        return self._info
+
+    def _context_size(self, reported: int | None, source: str, warnings: list[str]
+                      ) -> tuple[int, str]:  # fmt: skip
+        given = self._given_n_ctx
+        if reported is None:
+            if given is None:
+                raise ValueError(
+                    f"{self._client.host} does not report its context size; give the size the "
+                    "server was started with (--n-ctx, or n_ctx in the window)"
+                )
+            return given, "given (this server does not report it)"
+        if given is not None and given < reported:
+            return given, f"given (the server's is {reported:,}, from {source})"
+        if given is not None and given > reported:
+            warnings.append(f"the server's context is {reported:,} tokens ({source}), less than "
+                            f"the {given:,} asked for: {reported:,} is used")  # fmt: skip
+        return reported, source
+
+    def _choose_tokenizer(self, has_server: bool, warnings: list[str]) -> tuple[str, bool]:
+        from app.core.tokens import TokenizerUnsupported, gguf_encoding
+
+        if self._model_path is not None:
+            try:
+                local = gguf_encoding(self._model_path)
+            except (TokenizerUnsupported, OSError, ValueError) as exc:
+                if not has_server:
+                    raise ValueError(
+                        f"cannot count tokens for {self._model_path.name}: {exc}"
+                    ) from None
+                warnings.append(f"the local model's tokenizer cannot be used ({exc}); the "
+                                "server counts instead")  # fmt: skip
+            else:
+                if has_server:
+                    assert self._server_tokenizer is not None
+                    mismatch = _same_tokens(local, self._server_tokenizer)
+                    if mismatch is not None:
+                        raise ValueError(
+                            f"{self._model_path.name} does not tokenize like the server's "
+                            f"model ({mismatch}); give the GGUF the server runs, or none"
+                        )
+                self._local = local
+                checked = ", checked against the server's" if has_server else ""
+                return f"local GGUF {self._model_path.name}{checked}", True
+        if has_server:
+            assert self._server_tokenizer is not None
+            return f"the server ({self._server_tokenizer.endpoint})", True
+        self._estimate = cl100k()
+        warnings.append("token counts are estimates (cl100k_base): this server does not "
+                        "tokenize; give the model's GGUF (--model) for exact counts")  # fmt: skip
+        return "estimate (cl100k_base)", False
+
+    def _choose_template(self, server_template: str | None, props: Any,
+                         warnings: list[str]) -> str:  # fmt: skip
+        if self._model_path is not None and self._local is not None:
+            from app.core.engine.gguf import GGUFError, inspect_model
+
+            try:
+                card = inspect_model(self._model_path)
+            except GGUFError as exc:
+                raise ValueError(str(exc)) from None
+            if card.chat_template:
+                bos = self._local.decode([card.bos_token_id]) if card.bos_token_id else ""
+                eos = self._local.decode([card.eos_token_id]) if card.eos_token_id else ""
+                self._template = (card.chat_template, bos, eos)
+                return f"local GGUF {self._model_path.name}"
+        if server_template:
+            bos = str(props.get("bos_token") or "") if isinstance(props, dict) else ""
+            eos = str(props.get("eos_token") or "") if isinstance(props, dict) else ""
+            self._template = (server_template, bos, eos)
+            return "the server (/props)"
+        warnings.append("this server does not say its chat template: prompts are plain text "
+                        "(give the model's GGUF with --model for its own template)")  # fmt: skip
+        return ""
+
+    def _kv_source(self, kind: str) -> str:
+        if kind == "llama-server" and isinstance(self._client.get_json("/slots"), list):
+            return "/slots"
+        metrics = self._metrics_text()
+        if metrics is not None and _kv_from_metrics(metrics) is not None:
+            return "/metrics"
+        return ""
+
+    def _same_ids(self) -> bool:
+        """Token ids can be sent as they are: they are the server's own (or checked equal)."""
+        return self._server_tokenizer is not None and self._estimate is None
+
+    # ----- tokens and templates ------------------------------------------------------------
+
+    def counter(self) -> TokenCounter:
+        """The counter to plan with: the local GGUF's, the server's or the estimate."""
+        self.info  # noqa: B018 (connected first)
+        if self._local is not None:
+            return self._local
+        if self._server_tokenizer is not None:
+            return RemoteCounter(self._server_tokenizer, f"{self.info.model} (server)")
+        assert self._estimate is not None
+        return self._estimate
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False
+                 ) -> list[int]:  # fmt: skip
+        self.info  # noqa: B018
+        if self._local is not None or self._estimate is not None:
+            counter = self._local or self._estimate
+            assert counter is not None
+            return counter.encode_special(text) if parse_special else counter.encode(text)
+        assert self._server_tokenizer is not None
+        text = scrub(text)
+        ids = self._server_tokenizer.encode(text, parse_special)
+        self._memo.remember(ids, text)
+        return ids
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = True) -> str:
+        """The text of ``tokens``, special tokens included."""
+        counter = self._local or self._estimate
+        if counter is not None:
+            return counter.decode(tokens)
+        if self._server_tokenizer is None:
+            raise EngineError("not connected to a server yet")
+        return self._memo.text(tokens, self._server_tokenizer.decode)
+
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], *,
+                            add_generation_prompt: bool = True) -> str:  # fmt: skip
+        if self._template is None:
+            raise ChatTemplateError(
+                "this server does not say its chat template; send a plain prompt instead"
+            )
+        template, bos, eos = self._template
+        return render_chat_template(template, messages, add_generation_prompt=add_generation_prompt,
+                                    bos_token=bos, eos_token=eos)  # fmt: skip
+
+    # ----- generation ----------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Stop every reply streaming now (from any thread); each ends as ``cancelled``."""
+        self._cancel.set()
+        self._client.abort_streams()
+
+    def _payload(self, prompt: Sequence[int]) -> list[int] | str:
+        if self.info.accepts_token_ids:
+            return list(prompt)
+        return self.detokenize(prompt)
+
+    def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingSettings,
+              stop: Sequence[str]) -> dict[str, Any]:  # fmt: skip
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        n_ctx = self.info.n_ctx
+        if len(prompt) >= n_ctx:
+            raise ContextOverflowError(len(prompt), n_ctx, max_tokens)
+        body: dict[str, Any] = {
+            "model": self.info.model, "prompt": self._payload(prompt),
+            "max_tokens": min(max_tokens, n_ctx - len(prompt)), "stream": True,
+            "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "top_k": sampling.top_k, "min_p": sampling.min_p, "seed": sampling.seed,
+            "stream_options": {"include_usage": True},
+        }  # fmt: skip
+        # No repetition penalty, as the local engine samples: llama-cpp-python's server would
+        # apply 1.1 by default (and greedy replies would differ from the same model's here).
+        if self.info.kind == "vllm":
+            body["repetition_penalty"] = 1.0
+        else:
+            body["repeat_penalty"] = 1.0
+        if self.info.kind == "llama-server":
+            body["cache_prompt"] = True  # a second question on the document reuses its prefix
+        if stop:
+            body["stop"] = list(stop)
+        return body
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int = 256,
+        sampling: SamplingSettings | None = None,
+        stop: Sequence[str] = (),
+        on_full: str = "stop",
+        keep: int = 0,
+    ) -> Iterator[TextDelta | Finished]:
+        """Stream the server's reply to ``prompt`` (token ids); the last event is Finished.
+
+        Abandoning the iterator closes the stream, so the server stops. A server that fails
+        or disappears mid-reply raises ServerError after the text so far has been yielded."""
+        if on_full != "stop":
+            raise UnsupportedRemotelyError(f"a full context cannot be shifted: {NO_KV_SHIFT}")
+        body = self._body(prompt, max_tokens, sampling or SamplingSettings(), stop)
+        self._cancel.clear()
+        reply = _Reply(time.perf_counter())
+        pending: list[str] = []
+        pending_ids = 0
+        last = 0.0
+        for text, n in self._stream(body, reply):
+            pending.append(text)
+            pending_ids += n
+            now = time.perf_counter()
+            if now - last >= STREAM_INTERVAL_S:
+                yield TextDelta("".join(pending), (-1,) * pending_ids)
+                pending, pending_ids, last = [], 0, now
+        if pending or pending_ids:
+            yield TextDelta("".join(pending), (-1,) * pending_ids)
+        yield Finished(self._stats(reply, len(prompt)))
+
+    def _stream(self, body: dict[str, Any], reply: _Reply) -> Iterator[tuple[str, int]]:
+        """(text, tokens) of each streamed piece; fills ``reply`` as the events arrive."""
+        what = "a completion request"
+        try:
+            for event in self._client.stream("/v1/completions", body, what):
+                if reply.first is None:
+                    reply.first = time.perf_counter()
+                if event.get("error"):  # llama-server reports a failure mid-stream this way
+                    error = event["error"]
+                    message = error.get("message") if isinstance(error, dict) else error
+                    raise StreamBrokenError(
+                        f"{self._client.host} stopped the reply after {reply.tokens:,} tokens: "
+                        f"{str(message)[:300]}"
+                    )
+                usage, timings = event.get("usage"), event.get("timings")
+                if isinstance(usage, dict):
+                    reply.usage = usage
+                if isinstance(timings, dict):
+                    reply.timings = timings
+                choices = event.get("choices") or ()
+                choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+                text = choice.get("text") or ""
+                if choice.get("finish_reason"):
+                    reply.finish = str(choice["finish_reason"])
+                if text:
+                    reply.tokens += 1
+                    yield text, 1
+                if reply.finish and reply.usage:
+                    break
+        except ServerError as exc:
+            if self._cancel.is_set():
+                reply.finish = "cancelled"
+                return
+            overflow = _overflow(exc, body)
+            if overflow is not None:
+                raise overflow from None
+            if isinstance(exc, StreamBrokenError) and reply.first is None:
+                self._why_empty(body)
+            raise
+        if reply.finish is None:
+            if self._cancel.is_set():
+                reply.finish = "cancelled"
+                return
+            if reply.first is None:
+                self._why_empty(body)
+            raise StreamBrokenError(
+                f"{self._client.host} ended the reply without saying why, after "
+                f"{reply.tokens:,} tokens (llama-cpp-python's server cuts a reply short when "
+                "another request arrives, unless it runs with --interrupt_requests False)"
+            )
+
+    def _why_empty(self, body: dict[str, Any]) -> None:
+        """A stream that ended before its first event: llama-cpp-python's server does that
+        when the prompt is longer than its context (the error is raised after the stream has
+        begun). The same request unstreamed, for one token, gets the refusal in words."""
+        probe = {**body, "stream": False, "max_tokens": 1}
+        probe.pop("stream_options", None)
+        try:
+            response = self._client.post("/v1/completions", probe)
+        except ServerError:
+            return
+        if not response.is_success:
+            overflow = _overflow(self._client.error(response, "a completion request"), body)
+            if overflow is not None:
+                raise overflow
+
+    def _stats(self, reply: _Reply, prompt_len: int) -> GenerationStats:
+        usage, timings = reply.usage, reply.timings
+        prompt_tokens = int(usage.get("prompt_tokens") or prompt_len)
+        completion = int(usage.get("completion_tokens") or reply.tokens)
+        evaluated = int(timings.get("prompt_n") or prompt_tokens)
+        end = time.perf_counter()
+        first = reply.first or end
+        prompt_s = float(timings.get("prompt_ms") or 0) / 1000 or (first - reply.started)
+        gen_s = float(timings.get("predicted_ms") or 0) / 1000 or (end - first)
+        finish: FinishReason = "length"
+        if reply.finish in ("stop", "cancelled"):
+            finish = reply.finish  # type: ignore[assignment]
+        # positions the request held, as llama.cpp counts them: a reply cut at its length ends
+        # with a sampled token that was never evaluated
+        n_past = prompt_tokens + completion - (1 if finish == "length" and completion else 0)
+        self._last.n_past = n_past
+        return GenerationStats(prompt_tokens, evaluated, prompt_s, completion, gen_s, finish,
+                               n_past)  # fmt: skip
+
+    def generate_lanes(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        *,
+        lanes: int,
+        max_tokens: int = 256,
+        sampling: SamplingSettings | None = None,
+        stop: Sequence[str] = (),
+    ) -> Iterator[LaneStarted | LaneDelta | LaneFinished | LanesFinished]:
+        """Replies to ``prefix + suffix`` for every suffix, up to ``lanes`` requests in flight
+        (never more than the server's parallel slots, when it says how many it has)."""
+        if lanes < 1:
+            raise ValueError("lanes must be at least 1")
+        slots = self.info.slots
+        width = max(1, min(lanes, len(suffixes), slots if slots else lanes))
+        sampling = sampling or SamplingSettings()
+        bodies = [self._body([*prefix, *s], max_tokens, sampling, stop) for s in suffixes]
+        self._cancel.clear()
+        events: queue.Queue[Any] = queue.Queue()
+        todo: queue.Queue[int] = queue.Queue()
+        for i in range(len(bodies)):
+            todo.put(i)
+        stopping = threading.Event()
+        cells = [0] * width
+        t0 = time.perf_counter()
+
+        def run_lane(lane: int) -> None:
+            try:
+                while not stopping.is_set():
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    prompt_len = len(prefix) + len(suffixes[i])
+                    reply = _Reply(time.perf_counter())
+                    started = False
+                    for text, n in self._stream(bodies[i], reply):
+                        if not started:
+                            started = True
+                            events.put(LaneStarted(i, lane, prompt_len, prompt_len))
+                        cells[lane] = prompt_len + reply.tokens
+                        events.put(LaneDelta(i, lane, text, (-1,) * n))
+                    if not started:
+                        events.put(LaneStarted(i, lane, prompt_len, prompt_len))
+                    stats = self._stats(reply, prompt_len)
+                    cells[lane] = stats.n_past
+                    events.put(LaneFinished(i, lane, stats, tuple(cells)))
+                    if stats.finish_reason == "cancelled":
+                        return
+            except BaseException as exc:  # reaches the caller's thread, which re-raises it
+                events.put(exc)
+            finally:
+                events.put(_LaneDone(lane))
+
+        threads = [threading.Thread(target=run_lane, args=(lane,), name=f"remote-lane-{lane}",
+                                    daemon=True) for lane in range(width)]  # fmt: skip
+        for t in threads:
+            t.start()
+        running, failure = width, None
+        cancelled = False
+        try:
+            while running:
+                ev = events.get()
+                if isinstance(ev, _LaneDone):
+                    running -= 1
+                elif isinstance(ev, BaseException):
+                    failure = failure or ev
+                    stopping.set()
+                    self._client.abort_streams()
+                else:
+                    if isinstance(ev, LaneFinished) and ev.stats.finish_reason == "cancelled":
+                        cancelled = True
+                    yield ev
+        finally:
+            if running:  # the caller let go of the iterator: stop every lane
+                stopping.set()
+                self._cancel.set()
+                self._client.abort_streams()
+            for t in threads:
+                t.join(timeout=30)
+        if failure is not None:
+            raise failure
+        finish: FinishReason = "cancelled" if cancelled or self._cancel.is_set() else "stop"
+        yield LanesFinished(width, width * self.info.n_ctx, time.perf_counter() - t0, 0.0, finish)
+
+    # ----- figures -------------------------------------------------------------------------
+
+    def _metrics_text(self) -> str | None:
+        try:
+            response = self._client.get("/metrics", timeout=PROBE_TIMEOUT_S)
+        except ServerError:
+            return None
+        return response.text if response.is_success else None
+
+    def kv_usage(self) -> KVUsage:
+        """KV figures as the server reports them (``reported_by`` says where), or, when it
+        does not, the positions the last request held by the server's own counts, with
+        ``reported_by`` empty: "not reported by this server"."""
+        info = self.info
+        cells: int | None = None
+        if info.kv_source == "/slots":
+            cells = _kv_from_slots(self._client.get_json("/slots"))
+        elif info.kv_source == "/metrics":
+            text = self._metrics_text()
+            found = _kv_from_metrics(text) if text is not None else None
+            if found is not None:
+                cells = found[0] if found[0] is not None else round(found[1] * info.n_ctx)
+        if cells is None:
+            held = getattr(self._last, "n_past", 0)
+            return KVUsage(info.n_ctx, held, -1, -1, 0, False, reported_by="")
+        return KVUsage(info.n_ctx, cells, -1, -1, 0, False, reported_by=info.kv_source)
+
+    def reachable(self) -> bool:
+        """Whether the server answers now (after the connection's retries): a batch stops
+        when it is gone rather than failing every document left."""
+        try:
+            self._client.get("/v1/models", timeout=PROBE_TIMEOUT_S)
+        except ServerError:
+            return False
+        return True
+
+    # ----- what only the local engine can do -----------------------------------------------
+
+    def save_state(self) -> KVState:
+        raise UnsupportedRemotelyError(f"the KV state cannot be kept: {NO_KV_STATE}")
+
+    def restore_state(self, state: KVState) -> int:
+        raise UnsupportedRemotelyError(f"a rollback cannot resume instantly: {NO_KV_STATE}")
+
+    def remove(self, start: int, end: int) -> Any:
+        raise UnsupportedRemotelyError(f"KV positions cannot be removed: {NO_KV_SHIFT}")
+
+    def kv_tokens(self) -> list[int]:
+        raise UnsupportedRemotelyError(f"the audit cannot run: {NO_AUDIT}")
+
+
+@dataclass(frozen=True)
+class _LaneDone:
+    lane: int
+
+
+# ----- reading what servers report --------------------------------------------------------------
+
+
+def _same_tokens(local: TiktokenCounter, server: _ServerTokenizer) -> str | None:
+    """Where the local GGUF's encoding and the server's tokenizer disagree, or None. Special
+    tokens are parsed on both sides: servers parse them in the text of a prompt (llama-cpp-
+    python's cannot do otherwise), so that is what a prompt sent as text becomes."""
+    from app.core.tokens import probe_text
+
+    text = probe_text()
+    for piece in [*text.splitlines(keepends=True)[:40], text]:
+        mine, theirs = local.encode_special(piece), server.encode(piece, True)
+        if mine != theirs:
+            return f"on {piece[:40]!r}: {mine[:12]} here, {theirs[:12]} on the server"
+    return None
+
+
+def _answers(client: Client, path: str, body: dict[str, Any]) -> bool:
+    try:
+        return client.post(path, body, timeout=PROBE_TIMEOUT_S).is_success
+    except ServerError:
+        return False
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _identify(props: Any, entry: dict[str, Any]
+              ) -> tuple[str, int | None, str, int | None, str | None]:  # fmt: skip
+    """(kind, n_ctx, its source, parallel slots, chat template) from /props and the model's
+    /v1/models entry."""
+    if isinstance(props, dict) and isinstance(props.get("default_generation_settings"), dict):
+        settings = props["default_generation_settings"]
+        n_ctx = _positive_int(settings.get("n_ctx"))
+        template = props.get("chat_template")
+        return ("llama-server", n_ctx, "/props", _positive_int(props.get("total_slots")),
+                template if isinstance(template, str) and template else None)  # fmt: skip
+    max_len = _positive_int(entry.get("max_model_len"))
+    if max_len is not None:
+        return "vllm", max_len, "/v1/models max_model_len", None, None
+    return "openai-compatible", None, "", None, None
+
+
+def _n_ctx_train(entry: dict[str, Any], props: Any) -> int | None:
+    meta = entry.get("meta")
+    if isinstance(meta, dict) and _positive_int(meta.get("n_ctx_train")):
+        return int(meta["n_ctx_train"])
+    return None
+
+
+def _kv_from_slots(slots: Any) -> int | None:
+    """Cells in use over every slot, from llama-server's /slots (``n_past`` per slot, or the
+    prompt and decoded counts of newer versions)."""
+    if not isinstance(slots, list):
+        return None
+    total, seen = 0, False
+    for slot in slots:
+        if not isinstance(slot, dict):
+            continue
+        if isinstance(slot.get("n_past"), int):
+            total += max(0, slot["n_past"])
+            seen = True
+            continue
+        prompt = slot.get("n_prompt_tokens") or slot.get("n_prompt_tokens_processed")
+        nxt = slot.get("next_token")
+        decoded = (
+            nxt[0].get("n_decoded")
+            if isinstance(nxt, list) and nxt
+            else (nxt.get("n_decoded") if isinstance(nxt, dict) else None)
+        )
+        if isinstance(prompt, int) or isinstance(decoded, int):
+            total += int(prompt or 0) + int(decoded or 0)
+            seen = True
+    return total if seen else None
+
+
+_METRIC = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})?\s+([-+\d.eE]+|NaN)\s*$", re.MULTILINE)
+_KV_TOKENS = ("llamacpp:kv_cache_tokens",)
+_KV_RATIO = ("llamacpp:kv_cache_usage_ratio", "vllm:kv_cache_usage_perc",
+             "vllm:gpu_cache_usage_perc")  # fmt: skip
+
+
+def _kv_from_metrics(text: str) -> tuple[int | None, float] | None:
+    """(cells used, share of the cache in use) from Prometheus text, or None without either."""
+    values: dict[str, float] = {}
+    for name, value in _METRIC.findall(text):
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if math.isnan(number):  # nothing measured yet
+            continue
+        # one line per label set (model, engine): tokens add up, a share is the fullest one's
+        values[name] = (
+            values.get(name, 0.0) + number
+            if name in _KV_TOKENS
+            else max(values.get(name, 0.0), number)
+        )
+    tokens = next((values[n] for n in _KV_TOKENS if n in values), None)
+    ratio = next((values[n] for n in _KV_RATIO if n in values), None)
+    if tokens is None and ratio is None:
+        return None
+    return (int(tokens) if tokens is not None else None, float(ratio or 0.0))
+
+
+def _overflow(exc: ServerError, body: dict[str, Any]) -> ContextOverflowError | None:
+    """The server's "prompt too long" as the engine's own refusal, with its numbers."""
+    error = exc.body.get("error") if isinstance(exc.body, dict) else None
+    if isinstance(error, dict):
+        n_ctx, n_prompt = error.get("n_ctx"), error.get("n_prompt_tokens")
+        if isinstance(n_ctx, int) and isinstance(n_prompt, int):
+            return ContextOverflowError(n_prompt, n_ctx, int(body.get("max_tokens") or 0))
+    text = str(exc)
+    limit = _CONTEXT_LIMIT.search(text)
+    if exc.status == 400 and limit:
+        prompt = _PROMPT_SIZE.search(text)
+        n_prompt = int(prompt.group(1)) if prompt else len(body.get("prompt") or ())
+        return ContextOverflowError(n_prompt, int(limit.group(1)), int(body.get("max_tokens") or 0))
+    return None
+
+
+def describe(info: ServerInfo) -> list[str]:
+    """Lines for people: what the server is and where each figure comes from."""
+    lines = [
+        f"server: {info.url} ({info.kind}), model {info.model}",
+        f"context: {info.n_ctx:,} tokens ({info.n_ctx_source})",
+        f"token counts: {info.tokenizer}" + ("" if info.exact_counts else " — estimates"),
+        f"chat template: {info.chat_template or 'none: prompts are plain text'}",
+        f"parallel slots: {info.slots if info.slots else NOT_REPORTED}",
+        f"KV figures: {info.kv_figures()}",
+    ]
+    lines += [f"not available remotely: {reason}" for reason in info.unsupported.values()]
+    return lines

@@ -1,0 +1,303 @@
+"""HTTP to an inference server: one client, retries on connection errors only, one-sentence errors.
+
+A request that never reached the server (refused, unreachable, timed out while connecting) is
+safe to send again, so only those are retried, with a growing pause; anything the server answered
+(an HTTP error, a stream cut short) is reported as it is, never repeated behind the person's back.
+Streams are Server-Sent Events (``data: {...}`` lines, ``data: [DONE]`` at the end) and can be
+closed from another thread, which is how a cancel stops a reply the server is still sending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from app.core.engine.protocol import EngineError
+
+DEFAULT_TIMEOUT_S = 600.0  # between two pieces of a reply: a long prompt on a CPU takes minutes
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_RETRIES = 3
+DEFAULT_BACKOFF_S = 0.5  # the first pause; each retry waits twice as long as the one before
+MAX_ERROR_CHARS = 300  # of a server's own error message, quoted in ours
+
+
+class ServerError(EngineError):
+    """The server could not be reached, refused a request, or broke off a reply."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message)
+
+
+class ServerUnreachableError(ServerError):
+    """Nothing answered at the address (after the retries)."""
+
+
+class StreamBrokenError(ServerError):
+    """The server stopped sending in the middle of a reply (it died, or the network did)."""
+
+
+def normalize_url(text: str) -> str:
+    """The server's base URL as ContextLens keeps it: scheme, host, port and any path prefix,
+    without a trailing ``/v1`` (the endpoints add their own). ValueError with one sentence for
+    anything that is not an http(s) address, or one that carries a password."""
+    raw = text.strip()
+    if not raw:
+        raise ValueError("the server address is empty")
+    if "://" not in raw:
+        raw = "http://" + raw
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{text.strip()!r} is not an http:// or https:// address")
+    if not parts.hostname:
+        raise ValueError(f"{text.strip()!r} names no host")
+    if parts.username or parts.password:
+        raise ValueError(
+            "the address holds a user name or password; give the API key separately "
+            "(it is kept in the system keyring, never in the address)"
+        )
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError:
+        raise ValueError(f"{text.strip()!r} has an invalid port") from None
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the server is and how to talk to it. The key is never printed or stored here."""
+
+    url: str
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
+    backoff_s: float = DEFAULT_BACKOFF_S
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "url", normalize_url(self.url))
+        if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.retries < 0:
+            raise ValueError("retries cannot be negative")
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The error the server put in its body (OpenAI's ``{"error": {"message"}}``, FastAPI's
+    ``{"detail"}``), or its status line."""
+    try:
+        body = response.json()
+    except ValueError:
+        text = response.text.strip()
+        return text[:MAX_ERROR_CHARS] or response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:MAX_ERROR_CHARS]
+        if isinstance(error, str) and error:
+            return error[:MAX_ERROR_CHARS]
+        detail = body.get("detail") or body.get("message")
+        if detail:
+            return str(detail)[:MAX_ERROR_CHARS]
+    return response.reason_phrase
+
+
+def _json_body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+class Client:
+    """One HTTP client for one server, shared by every thread that talks to it."""
+
+    def __init__(self, connection: Connection, *, sleep: Callable[[float], None] = time.sleep):
+        self.connection = connection
+        self._sleep = sleep
+        headers = {"Accept": "application/json"}
+        if connection.api_key:
+            headers["Authorization"] = f"Bearer {connection.api_key}"
+        timeout = httpx.Timeout(connection.timeout_s, connect=connection.connect_timeout_s)
+        self._http = httpx.Client(base_url=connection.url, headers=headers, timeout=timeout,
+                                  trust_env=False)  # fmt: skip
+        self._open: set[httpx.Response] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.connection.url).netloc
+
+    def close(self) -> None:
+        self.abort_streams()
+        self._http.close()
+
+    # ----- requests ------------------------------------------------------------------------
+
+    def get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
+        """GET ``path``; the response whatever its status (the caller decides what a 404 means)."""
+        return self._send("GET", path, None, timeout)
+
+    def post(self, path: str, body: dict[str, Any], *, timeout: float | None = None
+             ) -> httpx.Response:  # fmt: skip
+        return self._send("POST", path, body, timeout)
+
+    def get_json(self, path: str, *, timeout: float | None = None) -> Any | None:
+        """The JSON of a GET, or None when the server has no such endpoint or it is off."""
+        response = self.get(path, timeout=timeout)
+        if response.status_code in (401, 403):
+            raise self.error(response, f"GET {path}")
+        return _json_body(response) if response.is_success else None
+
+    def post_json(self, path: str, body: dict[str, Any], what: str) -> Any:
+        response = self.post(path, body)
+        if not response.is_success:
+            raise self.error(response, what)
+        data = _json_body(response)
+        if data is None:
+            raise ServerError(f"{self.host} answered {what} with something that is not JSON")
+        return data
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None,
+              timeout: float | None) -> httpx.Response:  # fmt: skip
+        kwargs: dict[str, Any] = {"json": body} if body is not None else {}
+        if timeout is not None:
+            kwargs["timeout"] = httpx.Timeout(timeout, connect=min(timeout, 5.0))
+        return self._retrying(lambda: self._http.request(method, path, **kwargs), path)
+
+    def _retrying(self, send: Callable[[], httpx.Response], path: str) -> httpx.Response:
+        """``send`` again after a connection error (it never reached the server), up to the
+        connection's retries, waiting backoff, 2 x backoff, ... in between."""
+        pause = self.connection.backoff_s
+        attempt = 0
+        while True:
+            try:
+                return send()
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if attempt >= self.connection.retries:
+                    raise self._unreachable(exc, attempt + 1) from None
+                attempt += 1
+                self._sleep(pause)
+                pause *= 2
+            except httpx.TimeoutException:
+                raise ServerError(
+                    f"{self.host} did not answer {path} within {self.connection.timeout_s:g} s"
+                ) from None
+            except httpx.HTTPError as exc:
+                raise ServerError(f"the request to {self.host} failed: {_reason(exc)}") from None
+
+    def _unreachable(self, exc: Exception, attempts: int) -> ServerUnreachableError:
+        tries = f" (tried {attempts} times)" if attempts > 1 else ""
+        if isinstance(exc, httpx.ConnectTimeout):
+            why = f"no answer within {self.connection.connect_timeout_s:g} s"
+        else:
+            why = _reason(exc)
+        return ServerUnreachableError(
+            f"cannot reach the server at {self.connection.url}: {why}{tries}"
+        )
+
+    def error(self, response: httpx.Response, what: str) -> ServerError:
+        """The one sentence for a request the server answered with an error status."""
+        code = response.status_code
+        message = _server_message(response)
+        if code in (401, 403):
+            key = "the API key was refused" if self.connection.api_key else "it needs an API key"
+            text = f"{self.host} refused {what}: {key} (HTTP {code}: {message})"
+        elif code == 404:
+            text = f"{self.host} has no {what} (HTTP 404: {message})"
+        elif code == 503:
+            text = f"{self.host} is not ready for {what} (HTTP 503: {message}); try again soon"
+        else:
+            text = f"{self.host} refused {what} (HTTP {code}): {message}"
+        return ServerError(text, status=code, body=_json_body(response))
+
+    # ----- streams -------------------------------------------------------------------------
+
+    def stream(self, path: str, body: dict[str, Any], what: str) -> Iterator[dict[str, Any]]:
+        """POST ``body`` and yield each event's JSON of a Server-Sent Events reply, up to
+        ``[DONE]`` or the end of the stream. :meth:`abort_streams` (from any thread) closes it:
+        the iterator then ends early, without an error."""
+        # A connection of its own, closed with the stream: one cut short (a cancel, a server
+        # that died) never goes back to the pool to fail the next request.
+        headers = {"Accept": "text/event-stream", "Connection": "close"}
+        request = self._http.build_request("POST", path, json=body, headers=headers)
+        response = self._retrying(lambda: self._http.send(request, stream=True), path)
+        with self._lock:
+            self._open.add(response)
+        try:
+            if not response.is_success:
+                response.read()
+                raise self.error(response, what)
+            yield from self._events(response, what)
+        finally:
+            with self._lock:
+                self._open.discard(response)
+            response.close()
+
+    def _events(self, response: httpx.Response, what: str) -> Iterator[dict[str, Any]]:
+        try:
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # comments, event names, blank separators
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    raise ServerError(f"{self.host} sent a piece of {what} that is not JSON: "
+                                      f"{data[:80]!r}") from None  # fmt: skip
+                if isinstance(event, dict):
+                    yield event
+        except (httpx.StreamClosed, httpx.ResponseNotRead):
+            return  # closed by abort_streams: the caller knows it cancelled
+        except httpx.TimeoutException:
+            raise StreamBrokenError(
+                f"{self.host} sent nothing for {self.connection.timeout_s:g} s in the middle "
+                f"of {what}"
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError) as exc:
+            if response.is_closed:
+                return
+            raise StreamBrokenError(
+                f"the connection to {self.host} broke in the middle of {what} "
+                f"({_reason(exc)}); the server may have stopped"
+            ) from None
+
+    def abort_streams(self) -> None:
+        """Close every stream being read: the server sees the client go and stops the reply."""
+        with self._lock:
+            open_now = list(self._open)
+        for response in open_now:
+            # closing a socket another thread reads may race; it is closed either way
+            with contextlib.suppress(httpx.HTTPError, OSError, RuntimeError):
+                response.close()
+
+
+def _reason(exc: BaseException) -> str:
+    """A short, human reason from an httpx error ("connection refused", "name not resolved")."""
+    text = str(exc) or type(exc).__name__
+    lowered = text.lower()
+    if "connection refused" in lowered or "errno 111" in lowered:
+        return "the connection was refused (is the server running?)"
+    if (
+        "name or service not known" in lowered
+        or "nodename nor servname" in lowered
+        or ("name resolution" in lowered)
+    ):
+        return "the host name could not be resolved"
+    if "certificate" in lowered:
+        return f"the secure connection failed ({text[:120]})"
+    return text[:200]

@@ -1,0 +1,168 @@
+"""The model panel's Server box: connect the window to an OpenAI-compatible server instead of
+loading a GGUF here (llama-server, ``python -m llama_cpp.server``, vLLM).
+
+It only asks and shows; the engine thread connects (app/core/engine/remote.py). The address is
+remembered in the window's settings; an API key only in the system keyring, and only when the
+person asks for it (app/core/credentials.py). What the server reports, and what it does not, is
+listed once connected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from PySide6.QtCore import QSettings, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+
+from app.core.credentials import CredentialError, api_key, save_api_key
+from app.core.engine.remote import ServerInfo
+from app.core.engine.remote_http import normalize_url
+from app.ui.engine_worker import ServerSpec
+from app.ui.widgets import MessageLine
+
+URL_KEY = "server/url"
+MAX_CTX = 1 << 24
+
+
+class ServerBox(QGroupBox):
+    connect_requested = Signal(object, bool)  # ServerSpec, count with the selected GGUF
+    disconnect_requested = Signal()
+
+    def __init__(self, settings: QSettings, parent: QWidget | None = None) -> None:
+        super().__init__(self.tr("Server"), parent)
+        self._settings = settings
+        self._connected = False
+        self.url = QLineEdit(str(settings.value(URL_KEY, "")))
+        self.url.setPlaceholderText(self.tr("http://127.0.0.1:8080"))
+        self.url.setToolTip(self.tr("An OpenAI-compatible server: llama-server, "
+                                    "python -m llama_cpp.server or vLLM"))  # fmt: skip
+        self.url.textChanged.connect(self._on_url_changed)
+        self.url.returnPressed.connect(self._request)
+        self.key = QLineEdit()
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key.returnPressed.connect(self._request)
+        self.remember = QCheckBox(self.tr("Keep the key in the system keyring"))
+        self.model = QLineEdit()
+        self.model.setPlaceholderText(self.tr("the first the server lists"))
+        self.n_ctx = QSpinBox()
+        self.n_ctx.setRange(0, MAX_CTX)
+        self.n_ctx.setSingleStep(1024)
+        self.n_ctx.setSpecialValueText(self.tr("the server's"))
+        self.n_ctx.setToolTip(self.tr("Needed only when the server does not report its context "
+                                      "size (llama-cpp-python's server does not)"))  # fmt: skip
+        self.use_local = QCheckBox(self.tr("Count with the selected GGUF (the same model)"))
+        self.use_local.setToolTip(self.tr("Exact counts here and the model's own chat template; "
+                                          "checked against the server's tokenizer"))  # fmt: skip
+        self.connect_button = QPushButton(self.tr("Connect"))
+        self.connect_button.clicked.connect(self._request)
+        self.disconnect_button = QPushButton(self.tr("Disconnect"))
+        self.disconnect_button.clicked.connect(self.disconnect_requested)
+        self.disconnect_button.setEnabled(False)
+        self.details = QLabel()
+        self.details.setWordWrap(True)
+        self.details.hide()
+        self.message = MessageLine()
+
+        form = QFormLayout(self)
+        url_label = QLabel(self.tr("Add&ress:"))
+        url_label.setBuddy(self.url)
+        form.addRow(url_label, self.url)
+        key_label = QLabel(self.tr("API key:"))
+        key_label.setBuddy(self.key)
+        form.addRow(key_label, self.key)
+        form.addRow("", self.remember)
+        form.addRow(self.tr("Model:"), self.model)
+        form.addRow(self.tr("Context size:"), self.n_ctx)
+        form.addRow("", self.use_local)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.connect_button)
+        buttons.addWidget(self.disconnect_button)
+        buttons.addStretch(1)
+        form.addRow(buttons)
+        form.addRow(self.details)
+        form.addRow(self.message)
+        self._on_url_changed(self.url.text())
+
+    def _on_url_changed(self, text: str) -> None:
+        """Say whether a key is kept for this address (without showing it)."""
+        kept = False
+        with contextlib.suppress(ValueError):  # not an address yet: nothing can be kept for it
+            kept = bool(text.strip()) and api_key(text) is not None
+        self.key.setPlaceholderText(
+            self.tr("kept in the system keyring") if kept else self.tr("none")
+        )
+        self.connect_button.setEnabled(bool(text.strip()) and not self._connected)
+
+    def _request(self) -> None:
+        if self._connected or not self.connect_button.isEnabled():
+            return  # Enter in a field while connected, or while connecting
+        self.message.clear()
+        try:
+            url = normalize_url(self.url.text())
+        except ValueError as exc:
+            self.message.show_message(str(exc))
+            return
+        typed = self.key.text().strip()
+        if typed and self.remember.isChecked():
+            try:
+                save_api_key(url, typed)
+            except CredentialError as exc:  # still connects, with the key for this time only
+                self.message.show_message(str(exc))
+        self._settings.setValue(URL_KEY, url)
+        spec = ServerSpec(url, typed or api_key(url), self.n_ctx.value() or None,
+                          self.model.text().strip() or None)  # fmt: skip
+        self.set_busy(True)
+        self.connect_requested.emit(spec, self.use_local.isChecked())
+
+    def set_busy(self, busy: bool) -> None:
+        self.connect_button.setEnabled(not busy and not self._connected)
+        self.url.setEnabled(not busy and not self._connected)
+
+    def show_connected(self, info: ServerInfo) -> None:
+        self._connected = True
+        self.key.clear()
+        self._on_url_changed(self.url.text())  # the key, if one was kept, is in the keyring now
+        self.set_busy(False)
+        self.disconnect_button.setEnabled(True)
+        unreported = self.tr("not reported by this server")
+        lines = [
+            self.tr("{0} at {1}, model {2}").format(info.kind, info.url, info.model),
+            self.tr("Context: {0:,} tokens ({1})").format(info.n_ctx, info.n_ctx_source),
+            self.tr("Token counts: {0}").format(info.tokenizer) + (
+                "" if info.exact_counts else self.tr(" (estimates)")),
+            self.tr("KV figures: {0}").format(
+                self.tr("from {0}").format(info.kv_source) if info.kv_source
+                else unreported),
+            self.tr("Parallel slots: {0}").format(info.slots or unreported),
+            self.tr("Not over HTTP: saving KV states (instant rollback), shifting the cache, "
+                    "the faithfulness audit"),
+        ]  # fmt: skip
+        self.details.setText("\n".join(lines))
+        self.details.setToolTip("\n".join(info.unsupported.values()))
+        self.details.show()
+        if info.warnings:
+            self.message.show_message(" ".join(info.warnings), error=False)
+
+    def show_disconnected(self) -> None:
+        self._connected = False
+        self.details.hide()
+        self.disconnect_button.setEnabled(False)
+        self.set_busy(False)
+
+    def show_error(self, message: str) -> None:
+        self.set_busy(False)
+        self.message.show_message(message)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected

@@ -1,0 +1,151 @@
+"""The window on a real server (llama-cpp-python's own, on loopback): connect from the model panel,
+plan with the server's counts, run a job, the gauges saying the server reports no KV figures,
+the history naming the server; a bad address and an unreachable one in one sentence; an API key
+kept in the keyring only."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import keyring
+import pytest
+from keyring.backend import KeyringBackend
+from PySide6.QtCore import QSettings
+
+from app.core.paths import sample_document
+from app.ui.engine_worker import JobSpec
+from app.ui.main_window import MainWindow
+from app.ui.server_box import URL_KEY
+from tests.remote_server import ALIAS, Server, free_port, running_server
+
+N_CTX = 1024
+WAIT = 120_000
+
+
+class MemoryKeyring(KeyringBackend):
+    """A keyring in memory, standing in for the system's (there is none offscreen)."""
+
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.entries.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.entries[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        self.entries.pop((service, username), None)
+
+
+@pytest.fixture(scope="module")
+def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with running_server(model_path, log, n_ctx=N_CTX) as srv:
+        yield srv
+
+
+@pytest.fixture
+def memory_keyring() -> Iterator[MemoryKeyring]:
+    before = keyring.get_keyring()
+    ring = MemoryKeyring()
+    keyring.set_keyring(ring)
+    yield ring
+    keyring.set_keyring(before)
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    doc = tmp_path / "lexicon.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:6_000], encoding="utf-8")
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(None, doc, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.document_path == doc, timeout=WAIT)
+    w.max_tokens.setValue(16)
+    yield w
+    w.close()
+
+
+def _connect(qtbot, w: MainWindow, url: str, *, n_ctx: int = N_CTX) -> None:
+    box = w.model_panel.server
+    box.url.setText(url)
+    box.n_ctx.setValue(n_ctx)
+    with qtbot.waitSignal(w.ready, timeout=WAIT):
+        box.connect_button.click()
+
+
+def test_a_job_runs_on_the_server_and_the_window_says_what_it_reports(
+    qtbot, window: MainWindow, server: Server, tmp_path: Path
+) -> None:
+    _connect(qtbot, window, server.url)
+    box = window.model_panel.server
+    assert box.connected and not box.connect_button.isEnabled()
+    details = box.details.text()
+    assert f"llama-cpp-python at {server.url}, model {ALIAS}" in details
+    assert "KV figures: not reported by this server" in details
+    assert "Token counts: the server (/extras/tokenize)" in details
+    assert window.model_panel.status.text().startswith(f"Connected to {server.url}")
+    assert window.engine.worker.server is not None and window._loaded.n_ctx == N_CTX
+    assert window._doc_tokens > N_CTX  # counted by the server: the document overflows
+
+    window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
+    with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
+        window.run_job()
+    outcome = done.args[0]
+    result = outcome.results[0]
+    assert result.error is None and result.outputs and result.outputs[0].text
+    assert outcome.states == {}  # a server keeps no KV state for an instant rollback
+    qtbot.waitUntil(lambda: "KV not reported by this server" in window.gauges.kv_text.text(),
+                    timeout=5_000)  # fmt: skip
+    with sqlite3.connect(tmp_path / "h.db") as db:
+        model, settings = db.execute("SELECT model_path, settings FROM prompt_versions").fetchone()
+    assert model == f"{server.url} {ALIAS}" and json.loads(settings)["engine"] == server.url
+
+    with qtbot.waitSignal(window.engine.worker.unloaded, timeout=WAIT):
+        box.disconnect_button.click()
+    qtbot.waitUntil(lambda: not box.connected, timeout=5_000)
+    assert window.engine.worker.server is None and box.connect_button.isEnabled()
+
+
+def test_the_audit_is_refused_on_a_server_with_the_reason(qtbot, window: MainWindow,
+                                                          server: Server) -> None:  # fmt: skip
+    _connect(qtbot, window, server.url)
+    with qtbot.waitSignal(window.engine.worker.failed, timeout=WAIT) as failed:
+        window.engine.request_job.emit(JobSpec("summarize", ("head",), "text", audit=True))
+    assert failed.args[0].startswith("The audit needs the local engine: the faithfulness audit")
+
+
+def test_bad_and_unreachable_addresses_are_one_sentence(qtbot, window: MainWindow) -> None:
+    box = window.model_panel.server
+    box.url.setText("ftp://example.org")
+    box.connect_button.click()
+    assert box.message.text() == "'ftp://example.org' is not an http:// or https:// address"
+    port = free_port()
+    box.url.setText(f"127.0.0.1:{port}")
+    with qtbot.waitSignal(window.engine.worker.server_failed, timeout=WAIT):
+        box.connect_button.click()
+    qtbot.waitUntil(lambda: box.message.text() != "", timeout=5_000)
+    assert box.message.text().startswith(f"cannot reach the server at http://127.0.0.1:{port}")
+    assert not box.connected and box.connect_button.isEnabled()
+
+
+def test_an_api_key_goes_to_the_keyring_and_never_to_the_settings(
+    qtbot, window: MainWindow, server: Server, memory_keyring: MemoryKeyring, tmp_path: Path
+) -> None:
+    box = window.model_panel.server
+    box.key.setText("sk-window-91f2")
+    box.remember.setChecked(True)
+    _connect(qtbot, window, server.url)  # this server takes any key
+    assert memory_keyring.entries == {("ContextLens", server.url): "sk-window-91f2"}
+    assert box.key.text() == "" and box.key.placeholderText() == "kept in the system keyring"
+    window.settings.sync()
+    stored = (tmp_path / "settings.ini").read_text(encoding="utf-8")
+    assert window.settings.value(URL_KEY) == server.url and "sk-window-91f2" not in stored
