@@ -115,12 +115,13 @@ class _ServerTokenizer:
 
     def __init__(self, client: Client, kind: str, model: str) -> None:
         self._client, self._kind, self._model = client, kind, model
-        self.bos: tuple[int, ...] = ()  # what the server puts in front of every text
+        # what the model puts in front of a prompt (its BOS, for models that add one)
+        self.bos: tuple[int, ...] = ()
 
     def probe(self) -> bool:
-        """Whether the endpoint answers; learns the tokens it adds to an empty text."""
+        """Whether the endpoint answers; learns the tokens the model adds to an empty text."""
         try:
-            self.bos = tuple(self._call("", True))
+            self.bos = tuple(self._call("", True, add_special=True))
         except ServerError:
             return False
         return True
@@ -129,13 +130,13 @@ class _ServerTokenizer:
     def endpoint(self) -> str:
         return "/extras/tokenize" if self._kind == "llama-cpp-python" else "/tokenize"
 
-    def _call(self, text: str, special: bool) -> list[int]:
-        if self._kind == "llama-cpp-python":
+    def _call(self, text: str, special: bool, *, add_special: bool = False) -> list[int]:
+        if self._kind == "llama-cpp-python":  # always adds the BOS and parses special tokens
             body: dict[str, Any] = {"input": text, "model": self._model}
         elif self._kind == "vllm":
-            body = {"model": self._model, "prompt": text, "add_special_tokens": False}
+            body = {"model": self._model, "prompt": text, "add_special_tokens": add_special}
         else:
-            body = {"content": text, "add_special": False, "parse_special": special}
+            body = {"content": text, "add_special": add_special, "parse_special": special}
         data = self._client.post_json(self.endpoint, body, "a request to count tokens")
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
@@ -143,9 +144,14 @@ class _ServerTokenizer:
         return tokens
 
     def encode(self, text: str, special: bool) -> list[int]:
+        """The tokens of ``text`` alone (no BOS)."""
         tokens = self._call(text, special)
-        if self.bos and tokens[: len(self.bos)] == list(self.bos):
-            tokens = tokens[len(self.bos) :]  # llama-cpp-python adds the BOS; jobs add their own
+        if (
+            self._kind == "llama-cpp-python"
+            and self.bos
+            and tokens[: len(self.bos)] == list(self.bos)
+        ):
+            tokens = tokens[len(self.bos) :]
         return tokens
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -342,7 +348,7 @@ class RemoteEngine:
             slots = 1  # one model, one request at a time
         warnings: list[str] = []
         n_ctx, source = self._context_size(n_ctx, source, warnings)
-        train = _n_ctx_train(entry, props)
+        train = _n_ctx_train(entry)
 
         server_tokenizer = _ServerTokenizer(client, kind, model)
         has_tokenizer = kind != "openai-compatible" and server_tokenizer.probe()
@@ -458,16 +464,25 @@ class RemoteEngine:
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False
                  ) -> list[int]:  # fmt: skip
+        """Token ids of ``text``; with ``add_special``, the model's BOS first (as the server
+        tokenizes a prompt), so a prompt sent as token ids starts as the model expects."""
         self.info  # noqa: B018
+        bos = list(self._bos()) if add_special else []
         if self._local is not None or self._estimate is not None:
             counter = self._local or self._estimate
             assert counter is not None
-            return counter.encode_special(text) if parse_special else counter.encode(text)
+            ids = counter.encode_special(text) if parse_special else counter.encode(text)
+            return [*bos, *ids]
         assert self._server_tokenizer is not None
         text = scrub(text)
         ids = self._server_tokenizer.encode(text, parse_special)
         self._memo.remember(ids, text)
-        return ids
+        return [*bos, *ids]
+
+    def _bos(self) -> tuple[int, ...]:
+        """The BOS the server's model adds (learned at connect; none without its tokenizer:
+        a prompt then goes as text, and the server adds its own)."""
+        return self._server_tokenizer.bos if self._server_tokenizer is not None else ()
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = True) -> str:
         """The text of ``tokens``, special tokens included."""
@@ -498,6 +513,9 @@ class RemoteEngine:
     def _payload(self, prompt: Sequence[int]) -> list[int] | str:
         if self.info.accepts_token_ids:
             return list(prompt)
+        bos = self._bos()
+        if bos and tuple(prompt[: len(bos)]) == bos:
+            prompt = prompt[len(bos) :]  # a server that takes text adds the BOS itself
         return self.detokenize(prompt)
 
     def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingSettings,
@@ -830,7 +848,7 @@ def _identify(props: Any, entry: dict[str, Any]
     return "openai-compatible", None, "", None, None
 
 
-def _n_ctx_train(entry: dict[str, Any], props: Any) -> int | None:
+def _n_ctx_train(entry: dict[str, Any]) -> int | None:
     meta = entry.get("meta")
     if isinstance(meta, dict) and _positive_int(meta.get("n_ctx_train")):
         return int(meta["n_ctx_train"])
