@@ -176,6 +176,12 @@ def _rollback(repo: Any, args: argparse.Namespace) -> int:
         print(json.dumps(v.as_dict()) if args.json else f"new version #{v.id} (v{v.number})")
         return EXIT_OK
     old = repo.get_version(old_id)
+    server = old.settings.get("engine", "local")
+    if server != "local":
+        raise BadInput(
+            f"version {old_id} ran on the server {server}, which keeps no KV state to resume "
+            "from; roll back without --resume, then run it again (with --engine)"
+        )
     model = Path(args.model or old.model_path)
     if not model.is_file():
         raise BadInput(f"the model of version {old_id} is not at {model}; pass --model")

@@ -74,6 +74,12 @@ def test_the_same_run_gives_the_same_reply_locally_and_on_the_server(
         rows = db.execute("SELECT model_path, settings FROM prompt_versions ORDER BY id").fetchall()
     assert rows[0][0] == str(model_path) and json.loads(rows[0][1])["engine"] == "local"
     assert rows[1][0] == f"{server.url} {ALIAS}" and json.loads(rows[1][1])["engine"] == server.url
+    resume = _cli("snapshots", "rollback", "2", "--resume", "--db", str(tmp_path / "h.db"))
+    assert resume.returncode == EXIT_BAD_INPUT
+    assert resume.stderr.strip() == (
+        f"error: version 2 ran on the server {server.url}, which keeps no KV state to resume "
+        "from; roll back without --resume, then run it again (with --engine)"
+    )
 
 
 def test_generate_streams_from_the_server(server: Server) -> None:
