@@ -217,8 +217,8 @@ def test_the_api_key_comes_from_the_keyring_and_is_never_stored(
     model_path: Path, tmp_path: Path
 ) -> None:
     key = "sk-local-7c1e9d"
-    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
-           "XDG_DATA_HOME": str(tmp_path / "data")}  # fmt: skip
+    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "tests.file_keyring.FileKeyring",
+           "CONTEXTLENS_TEST_KEYRING": str(tmp_path / "keyring.json")}  # fmt: skip
     env.pop("CONTEXTLENS_API_KEY", None)
     with running_server(model_path, tmp_path / "keyed.log", n_ctx=N_CTX, api_key=key) as srv:
         doc = _excerpt(tmp_path / "d.txt", 0, 1500)
@@ -237,5 +237,14 @@ def test_the_api_key_comes_from_the_keyring_and_is_never_stored(
         assert export.returncode == EXIT_OK, export.stderr
     for stored in (tmp_path / "h.db", exported):
         assert key.encode() not in stored.read_bytes()
+    assert json.loads((tmp_path / "keyring.json").read_text()) == {f"ContextLens\n{srv.url}": key}
     forget = _cli("remote", "key", srv.url, "--forget", env=env)
     assert forget.returncode == EXIT_OK and "was removed" in forget.stderr
+    again = _cli("remote", "key", srv.url, "--forget", env=env)
+    assert again.returncode == EXIT_OK and "no API key kept for" in again.stderr
+    nowhere = {k: v for k, v in env.items() if k != "PYTHON_KEYRING_BACKEND"}
+    nowhere["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
+    refused = _cli("remote", "key", srv.url, env=nowhere, stdin=key + "\n")
+    assert refused.returncode == EXIT_BAD_INPUT
+    assert refused.stderr.strip().startswith("error: cannot save the API key: this system has no "
+                                             "keyring")  # fmt: skip
