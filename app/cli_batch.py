@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import queue
-import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from app.cli_common import (
@@ -29,7 +27,13 @@ from app.cli_common import (
     BadInput,
     fail,
 )
-from app.cli_engine import LOCAL_N_CTX, add_engine_options, check_remote_args, open_engine
+from app.cli_engine import (
+    LOCAL_N_CTX,
+    add_engine_options,
+    check_remote_args,
+    open_engine,
+    sigint_cancels,
+)
 from app.cli_input import model_path_or_default, read_document
 from app.cli_snapshots import check_writable, run_settings
 
@@ -137,18 +141,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
     stop = threading.Event()
-    engine: Any = None
-
-    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-        stop.set()
-        if engine is not None:
-            engine.cancel()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        with open_engine(args, settings, n_ctx_given=args.n_ctx) as opened:
-            engine = opened.engine
+        with (
+            sigint_cancels(stop) as watch,
+            open_engine(args, settings, n_ctx_given=args.n_ctx) as opened,
+        ):
+            watch(opened.engine)
             for warning in opened.warnings:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
             return _run(args, paths, opened, stop)
@@ -158,8 +156,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
     except ValueError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _content(args: argparse.Namespace, opened: Any) -> dict[str, Any]:

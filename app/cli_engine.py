@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from app.cli_common import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_OK, BadInput, fail
@@ -83,6 +85,25 @@ def check_remote_args(args: argparse.Namespace) -> None:
         raise BadInput("--timeout must be positive")
     if args.retries < 0:
         raise BadInput("--retries cannot be negative")
+
+
+@contextlib.contextmanager
+def sigint_cancels(token: Any) -> Iterator[Callable[[Any], None]]:
+    """While inside, Ctrl+C sets ``token`` (a CancelToken or an Event) and cancels the engine
+    handed to the function this yields, once there is one; a second Ctrl+C quits hard."""
+    engines: list[Any] = []
+
+    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
+        token.set()
+        for engine in engines:
+            engine.cancel()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield engines.append
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def connect_remote(args: argparse.Namespace, n_ctx: int | None) -> Any:

@@ -12,9 +12,7 @@ import argparse
 import dataclasses
 import json
 import re
-import signal
 import sys
-from types import FrameType
 from typing import Any
 
 from app.cli_common import (
@@ -27,7 +25,13 @@ from app.cli_common import (
     BadInput,
     fail,
 )
-from app.cli_engine import LOCAL_N_CTX, add_engine_options, check_remote_args, open_engine
+from app.cli_engine import (
+    LOCAL_N_CTX,
+    add_engine_options,
+    check_remote_args,
+    open_engine,
+    sigint_cancels,
+)
 from app.cli_input import model_path_or_default, read_document
 from app.cli_snapshots import check_writable, record_runs, stored_runs
 
@@ -73,18 +77,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cancel = CancelToken()
     audit: Audit | None = None
-    engine: Any = None
-
-    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-        cancel.set()
-        if engine is not None:
-            engine.cancel()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        with open_engine(args, settings, n_ctx_given=args.n_ctx) as opened:
+        with (
+            sigint_cancels(cancel) as watch,
+            open_engine(args, settings, n_ctx_given=args.n_ctx) as opened,
+        ):
             engine = opened.engine
+            watch(engine)
             for warning in opened.warnings:  # past the training context, an unusable template
                 if args.json:
                     print(json.dumps({"type": "warning", "message": warning}), flush=True)
@@ -150,8 +149,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
     except ValueError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    finally:
-        signal.signal(signal.SIGINT, previous)
     from app.store.db import StoreError
 
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli_common import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_OK
+from app.cli_common import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_ENGINE_CRASHED, EXIT_OK
 from app.core.engine.remote import NO_AUDIT, NO_KV_STATE
 from app.core.paths import sample_document
 from tests.remote_server import ALIAS, Server, running_server, start_server
@@ -199,6 +200,30 @@ def test_a_batch_stops_when_the_server_dies_and_resumes_where_it_stopped(
     status = {Path(str(r["path"])).name: r["status"] for r in _lines(resumed.stdout)[:-1]}
     assert all(status[name] == "skipped" for name in done_before)
     assert sorted(status.values()).count("done") == 5 - recorded
+
+
+def test_ctrl_c_stops_a_batch_and_keeps_what_is_done(server: Server, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(4):
+        _excerpt(folder / f"doc-{i}.txt", 15_000 * (i + 1), 2000)
+    args = ["batch", str(folder), "--strategy", "head", "--max-tokens", "64", "--engine",
+            server.url, "--n-ctx", str(N_CTX), "--db", str(tmp_path / "h.db"),
+            "--json"]  # fmt: skip
+    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    assert first["status"] == "done"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_CANCELLED, err
+    assert "cancelled; run the same command again to go on where it stopped" in err
+    summary = _lines(out)[-1]
+    assert summary["type"] == "done" and summary["done"] >= 1 and summary["done"] < 4
+    again = _cli(*args)
+    statuses = [line["status"] for line in _lines(again.stdout)[:-1]]
+    assert statuses.count("skipped") == summary["done"] and again.returncode == EXIT_OK
 
 
 def test_batch_refuses_what_it_cannot_do_in_one_sentence(tmp_path: Path) -> None:
