@@ -40,6 +40,21 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class ServerTemplate:
+    """A chat template a server reported (llama-server's /props) with its BOS and EOS text:
+    frames a prompt as a GGUF's own template does, for a model that is not here."""
+
+    template: str
+    bos_token: str = ""
+    eos_token: str = ""
+    add_bos: bool = False
+
+
+# What frames a document: a GGUF's own template, a server's, or None (a plain task line).
+FrameSource = str | os.PathLike[str] | ServerTemplate | None
+
+
+@dataclass(frozen=True)
 class PromptFrame:
     """The rendered prompt around the document: text before it and after it."""
 
@@ -78,10 +93,12 @@ def prompt_frame(
 ) -> PromptFrame:
     """Render ``template`` with the document replaced by a placeholder and split around it.
 
-    Without a template (base models) the prompt is the task, a blank line, then the document.
+    Without a template (base models, or a server that does not say its template) the prompt is
+    the task, a blank line, the document and a blank line: the one plain frame, for plans and
+    jobs alike.
     """
     if not template:
-        return PromptFrame(f"{task}\n\n", "", add_bos)
+        return PromptFrame(f"{task}\n\n", "\n\n", add_bos)
     rendered = render_chat_template(
         template, document_messages(task, system), add_generation_prompt=True,
         bos_token=bos_token, eos_token=eos_token,
@@ -145,16 +162,23 @@ def compute_budget(n_ctx: int, reserve: int, frame: PromptFrame, counter: TokenC
 
 
 def document_budget(
-    model_path: str | os.PathLike[str] | None,
+    model_path: FrameSource,
     *,
     n_ctx: int,
     reserve: int,
     counter: TokenCounter,
     task: str = DEFAULT_TASK,
 ) -> Budget:
-    """The budget around a document for ``task``: framed by the model's chat template, or a
-    plain task line when there is no model."""
-    frame = model_frame(model_path, task=task) if model_path else prompt_frame(None, task=task)
+    """The budget around a document for ``task``: framed by the model's chat template (from
+    its GGUF, or as a server reported it), or a plain task line when there is none."""
+    if isinstance(model_path, ServerTemplate):
+        t = model_path
+        frame = prompt_frame(t.template, task=task, bos_token=t.bos_token,
+                             eos_token=t.eos_token, add_bos=t.add_bos)  # fmt: skip
+    elif model_path:
+        frame = model_frame(model_path, task=task)
+    else:
+        frame = prompt_frame(None, task=task)
     return compute_budget(n_ctx, reserve, frame, counter)
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from app.core.audit import Audit, CallRecord, LaidSegment
-from app.core.budget import document_messages, split_at_document
+from app.core.budget import document_messages, prompt_frame, split_at_document
 from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.lanes import MAX_LANES
@@ -258,7 +258,8 @@ class _Frame:
             rendered = engine.apply_chat_template(document_messages(instruction))
             before, after = split_at_document(rendered)
         except (ChatTemplateError, ValueError):  # no usable template: a plain prompt
-            before, after = f"{instruction}\n\n", "\n\n"
+            plain = prompt_frame(None, task=instruction)
+            before, after = plain.before, plain.after
         self.before = engine.tokenize(before, add_special=True, parse_special=True)
         self.after = engine.tokenize(after, add_special=False, parse_special=True)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from app.core.budget import FrameSource, ServerTemplate
 from app.core.documents import Document, DocumentError, load_document
 from app.core.gc_pause import gc_paused
 from app.core.plan_cache import BoundedLru, doc_id, on_disk
@@ -112,14 +113,16 @@ class PlanProcess:
         counter_key: str,
         strategy: str,
         *,
-        model: str | os.PathLike[str] | None,
+        model: FrameSource,
         n_ctx: int,
         reserve: int,
         instruction: str,
         ticket: int | None = None,
     ) -> Plan:
-        """``plan_for`` on the child's copy of ``doc``; equal to the plan made in this process."""
-        model = None if model is None else os.fspath(model)
+        """``plan_for`` on the child's copy of ``doc``; equal to the plan made in this process.
+        ``model`` frames the document: a GGUF's path, a server's template, or None."""
+        if model is not None and not isinstance(model, ServerTemplate):
+            model = os.fspath(model)
         args = {"strategy": strategy, "model": model, "n_ctx": n_ctx, "reserve": reserve,
                 "instruction": instruction}  # fmt: skip
         key = ("plan", doc.sha256, doc.format, counter_key, *args.values())

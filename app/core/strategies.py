@@ -12,7 +12,6 @@ window at most ``budget`` tokens.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import zlib
@@ -21,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from app.core.budget import document_budget
+from app.core.budget import FrameSource, document_budget
 from app.core.chunking import Boundary, Chunk, chunk_document, sliding_windows
 from app.core.documents import Document
 from app.core.engine.protocol import ContextOverflowError
@@ -433,7 +432,7 @@ class Planner:
 def plan_for(
     planner: Planner,
     strategy: str,
-    model: str | os.PathLike[str] | None,
+    model: FrameSource,
     *,
     instruction: str,
     n_ctx: int,

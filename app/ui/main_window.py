@@ -51,6 +51,7 @@ from shiboken6 import isValid
 
 from app import __version__
 from app.core import calibrate
+from app.core.budget import FrameSource
 from app.core.default_model import sha256_of
 from app.core.documents import Document, load_document
 from app.core.engine.gguf import ModelInfo
@@ -526,6 +527,11 @@ class MainWindow(QMainWindow):
             return None  # the child reads the document from its file
         return CL100K_KEY if counter is None else counter_key(counter)
 
+    def _frame_source(self) -> FrameSource:
+        """What frames the document in a plan, as the job will frame it: the loaded GGUF, or
+        the server's template (its GGUF here when given), or None."""
+        return self._server.frame if self._server is not None else self._model_path
+
     def _local_planner(self, counter: TokenCounter) -> Planner:
         assert self._doc is not None
         if self._planner is None or self._planner.counter is not counter:
@@ -549,7 +555,7 @@ class MainWindow(QMainWindow):
         generation = self._plan_generation
         strategy = self.strategy_box.currentData()
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
-        model, framing, counter = self._model_path, self._framing(), self.engine.worker.counter
+        model, framing, counter = self._frame_source(), self._framing(), self.engine.worker.counter
         doc, (where, key) = self._doc, self._planning()
         ticket = self.plans.ticket() if key is not None else None
 
@@ -826,7 +832,7 @@ class MainWindow(QMainWindow):
         wanted = [n.strip() for n in self.needles.text().split("|") if n.strip()]
         if not wanted or self._doc is None:
             return
-        model, framing, counter = self._model_path, self._framing(), self.engine.worker.counter
+        model, framing, counter = self._frame_source(), self._framing(), self.engine.worker.counter
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
         doc, (where, key) = self._doc, self._planning()
 
@@ -871,7 +877,7 @@ class MainWindow(QMainWindow):
         if key is None:
             self.engine.request_job.emit(replace(spec, planner=planner))
             return
-        plans, model, n_ctx = self.plans, self._model_path, self._loaded.n_ctx
+        plans, model, n_ctx = self.plans, self._frame_source(), self._loaded.n_ctx
         asks = [(strategy, *planning(spec.task, strategy, counter, max_tokens=spec.max_tokens,
                                      questions=spec.questions, instruction=spec.instruction))
                 for strategy in spec.strategies]  # fmt: skip
@@ -1141,7 +1147,7 @@ class MainWindow(QMainWindow):
 
 
 def _plan(where: PlanProcess | Planner, doc: Document, key: str | None, strategy: str, *,
-          model: Path | None, n_ctx: int, reserve: int, instruction: str,
+          model: FrameSource, n_ctx: int, reserve: int, instruction: str,
           ticket: int | None = None) -> Plan | None:  # fmt: skip
     """``plan_for`` in the child (None when superseded) or by a planner of this process."""
     if isinstance(where, Planner):

@@ -57,6 +57,22 @@ def test_the_server_reports_context_slots_template_and_kv(remote: RemoteEngine) 
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
+def test_a_plan_made_elsewhere_is_framed_by_the_servers_template(remote: RemoteEngine) -> None:
+    """The window plans with ServerInfo.frame: the budget must be the one the job computes."""
+    from app.core.budget import ServerTemplate
+    from app.core.jobs import JobFinished, summarize
+    from app.core.strategies import Planner, plan_for
+
+    assert isinstance(remote.info.frame, ServerTemplate)
+    text = sample_document().read_text(encoding="utf-8")[:8000]
+    counter = remote.counter()
+    shown = plan_for(Planner(text, counter), "head", remote.info.frame,
+                     instruction="Summarize the document.", n_ctx=N_CTX, reserve=16)  # fmt: skip
+    events = list(summarize(remote, text, counter, strategy="head", n_ctx=N_CTX, max_tokens=16))
+    ran = next(e.result for e in events if isinstance(e, JobFinished))
+    assert ran.plan["budget"] == shown.budget and ran.plan["kept_tokens"] == shown.kept_tokens
+
+
 def test_a_reply_and_the_kv_figures_come_from_the_server(remote: RemoteEngine,
                                                         engine: EngineHost) -> None:  # fmt: skip
     messages = [{"role": "user", "content": "Name three colours."}]

@@ -224,12 +224,12 @@ def test_budget_uses_the_models_own_template(
     assert budget.available == 4096 - len(ref) - 512
 
 
-def test_budget_without_template_is_task_only(counter: TiktokenCounter) -> None:
+def test_budget_without_template_is_the_task_and_blank_lines(counter: TiktokenCounter) -> None:
     frame = prompt_frame(None, task="Summarize.")
-    assert frame.before == "Summarize.\n\n" and frame.after == ""
+    assert frame.before == "Summarize.\n\n" and frame.after == "\n\n"
     assert compute_budget(100, 10, frame, counter).template_tokens == counter.count(
         "Summarize.\n\n"
-    )
+    ) + counter.count("\n\n")
 
 
 def test_preflight_refuses_with_the_numbers() -> None:

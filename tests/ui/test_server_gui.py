@@ -96,12 +96,15 @@ def test_a_job_runs_on_the_server_and_the_window_says_what_it_reports(
     assert window.engine.worker.server is not None and window._loaded.n_ctx == N_CTX
     assert window._doc_tokens > N_CTX  # counted by the server: the document overflows
 
-    window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
+    with qtbot.waitSignal(window.plan_shown, timeout=WAIT) as shown:
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
     with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
         window.run_job()
     outcome = done.args[0]
     result = outcome.results[0]
     assert result.error is None and result.outputs and result.outputs[0].text
+    plan = shown.args[0]  # what ran is what the window showed
+    assert (result.plan["budget"], result.plan["kept_tokens"]) == (plan.budget, plan.kept_tokens)
     assert outcome.states == {}  # a server keeps no KV state for an instant rollback
     qtbot.waitUntil(lambda: "KV not reported by this server" in window.gauges.kv_text.text(),
                     timeout=5_000)  # fmt: skip

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.budget import ServerTemplate
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
 from app.core.engine.protocol import (
     ContextOverflowError,
@@ -86,6 +87,9 @@ class ServerInfo:
     kv_source: str  # "/slots", "/metrics", "" (not reported)
     accepts_token_ids: bool  # prompts may be sent as token ids
     warnings: tuple[str, ...] = ()
+    # What frames a document, for plans made elsewhere (the window's): the local GGUF's path,
+    # the server's template, or None (plain prompts)
+    frame: str | ServerTemplate | None = None
 
     @property
     def unsupported(self) -> dict[str, str]:
@@ -356,12 +360,18 @@ class RemoteEngine:
         tokenizer, exact = self._choose_tokenizer(has_tokenizer, warnings)
         template_source = self._choose_template(template, props, warnings)
         kv_source = self._kv_source(kind)
+        frame: str | ServerTemplate | None = None
+        if template_source.startswith("local GGUF") and self._model_path is not None:
+            frame = str(self._model_path)
+        elif self._template is not None:
+            text, bos, eos = self._template
+            frame = ServerTemplate(text, bos, eos, add_bos=bool(self._bos()))
         self._info = ServerInfo(
             url=self.connection.url, kind=kind, model=model, n_ctx=n_ctx, n_ctx_source=source,
             n_ctx_train=train, tokenizer=tokenizer, exact_counts=exact,
             chat_template=template_source, slots=slots, kv_source=kv_source,
             accepts_token_ids=kind in ("llama-server", "vllm") and self._same_ids(),
-            warnings=tuple(warnings),
+            warnings=tuple(warnings), frame=frame,
         )  # fmt: skip
         return self._info
 
