@@ -642,6 +642,9 @@ class MainWindow(QMainWindow):
         """Load ``path``. With tuned settings on, the model's sha256 comes first: it keys the
         calibration, measured now when this machine has none (or when ``fresh``)."""
         self._model_path = Path(path)
+        if self._server is not None:  # the worker lets the server go before it loads
+            self._server = None
+            self.model_panel.server.show_disconnected()
         self.model_panel.n_ctx.setValue(settings.n_ctx)
         self._model_sha = ""
         self.model_panel.set_busy(True)

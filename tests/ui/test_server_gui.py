@@ -15,6 +15,7 @@ import pytest
 from keyring.backend import KeyringBackend
 from PySide6.QtCore import QSettings
 
+from app.core.engine.protocol import LoadSettings
 from app.core.paths import sample_document
 from app.ui.engine_worker import JobSpec
 from app.ui.main_window import MainWindow
@@ -116,6 +117,17 @@ def test_a_job_runs_on_the_server_and_the_window_says_what_it_reports(
         box.disconnect_button.click()
     qtbot.waitUntil(lambda: not box.connected, timeout=5_000)
     assert window.engine.worker.server is None and box.connect_button.isEnabled()
+
+
+def test_loading_a_model_here_ends_the_server_connection(
+    qtbot, window: MainWindow, server: Server, model_path: Path
+) -> None:
+    _connect(qtbot, window, server.url)
+    with qtbot.waitSignal(window.ready, timeout=WAIT):
+        window.load_model(model_path, LoadSettings(n_ctx=512))
+    assert window.engine.worker.server is None and not window.model_panel.server.connected
+    assert window._loaded is not None and window._loaded.path == str(model_path)
+    assert window.engine.worker.engine_pid is not None  # the local engine runs the jobs again
 
 
 def test_the_audit_is_refused_on_a_server_with_the_reason(qtbot, window: MainWindow,
