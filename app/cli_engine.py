@@ -73,9 +73,8 @@ def check_remote_args(args: argparse.Namespace) -> None:
     from app.core.engine.remote import NO_AUDIT, NO_KV_STATE
 
     if not getattr(args, "engine", None):
-        for name in ("server_model",):
-            if getattr(args, name, None):
-                raise BadInput(f"--{name.replace('_', '-')} needs --engine URL")
+        if getattr(args, "server_model", None):
+            raise BadInput("--server-model needs --engine URL")
         return
     if getattr(args, "audit", False):
         raise BadInput(f"--audit needs the local engine: {NO_AUDIT}")
