@@ -35,7 +35,8 @@ from app.cli_engine import (
     sigint_cancels,
 )
 from app.cli_input import model_path_or_default, read_document
-from app.cli_snapshots import check_writable, run_settings
+from app.cli_jobs import check_job_args, job_options
+from app.cli_snapshots import check_writable, version_content
 
 MAX_CONCURRENCY = 64
 
@@ -68,29 +69,20 @@ def documents_in(folder: Path, pattern: str, recursive: bool) -> list[Path]:
 def _check(args: argparse.Namespace) -> None:
     from app.core.strategies import STRATEGIES
 
-    if args.task not in ("summarize", "ask", "extract"):
-        raise BadInput(f"unknown task {args.task!r} (choose one of summarize, ask, extract)")
-    if args.strategy not in STRATEGIES:
-        raise BadInput(f"unknown strategy {args.strategy!r} (choose from {', '.join(STRATEGIES)})")
+    check_job_args(args, [args.strategy], STRATEGIES)
     if not 1 <= args.concurrency <= MAX_CONCURRENCY:
         raise BadInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
     if args.concurrency > 1 and not args.engine:
         raise BadInput("--concurrency above 1 needs --engine URL: the local engine runs one "
                        "request at a time")  # fmt: skip
-    if args.max_tokens < 1:
-        raise BadInput("--max-tokens must be at least 1")
-    if args.task == "ask" and not (args.question and all(q.strip() for q in args.question)):
-        raise BadInput("--task ask needs at least one --question")
-    if args.task == "extract" and not (args.instruction or "").strip():
-        raise BadInput("--task extract needs an --instruction")
     check_remote_args(args)
 
 
 class _Progress:
     """One line on stderr: redrawn in place on a terminal, a line per document otherwise."""
 
-    def __init__(self, total: int, quiet: bool) -> None:
-        self.total, self.quiet = total, quiet
+    def __init__(self, total: int) -> None:
+        self.total = total
         self.counts = {"done": 0, "skipped": 0, "unreadable": 0, "failed": 0, "cancelled": 0}
         self.t0 = time.perf_counter()
         self.tty = sys.stderr.isatty()
@@ -105,8 +97,6 @@ class _Progress:
 
     def add(self, outcome: _Outcome) -> None:
         self.counts[outcome.status] += 1
-        if self.quiet:
-            return
         width = 24
         filled = width * self.finished // max(1, self.total)
         bar = "#" * filled + "-" * (width - filled)
@@ -122,7 +112,7 @@ class _Progress:
                   flush=True)  # fmt: skip
 
     def end(self) -> None:
-        if self.tty and not self.quiet:
+        if self.tty:
             print(file=sys.stderr)
 
 
@@ -158,34 +148,23 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
 
-def _content(args: argparse.Namespace, opened: Any) -> dict[str, Any]:
-    """A version's content for this batch: what makes two runs 'the same job'."""
-    return {"task": args.task, "strategy": args.strategy,
-            "prompt": "\n".join(args.question or []) or (args.instruction or ""),
-            "model_path": opened.model_label, "model_sha256": opened.model_sha256,
-            "settings": run_settings(opened.n_ctx, args)}  # fmt: skip
-
-
 def _run(args: argparse.Namespace, paths: list[Path], opened: Any, stop: threading.Event) -> int:
     from app.cli_snapshots import _open
     from app.core.jobs import CancelToken, JobFinished, compare
     from app.core.strategies import Planner
     from app.store.repository import Entry
 
-    content = _content(args, opened)
+    content = version_content(args, args.task, args.strategy, n_ctx=opened.n_ctx,
+                              model=opened.model_label,
+                              model_sha256=opened.model_sha256)  # fmt: skip
     db, repo = _open(args.db)
-    progress = _Progress(len(paths), quiet=False)
+    progress = _Progress(len(paths))
     todo: queue.Queue[Path] = queue.Queue()
     for path in paths:
         todo.put(path)
     done_q: queue.Queue[_Outcome | None] = queue.Queue()
     cancel = CancelToken()
-    options: dict[str, Any] = {"n_ctx": opened.n_ctx, "max_tokens": args.max_tokens,
-                               "cancel": cancel, "lanes": args.lanes or None}  # fmt: skip
-    if args.task == "ask":
-        options["questions"] = args.question
-    if args.task == "extract":
-        options["instruction"] = args.instruction
+    options = job_options(args, opened.n_ctx, cancel)
     engine_gone = threading.Event()
 
     def one(path: Path) -> _Outcome:

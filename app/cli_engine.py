@@ -36,10 +36,6 @@ class OpenEngine:
     warnings: list[str] = field(default_factory=list)
     server: Any = None  # ServerInfo when remote
 
-    @property
-    def remote(self) -> bool:
-        return self.server is not None
-
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """``--engine`` and the options of a connection (after the command's own ``--model``)."""

@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         strategies = args.strategies.split(",") if args.command == "compare" else [args.strategy]
-        _check_job_args(args, strategies, STRATEGIES)
+        check_job_args(args, strategies, STRATEGIES)
         check_remote_args(args)
         settings = LoadSettings(n_ctx=args.n_ctx or LOCAL_N_CTX)
         settings.validate()
@@ -90,12 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
             if opened.server is not None and args.json:
                 print(json.dumps({"type": "server", **opened.server.as_dict()}), flush=True)
-            options: dict[str, Any] = {"n_ctx": opened.n_ctx, "max_tokens": args.max_tokens,
-                                       "cancel": cancel, "lanes": args.lanes or None}  # fmt: skip
-            if args.task == "ask":
-                options["questions"] = args.question
-            if args.task == "extract":
-                options["instruction"] = args.instruction
+            options = job_options(args, opened.n_ctx, cancel)
             if args.audit:  # the counter is this model's own tokenizer: counts must match too
                 audit = options["audit"] = Audit(engine, exact_counts=True)
             # the Document, with its structure: the chunks `plan` shows are the ones that run
@@ -201,7 +196,18 @@ def _report(args: argparse.Namespace, results: list[Any]) -> int:
     return EXIT_OK
 
 
-def _check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) -> None:
+def job_options(args: argparse.Namespace, n_ctx: int, cancel: Any) -> dict[str, Any]:
+    """The keyword arguments of a job the command line asks for (run, compare, batch)."""
+    options: dict[str, Any] = {"n_ctx": n_ctx, "max_tokens": args.max_tokens, "cancel": cancel,
+                               "lanes": args.lanes or None}  # fmt: skip
+    if args.task == "ask":
+        options["questions"] = args.question
+    if args.task == "extract":
+        options["instruction"] = args.instruction
+    return options
+
+
+def check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) -> None:
     from app.core.jobs import MAX_LANES
 
     if args.task not in TASKS:

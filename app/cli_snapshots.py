@@ -64,12 +64,10 @@ def record_runs(
     (``--engine``; the address only, never a key)."""
     from app.store.repository import Entry
 
-    prompt = "\n".join(args.question or []) or (args.instruction or "")
     entries = []
     for i, result in enumerate(results):
-        content = {"task": result.task, "strategy": result.strategy, "prompt": prompt,
-                   "model_path": model, "model_sha256": model_sha256,
-                   "settings": run_settings(result.n_ctx, args)}  # fmt: skip
+        content = version_content(args, result.task, result.strategy, n_ctx=result.n_ctx,
+                                  model=model, model_sha256=model_sha256)  # fmt: skip
         state = (states or {}).get(i)
         entries.append(Entry(content, result, state, len(result.final_prompt)))
     db, repo = _open(db_path)
@@ -80,10 +78,15 @@ def record_runs(
         db.close()
 
 
-def run_settings(n_ctx: int, args: argparse.Namespace) -> dict[str, Any]:
-    """What a version records of how it ran (the engine: "local", or the server's address)."""
-    return {"n_ctx": n_ctx, "max_tokens": args.max_tokens,
-            "engine": getattr(args, "engine", None) or "local"}  # fmt: skip
+def version_content(args: argparse.Namespace, task: str, strategy: str, *, n_ctx: int,
+                    model: str, model_sha256: str) -> dict[str, Any]:  # fmt: skip
+    """What a version of a command's job records; two runs with equal content did the same job
+    (a batch skips a document it finds done so). The engine: "local", or the server's address."""
+    return {"task": task, "strategy": strategy,
+            "prompt": "\n".join(args.question or []) or (args.instruction or ""),
+            "model_path": model, "model_sha256": model_sha256,
+            "settings": {"n_ctx": n_ctx, "max_tokens": args.max_tokens,
+                         "engine": getattr(args, "engine", None) or "local"}}  # fmt: skip
 
 
 def stored_runs(db_path: str | None, version_ids: list[int]) -> list[dict[str, Any]]:

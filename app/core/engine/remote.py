@@ -257,14 +257,6 @@ class _TextMemo:
 
 
 @dataclass
-class _Lane:
-    index: int
-    lane: int
-    prompt_tokens: int
-    generated: int = 0
-
-
-@dataclass
 class _Reply:
     """One streamed completion, as its events arrive."""
 
@@ -347,16 +339,19 @@ class RemoteEngine:
         entry = entries.get(model, {})
         props = client.get_json("/props", timeout=PROBE_TIMEOUT_S)
         kind, n_ctx, source, slots, template = _identify(props, entry)
-        if kind == "openai-compatible" and _answers(client, "/extras/tokenize", {"input": ""}):
+        # the tokenizer's endpoint, probed once; only llama-cpp-python's server has
+        # /extras/tokenize, so answering there also says which server this is
+        probed = _ServerTokenizer(
+            client, "llama-cpp-python" if kind == "openai-compatible" else kind, model
+        )
+        self._server_tokenizer = probed if probed.probe() else None
+        if kind == "openai-compatible" and self._server_tokenizer is not None:
             kind = "llama-cpp-python"
             slots = 1  # one model, one request at a time
         warnings: list[str] = []
         n_ctx, source = self._context_size(n_ctx, source, warnings)
         train = _n_ctx_train(entry)
-
-        server_tokenizer = _ServerTokenizer(client, kind, model)
-        has_tokenizer = kind != "openai-compatible" and server_tokenizer.probe()
-        self._server_tokenizer = server_tokenizer if has_tokenizer else None
+        has_tokenizer = self._server_tokenizer is not None
         tokenizer, exact = self._choose_tokenizer(has_tokenizer, warnings)
         template_source = self._choose_template(template, props, warnings)
         kv_source = self._kv_source(kind)
@@ -829,13 +824,6 @@ def _same_tokens(local: TiktokenCounter, server: _ServerTokenizer) -> str | None
         if mine != theirs:
             return f"on {piece[:40]!r}: {mine[:12]} here, {theirs[:12]} on the server"
     return None
-
-
-def _answers(client: Client, path: str, body: dict[str, Any]) -> bool:
-    try:
-        return client.post(path, body, timeout=PROBE_TIMEOUT_S).is_success
-    except ServerError:
-        return False
 
 
 def _positive_int(value: Any) -> int | None:
