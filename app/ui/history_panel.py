@@ -12,7 +12,6 @@ they are off.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,7 +58,7 @@ from app.store.archive import (
 )
 from app.store.repository import Repository, VersionInfo
 from app.ui.i18n import task_label
-from app.ui.tasks import run_in_background
+from app.ui.tasks import Progress, run_in_background
 from app.ui.widgets import MessageLine
 
 SUFFIX = ".ctxlens"
@@ -237,27 +236,6 @@ class BranchDialog(QDialog):
         return self.editor.toPlainText()
 
 
-class _Wait:
-    """One long archive operation: the progress its worker thread reports, read by the GUI
-    thread's timer (plain Python under a lock, so the worker holds no Qt object), and the
-    event that cancels it."""
-
-    def __init__(self) -> None:
-        self.cancel = threading.Event()
-        self._lock = threading.Lock()
-        self._done = 0
-        self._total = 0
-
-    def report(self, done: int, total: int) -> None:
-        """The archive's progress callback (worker thread)."""
-        with self._lock:
-            self._done, self._total = done, total
-
-    def progress(self) -> tuple[int, int]:
-        with self._lock:
-            return self._done, self._total
-
-
 def _unless_cancelled(call: Callable[[], T]) -> T | None:
     """``call()``, or None when the person cancelled it: not a failure, nothing changed."""
     try:
@@ -300,7 +278,7 @@ class HistoryPanel(QWidget):
         self._undoable = 0  # deletions made here that undo can bring back
         self.diff_dialog: DiffDialog | None = None
         self.branch_dialog: BranchDialog | None = None
-        self._waiting: _Wait | None = None  # the operation the progress dialog stands for
+        self._waiting: Progress | None = None  # the operation the progress dialog stands for
 
         self.session_combo = QComboBox()
         self.session_combo.setMinimumContentsLength(24)
@@ -813,10 +791,10 @@ class HistoryPanel(QWidget):
 
     # ----- plumbing -----
 
-    def _wait(self, text: str) -> _Wait:
+    def _wait(self, text: str) -> Progress:
         """Show the progress dialog (after a short delay) for a new long operation; it is busy
         until the worker reports its total, then follows the worker's progress."""
-        wait = _Wait()
+        wait = Progress()
         self._waiting = wait
         self.progress.reset()
         self.progress.setLabelText(text)
@@ -840,7 +818,7 @@ class HistoryPanel(QWidget):
         if value != self.progress.value():
             self.progress.setValue(value)  # once shown, a modal dialog processes events here
 
-    def _end_wait(self, wait: _Wait) -> None:
+    def _end_wait(self, wait: Progress) -> None:
         if self._waiting is wait:
             self._show_progress()  # the last report, so a finished operation shows as full
             self._poll.stop()
@@ -864,7 +842,7 @@ class HistoryPanel(QWidget):
         work: Callable[[], Any],
         handler: Callable[..., None],
         *args: Any,
-        wait: _Wait | None = None,
+        wait: Progress | None = None,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
         """Run ``work()`` on a pool thread, then ``handler(*args, result)`` (a method of this

@@ -9,7 +9,6 @@ cancel stops between chunks and leaves nothing behind.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from contextlib import suppress
 from pathlib import Path
@@ -28,33 +27,11 @@ from shiboken6 import isValid
 
 from app.core.default_model import DEFAULT_MODEL, ModelFetchError
 from app.core.model_fetch import FetchCancelled, fetch_default_model, index_host
-from app.ui.tasks import run_in_background
+from app.ui.tasks import Progress, run_in_background
 from app.ui.widgets import MessageLine
 
 POLL_MS = 100
 MIN_WIDTH = 480  # wide enough that the wrapped sentences stay a few lines each
-
-
-class _Transfer:
-    """One fetch: the progress its worker reports, read by the GUI thread's timer, and the
-    event that cancels it. Plain Python under a lock, so the worker holds no Qt object."""
-
-    def __init__(self) -> None:
-        self.cancel = threading.Event()
-        self._lock = threading.Lock()
-        self._done = 0
-        self._total = 0
-
-    def stop(self) -> None:
-        self.cancel.set()
-
-    def report(self, done: int, total: int) -> None:
-        with self._lock:
-            self._done, self._total = done, total
-
-    def progress(self) -> tuple[int, int]:
-        with self._lock:
-            return self._done, self._total
 
 
 def _as_sentence_end(text: str) -> str:
@@ -71,7 +48,7 @@ class ModelFetchDialog(QDialog):
     def __init__(self, folder: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._folder = Path(folder)
-        self._transfer: _Transfer | None = None
+        self._transfer: Progress | None = None
         self.setWindowTitle(self.tr("Get the Default Model"))
         self.setMinimumWidth(MIN_WIDTH)
 
@@ -115,7 +92,7 @@ class ModelFetchDialog(QDialog):
         """Download now (the person agreed), on a pool thread."""
         if self._transfer is not None:
             return
-        transfer = self._transfer = _Transfer()
+        transfer = self._transfer = Progress()
         folder = self._folder
         self.error.clear()
         self.download_button.setEnabled(False)
@@ -181,7 +158,7 @@ class ModelFetchDialog(QDialog):
         else:
             self.amount.setText(self.tr("{0:,.1f} of {1:,.1f} MB").format(done / 1e6, total / 1e6))
 
-    def _end(self, transfer: _Transfer) -> bool:
+    def _end(self, transfer: Progress) -> bool:
         """Forget ``transfer``; False when it is not the current one (then ignore it)."""
         if self._transfer is not transfer:
             return False
@@ -192,7 +169,7 @@ class ModelFetchDialog(QDialog):
             QCoreApplication.instance().aboutToQuit.disconnect(transfer.stop)
         return True
 
-    def _finished(self, transfer: _Transfer, path: Path | None) -> None:
+    def _finished(self, transfer: Progress, path: Path | None) -> None:
         if not self._end(transfer):
             return
         if path is None:
@@ -203,7 +180,7 @@ class ModelFetchDialog(QDialog):
         self.fetched.emit(path)
         self.accept()
 
-    def _failed(self, transfer: _Transfer, message: str) -> None:
+    def _failed(self, transfer: Progress, message: str) -> None:
         if not self._end(transfer):
             return
         text = self.tr("Could not get the default model: {0}").format(_as_sentence_end(message))

@@ -9,12 +9,37 @@ reaches ``on_error`` as one sentence, and is logged with its traceback.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 
 log = logging.getLogger(__name__)
+
+
+class Progress:
+    """One long operation's progress as its worker thread reports it (``report`` is the
+    worker's callback), read by a GUI-thread timer, and the event that cancels it. Plain Python
+    under a lock, so the worker holds no Qt object."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._done = 0
+        self._total = 0
+
+    def stop(self) -> None:
+        """Cancel it (a slot, for the application quitting)."""
+        self.cancel.set()
+
+    def report(self, done: int, total: int) -> None:
+        with self._lock:
+            self._done, self._total = done, total
+
+    def progress(self) -> tuple[int, int]:
+        with self._lock:
+            return self._done, self._total
 
 
 class _Relay(QObject):
