@@ -47,6 +47,7 @@ class ServerBox(QGroupBox):
         self.url.setToolTip(self.tr("An OpenAI-compatible server: llama-server, "
                                     "python -m llama_cpp.server or vLLM"))  # fmt: skip
         self.url.textChanged.connect(self._on_url_changed)
+        self.url.editingFinished.connect(self._show_kept_key)
         self.url.returnPressed.connect(self._request)
         self.key = QLineEdit()
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
@@ -92,16 +93,21 @@ class ServerBox(QGroupBox):
         form.addRow(self.details)
         form.addRow(self.message)
         self._on_url_changed(self.url.text())
+        self._show_kept_key()
 
     def _on_url_changed(self, text: str) -> None:
-        """Say whether a key is kept for this address (without showing it)."""
-        kept = False
+        self.connect_button.setEnabled(bool(text.strip()) and not self._connected)
+
+    def _show_kept_key(self) -> None:
+        """Say whether a key is kept for this address (without showing it). Asked of the
+        keyring when the address is done, not at every keystroke: a keyring read can be a
+        round trip to the desktop's secret service."""
+        text, kept = self.url.text(), False
         with contextlib.suppress(ValueError):  # not an address yet: nothing can be kept for it
             kept = bool(text.strip()) and api_key(text) is not None
         self.key.setPlaceholderText(
             self.tr("kept in the system keyring") if kept else self.tr("none")
         )
-        self.connect_button.setEnabled(bool(text.strip()) and not self._connected)
 
     def _request(self) -> None:
         if self._connected or not self.connect_button.isEnabled():
@@ -131,7 +137,7 @@ class ServerBox(QGroupBox):
     def show_connected(self, info: ServerInfo) -> None:
         self._connected = True
         self.key.clear()
-        self._on_url_changed(self.url.text())  # the key, if one was kept, is in the keyring now
+        self._show_kept_key()  # the key, if one was kept, is in the keyring now
         self.set_busy(False)
         self.disconnect_button.setEnabled(True)
         unreported = self.tr("not reported by this server")

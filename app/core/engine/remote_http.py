@@ -175,11 +175,14 @@ class Client:
         kwargs: dict[str, Any] = {"json": body} if body is not None else {}
         if timeout is not None:
             kwargs["timeout"] = httpx.Timeout(timeout, connect=min(timeout, 5.0))
-        return self._retrying(lambda: self._http.request(method, path, **kwargs), path)
+        return self._retrying(lambda: self._http.request(method, path, **kwargs), path,
+                              timeout)  # fmt: skip
 
-    def _retrying(self, send: Callable[[], httpx.Response], path: str) -> httpx.Response:
+    def _retrying(self, send: Callable[[], httpx.Response], path: str,
+                  timeout: float | None = None) -> httpx.Response:  # fmt: skip
         """``send`` again after a connection error (it never reached the server), up to the
-        connection's retries, waiting backoff, 2 x backoff, ... in between."""
+        connection's retries, waiting backoff, 2 x backoff, ... in between. ``timeout`` is the
+        request's own, when it has one shorter than the connection's."""
         pause = self.connection.backoff_s
         attempt = 0
         while True:
@@ -192,9 +195,9 @@ class Client:
                 self._sleep(pause)
                 pause *= 2
             except httpx.TimeoutException:
-                raise ServerError(
-                    f"{self.host} did not answer {path} within {self.connection.timeout_s:g} s"
-                ) from None
+                waited = timeout if timeout is not None else self.connection.timeout_s
+                message = f"{self.host} did not answer {path} within {waited:g} s"
+                raise ServerError(message) from None
             except httpx.HTTPError as exc:
                 raise ServerError(f"the request to {self.host} failed: {_reason(exc)}") from None
 
