@@ -21,6 +21,7 @@ from app.ui.engine_worker import JobSpec
 from app.ui.main_window import MainWindow
 from app.ui.server_box import URL_KEY
 from tests.remote_server import ALIAS, Server, free_port, running_server
+from tests.ui.gui_thread import on_gui_thread
 
 N_CTX = 1024
 WAIT = 120_000
@@ -113,7 +114,8 @@ def test_a_job_runs_on_the_server_and_the_window_says_what_it_reports(
         model, settings = db.execute("SELECT model_path, settings FROM prompt_versions").fetchone()
     assert model == f"{server.url} {ALIAS}" and json.loads(settings)["engine"] == server.url
 
-    with qtbot.waitSignal(window.engine.worker.unloaded, timeout=WAIT):
+    assert box.disconnect_button.isEnabled()
+    with qtbot.waitSignal(on_gui_thread(window.engine.worker.unloaded, window), timeout=WAIT):
         box.disconnect_button.click()
     qtbot.waitUntil(lambda: not box.connected, timeout=5_000)
     assert window.engine.worker.server is None and box.connect_button.isEnabled()
@@ -133,9 +135,10 @@ def test_loading_a_model_here_ends_the_server_connection(
 def test_the_audit_is_refused_on_a_server_with_the_reason(qtbot, window: MainWindow,
                                                           server: Server) -> None:  # fmt: skip
     _connect(qtbot, window, server.url)
-    with qtbot.waitSignal(window.engine.worker.failed, timeout=WAIT) as failed:
+    failed_here = on_gui_thread(window.engine.worker.failed, window)
+    with qtbot.waitSignal(failed_here, timeout=WAIT) as failed:
         window.engine.request_job.emit(JobSpec("summarize", ("head",), "text", audit=True))
-    assert failed.args[0].startswith("The audit needs the local engine: the faithfulness audit")
+    assert failed.args[0][0].startswith("The audit needs the local engine: the faithfulness audit")
 
 
 def test_bad_and_unreachable_addresses_are_one_sentence(qtbot, window: MainWindow) -> None:
@@ -145,7 +148,7 @@ def test_bad_and_unreachable_addresses_are_one_sentence(qtbot, window: MainWindo
     assert box.message.text() == "'ftp://example.org' is not an http:// or https:// address"
     port = free_port()
     box.url.setText(f"127.0.0.1:{port}")
-    with qtbot.waitSignal(window.engine.worker.server_failed, timeout=WAIT):
+    with qtbot.waitSignal(on_gui_thread(window.engine.worker.server_failed, window), timeout=WAIT):
         box.connect_button.click()
     qtbot.waitUntil(lambda: box.message.text() != "", timeout=5_000)
     assert box.message.text().startswith(f"cannot reach the server at http://127.0.0.1:{port}")
