@@ -109,6 +109,15 @@ class ServerBox(QGroupBox):
             self.tr("kept in the system keyring") if kept else self.tr("none")
         )
 
+    def connect_to(self, url: str, *, n_ctx: int | None = None, model: str | None = None) -> None:
+        """Connect to ``url`` as if typed here (the last session brought back): the key is
+        the one the keyring keeps for it, if any."""
+        self.url.setText(url)
+        self.n_ctx.setValue(n_ctx or 0)
+        self.model.setText(model or "")
+        self._show_kept_key()
+        self._request()
+
     def _request(self) -> None:
         if self._connected or not self.connect_button.isEnabled():
             return  # Enter in a field while connected, or while connecting

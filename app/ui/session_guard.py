@@ -3,9 +3,10 @@
 While the window is open, a lock file in the user state folder names this process (QLockFile:
 pid, program name, host and boot). A clean close removes it; a crash, a kill or a power cut
 leaves it behind, and the next start finds a lock whose process is gone. Meanwhile the window's
-"last session" (document, model and context, task, strategy, question, reply size and the
-history session shown) is kept in its settings under ``last-session/`` as it changes, so that
-start can offer to open all of it again through the window's own public methods.
+"last session" (document, model and context or the server connected to, task, strategy,
+question, reply size and the history session shown) is kept in its settings under
+``last-session/`` as it changes, so that start can offer to open all of it again through the
+window's own public methods.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ class LastSession:
 
     document: str = ""
     model: str = ""
-    n_ctx: int | None = None
+    n_ctx: int | None = None  # the model's context, or the one asked of a server (None: its own)
+    server: str = ""  # the server jobs ran on instead of a model loaded here
+    server_model: str = ""  # the model asked of that server ("": the first it lists)
     task: str = ""
     strategy: str = ""
     question: str = ""
@@ -77,17 +80,23 @@ class LastSession:
                 settings.setValue(PREFIX + f.name, value)
 
     def is_empty(self) -> bool:
-        return not (self.document or self.model)
+        return not (self.document or self.model or self.server)
 
 
 def capture(window: MainWindow) -> LastSession:
     """The window's last session as it is now."""
     document, model = window.document_path, window.model_path
     history = window.history.session_id() if window.history is not None else None
+    server = window.model_panel.server
+    n_ctx = window.model_panel.n_ctx.value() if model is not None else None
+    if server.connected:
+        n_ctx = server.n_ctx.value() or None
     return LastSession(
         document=str(document) if document is not None else "",
         model=str(model) if model is not None else "",
-        n_ctx=window.model_panel.n_ctx.value() if model is not None else None,
+        n_ctx=n_ctx,
+        server=server.url.text() if server.connected else "",
+        server_model=server.model.text() if server.connected else "",
         task=str(window.task_box.currentData() or ""),
         strategy=str(window.strategy_box.currentData() or ""),
         question=window.question.text(),
@@ -112,7 +121,10 @@ def restore(window: MainWindow, last: LastSession) -> list[str]:
         window.max_tokens.setValue(last.max_tokens)
     if last.history_session is not None and window.history is not None:
         window.history.set_session(last.history_session)
-    if last.model:
+    if last.server:  # an unreachable server says so in the Server box, as a connect does
+        window.model_panel.server.connect_to(last.server, n_ctx=last.n_ctx,
+                                             model=last.server_model or None)  # fmt: skip
+    elif last.model:
         model = Path(last.model)
         n_ctx = last.n_ctx or window.model_panel.n_ctx.value()
         if not model.is_file():
@@ -237,6 +249,9 @@ class SessionGuard:
         if last.model:
             line = QCoreApplication.translate("SessionGuard", "Model: {0}")
             lines.append(line.format(last.model))
+        if last.server:
+            line = QCoreApplication.translate("SessionGuard", "Server: {0}")
+            lines.append(line.format(last.server))
         box.setInformativeText("\n".join(lines))
         restore_button = box.addButton(QCoreApplication.translate("SessionGuard", "&Restore"),
                                        QMessageBox.ButtonRole.AcceptRole)  # fmt: skip

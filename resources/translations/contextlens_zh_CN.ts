@@ -1473,6 +1473,10 @@ Qt (PySide6) {3}</translation>
         <translation>模型：{0}</translation>
     </message>
     <message>
+        <source>Server: {0}</source>
+        <translation>服务器：{0}</translation>
+    </message>
+    <message>
         <source>&amp;Restore</source>
         <translation>恢复(&amp;R)</translation>
     </message>

@@ -1,7 +1,7 @@
 """The window on a real server (llama-cpp-python's own, on loopback): connect from the model panel,
 plan with the server's counts, run a job, the gauges saying the server reports no KV figures,
 the history naming the server; a bad address and an unreachable one in one sentence; an API key
-kept in the keyring only."""
+kept in the keyring only; after a crash, the last session brought back on the same server."""
 
 from __future__ import annotations
 
@@ -14,14 +14,17 @@ import keyring
 import pytest
 from keyring.backend import KeyringBackend
 from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QMessageBox
 
 from app.core.engine.protocol import LoadSettings
 from app.core.paths import sample_document
 from app.ui.engine_worker import JobSpec
 from app.ui.main_window import MainWindow
 from app.ui.server_box import URL_KEY
+from app.ui.session_guard import LastSession, SessionGuard, SessionLock
 from tests.remote_server import ALIAS, Server, free_port, running_server
 from tests.ui.gui_thread import on_gui_thread
+from tests.ui.test_session_guard import _answer, _crash_with
 
 N_CTX = 1024
 WAIT = 120_000
@@ -167,3 +170,37 @@ def test_an_api_key_goes_to_the_keyring_and_never_to_the_settings(
     window.settings.sync()
     stored = (tmp_path / "settings.ini").read_text(encoding="utf-8")
     assert window.settings.value(URL_KEY) == server.url and "sk-window-91f2" not in stored
+
+
+def test_after_a_crash_the_last_session_connects_to_its_server_again(
+    qtbot, window: MainWindow, server: Server, tmp_path: Path
+) -> None:
+    lock_path = tmp_path / "session.lock"
+    first = SessionGuard(window.settings, SessionLock(lock_path))
+    assert first.start()
+    first.attach(window)
+    _connect(qtbot, window, server.url)
+    with qtbot.waitSignal(window.plan_shown, timeout=WAIT):
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("tail"))
+    saved = LastSession.read(window.settings)
+    assert (saved.server, saved.server_model, saved.n_ctx) == (server.url, "", N_CTX)
+    assert saved.model == "" and saved.document == str(window.document_path)
+    first.lock.release()
+    _crash_with(lock_path)  # the window's run was killed: its lock stays behind
+
+    guard = SessionGuard(window.settings, SessionLock(lock_path))
+    assert guard.start() and guard.unclean and guard.previous == saved
+    after = MainWindow(None, None, db_path=tmp_path / "h2.db", settings=window.settings)
+    qtbot.addWidget(after)
+    after.show()
+    offer = guard.attach(after)
+    assert offer is not None and f"Server: {server.url}" in offer.informativeText()
+    _answer(offer, QMessageBox.ButtonRole.AcceptRole).click()
+    box = after.model_panel.server
+    qtbot.waitUntil(lambda: box.connected and after.document_path == window.document_path
+                    and not after.waiting_for, timeout=WAIT)  # fmt: skip
+    assert after.engine.worker.server is not None and after.engine.worker.server.url == server.url
+    assert after._loaded is not None and after._loaded.n_ctx == N_CTX
+    assert after.strategy_box.currentData() == "tail" and after.model_path is None
+    after.close()
+    assert not lock_path.exists()
