@@ -24,7 +24,7 @@ from app.ui.server_box import URL_KEY
 from app.ui.session_guard import LastSession, SessionGuard, SessionLock
 from tests.remote_server import ALIAS, Server, free_port, running_server
 from tests.ui.gui_thread import on_gui_thread
-from tests.ui.test_session_guard import _answer, _crash_with
+from tests.ui.session_locks import answer, crash_with
 
 N_CTX = 1024
 WAIT = 120_000
@@ -186,7 +186,7 @@ def test_after_a_crash_the_last_session_connects_to_its_server_again(
     assert (saved.server, saved.server_model, saved.n_ctx) == (server.url, "", N_CTX)
     assert saved.model == "" and saved.document == str(window.document_path)
     first.lock.release()
-    _crash_with(lock_path)  # the window's run was killed: its lock stays behind
+    crash_with(lock_path)  # the window's run was killed: its lock stays behind
 
     guard = SessionGuard(window.settings, SessionLock(lock_path))
     assert guard.start() and guard.unclean and guard.previous == saved
@@ -195,7 +195,7 @@ def test_after_a_crash_the_last_session_connects_to_its_server_again(
     after.show()
     offer = guard.attach(after)
     assert offer is not None and f"Server: {server.url}" in offer.informativeText()
-    _answer(offer, QMessageBox.ButtonRole.AcceptRole).click()
+    answer(offer, QMessageBox.ButtonRole.AcceptRole).click()
     box = after.model_panel.server
     qtbot.waitUntil(lambda: box.connected and after.document_path == window.document_path
                     and not after.waiting_for, timeout=WAIT)  # fmt: skip

@@ -4,14 +4,12 @@ and restoring re-opens it (real windows, the real default model, real lock files
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QSettings, QThreadPool
-from PySide6.QtWidgets import QMessageBox, QPushButton
+from PySide6.QtWidgets import QMessageBox
 
 from app.core.documents import document_from_text
 from app.core.jobs import JobResult
@@ -19,35 +17,10 @@ from app.core.paths import project_root, sample_document
 from app.store.repository import Entry
 from app.ui.main_window import MainWindow
 from app.ui.session_guard import LastSession, SessionGuard, SessionLock, restore, state_dir
+from tests.ui.session_locks import answer, crash_with, lock_holder
 
 N_CTX = 512
 WAIT = 120_000
-
-HOLD = """
-import os, signal, sys
-from PySide6.QtCore import QLockFile
-lock = QLockFile(sys.argv[1])
-assert lock.tryLock(0)
-print(os.getpid(), flush=True)
-if sys.argv[2] == "crash":
-    os.kill(os.getpid(), signal.SIGKILL)
-sys.stdin.read()  # live until the test closes stdin
-"""
-
-
-def _holder(lock: Path, how: str) -> subprocess.Popen[str]:
-    """Another process that takes ``lock``, then dies at once ("crash") or waits ("live")."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock), how], cwd=project_root(),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout is not None and proc.stdout.readline().strip().isdigit()
-    return proc
-
-
-def _crash_with(lock: Path) -> None:
-    """A run that held the lock and was killed: its lock file stays behind."""
-    proc = _holder(lock, "crash")
-    assert proc.wait(timeout=60) == -9 and lock.exists()
-
 
 def test_the_state_folder_follows_contextlens_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -64,7 +37,7 @@ def test_a_lock_left_by_a_dead_process_is_an_unclean_exit(qapp, tmp_path: Path) 
     assert first.acquire() and not first.unclean  # nothing before: a clean start
     first.release()
     assert not path.exists()
-    _crash_with(path)
+    crash_with(path)
     after_crash = SessionLock(path)
     assert after_crash.acquire() and after_crash.unclean and after_crash.held
     after_crash.release()
@@ -72,7 +45,7 @@ def test_a_lock_left_by_a_dead_process_is_an_unclean_exit(qapp, tmp_path: Path) 
 
 def test_a_lock_held_by_a_live_process_is_not_an_unclean_exit(qapp, tmp_path: Path) -> None:
     path = tmp_path / "session.lock"
-    live = _holder(path, "live")
+    live = lock_holder(path, "live")
     try:
         second = SessionLock(path)
         assert not second.acquire() and not second.unclean and not second.held
@@ -146,11 +119,6 @@ def test_a_clean_close_removes_the_lock_and_keeps_the_last_session(
     assert last.task == "summarize" and last.model == ""
 
 
-def _answer(box: QMessageBox, role: QMessageBox.ButtonRole) -> QPushButton:
-    [button] = [b for b in box.buttons() if box.buttonRole(b) == role]
-    return button
-
-
 def test_after_a_crash_restore_reopens_the_document_model_and_choices(
     qtbot, tmp_path: Path, settings: QSettings, doc: Path, model_path: Path
 ) -> None:
@@ -175,14 +143,14 @@ def test_after_a_crash_restore_reopens_the_document_model_and_choices(
         before.history.set_session(session)
     saved = LastSession.read(settings)
     before.close()
-    _crash_with(lock_path)  # the next run finds the lock of a process that is gone
+    crash_with(lock_path)  # the next run finds the lock of a process that is gone
 
     guard = SessionGuard(settings, SessionLock(lock_path))
     assert guard.start() and guard.unclean and guard.previous == saved
     after = _window(qtbot, tmp_path, settings)
     box = guard.attach(after)
     assert box is not None and box.isVisible() and str(doc) in box.informativeText()
-    _answer(box, QMessageBox.ButtonRole.AcceptRole).click()
+    answer(box, QMessageBox.ButtonRole.AcceptRole).click()
     qtbot.waitUntil(lambda: after.document_path == doc and after.model_path == model_path
                     and not after.waiting_for, timeout=WAIT)  # fmt: skip
     assert after.model_panel.n_ctx.value() == N_CTX
@@ -199,14 +167,14 @@ def test_start_fresh_leaves_the_last_session_behind(
 ) -> None:
     LastSession(document=str(doc), strategy="tail", max_tokens=99).write(settings)
     lock_path = tmp_path / "session.lock"
-    _crash_with(lock_path)
+    crash_with(lock_path)
     guard = SessionGuard(settings, SessionLock(lock_path))
     assert guard.start() and guard.unclean
     w = _window(qtbot, tmp_path, settings)
     windows.append(w)
     box = guard.attach(w)
     assert box is not None
-    _answer(box, QMessageBox.ButtonRole.RejectRole).click()
+    answer(box, QMessageBox.ButtonRole.RejectRole).click()
     assert w.document_path is None and w.strategy_box.currentData() == "head"
     last = LastSession.read(settings)  # from now on the last session is this one
     assert last.document == "" and last.strategy == "head" and last.max_tokens == 256
@@ -216,7 +184,7 @@ def test_a_second_window_with_the_lock_taken_tracks_nothing(
     qtbot, tmp_path: Path, settings: QSettings, windows: list[MainWindow]
 ) -> None:
     lock_path = tmp_path / "session.lock"
-    live = _holder(lock_path, "live")
+    live = lock_holder(lock_path, "live")
     try:
         guard = SessionGuard(settings, SessionLock(lock_path))
         assert not guard.start()
