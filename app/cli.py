@@ -88,7 +88,7 @@ def cmd_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from app.core.engine.gguf import GGUFError, inspect_model
+    from app.core.engine.gguf import BASE_MODEL_NOTE, GGUFError, inspect_model
 
     try:
         info = inspect_model(_resolve_model(args.model))
@@ -99,6 +99,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return EXIT_OK
     kv = data["kv_bytes_per_token"]
+    kind = "instruction-tuned (chat template)"
+    if info.is_base_model:
+        kind = f"{BASE_MODEL_NOTE} ({info.base_model_reason})"
     rows = [
         ("file", f"{info.path} ({_human_bytes(info.file_size)}, GGUF v{info.gguf_version})"),
         ("name", info.name or "-"),
@@ -112,6 +115,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("context trained", f"{info.n_ctx_train:,}" if info.n_ctx_train else "-"),
         ("vocabulary", f"{info.vocab_size:,} ({info.tokenizer_model}, pre {info.tokenizer_pre})"),
         ("chat template", "yes" if info.has_chat_template else "no"),
+        ("model", kind),
+        ("attention", info.describe_attention()),
         ("KV bytes/token", f"{kv['f16']:,} (f16), {kv['q8_0']:,} (q8_0)" if kv["f16"] else "-"),
     ]
     for key, value in rows:

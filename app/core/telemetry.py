@@ -135,15 +135,16 @@ class MemoryEstimate:
 
 
 def estimate_memory(info: ModelInfo, settings: LoadSettings) -> MemoryEstimate:
-    """KV from the model's shape (exact for the cache type); compute buffers approximated.
+    """KV from the model's shape: what llama.cpp allocates for the cache type, context rounded
+    and sliding-window layers counted as it does (``ModelInfo.kv_cache_bytes``, tested against
+    llama.cpp's own figure); compute buffers approximated.
 
     The compute estimate covers the logits of one micro-batch, its activations, and, without
     flash attention, the attention scores of one micro-batch against the whole context.
     """
-    per_token = info.kv_bytes_per_token(settings.kv_cache_type)
-    if per_token is None:  # unknown shape: assume a generous 128 KiB per token
-        per_token = 128 * 1024
-    kv = per_token * settings.n_ctx
+    kv = info.kv_cache_bytes(settings.n_ctx, settings.kv_cache_type)
+    if kv is None:  # unknown shape: assume a generous 128 KiB per token
+        kv = 128 * 1024 * settings.n_ctx
     n_embd = info.n_embd or 4096
     n_vocab = info.vocab_size or 32_000
     n_head = info.n_head or 32

@@ -90,6 +90,8 @@ class ModelCard(QGroupBox):
             ("quant", self.tr("Quantization:")),
             ("ctx_train", self.tr("Context trained:")),
             ("layers", self.tr("Layers:")),
+            ("attention", self.tr("Attention:")),
+            ("kind", self.tr("Kind:")),
             ("kv", self.tr("KV bytes per token:")),
             ("loaded", self.tr("Loaded:")),
         ):
@@ -120,12 +122,27 @@ class ModelCard(QGroupBox):
             "quant": info.quantization,
             "ctx_train": f"{info.n_ctx_train:,}" if info.n_ctx_train else "–",
             "layers": str(info.n_layers) if info.n_layers else "–",
+            "attention": self._attention(info),
+            # a base model is named so before it is loaded (and again at load, as a warning)
+            "kind": self.tr("base model: replies continue the text; instructions may be ignored")
+            if info.is_base_model
+            else self.tr("chat model (it has a chat template)"),
             "kv": self.tr("{0:,} ({1})").format(per_token, cache_type)
             if per_token is not None
             else self.tr("unknown"),
         }
         for key, text in values.items():
             self._fields[key].setText(text)
+
+    def _attention(self, info: ModelInfo) -> str:
+        """Full attention, or the sliding window and on how many layers (the KV cache keeps
+        every position of those layers too: see ModelInfo.kv_bytes_per_token)."""
+        n = info.n_layers or len(info.kv_heads_per_layer)
+        if info.sliding_window and info.swa_layers:
+            return self.tr("sliding window of {0:,} tokens on {1} of {2} layers").format(
+                info.sliding_window, len(info.swa_layers), n
+            )
+        return self.tr("full attention on all {0} layers").format(n) if n else "–"
 
     def show_loaded(self, loaded: LoadedModel | None) -> None:
         if loaded is None:

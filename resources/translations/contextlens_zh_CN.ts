@@ -1078,6 +1078,14 @@ Qt (PySide6) {3}</translation>
         <translation>层数：</translation>
     </message>
     <message>
+        <source>Attention:</source>
+        <translation>注意力：</translation>
+    </message>
+    <message>
+        <source>Kind:</source>
+        <translation>类型：</translation>
+    </message>
+    <message>
         <source>KV bytes per token:</source>
         <translation>每 token 的 KV 字节数：</translation>
     </message>
@@ -1094,12 +1102,28 @@ Qt (PySide6) {3}</translation>
         <translation>{0:,}（{1}）</translation>
     </message>
     <message>
+        <source>base model: replies continue the text; instructions may be ignored</source>
+        <translation>基础模型：回复会续写文本，可能不会遵循指令</translation>
+    </message>
+    <message>
+        <source>chat model (it has a chat template)</source>
+        <translation>对话模型（带有对话模板）</translation>
+    </message>
+    <message>
         <source>unknown</source>
         <translation>未知</translation>
     </message>
     <message>
         <source>no</source>
         <translation>否</translation>
+    </message>
+    <message>
+        <source>sliding window of {0:,} tokens on {1} of {2} layers</source>
+        <translation>{2} 层中有 {1} 层使用 {0:,} token 的滑动窗口</translation>
+    </message>
+    <message>
+        <source>full attention on all {0} layers</source>
+        <translation>全部 {0} 层均为全注意力</translation>
     </message>
     <message>
         <source>context {0:,}, KV {1}, {2} GPU layers, in {3:.2f} s</source>

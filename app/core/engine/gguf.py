@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import struct
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -91,6 +92,46 @@ KV_CACHE_TYPES: dict[str, tuple[int, int]] = {
     "q4_0": (32, 18),
     "iq4_nl": (32, 18),
 }
+
+
+# Sliding-window attention as llama.cpp (the one llama-cpp-python 0.3.36 vendors) reads it, per
+# architecture: the period n of its default layer pattern (layer i uses the window when
+# i % n < n - 1, or with ``dense_first`` when i % n != 0; 0: every layer), the window it assumes
+# when the file gives none (None: no window, full attention), and the kind of window. A
+# ``<arch>.attention.sliding_window_pattern`` key overrides the pattern: one bool per layer, or
+# the period. Architectures not listed run with full attention in llama.cpp even when their GGUF
+# names a window (Phi-3 and Mistral-as-llama, for example); the card says so.
+SWA_ARCHITECTURES: dict[str, tuple[int, bool, int | None, str]] = {
+    "gemma2": (2, False, 4096, "standard"),
+    "gemma3": (6, False, None, "standard"),
+    "gemma3n": (5, False, None, "standard"),
+    "gemma4": (0, False, None, "standard"),  # its files carry the per-layer pattern
+    "gemma4-assistant": (0, False, None, "standard"),
+    "gemma-embedding": (6, False, None, "symmetric"),
+    "cohere2": (4, False, None, "standard"),
+    "cohere2moe": (4, True, None, "standard"),
+    "exaone4": (4, False, None, "standard"),
+    "exaone-moe": (4, False, None, "standard"),
+    "gpt-oss": (2, False, None, "standard"),
+    "llama4": (4, False, None, "chunked"),
+    "olmo2": (4, False, None, "standard"),
+    "afmoe": (4, False, None, "standard"),
+    "plamo3": (8, False, None, "standard"),
+    "smallthinker": (4, True, None, "standard"),
+    "mellum": (4, False, None, "standard"),
+    "muse-glimmer": (4, False, None, "standard"),
+    "laguna": (4, True, None, "standard"),
+    "modern-bert": (3, True, None, "symmetric"),
+    # Mistral-style: the window on every layer
+    "deepseek4": (0, False, None, "standard"),
+    "dflash": (0, False, None, "standard"),
+}
+KV_CELL_PAD = 256  # llama.cpp allocates KV cells in multiples of this (GGML_PAD in llama_context)
+BASE_MODEL_NOTE = "base model: replies continue the text; instructions may be ignored"
+_BASE_WORD = re.compile(r"(?<![a-z0-9])base(?![a-z0-9])", re.IGNORECASE)
+_TUNED_WORD = re.compile(
+    r"(?<![a-z0-9])(instruct|chat|it|sft|dpo|rlhf|assistant|thinking)(?![a-z0-9])", re.IGNORECASE
+)
 
 
 class GGUFError(ValueError):
@@ -455,13 +496,54 @@ class ModelInfo:
     eos_token_id: int | None
     n_tensors: int
     kv_heads_per_layer: tuple[int, ...] = ()
+    # Attention: the window in tokens where llama.cpp applies one (None: full attention on every
+    # layer), the layers that use it (indices), its kind ("standard", "chunked", "symmetric"),
+    # the head sizes of those layers when they differ, and a note where the file names a window
+    # llama.cpp does not apply.
+    sliding_window: int | None = None
+    swa_layers: tuple[int, ...] = ()
+    swa_type: str | None = None
+    head_dim_k_swa: int | None = None
+    head_dim_v_swa: int | None = None
+    attention_note: str | None = None
+    # Why replies continue the text rather than follow instructions (None: a chat/instruct
+    # model): no chat template, or the GGUF's own name for it says "base".
+    base_model_reason: str | None = None
 
     @property
     def has_chat_template(self) -> bool:
         return bool(self.chat_template)
 
-    def kv_bytes_per_token(self, cache_type: str = "f16") -> int | None:
-        """Bytes of K and V cache one token takes, summed over layers; None if unknown."""
+    @property
+    def is_base_model(self) -> bool:
+        """True for a model that continues text (no chat template, or named a base model):
+        prompts are framed for completion, and people are told at load."""
+        return self.base_model_reason is not None
+
+    @property
+    def n_swa_layers(self) -> int:
+        return len(self.swa_layers)
+
+    def describe_attention(self) -> str:
+        """One line for the model card: "sliding window of 512 tokens on 15 of 18 layers (5 of
+        every 6); full attention on 3" or "full attention on all 30 layers"."""
+        n = self.n_layers or len(self.kv_heads_per_layer)
+        if not self.swa_layers or self.sliding_window is None:
+            text = f"full attention on all {n} layers" if n else "full attention"
+            return f"{text} ({self.attention_note})" if self.attention_note else text
+        kind = "" if self.swa_type in (None, "standard") else f"{self.swa_type} "
+        if len(self.swa_layers) == n:
+            return f"{kind}sliding window of {self.sliding_window:,} tokens on all {n} layers"
+        period = _period(self.swa_layers, n)
+        every = f" ({period - 1} of every {period})" if period else ""
+        return (
+            f"{kind}sliding window of {self.sliding_window:,} tokens on "
+            f"{len(self.swa_layers)} of {n} layers{every}; full attention on "
+            f"{n - len(self.swa_layers)}"
+        )
+
+    def _layer_bytes(self, cache_type: str) -> tuple[int, int] | None:
+        """Bytes one KV cell takes on the full-attention layers and on the windowed layers."""
         if cache_type not in KV_CACHE_TYPES:
             raise ValueError(
                 f"unknown KV cache type {cache_type!r} (known: {', '.join(KV_CACHE_TYPES)})"
@@ -469,8 +551,46 @@ class ModelInfo:
         if not self.kv_heads_per_layer or self.head_dim_k is None or self.head_dim_v is None:
             return None
         block, size = KV_CACHE_TYPES[cache_type]
-        elems = sum(h * (self.head_dim_k + self.head_dim_v) for h in self.kv_heads_per_layer)
-        return elems * size // block
+        windowed = set(self.swa_layers)
+        k_swa = self.head_dim_k_swa or self.head_dim_k
+        v_swa = self.head_dim_v_swa or self.head_dim_v
+        full = swa = 0
+        for layer, heads in enumerate(self.kv_heads_per_layer):
+            if layer in windowed:
+                swa += heads * (k_swa + v_swa)
+            else:
+                full += heads * (self.head_dim_k + self.head_dim_v)
+        return full * size // block, swa * size // block
+
+    def kv_bytes_per_token(self, cache_type: str = "f16") -> int | None:
+        """Bytes of K and V cache llama.cpp allocates per context token, summed over layers;
+        None if unknown.
+
+        The engine keeps llama.cpp's full-size cache for the windowed layers (``swa_full``, the
+        default of llama-cpp-python 0.3.36, set explicitly at load): the app's ring, prefix reuse
+        and rollback need every position of every layer. So every layer costs its K and V per
+        token, windowed or not, and this times n_ctx is what llama.cpp allocates (tested against
+        its own figure); :meth:`kv_cache_bytes` gives the smaller cache of ``swa_full=False``."""
+        split = self._layer_bytes(cache_type)
+        return None if split is None else split[0] + split[1]
+
+    def kv_cache_bytes(
+        self, n_ctx: int, cache_type: str = "f16", *, swa_full: bool = True, n_ubatch: int = 512,
+        n_seq: int = 1,
+    ) -> int | None:  # fmt: skip
+        """The KV cache llama.cpp allocates for a context of ``n_ctx`` tokens; None if unknown.
+        llama.cpp rounds the context up to a multiple of 256 cells (llama_context); without
+        ``swa_full`` the windowed layers get only ``n_swa * n_seq + n_ubatch`` cells, rounded
+        the same way (llama_kv_cache_iswa)."""
+        split = self._layer_bytes(cache_type)
+        if split is None:
+            return None
+        full, swa = split
+        cells = _pad(n_ctx, KV_CELL_PAD)
+        swa_cells = cells
+        if not swa_full and self.swa_layers and self.sliding_window:
+            swa_cells = min(cells, _pad(self.sliding_window * n_seq + n_ubatch, KV_CELL_PAD))
+        return full * cells + swa * swa_cells
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form (the chat template is reported by presence and length only)."""
@@ -498,7 +618,17 @@ class ModelInfo:
             "eos_token_id": self.eos_token_id,
             "n_tensors": self.n_tensors,
             "kv_bytes_per_token": {t: self.kv_bytes_per_token(t) for t in KV_CACHE_TYPES},
+            "attention": self.describe_attention(),
+            "sliding_window": self.sliding_window,
+            "swa_layers": list(self.swa_layers),
+            "swa_type": self.swa_type,
+            "is_base_model": self.is_base_model,
+            "base_model_reason": self.base_model_reason,
         }
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-n // to) * to
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -559,6 +689,80 @@ def _per_layer(gf: GGUFFile, suffix: str, value: Any, n_layers: int | None) -> t
     return tuple(items)
 
 
+def _period(layers: tuple[int, ...], n: int) -> int | None:
+    """The n of "n - 1 of every n layers" when ``layers`` follow such a pattern, else None."""
+    chosen = set(layers)
+    for period in range(2, n + 1):
+        late = {i for i in range(n) if i % period < period - 1}
+        early = {i for i in range(n) if i % period != 0}
+        if chosen in (late, early):
+            return period
+    return None
+
+
+def _attention(gf: GGUFFile, n_layers: int | None) -> dict[str, Any]:
+    """Which layers attend through a sliding window, and how wide, as llama.cpp decides it
+    (see :data:`SWA_ARCHITECTURES`); the ModelInfo fields, by name."""
+    arch = gf.architecture
+    key = f"{arch}.attention.sliding_window"
+    window = gf.get(key)
+    if window is not None and _int_or_none(window) is None:
+        raise GGUFError(f"{key} is {window!r}, not a number of tokens")
+    rule = SWA_ARCHITECTURES.get(arch)
+    if rule is None:
+        if window:
+            return {"attention_note": f"the file gives a window of {window:,} tokens, which "
+                                      f"llama.cpp does not apply to {arch}"}  # fmt: skip
+        return {}
+    period, dense_first, default_window, kind = rule
+    window = default_window if window is None else window
+    if not window:
+        return {}
+    n = n_layers or 0
+    pattern = gf.arch_value("attention.sliding_window_pattern")
+    if isinstance(pattern, ArrayValue):
+        if pattern.items is None or pattern.count != n:
+            raise GGUFError(
+                f"{arch}.attention.sliding_window_pattern lists {pattern.count:,} values for "
+                f"{n} layers"
+            )
+        layers = tuple(i for i, v in enumerate(pattern.items) if v)
+    else:
+        if pattern is not None:
+            period = _int_or_none(pattern) if _int_or_none(pattern) is not None else -1
+            if not 0 <= period <= MAX_LAYERS:
+                raise GGUFError(f"{arch}.attention.sliding_window_pattern is {pattern!r}")
+        layers = tuple(
+            i for i in range(n)
+            if period == 0 or (i % period != 0 if dense_first else i % period < period - 1)
+        )  # fmt: skip
+    return {
+        "sliding_window": window,
+        "swa_layers": layers,
+        "swa_type": kind,
+        "head_dim_k_swa": _int_or_none(gf.arch_value("attention.key_length_swa")),
+        "head_dim_v_swa": _int_or_none(gf.arch_value("attention.value_length_swa")),
+    }
+
+
+def base_model_reason(metadata: Mapping[str, Any]) -> str | None:
+    """Why a model would continue text rather than follow instructions, or None.
+
+    ``metadata`` is a GGUF's (this reader's, or llama-cpp-python's ``Llama.metadata``, whose
+    values are strings). A model with no chat template never learned a chat frame; a template
+    alone does not make a chat model, though (base models of Qwen and others ship one), so a
+    ``general.finetune`` or ``general.name`` that says "base" (and not "instruct", "chat", "it"…)
+    counts too. ``general.base_model.*`` names what a model was derived *from*: a fine-tune."""
+    template = metadata.get(TEMPLATE_KEY)
+    if not isinstance(template, str) or not template.strip():
+        return "it has no chat template"
+    for key in ("general.finetune", "general.name"):
+        value = metadata.get(key)
+        if isinstance(value, str) and _BASE_WORD.search(value) and not _TUNED_WORD.search(value):
+            return f"its GGUF names it a base model ({key} is {value!r})"
+    return None
+
+
 def model_info(gf: GGUFFile) -> ModelInfo:
     """Derive the model card from a checked header; implausible values raise GGUFError."""
     n_layers = _layer_count(gf)
@@ -604,6 +808,8 @@ def model_info(gf: GGUFFile) -> ModelInfo:
         eos_token_id=_int_or_none(gf.get("tokenizer.ggml.eos_token_id")),
         n_tensors=len(gf.tensors),
         kv_heads_per_layer=kv_heads,
+        base_model_reason=base_model_reason(gf.metadata),
+        **_attention(gf, n_layers),
     )
 
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from app.core.engine.kv_alloc import KVCacheAlloc
+
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 KV_CACHE_TYPE_NAMES = ("f16", "f32", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 
@@ -83,6 +85,28 @@ class LoadedModel:
     flash_attn: bool
     load_seconds: float
     warnings: tuple[str, ...] = ()
+    # Read back from llama.cpp after the load (the card's figures are tested against these):
+    kv_caches: tuple[KVCacheAlloc, ...] = ()  # what it allocated, one entry per KV cache
+    can_shift: bool = True  # llama_memory_can_shift: KV positions can be moved (context shift)
+    sliding_window: int = 0  # llama_model_n_swa: the attention window in tokens, 0 for none
+    swa_full: bool = True  # the windowed layers keep a full-size cache (every position)
+    is_base_model: bool = False  # no chat template, or named a base model: frame for completion
+    base_model_reason: str = ""  # why (ModelInfo.base_model_reason)
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Bytes of KV cache llama.cpp allocated, all caches together (0 when not known)."""
+        return sum(c.bytes for c in self.kv_caches)
+
+    @property
+    def kv_cells(self) -> int:
+        """Cells of the full-attention cache: the context llama.cpp made (n_ctx, padded)."""
+        return max((c.cells for c in self.kv_caches), default=0)
+
+    @property
+    def kv_devices(self) -> tuple[str, ...]:
+        """The backend buffers holding the KV cache ("CPU"; "CUDA0" when it is on a GPU)."""
+        return tuple(dict.fromkeys(d for c in self.kv_caches for d in c.devices))
 
 
 _BACKEND_NAME = re.compile(r"(?:^|\|)\s*([A-Za-z][\w.-]*) : ")

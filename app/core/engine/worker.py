@@ -34,7 +34,9 @@ from app.core.engine.chat_template import (
     compiled_in_sandbox,
     render_chat_template,
 )
+from app.core.engine.gguf import BASE_MODEL_NOTE, base_model_reason
 from app.core.engine.ipc import SharedFlag
+from app.core.engine.kv_alloc import parse_kv_log
 from app.core.engine.protocol import (
     CancelledError,
     ContextOverflowError,
@@ -210,6 +212,7 @@ class Engine:
         self.tokens: list[int] = []  # what occupies KV positions 0..len-1 of sequence 0
         self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
         self.first_error = ""  # llama.cpp's first error since the last load began: the cause
+        self.kv_log: list[str] = []  # llama.cpp's lines about the KV cache of the last load
         self._fault = Fault.from_env()  # None unless a test armed one
         self._loading = False
         self._install_log_capture()
@@ -230,6 +233,8 @@ class Engine:
         def on_log(level: int, text: bytes, _user: Any) -> None:
             if self._fault is not None and self._loading and self._fault.due("load"):
                 self._fault.fire()
+            if self._loading and text.startswith(b"llama_kv_cache"):  # what it allocates
+                self.kv_log.append(text.decode("utf-8", "replace").rstrip())
             if level in (3, 4) or (level == 5 and self.log):  # ggml: warn, error, continuation
                 line = text.decode("utf-8", "replace").rstrip()
                 if line:
@@ -310,6 +315,7 @@ class Engine:
         cache_type = int(GGMLQuantizationType[settings.kv_cache_type.upper()])
         n_threads_batch = settings.n_threads_batch or settings.n_threads
         self.log.clear()
+        self.kv_log.clear()
         self.first_error = ""
         t0 = time.perf_counter()
         try:
@@ -328,6 +334,10 @@ class Engine:
                 type_v=cache_type,
                 flash_attn=settings.flash_attn,
                 seed=settings.seed,
+                # llama.cpp's default, said here because the app relies on it: sliding-window
+                # layers keep every position, so prefix reuse, rollback and the ring's shifts
+                # work on them as on any layer (and ModelInfo.kv_bytes_per_token counts them).
+                swa_full=True,
                 verbose=False,
             )
         except (ValueError, RuntimeError, OSError, TemplateError) as exc:
@@ -362,6 +372,15 @@ class Engine:
                 f"the model's chat template cannot be used ({unusable}); prompts are sent "
                 "without it"
             )
+        can_shift = bool(lc.llama_memory_can_shift(self._mem))
+        if not can_shift:
+            warnings.append(
+                "llama.cpp cannot shift this model's KV cache: dropping text from the start of "
+                "the context re-evaluates what follows instead"
+            )
+        base_reason = base_model_reason(self.llm.metadata) or ""
+        if base_reason:
+            warnings.append(f"{BASE_MODEL_NOTE} ({base_reason})")
         return LoadedModel(
             path=path,
             n_ctx=self.llm.n_ctx(),
@@ -375,6 +394,12 @@ class Engine:
             flash_attn=settings.flash_attn,
             load_seconds=load_s,
             warnings=tuple(warnings),
+            kv_caches=parse_kv_log(self.kv_log),
+            can_shift=can_shift,
+            sliding_window=int(lc.llama_model_n_swa(self.llm.model)),
+            swa_full=bool(self.llm.context_params.swa_full),
+            is_base_model=bool(base_reason),
+            base_model_reason=base_reason,
         )
 
     def _template_problem(self) -> str:
