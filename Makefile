@@ -8,6 +8,8 @@ PY     := $(BIN)/python
 MODEL  := models/SmolLM2-135M-Instruct.Q4_1.gguf
 # The second test model (Gemma 3 270M: SentencePiece, sliding-window attention, a base model).
 GEMMA  := models/gemma-3-270m-q4_k_m.gguf
+# llama.cpp's vocabulary-only test models, one per tokenizer family (the differential token tests)
+VOCABS := models/vocab/.fetched
 TS     := $(wildcard resources/translations/contextlens_*.ts)
 QM     := $(TS:.ts=.qm)
 # Offscreen only on a Linux machine without a display (macOS and Windows always have one).
@@ -17,7 +19,7 @@ export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)
 
 all: setup
 
-setup: $(VENV)/.installed $(MODEL) $(GEMMA) $(QM)
+setup: $(VENV)/.installed $(MODEL) $(GEMMA) $(VOCABS) $(QM)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ContextLens needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -42,6 +44,9 @@ $(MODEL): | $(VENV)/.installed
 
 $(GEMMA): | $(VENV)/.installed
 	$(BIN)/contextlens-cli fetch-model gemma-3-270m
+
+$(VOCABS): packaging/fetch-llama-vocabs.sh | $(PY)
+	PYTHON=$(PY) bash packaging/fetch-llama-vocabs.sh models/vocab
 
 # UI translations: the .ts sources are committed, the .qm files the app loads are compiled here
 # (pyside6-lrelease comes with pyside6-essentials). `make translations` refreshes the .ts files

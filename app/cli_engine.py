@@ -140,14 +140,14 @@ def open_engine(args: argparse.Namespace, settings: Any, *, n_ctx_given: int | N
             engine.close()
         return
     from app.core.engine.host import EngineHost
-    from app.core.tokens import exact_counter, host_tokenize
+    from app.core.tokens import host_counter
 
     model = model_path_or_default(args.model)
     if model is None:
         raise BadInput("no model: pass --model or fetch the default one (`make`)")
     with EngineHost() as host:
         loaded = host.load(Path(model), settings)
-        counter = exact_counter(model, host_tokenize(host))
+        counter = host_counter(model, host)
         yield OpenEngine(host, loaded.n_ctx, counter, str(model), sha256_of(Path(model)),
                          list(loaded.warnings))  # fmt: skip
 

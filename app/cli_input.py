@@ -45,17 +45,18 @@ def model_path_or_default(arg: str | None) -> Path | None:
 
 @contextmanager
 def _exact_counter(model: Path) -> Iterator[Any]:
-    """The exact counter for ``model``, with the engine host it was checked against."""
+    """The exact counter for ``model``, with the engine host it was checked against (which holds
+    only the vocabulary: no weights are read to count)."""
     from app.core.engine.gguf import GGUFError
     from app.core.engine.host import EngineHost
-    from app.core.engine.protocol import EngineError, LoadSettings
-    from app.core.tokens import exact_counter, host_tokenize
+    from app.core.engine.protocol import EngineError
+    from app.core.tokens import host_counter
 
     with ExitStack() as stack:
         host = stack.enter_context(EngineHost())
         try:
-            host.load(model, LoadSettings(n_ctx=256))
-            counter = exact_counter(model, host_tokenize(host))
+            host.load_vocab(model)
+            counter = host_counter(model, host)
         except (GGUFError, EngineError, ValueError) as exc:
             raise BadInput(f"cannot count with {model.name}: {exc}") from None
         yield counter  # the host stays up: a counter that falls back to llama.cpp needs it
@@ -74,7 +75,7 @@ def _counter(arg: str | None, stack: ExitStack) -> tuple[Any, Path | None]:
 
 
 def cmd_count(args: argparse.Namespace) -> int:
-    from app.core.tokens import cl100k
+    from app.core.tokens import cl100k, counter_method
 
     try:
         doc = read_document(args.document)
@@ -101,6 +102,7 @@ def cmd_count(args: argparse.Namespace) -> int:
         "seconds": round(t2 - t0, 4),
         "seconds_model": round(t1 - t0, 4),
         "seconds_cl100k": round(t2 - t1, 4),
+        "counter": counter_method(exact) if exact else None,
     }
     if args.json:
         print(json.dumps(data))
@@ -108,7 +110,8 @@ def cmd_count(args: argparse.Namespace) -> int:
     print(f"{doc.name}: {doc.size:,} bytes, {len(doc.text):,} characters ({doc.format}, "
           f"{doc.encoding}{', lossy' if doc.lossy else ''})")  # fmt: skip
     if tokens_model is not None and model is not None:
-        print(f"  {tokens_model:>12,} tokens  {model.name} (exact, {t1 - t0:.2f} s)")
+        print(f"  {tokens_model:>12,} tokens  {model.name} (exact, {t1 - t0:.2f} s; "
+              f"{counter_method(exact)})")  # fmt: skip
     else:
         print("  no model: pass --model or fetch the default one for exact counts")
     print(f"  {tokens_cl100k:>12,} tokens  cl100k_base (estimate, {t2 - t1:.2f} s)")

@@ -1,12 +1,18 @@
 """Token counts: exact for the loaded model, and a fast cl100k estimate when no model is loaded.
 
 The exact counter must agree with llama.cpp's own tokenizer on any text, yet counting a long
-document through llama-cpp-python runs at about 1.3 MB/s. For byte-level BPE models whose
-pre-tokenizer one regular expression can express, a tiktoken ``Encoding`` built from the GGUF
-vocabulary and merges gives the same tokens an order of magnitude faster. Exactness is not
-assumed: the encoding is built only when the merge table has no trait tiktoken would treat
-differently, and it is checked against llama.cpp on a probe text before it is trusted. A model
-that fails either test is counted through llama.cpp itself, which is slow but exact.
+document through llama-cpp-python runs at about 1.3 MB/s (0.03-0.05 MB/s for Gemma's SentencePiece
+vocabulary). Two fast forms are built from the GGUF vocabulary, fastest first:
+
+* for byte-level BPE models whose pre-tokenizer one regular expression can express, a tiktoken
+  ``Encoding`` (an order of magnitude faster than llama.cpp);
+* for every other SentencePiece and BPE family llama.cpp knows, the same tokenizer rebuilt on
+  Hugging Face ``tokenizers`` (:mod:`app.core.vocab_tokenizer`).
+
+Exactness is not assumed: a fast form is checked against llama.cpp on a probe text before it is
+trusted. A model with no fast form (WordPiece, Unigram, RWKV) or one that fails the check is
+counted through llama.cpp itself, which is slow but exact, and the counter says so
+(:attr:`LlamaCounter.note`).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +30,9 @@ from typing import Protocol
 import numpy as np
 import tiktoken
 
-from app.core.engine.gguf import GGUFFile, read_gguf
+from app.core.engine.gguf import GGUFError, GGUFFile, read_gguf
 from app.core.textutil import scrub
+from app.core.vocab_tokenizer import VocabCounter, VocabUnsupported, read_vocab
 
 # (text, parse_special) -> token ids, no BOS: how llama.cpp is asked for the reference tokens.
 Tokenize = Callable[[str, bool], list[int]]
@@ -46,6 +53,10 @@ _LLAMA3 = (
     r"""|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 _QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+_QWEN35 = (
+    r"""(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+"""
+    r"""|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 # tokenizer.ggml.pre -> (pattern, llama.cpp's ignore_merges for that pre-tokenizer)
 PRE_TOKENIZERS: dict[str, tuple[str, bool]] = {
@@ -59,6 +70,7 @@ PRE_TOKENIZERS: dict[str, tuple[str, bool]] = {
     **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"), (_LLAMA3, True)),
     **dict.fromkeys(("dbrx", "smaug-bpe"), (_LLAMA3, False)),
     **dict.fromkeys(("qwen2", "stablelm2", "hunyuan"), (_QWEN2, False)),
+    "qwen35": (_QWEN35, False),
 }
 
 CL100K_NAME = "cl100k_base"
@@ -309,13 +321,17 @@ def cl100k() -> TiktokenCounter:
 
 
 class LlamaCounter:
-    """Exact by definition: every count is llama.cpp's own tokenization (through the engine)."""
+    """Exact by definition: every count is llama.cpp's own tokenization (through the engine).
 
-    def __init__(self, tokenize: Tokenize, *, name: str) -> None:
+    ``note`` says why no fast counter is used, for the plan and the CLI to show.
+    """
+
+    def __init__(self, tokenize: Tokenize, *, name: str, note: str = "") -> None:
         self._tokenize = tokenize
         self.name = name
         self.exact = True
         self.splits_at_spaces = False
+        self.note = note or "counted by llama.cpp's own tokenizer"
 
     def encode(self, text: str) -> list[int]:
         return self._tokenize(scrub(text), False)
@@ -399,8 +415,11 @@ def bpe_tables(gf: GGUFFile) -> BpeTables:
         lb, rb = _token_bytes(left, to_byte), _token_bytes(right, to_byte)
         key = lb + rb
         if key in ranks:
-            # tiktoken ranks a merge by its result: two merges with one result cannot be expressed.
-            raise TokenizerUnsupported(f"two merges produce the same token {result!r}")
+            # tiktoken ranks a merge by its result, so a second merge with the same result (Llama
+            # 3 builds "ĠĠĠĠ" from "ĠĠ ĠĠ" and from "Ġ ĠĠĠ") takes the first one's rank. The two
+            # orders differ only where both pairs compete for one byte; the check against
+            # llama.cpp (verify) and the differential tests decide whether that ever shows.
+            continue
         pairs[(lb, rb)] = len(rank_ids)
         ranks[key] = len(rank_ids)
         rank_ids.append(tid)
@@ -500,7 +519,7 @@ def _fingerprint(pattern: str, tables: BpeTables) -> str:
 def counter_fingerprint(counter: TokenCounter) -> str | None:
     """A stable name for what ``counter`` counts, for caches that outlive the process; None for
     counters whose tokenizer cannot be named (llama.cpp's, through the engine)."""
-    return counter.fingerprint if isinstance(counter, TiktokenCounter) else None
+    return counter.fingerprint if isinstance(counter, TiktokenCounter | VocabCounter) else None
 
 
 def probe_text() -> str:
@@ -526,38 +545,162 @@ def probe_text() -> str:
     return "".join(parts) * 3 + "end without newline"
 
 
-def verify(counter: TiktokenCounter, tokenize: Tokenize) -> str | None:
-    """Compare the fast encoding with llama.cpp; a description of the first mismatch, or None."""
+FastCounter = TiktokenCounter | VocabCounter
+
+
+def _special_texts(counter: FastCounter) -> list[str]:
+    if isinstance(counter, TiktokenCounter):
+        return sorted(counter.encoding.special_tokens_set)
+    return counter.special_texts()
+
+
+def verify(counter: FastCounter, tokenize: Tokenize) -> str | None:
+    """Compare a fast counter with llama.cpp; a description of the first mismatch, or None."""
     text = probe_text()
     for piece in [*text.splitlines(keepends=True), text]:
         mine, ref = counter.encode(piece), tokenize(piece, False)
         if mine != ref:
             return f"on {piece[:40]!r}: fast {mine[:12]} vs llama.cpp {ref[:12]}"
-    specials = "".join(f"{s}text {i}\n" for i, s in enumerate(counter.encoding.special_tokens_set))
+    # Each special token between text, and a sample of them run together (at most 2,000: a
+    # vocabulary may hold thousands of unused control tokens).
+    names = _special_texts(counter)[:2000]
+    specials = "".join(f"{s}text {i}\n" for i, s in enumerate(names)) + "".join(names[:50])
     if counter.encode_special(specials) != tokenize(specials, True):
         return "special tokens are split differently"
+    if counter.encode(specials) != tokenize(specials, False):
+        return "text that looks like special tokens is split differently"
+    if counter.encode_special(text) != tokenize(text, True):
+        return "the probe text is split differently when special tokens are parsed"
     return None
 
 
+def fast_counters(
+    model_path: str | os.PathLike[str], attrs: Sequence[int] | None = None
+) -> Iterator[FastCounter]:
+    """The fast exact forms of a GGUF's tokenizer, fastest first, not yet checked against
+    llama.cpp (a form that does not apply is skipped).
+
+    ``attrs`` are llama.cpp's token attributes read back from it (EngineHost.token_attrs); without
+    them they are derived from the file as llama.cpp derives them. Raises
+    :class:`TokenizerUnsupported` with the reasons when no form applies.
+    """
+    reasons: list[str] = []
+    try:
+        yield gguf_encoding(model_path)
+    except TokenizerUnsupported as exc:
+        reasons.append(str(exc))
+    try:
+        yield vocab_encoding(model_path, attrs)
+    except TokenizerUnsupported as exc:
+        reasons.append(str(exc))
+    if reasons and len(reasons) == 2:
+        raise TokenizerUnsupported("; ".join(reversed(reasons)))
+
+
+def vocab_encoding(
+    model_path: str | os.PathLike[str], attrs: Sequence[int] | None = None
+) -> VocabCounter:
+    """The GGUF's tokenizer rebuilt on ``tokenizers`` (see fast_counters for ``attrs``)."""
+    try:
+        vocab = read_vocab(model_path)
+        if attrs is not None:
+            remember_attrs(vocab.fingerprint(), attrs)
+            vocab = vocab.with_attrs(attrs)
+        elif (known := _known_attrs(vocab.fingerprint())) is not None:
+            vocab = vocab.with_attrs(known)
+        return VocabCounter(vocab, name=Path(model_path).name,
+                            model_path=Path(model_path).resolve())  # fmt: skip
+    except (VocabUnsupported, GGUFError) as exc:
+        raise TokenizerUnsupported(str(exc)) from None
+    except ValueError as exc:  # tokenizers refused the vocabulary
+        raise TokenizerUnsupported(f"the vocabulary cannot be rebuilt: {exc}") from None
+
+
 def exact_counter(
-    model_path: str | os.PathLike[str], tokenize: Tokenize | None = None
+    model_path: str | os.PathLike[str],
+    tokenize: Tokenize | None = None,
+    *,
+    attrs: Sequence[int] | None = None,
 ) -> TokenCounter:
-    """The exact counter for a model: the fast encoding when it is verified, else llama.cpp.
+    """The exact counter for a model: the fastest form that is verified, else llama.cpp.
 
     ``tokenize`` is llama.cpp's tokenizer for the same model (usually the engine host's); with it
-    the fast encoding is checked and a failure falls back to it. Without it, the fast encoding is
-    used only when it can be built, and :class:`TokenizerUnsupported` is raised otherwise.
+    each fast form is checked and when none agrees the count falls back to it. Without it, the
+    fastest form that can be built is used, and :class:`TokenizerUnsupported` is raised when
+    there is none.
     """
     name = Path(model_path).name
+    mismatches: list[str] = []
     try:
-        fast = gguf_encoding(model_path)
-    except TokenizerUnsupported:
+        for fast in fast_counters(model_path, attrs):
+            if tokenize is None:
+                return fast
+            mismatch = verify(fast, tokenize)
+            if mismatch is None:
+                return fast
+            mismatches.append(f"{counter_method(fast)} differs from llama.cpp {mismatch}")
+    except TokenizerUnsupported as exc:
         if tokenize is None:
             raise
-        return LlamaCounter(tokenize, name=name)
-    if tokenize is not None and verify(fast, tokenize) is not None:
-        return LlamaCounter(tokenize, name=name)
-    return fast
+        return LlamaCounter(tokenize, name=name, note=f"no fast exact counter: {exc}")
+    assert tokenize is not None
+    return LlamaCounter(tokenize, name=name, note="; ".join(mismatches))
+
+
+def counter_method(counter: TokenCounter) -> str:
+    """How ``counter`` counts, in a few words for a person (the CLI and the plan show it)."""
+    if isinstance(counter, LlamaCounter):
+        return f"llama.cpp, slow: {counter.note}"
+    if isinstance(counter, VocabCounter):
+        return f"fast exact ({counter.family}, tokenizers)"
+    if counter.exact:
+        return "fast exact (byte-level BPE, tiktoken)"
+    return "estimate"
+
+
+def host_counter(model_path: str | os.PathLike[str], host: object) -> TokenCounter:
+    """The exact counter for the model (or vocabulary) an engine host has loaded, built with the
+    token attributes llama.cpp reports and checked against its tokenizer."""
+    attrs = host.token_attrs()  # type: ignore[attr-defined]
+    return exact_counter(model_path, host_tokenize(host), attrs=attrs)
+
+
+# llama.cpp's token attributes, kept per vocabulary so that another process (the planning child)
+# builds the very counter that was verified here.
+_ATTRS: dict[str, tuple[int, ...]] = {}
+
+
+def remember_attrs(fingerprint: str, attrs: Sequence[int]) -> None:
+    attrs = tuple(int(a) for a in attrs)
+    if _ATTRS.get(fingerprint) == attrs:
+        return
+    _ATTRS[fingerprint] = attrs
+    path = _attrs_file(fingerprint)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(np.asarray(attrs, dtype=np.uint32).tobytes())
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache: without it another process derives the attributes from the file
+
+
+def _known_attrs(fingerprint: str) -> tuple[int, ...] | None:
+    if fingerprint in _ATTRS:
+        return _ATTRS[fingerprint]
+    try:
+        data = _attrs_file(fingerprint).read_bytes()
+    except OSError:
+        return None
+    attrs = tuple(int(a) for a in np.frombuffer(data, dtype=np.uint32))
+    _ATTRS[fingerprint] = attrs
+    return attrs
+
+
+def _attrs_file(fingerprint: str) -> Path:
+    from app.core.paths import cache_dir
+
+    return cache_dir() / "token-attrs" / f"{fingerprint[:32]}.u32"
 
 
 CL100K_KEY = "cl100k"
@@ -568,6 +711,8 @@ def counter_key(counter: TokenCounter) -> str | None:
 
     None for counters that need this process (llama.cpp through the engine: :class:`LlamaCounter`).
     """
+    if isinstance(counter, VocabCounter) and counter.model_path is not None:
+        return _VOCAB_KEY + str(counter.model_path)
     if not isinstance(counter, TiktokenCounter):
         return None
     if counter.model_path is not None:
@@ -575,15 +720,27 @@ def counter_key(counter: TokenCounter) -> str | None:
     return CL100K_KEY if counter is cl100k() else None
 
 
-def counter_for_key(key: str) -> TiktokenCounter:
-    """The counter :func:`counter_key` named (the GGUF's fast encoding, as ``exact_counter``
-    trusts it once verified against llama.cpp)."""
-    return cl100k() if key == CL100K_KEY else _gguf_encoding_cached(key)
+_VOCAB_KEY = "tokenizers:"
+
+
+def counter_for_key(key: str) -> FastCounter:
+    """The counter :func:`counter_key` named (the GGUF's fast form, as ``exact_counter`` trusts
+    it once verified against llama.cpp)."""
+    if key == CL100K_KEY:
+        return cl100k()
+    if key.startswith(_VOCAB_KEY):
+        return _vocab_encoding_cached(key[len(_VOCAB_KEY) :])
+    return _gguf_encoding_cached(key)
 
 
 @functools.lru_cache(maxsize=4)
 def _gguf_encoding_cached(path: str) -> TiktokenCounter:
     return gguf_encoding(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _vocab_encoding_cached(path: str) -> VocabCounter:
+    return vocab_encoding(path)
 
 
 def host_tokenize(host: object) -> Tokenize:

@@ -47,7 +47,7 @@ from app.core.jobs import (
     state_after,
 )
 from app.core.strategies import Planner
-from app.core.tokens import TokenCounter, exact_counter, host_tokenize
+from app.core.tokens import TokenCounter, host_counter
 
 BATCH_SECONDS = 0.05
 
@@ -173,7 +173,7 @@ class EngineWorker(QObject):
         try:
             loaded = self._host.load(path, settings)
             caps = self._host.capabilities
-            self._counter = exact_counter(Path(path), host_tokenize(self._host))
+            self._counter = host_counter(Path(path), self._host)
         except EngineCrashedError as exc:
             # The child died loading this file; the model it held before went with it. Loading
             # the file again would likely crash again: a fresh engine waits, with no model.

@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from app.core.engine.chat_template import ChatTemplateError
-from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
+from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model, read_gguf
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.protocol import (
     CancelledError,
@@ -104,6 +104,7 @@ class EngineHost:
         self.capabilities: EngineCapabilities | None = None
         self.model: LoadedModel | None = None
         self.model_info: ModelInfo | None = None
+        self.vocab_path: str | None = None  # a vocabulary loaded alone (load_vocab)
         self._busy_with = ""
         self._op = ""  # the request in flight, so a crash report can say what it means
         self._log_mark = 0  # where the child's log stood when that request was sent
@@ -192,6 +193,7 @@ class EngineHost:
         self._proc = self._conn = self._flag = self._tmpdir = None
         self.capabilities = None
         self.model = None
+        self.vocab_path = None
 
     # ----- transport -----
 
@@ -334,19 +336,46 @@ class EngineHost:
                 # the layers will stay on the CPU: the KV cache and weights must fit in RAM
                 memory_preflight(info, settings, gpu_offload=False)
             self.model = None
+            self.vocab_path = None
             loaded = self._call("load", f"loading {Path(path).name}",
                                 path=str(Path(path).resolve()), settings=settings)  # fmt: skip
             self.model, self.model_info = loaded, info
             return loaded
 
+    def load_vocab(self, path: str | os.PathLike[str]) -> int:
+        """Load only the model's vocabulary, for counting: no weights are read (milliseconds and
+        megabytes, also for a 70B model), and vocabulary-only GGUF files work. A loaded model is
+        unloaded. Returns the vocabulary size."""
+        try:
+            read_gguf(path)
+        except GGUFError as exc:
+            raise ModelLoadError(f"cannot read {Path(path).name}: {exc}") from None
+        with self._lock:
+            if not self.alive:
+                self.start()
+            self.model = None
+            n_vocab = self._call("load_vocab", f"reading the vocabulary of {Path(path).name}",
+                                 path=str(Path(path).resolve()))  # fmt: skip
+            self.vocab_path = str(Path(path).resolve())
+            return int(n_vocab)
+
     def _need_model(self) -> None:
         if self.model is None:
             raise EngineNotLoadedError("no model is loaded; load one first")
 
+    def _need_vocab(self) -> None:
+        if self.model is None and self.vocab_path is None:
+            raise EngineNotLoadedError("no model is loaded; load one first")
+
+    def token_attrs(self) -> list[int]:
+        """llama.cpp's attribute of every token of the loaded vocabulary."""
+        self._need_vocab()
+        return self._call("token_attrs", "reading the token attributes")
+
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
-        self._need_model()
+        self._need_vocab()
         return self._call("tokenize", "tokenizing", text=text, add_special=add_special,
                           parse_special=parse_special)  # fmt: skip
 

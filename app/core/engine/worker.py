@@ -222,6 +222,7 @@ class Engine:
     def _stopped(self) -> bool:
         """Cancelled, or orphaned: a parent killed outright (``timeout``, a crash) cannot cancel,
         and its engine must not go on computing for nobody."""
+        self.vocab_model: Any = None  # a vocabulary-only model (load_vocab), for counting
         return self._cancel.is_set() or os.getppid() != self._parent
 
     # ----- llama.cpp plumbing -----
@@ -426,7 +427,14 @@ class Engine:
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
-        return self._require().tokenize(utf8(text), add_bos=add_special, special=parse_special)
+        return self._tokenizer().tokenize(utf8(text), add_special, parse_special)
+
+    def token_attrs(self) -> list[int]:
+        """llama.cpp's attribute of every token (control, user-defined, lstrip, ...): what its
+        tokenizer decides by, after the fixes it applies to what the file says."""
+        vocab = self._tokenizer().vocab
+        get = self._lc.llama_vocab_get_attr
+        return [int(get(vocab, i)) for i in range(self._lc.llama_vocab_n_tokens(vocab))]
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
         self._check_ids(tokens)
@@ -434,9 +442,37 @@ class Engine:
 
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+        if self.vocab_model is not None:
+            self.vocab_model.close()
+            self.vocab_model = None
     ) -> str:
         llm = self._require()
         template = llm.metadata.get("tokenizer.chat_template")
+    def load_vocab(self, path: str) -> int:
+        """Load only the vocabulary (llama.cpp's ``vocab_only``): counting needs no weights, and
+        a vocabulary-only GGUF has none. Replaces a loaded model; returns the vocabulary size."""
+        from llama_cpp import _internals
+
+        self.unload()
+        params = self._lc.llama_model_default_params()
+        params.vocab_only = True
+        self.log.clear()
+        self.first_error = ""
+        try:
+            self.vocab_model = _internals.LlamaModel(path_model=path, params=params, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            reason = _plain(self.first_error or str(exc))
+            raise ModelLoadError(
+                f"llama.cpp could not read the vocabulary of {os.path.basename(path)}: {reason}"
+            ) from None
+        return int(self.vocab_model.n_vocab())
+
+    def _tokenizer(self) -> Any:
+        """The llama.cpp model whose vocabulary tokenizes: the loaded one, or a vocabulary."""
+        if self.llm is None and self.vocab_model is not None:
+            return self.vocab_model
+        return self._require()._model
+
         if not template:
             raise ChatTemplateError("this model has no chat template; send a plain prompt instead")
         vocab = self._vocab()

@@ -1,0 +1,103 @@
+"""Every tokenizer family llama.cpp has: the exact counter equals llama.cpp's own tokenizer.
+
+The vocabularies are llama.cpp's own vocabulary-only test models (``make`` puts them in
+models/vocab/, see packaging/fetch-llama-vocabs.sh), plus both test models. Each is loaded in the
+engine child with ``vocab_only`` (no weights: these files have none), and the counter
+``contextlens-cli count --model`` would use is compared with llama.cpp on varied text, with and
+without special tokens parsed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core import tokens as T
+from app.core.engine.host import EngineHost
+from app.core.paths import models_dir
+from app.core.vocab_tokenizer import VocabCounter
+from tests.core.token_corpus import corpus
+
+VOCABS = models_dir() / "vocab"
+GEMMA = models_dir() / "gemma-3-270m-q4_k_m.gguf"
+# Families with no fast form here: llama.cpp counts them (exactly, slowly), and says so.
+# (WordPiece, Unigram, and the BPE pre-tokenizers whose \p{P} llama.cpp applies its own way.)
+THROUGH_LLAMA = {"ggml-vocab-bert-bge.gguf", "ggml-vocab-nomic-bert-moe.gguf",
+                 "ggml-vocab-falcon.gguf", "ggml-vocab-aquila.gguf", "ggml-vocab-gpt-neox.gguf"}
+
+
+def _models() -> list[Path]:
+    found = sorted(VOCABS.glob("ggml-vocab-*.gguf"))
+    return [*found, GEMMA]
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[EngineHost]:
+    if len(_models()) < 15 or not GEMMA.is_file():
+        pytest.fail("the vocabulary test models are missing: run `make setup`")
+    with EngineHost() as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def texts() -> dict[str, str]:
+    rng = random.Random(7)
+    out = {"probe": T.probe_text()}
+    for name, text in corpus(seed=11).items():
+        start = rng.randrange(0, max(1, len(text) - 6_000))
+        out[name] = text[start : start + 6_000]
+    pieces = ["a", "Z", "1", "22", " ", "  ", "   ", "\n", "\n\n", "\t", "'s", "'LL", ".", "中",
+              "。", "😀", "\u00a0", "\r\n", "<|im_start|>", "é", "<s>", "</s>", "▁", "<0x41>",
+              "<unk>", "> </", "<mask>", "[MASK]", "├───────┼", "<eos>",
+              "<start_of_turn>"]  # fmt: skip
+    out["tricky"] = "".join(rng.choice(pieces) for _ in range(2_500))
+    return out
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda p: p.name)
+def test_the_exact_counter_equals_llama(
+    host: EngineHost, texts: dict[str, str], model: Path
+) -> None:
+    n_vocab = host.load_vocab(model)  # vocabulary only: no weights are read
+    assert n_vocab > 1000
+    counter = T.host_counter(model, host)
+    if model.name in THROUGH_LLAMA:
+        assert isinstance(counter, T.LlamaCounter)
+        assert "no fast exact counter" in counter.note
+    else:
+        assert isinstance(counter, T.TiktokenCounter | VocabCounter), counter.note  # type: ignore[union-attr]
+    for name, text in texts.items():
+        ref = host.tokenize(text, add_special=False, parse_special=False)
+        assert counter.encode(text) == ref, f"{model.name}: ids differ on the {name} text"
+        assert counter.count(text) == len(ref)
+        ref_special = host.tokenize(text, add_special=False, parse_special=True)
+        assert counter.count_special(text) == len(ref_special), f"{model.name}: {name}, special"
+
+
+def test_gemma_counts_long_text_exactly_in_parallel_pieces(host: EngineHost) -> None:
+    # Longer than a piece, so the SentencePiece text is cut (where no entry spans the cut) and
+    # encoded on several threads; the ids must be those of the whole.
+    host.load_vocab(GEMMA)
+    counter = T.host_counter(GEMMA, host)
+    assert isinstance(counter, VocabCounter) and counter.family == "spm"
+    text = corpus(seed=2)["english"][:80_000] + "> </b> <p>x</p>\n\n\n  end"
+    assert counter.encode(text) == host.tokenize(text, add_special=False)
+
+
+def test_the_planning_child_rebuilds_the_verified_counter(host: EngineHost) -> None:
+    # counter_for_key builds the counter in another process without llama.cpp: it must be the
+    # one verified here, with the token attributes llama.cpp reported (kept per vocabulary).
+    model = VOCABS / "ggml-vocab-gemma-4.gguf"
+    host.load_vocab(model)
+    counter = T.host_counter(model, host)
+    key = T.counter_key(counter)
+    assert key is not None
+    T._ATTRS.clear()  # as in a fresh process: the attributes come from the cache folder
+    rebuilt = T.counter_for_key(key)
+    assert T.counter_fingerprint(rebuilt) == T.counter_fingerprint(counter)
+    text = "</s> <eos> <turn|> plain text\n"
+    ref = host.tokenize(text, add_special=False, parse_special=True)
+    assert rebuilt.encode_special(text) == ref
