@@ -165,7 +165,8 @@ def find_wheel(
     timeout: float = TIMEOUT_S,
 ) -> WheelRelease:
     """Ask the index's Simple API which wheel is ``part``'s release, its size and sha256."""
-    url = f"{index or index_url()}/simple/{_normalized(part.project, '-')}/"
+    root = (index or index_url()).rstrip("/").removesuffix("/simple")
+    url = f"{root}/simple/{_normalized(part.project, '-')}/"
     what = f"{part.project} {part.version}"
     with _open(url, what, timeout, {"Accept": SIMPLE_JSON}) as response:
         try:
