@@ -17,6 +17,7 @@ counted through llama.cpp itself, which is slow but exact, and the counter says 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -31,8 +32,16 @@ import numpy as np
 import tiktoken
 
 from app.core.engine.gguf import GGUFError, GGUFFile, read_gguf
+from app.core.spm_tiktoken import SpmTiktoken
 from app.core.textutil import scrub
-from app.core.vocab_tokenizer import VocabCounter, VocabUnsupported, read_vocab
+from app.core.vocab_tokenizer import (
+    PieceEncoder,
+    Vocab,
+    VocabCounter,
+    VocabUnsupported,
+    encode_in_chunks,
+    read_vocab,
+)
 
 # (text, parse_special) -> token ids, no BOS: how llama.cpp is asked for the reference tokens.
 Tokenize = Callable[[str, bool], list[int]]
@@ -585,22 +594,56 @@ def fast_counters(
     :class:`TokenizerUnsupported` with the reasons when no form applies.
     """
     reasons: list[str] = []
+    tiktoken_form: TiktokenCounter | None = None
     try:
-        yield gguf_encoding(model_path)
+        tiktoken_form = gguf_encoding(model_path)
+        yield tiktoken_form
     except TokenizerUnsupported as exc:
         reasons.append(str(exc))
+    if tiktoken_form is not None:
+        # The same encoding on the fragments llama.cpp's own special-token split leaves (tiktoken
+        # splits special tokens its own way, which some vocabularies tell apart).
+        form = tiktoken_form
+        yield vocab_encoding(model_path, attrs, pieces_for=lambda _vocab: TiktokenPieces(form))
+    else:
+        # Not SentencePiece, or no byte tokens: tokenizers below, or no fast form.
+        with contextlib.suppress(TokenizerUnsupported):
+            yield vocab_encoding(model_path, attrs, pieces_for=SpmTiktoken)
     try:
         yield vocab_encoding(model_path, attrs)
     except TokenizerUnsupported as exc:
         reasons.append(str(exc))
-    if reasons and len(reasons) == 2:
+    if len(reasons) == 2:
         raise TokenizerUnsupported("; ".join(reversed(reasons)))
 
 
+class TiktokenPieces:
+    """A GGUF's tiktoken encoding as a PieceEncoder: fragments in, token ids out, on threads."""
+
+    method = "tiktoken"
+
+    def __init__(self, counter: TiktokenCounter) -> None:
+        self._counter = counter
+
+    def encode_many(self, pieces: list[str]) -> list[list[int]]:
+        c = self._counter
+
+        def one(piece: str) -> list[int]:
+            ranks = np.asarray(c.encoding.encode_ordinary(piece), dtype=np.int64)
+            return c._ids(c._kept(ranks) if c._may_drop(piece) else ranks)
+
+        return encode_in_chunks(one, pieces)
+
+
 def vocab_encoding(
-    model_path: str | os.PathLike[str], attrs: Sequence[int] | None = None
+    model_path: str | os.PathLike[str],
+    attrs: Sequence[int] | None = None,
+    *,
+    pieces_for: Callable[[Vocab], PieceEncoder] | None = None,
 ) -> VocabCounter:
-    """The GGUF's tokenizer rebuilt on ``tokenizers`` (see fast_counters for ``attrs``)."""
+    """The GGUF's tokenizer with llama.cpp's special-token split, its fragments encoded by what
+    ``pieces_for`` makes of the vocabulary (tiktoken), else by the vocabulary rebuilt on
+    ``tokenizers`` (fast_counters says what ``attrs`` are)."""
     try:
         vocab = read_vocab(model_path)
         if attrs is not None:
@@ -608,8 +651,9 @@ def vocab_encoding(
             vocab = vocab.with_attrs(attrs)
         elif (known := _known_attrs(vocab.fingerprint())) is not None:
             vocab = vocab.with_attrs(known)
+        pieces = pieces_for(vocab) if pieces_for is not None else None
         return VocabCounter(vocab, name=Path(model_path).name,
-                            model_path=Path(model_path).resolve())  # fmt: skip
+                            model_path=Path(model_path).resolve(), pieces=pieces)  # fmt: skip
     except (VocabUnsupported, GGUFError) as exc:
         raise TokenizerUnsupported(str(exc)) from None
     except ValueError as exc:  # tokenizers refused the vocabulary
@@ -652,7 +696,7 @@ def counter_method(counter: TokenCounter) -> str:
     if isinstance(counter, LlamaCounter):
         return f"llama.cpp, slow: {counter.note}"
     if isinstance(counter, VocabCounter):
-        return f"fast exact ({counter.family}, tokenizers)"
+        return f"fast exact ({counter.family})"
     if counter.exact:
         return "fast exact (byte-level BPE, tiktoken)"
     return "estimate"
@@ -712,7 +756,8 @@ def counter_key(counter: TokenCounter) -> str | None:
     None for counters that need this process (llama.cpp through the engine: :class:`LlamaCounter`).
     """
     if isinstance(counter, VocabCounter) and counter.model_path is not None:
-        return _VOCAB_KEY + str(counter.model_path)
+        prefix = _VOCAB_TIKTOKEN_KEY if counter.family.endswith("tiktoken") else _VOCAB_KEY
+        return prefix + str(counter.model_path)
     if not isinstance(counter, TiktokenCounter):
         return None
     if counter.model_path is not None:
@@ -721,6 +766,7 @@ def counter_key(counter: TokenCounter) -> str | None:
 
 
 _VOCAB_KEY = "tokenizers:"
+_VOCAB_TIKTOKEN_KEY = "split+tiktoken:"
 
 
 def counter_for_key(key: str) -> FastCounter:
@@ -730,6 +776,8 @@ def counter_for_key(key: str) -> FastCounter:
         return cl100k()
     if key.startswith(_VOCAB_KEY):
         return _vocab_encoding_cached(key[len(_VOCAB_KEY) :])
+    if key.startswith(_VOCAB_TIKTOKEN_KEY):
+        return _vocab_encoding_cached(key[len(_VOCAB_TIKTOKEN_KEY) :], tiktoken_pieces=True)
     return _gguf_encoding_cached(key)
 
 
@@ -738,9 +786,23 @@ def _gguf_encoding_cached(path: str) -> TiktokenCounter:
     return gguf_encoding(path)
 
 
-@functools.lru_cache(maxsize=4)
-def _vocab_encoding_cached(path: str) -> VocabCounter:
-    return vocab_encoding(path)
+def _vocab_encoding_cached(path: str, *, tiktoken_pieces: bool = False) -> VocabCounter:
+    key = (path, tiktoken_pieces)
+    if key not in _VOCAB_CACHE:
+        if len(_VOCAB_CACHE) >= 4:
+            _VOCAB_CACHE.pop(next(iter(_VOCAB_CACHE)))
+        def tiktoken_form(vocab: Vocab) -> PieceEncoder:
+            """The GGUF's byte-level tiktoken encoding, or the SPM one."""
+            if vocab.kind == "spm":
+                return SpmTiktoken(vocab)
+            return TiktokenPieces(_gguf_encoding_cached(path))
+
+        _VOCAB_CACHE[key] = vocab_encoding(path, pieces_for=tiktoken_form if tiktoken_pieces
+                                           else None)  # fmt: skip
+    return _VOCAB_CACHE[key]
+
+
+_VOCAB_CACHE: dict[tuple[str, bool], VocabCounter] = {}
 
 
 def host_tokenize(host: object) -> Tokenize:

@@ -33,9 +33,11 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
@@ -148,13 +150,13 @@ BPE_PRE_TOKENIZERS: dict[str, PreTokenizer] = {
         ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
          "lfm2", "jina-v5-nano"),
         _pre(_LLAMA3, ignore_merges=True),
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(("dbrx", "smaug-bpe"), _pre(_LLAMA3)),
     "deepseek-llm": _pre(
         "[\r\n]", rf"\s?[{_DEEPSEEK_LLM_LETTERS}]+",
         "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
         r"\s+$", _CJK_HANGUL, r"\p{N}+",
-    ),  # fmt: skip
+    ),
     "deepseek-coder": _pre("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK_HANGUL, r"\p{N}"),
     **dict.fromkeys(
         ("deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"),
@@ -164,18 +166,18 @@ BPE_PRE_TOKENIZERS: dict[str, PreTokenizer] = {
         ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b",
          "mellum2"),
         _pre(r"\p{N}", _GPT2),
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(
         ("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
          "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo", "jais", "trillion", "granite-docling",
          "exaone4", "jina-v1-en", "jina-v2-code", "roberta-bpe"),
         _pre(_GPT2),
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(
         ("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "stablelm2", "hunyuan", "solar-open",
          "megrez", "grok-2"),
         _pre(_QWEN2),
-    ),  # fmt: skip
+    ),
     "qwen35": _pre(_QWEN35),
     "chatglm-bpe": _pre(_LLAMA3),
     **dict.fromkeys(("glm4", "glm5"), _pre(_LLAMA3, ignore_merges=True)),
@@ -340,47 +342,89 @@ def partition(text: str, specials: Sequence[Special]) -> list[Fragment]:
 
     Each token, longest first, claims its leftmost non-overlapping occurrences that lie wholly in
     text no longer token claimed; lstrip/rstrip tokens also swallow the whitespace beside them.
-    Occurrences are found once per present token, so the cost grows with the matches, not with
-    the number of special tokens times the length of the text as in llama.cpp.
+    When the tokens present cannot overlap one another (runs of one character aside, where
+    both orders agree), one regular expression that tries the longest first at each position
+    splits the same way; else occurrences are found once per present token, so the cost grows
+    with the matches, not with the number of special tokens times the length of the text.
     """
+    present = tuple(sp for sp in specials if sp.text in text)
+    if not present:
+        return [text] if text else []
+    splitter = _simple_splitter(present)
+    if splitter is not None:
+        pattern, ids = splitter
+        parts = pattern.split(text)
+        out: list[Fragment] = []
+        for i, part in enumerate(parts):
+            if i % 2:
+                out.append(ids[part])
+            elif part:
+                out.append(part)
+        return out
+    return _partition_exact(text, present)
+
+
+@functools.lru_cache(maxsize=64)
+def _simple_splitter(present: tuple[Special, ...]) -> tuple[re.Pattern[str], dict[str, int]] | None:
+    """One alternation, longest first, when it splits as llama.cpp does (see partition)."""
+    if len(present) > 64 or any(sp.lstrip or sp.rstrip for sp in present):
+        return None  # many tokens (a chat transcript): the pairwise check costs more than it saves
+    texts = [sp.text for sp in present]
+    for i, a in enumerate(texts):
+        for b in texts[i + 1 :]:
+            if _same_char_runs(a, b):
+                continue
+            if a in b or b in a or _overlaps(a, b) or _overlaps(b, a):
+                return None
+    ordered = sorted(present, key=lambda sp: (-len(sp.text), sp.id))
+    pattern = re.compile("(" + "|".join(re.escape(sp.text) for sp in ordered) + ")")
+    return pattern, {sp.text: sp.id for sp in present}
+
+
+def _same_char_runs(a: str, b: str) -> bool:
+    return len(set(a)) == 1 and set(a) == set(b)
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Some end of ``a`` is a beginning of ``b``."""
+    return any(a.endswith(b[:k]) for k in range(1, min(len(a), len(b))))
+
+
+def _partition_exact(text: str, specials: Sequence[Special]) -> list[Fragment]:
+    """partition, token by token as llama.cpp does (for tokens that may overlap)."""
     starts: list[int] = []  # claimed intervals, disjoint, sorted: [start, end) and what they hold
     ends: list[int] = []
     what: list[int | None] = []  # a token id, or None for stripped whitespace
     for sp in specials:
-        if sp.text not in text:
-            continue
         size = len(sp.text)
         new: list[tuple[int, int, int | None]] = []
         last_end = 0
-        pattern = re.compile(f"(?={re.escape(sp.text)})")
-        for m in pattern.finditer(text):
-            p = m.start()
-            if p < last_end:
-                continue
+        p = text.find(sp.text)
+        while p >= 0:
             i = bisect.bisect_left(starts, p + size) - 1
-            if i >= 0 and ends[i] > p:
-                continue  # inside (or across) a longer token's claim
-            lo, hi = p, p + size
-            if sp.lstrip:
-                floor = max(last_end, ends[i] if i >= 0 else 0)
-                while lo > floor and text[lo - 1] in _C_SPACE:
-                    lo -= 1
-            if sp.rstrip:
-                j = bisect.bisect_left(starts, hi)
-                ceiling = starts[j] if j < len(starts) else len(text)
-                while hi < ceiling and text[hi] in _C_SPACE:
-                    hi += 1
-            if lo < p:
-                new.append((lo, p, None))
-            new.append((p, p + size, sp.id))
-            if hi > p + size:
-                new.append((p + size, hi, None))
-            last_end = hi
-        if new:
-            merged = sorted([*zip(starts, ends, what, strict=True), *new])
-            starts = [s for s, _, _ in merged]
-            ends = [e for _, e, _ in merged]
-            what = [w for _, _, w in merged]
+            if p >= last_end and not (i >= 0 and ends[i] > p):  # not inside an earlier claim
+                lo, hi = p, p + size
+                if sp.lstrip:
+                    floor = max(last_end, ends[i] if i >= 0 else 0)
+                    while lo > floor and text[lo - 1] in _C_SPACE:
+                        lo -= 1
+                if sp.rstrip:
+                    j = bisect.bisect_left(starts, hi)
+                    ceiling = starts[j] if j < len(starts) else len(text)
+                    while hi < ceiling and text[hi] in _C_SPACE:
+                        hi += 1
+                if lo < p:
+                    new.append((lo, p, None))
+                new.append((p, p + size, sp.id))
+                if hi > p + size:
+                    new.append((p + size, hi, None))
+                last_end = hi
+            p = text.find(sp.text, p + 1)
+        for lo, hi, w in new:  # each claim slots in between the claims of longer tokens
+            k = bisect.bisect_left(starts, lo)
+            starts.insert(k, lo)
+            ends.insert(k, hi)
+            what.insert(k, w)
     out: list[Fragment] = []
     pos = 0
     for s, e, w in zip(starts, ends, what, strict=True):
@@ -459,6 +503,46 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
 # the counter
 
 
+def encode_in_chunks(
+    encode_one: Callable[[str], list[int]], pieces: list[str]
+) -> list[list[int]]:
+    """``encode_one`` over ``pieces`` on a few threads (the encoders release the GIL), the pieces
+    grouped in chunks of similar size so that thousands of short lines cost few hand-offs."""
+    total = sum(map(len, pieces))
+    workers = _workers()
+    if workers < 2 or total < _PIECE_CHARS:
+        return [encode_one(p) for p in pieces]
+    target = max(_PIECE_CHARS // 4, total // (workers * 4))
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for piece in pieces:
+        if size >= target:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(piece)
+        size += len(piece)
+    done = _pool().map(lambda chunk: [encode_one(p) for p in chunk], chunks)
+    return [ids for chunk in done for ids in chunk]
+
+
+@functools.cache
+def _workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="vocab-tokens")
+
+
+class PieceEncoder(Protocol):
+    """Encodes raw fragments, each on its own, to token ids (another engine for the same BPE)."""
+
+    method: str  # what it is, for a person: "tiktoken"
+
+    def encode_many(self, pieces: list[str]) -> list[list[int]]: ...
+
+
 _PIECE_CHARS = 1 << 16  # long raw fragments are cut into pieces of about this size, in parallel
 
 
@@ -468,18 +552,32 @@ class VocabCounter:
     exact = True
     splits_at_spaces = False  # counts of texts cut at spaces need not add up (SPM: "▁" merges)
 
-    def __init__(self, vocab: Vocab, *, name: str, model_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        vocab: Vocab,
+        *,
+        name: str,
+        model_path: Path | None = None,
+        pieces: PieceEncoder | None = None,
+    ) -> None:
+        """``pieces`` encodes raw text fragments (after the special-token partition) when given,
+        for example a tiktoken encoding of the same BPE; else the vocabulary is rebuilt on
+        ``tokenizers``."""
         self.name = name
         self.model_path = model_path
         self.kind = vocab.kind
-        self.family = f"{vocab.model}/{vocab.pre}" if self.kind == "bpe" else "spm"
-        self.fingerprint = vocab.fingerprint()
+        family = f"{vocab.model}/{vocab.pre}" if self.kind == "bpe" else "spm"
+        self.family = f"{family}, {pieces.method if pieces else 'tokenizers'}"
+        self.fingerprint = vocab.fingerprint() + (f":{pieces.method}" if pieces else "")
         self._vocab = vocab
-        self._tok = build_spm(vocab) if self.kind == "spm" else build_bpe(vocab)
+        self._pieces_encoder = pieces
+        self._tok = None
+        if pieces is None:
+            self._tok = build_spm(vocab) if self.kind == "spm" else build_bpe(vocab)
         self._specials = specials_of(vocab, False)
         self._all_specials = specials_of(vocab, True)
         self._pre = BPE_PRE_TOKENIZERS.get(vocab.pre) if self.kind == "bpe" else None
-        self._cut = re.compile(_spm_cut_pattern(vocab)) if self.kind == "spm" else None
+        self._cut = re.compile(_spm_cut_pattern(vocab)) if self.kind == "spm" else _LONE_NEWLINE
 
     # -- TokenCounter
 
@@ -541,7 +639,9 @@ class VocabCounter:
             jobs.extend(pieces)
             prev_special = False
         if not jobs:
-            encoded = []
+            encoded: list[list[int]] = []
+        elif self._pieces_encoder is not None:
+            encoded = self._pieces_encoder.encode_many(jobs)
         elif len(jobs) == 1:
             encoded = [self._tok.encode(jobs[0], add_special_tokens=False).ids]
         else:
@@ -562,10 +662,9 @@ class VocabCounter:
             if self._vocab.add_space_prefix and prev_special:
                 text = _SPACE + text
             return _cut(text, self._cut) if len(text) > _PIECE_CHARS else [text]
-        assert self._pre is not None
-        if self._pre.escape_whitespace:
+        if self._pre is not None and self._pre.escape_whitespace:
             frag = frag.replace(" ", _SPACE)
-        return _cut(frag, _LONE_NEWLINE) if len(frag) > _PIECE_CHARS else [frag]
+        return _cut(frag, self._cut) if len(frag) > _PIECE_CHARS else [frag]
 
 
 # A lone newline between two non-space characters: no pre-tokenizer above lets a pre-token span

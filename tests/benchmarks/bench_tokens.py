@@ -10,6 +10,12 @@ alternate the order of the sides so that machine noise hits all alike, and media
 cl100k throughput is printed for information (it is the estimate used when no model is loaded).
 
 Goal (issue: exact counting): count/llama >= 8x on the whole corpus (printed as PASS/FAIL).
+
+Then every tokenizer family (issue: any model a person brings): the counter ``count --model``
+uses for Gemma 3 270M (SentencePiece) on the whole 1.6 MB Jargon File sample, and for each of
+llama.cpp's vocabulary-only test models in models/vocab/ on a slice of the corpus, against
+llama.cpp on the same text in the same run; each must give llama.cpp's ids.
+Goal: the Gemma 3 count >= 20x llama-cpp-python's tokenize of the same whole text.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
 from tests.core.token_corpus import corpus  # noqa: E402
 
 GOAL = 8.0
+SPM_GOAL = 20.0
 MB = 1_000_000
 
 
@@ -64,7 +71,11 @@ def main() -> int:
     parser.add_argument("--mb", type=float, default=6.0, help="corpus size in MB (10^6 bytes)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    args = parse_args(parser, {"mb": 1.0, "rounds": 2})
+    parser.add_argument("--family-mb", type=float, default=1.0,
+                        help="corpus slice for each vocabulary-only model, in MB")  # fmt: skip
+    parser.add_argument("--no-families", dest="families", action="store_false",
+                        help="skip the every-family comparison")  # fmt: skip
+    args = parse_args(parser, {"mb": 1.0, "rounds": 2, "family_mb": 0.3})
 
     from llama_cpp import Llama
 
@@ -132,17 +143,69 @@ def main() -> int:
     verdict = "PASS" if whole_count >= GOAL else "FAIL"
     print(f"goal: >= {GOAL:g}x (count vs llama-cpp-python tokenize, whole corpus): {verdict}")
     note = f"{size['whole'] / MB:.2f} MB corpus, {args.rounds} rounds"
-    write_rows(args.json, "bench_tokens", [
+    rows = [
         row("exact count, whole corpus", "llama-cpp-python tokenize", rate("whole", "count"),
             whole_count, f">= {GOAL:g}", unit="MB/s", note=note),
-    ])  # fmt: skip
+    ]  # fmt: skip
     if failures:
         print()
         print("TOKENS DIFFER from llama.cpp (a correctness failure, not timing):")
         for line in failures:
             print(f"  {line}")
+        write_rows(args.json, "bench_tokens", rows)
         return 1
     print("tokens: identical to llama.cpp on every part and the whole, every round")
+    rc = families(args, rows) if args.families else 0
+    write_rows(args.json, "bench_tokens", rows)
+    return rc
+
+
+def families(args: Any, rows: list[Any]) -> int:
+    """The exact counter of every family against llama.cpp, one text each, side by side."""
+    from llama_cpp import Llama
+    from llama_cpp import llama_cpp as lc
+
+    from app.core.paths import models_dir, sample_document
+    from app.core.tokens import counter_method, exact_counter
+
+    gemma = models_dir() / "gemma-3-270m-q4_k_m.gguf"
+    jargon = sample_document().read_text(encoding="utf-8")
+    mixed = "".join(scaled(corpus(args.seed), args.family_mb).values())
+    runs = [(gemma, jargon, "Jargon File")] if gemma.is_file() else []
+    runs += [(p, mixed, "corpus") for p in sorted((models_dir() / "vocab").glob("*.gguf"))]
+    print()
+    print("every family: the counter `count --model` uses vs llama.cpp (MB/s of UTF-8)")
+    print(f"{'vocabulary':32s} {'text':11s} {'MB':>5s} {'llama':>7s} {'fast':>7s} {'ratio':>7s}"
+          f"  counter")  # fmt: skip
+    failures: list[str] = []
+    for path, text, label in runs:
+        llm = Llama(str(path), vocab_only=True, verbose=False)
+        vocab = llm._model.vocab
+        attrs = [lc.llama_vocab_get_attr(vocab, i) for i in range(lc.llama_vocab_n_tokens(vocab))]
+
+        def tokenize(t: str, special: bool, llm: Any = llm) -> list[int]:
+            return llm.tokenize(utf8(t), add_bos=False, special=special)
+
+        counter = exact_counter(path, tokenize, attrs=attrs)
+        counter.count("warm up")
+        t_llama, ref = timed(lambda t=text, f=tokenize: f(t, False))
+        t_fast, mine = timed(lambda t=text, c=counter: c.encode(t))
+        llm.close()
+        mb = len(utf8(text)) / MB
+        ratio = t_llama / t_fast
+        print(f"{path.name:32s} {label:11s} {mb:5.2f} {mb / t_llama:7.2f} {mb / t_fast:7.2f}"
+              f" {ratio:6.1f}x  {counter_method(counter)[:70]}")  # fmt: skip
+        if mine != ref:
+            failures.append(f"{path.name}: ids differ at token {first_difference(ref, mine)}")
+        if path == gemma:
+            rows.append(row("Gemma 3 exact count, 1.6 MB", "llama-cpp-python tokenize", mb / t_fast,
+                            ratio, f">= {SPM_GOAL:g}", unit="MB/s", note=label))  # fmt: skip
+            verdict = "PASS" if ratio >= SPM_GOAL else "FAIL"
+            print(f"  goal: Gemma 3 count >= {SPM_GOAL:g}x llama.cpp on the whole text: {verdict}")
+    if failures:
+        print("TOKENS DIFFER from llama.cpp:", *failures, sep="\n  ")
+        return 1
+    print("tokens: identical to llama.cpp for every family")
     return 0
 
 
