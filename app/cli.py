@@ -33,6 +33,7 @@ from app.cli_engine import add_commands as add_remote_commands
 from app.cli_engine import add_engine_options
 from app.cli_input import add_commands
 from app.cli_jobs import add_commands as add_job_commands
+from app.cli_sampling import add_sampling_options, sampling_from_args
 from app.cli_snapshots import add_commands as add_snapshot_commands
 
 GENERATE_N_CTX = 4096  # the local engine's context for `generate` when --n-ctx is not given
@@ -206,7 +207,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         InsufficientMemoryError,
         LoadSettings,
         ModelLoadError,
-        SamplingSettings,
         TextDelta,
     )
 
@@ -230,6 +230,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         settings.validate()
         if args.max_tokens < 1:
             raise ValueError("--max-tokens must be at least 1")
+        sampling = sampling_from_args(args)
     except (ValueError, FileNotFoundError, BadInput) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
@@ -268,7 +269,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
             else:
                 tokens = host.tokenize(prompt_text)
             stop = args.stop or []
-            sampling = SamplingSettings(temperature=args.temperature, seed=args.seed)
             finished: Finished | None = None
             for ev in host.generate(tokens, max_tokens=args.max_tokens, sampling=sampling,
                                     stop=stop):  # fmt: skip
@@ -345,8 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload (-1: all)")
     p.add_argument("--kv-type", default="f16", choices=KV_CACHE_TYPE_NAMES, help="KV cache type")
     p.add_argument("--flash-attn", action="store_true", help="use flash attention")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--seed", type=int, default=0)
+    add_sampling_options(p)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
     add_engine_options(p)

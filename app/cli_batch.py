@@ -36,6 +36,7 @@ from app.cli_engine import (
 )
 from app.cli_input import model_path_or_default, read_document
 from app.cli_jobs import check_job_args, job_options
+from app.cli_sampling import add_sampling_options
 from app.cli_snapshots import check_writable, version_content
 
 MAX_CONCURRENCY = 64
@@ -322,5 +323,6 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--db", help="history database (default: the user's)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+    add_sampling_options(p)
     add_engine_options(p)
     p.set_defaults(func=cmd_batch, keep_kv=False, audit=False)

@@ -33,6 +33,7 @@ from app.cli_engine import (
     sigint_cancels,
 )
 from app.cli_input import model_path_or_default, read_document
+from app.cli_sampling import add_sampling_options, sampling_from_args
 from app.cli_snapshots import check_writable, record_runs, stored_runs
 
 TASKS = ("summarize", "ask", "extract")
@@ -199,7 +200,8 @@ def _report(args: argparse.Namespace, results: list[Any]) -> int:
 def job_options(args: argparse.Namespace, n_ctx: int, cancel: Any) -> dict[str, Any]:
     """The keyword arguments of a job the command line asks for (run, compare, batch)."""
     options: dict[str, Any] = {"n_ctx": n_ctx, "max_tokens": args.max_tokens, "cancel": cancel,
-                               "lanes": args.lanes or None}  # fmt: skip
+                               "lanes": args.lanes or None,
+                               "sampling": sampling_from_args(args)}  # fmt: skip
     if args.task == "ask":
         options["questions"] = args.question
     if args.task == "extract":
@@ -217,6 +219,7 @@ def check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) 
             raise BadInput(f"unknown strategy {name!r} (choose from {', '.join(known)})")
     if args.max_tokens < 1:
         raise BadInput("--max-tokens must be at least 1")
+    sampling_from_args(args)  # a bad sampling value: said now, before anything loads
     if not 0 <= args.lanes <= MAX_LANES:
         raise BadInput(f"--lanes must be between 0 (one call at a time) and {MAX_LANES}")
     if args.task == "ask" and not (args.question and all(q.strip() for q in args.question)):
@@ -317,5 +320,6 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--audit", action="store_true",
                        help="check against llama.cpp that the model saw exactly the plan shown; "
                             "exit 5 on any mismatch")  # fmt: skip
+        add_sampling_options(p)
         add_engine_options(p)
         p.set_defaults(func=cmd_run)

@@ -81,12 +81,17 @@ def record_runs(
 def version_content(args: argparse.Namespace, task: str, strategy: str, *, n_ctx: int,
                     model: str, model_sha256: str) -> dict[str, Any]:  # fmt: skip
     """What a version of a command's job records; two runs with equal content did the same job
-    (a batch skips a document it finds done so). The engine: "local", or the server's address."""
+    (a batch skips a document it finds done so). The engine: "local", or the server's address;
+    the sampling: every field (app.core.sampling.stored), so a run sampled otherwise differs."""
+    from app.cli_sampling import sampling_from_args
+    from app.core.sampling import stored
+
     return {"task": task, "strategy": strategy,
             "prompt": "\n".join(args.question or []) or (args.instruction or ""),
             "model_path": model, "model_sha256": model_sha256,
             "settings": {"n_ctx": n_ctx, "max_tokens": args.max_tokens,
-                         "engine": getattr(args, "engine", None) or "local"}}  # fmt: skip
+                         "engine": getattr(args, "engine", None) or "local",
+                         "sampling": stored(sampling_from_args(args))}}  # fmt: skip
 
 
 def stored_runs(db_path: str | None, version_ids: list[int]) -> list[dict[str, Any]]:
@@ -219,6 +224,7 @@ def _resume(saved: Any, old: Any, sources: tuple[tuple[int, int], ...], max_toke
     from app.core.engine.host import EngineHost
     from app.core.engine.protocol import EngineError, InsufficientMemoryError, LoadSettings
     from app.core.jobs import JobFinished, TokenBatch, resume
+    from app.core.sampling import from_version
 
     cache = saved.state.kv_cache_type
     settings = LoadSettings(n_ctx=saved.state.n_ctx, kv_cache_type=cache,
@@ -228,8 +234,8 @@ def _resume(saved: Any, old: Any, sources: tuple[tuple[int, int], ...], max_toke
         with EngineHost() as host:
             host.load(Path(saved.state.model_path), settings)
             events = resume(host, saved.state, saved.prompt_tokens, task=old.task,
-                            strategy=old.strategy, max_tokens=max_tokens,
-                            sources=sources)  # fmt: skip
+                            strategy=old.strategy, max_tokens=max_tokens, sources=sources,
+                            sampling=from_version(old.settings))  # fmt: skip
             for ev in events:
                 if isinstance(ev, TokenBatch) and not as_json:
                     print(ev.text, end="", flush=True)

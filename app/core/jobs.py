@@ -32,6 +32,7 @@ from app.core.engine.protocol import (
     LaneFinished,
     LanesFinished,
     LaneStarted,
+    SamplingSettings,
     TextDelta,
 )
 from app.core.ring import Ring, Segment, SegmentKind
@@ -166,7 +167,7 @@ class OutputSpan:
 class JobResult:
     task: str
     strategy: str
-    finish_reason: str  # stop, length, cancelled, error
+    finish_reason: str  # stop, length, repetition (a loop was cut), cancelled, error
     n_ctx: int
     prompt_tokens: int = 0
     evaluated_tokens: int = 0  # prompt tokens llama.cpp actually evaluated (not found cached)
@@ -280,8 +281,10 @@ class _Session:
         *,
         audit: Audit | None = None,
         lanes: int | None = None,
+        sampling: SamplingSettings | None = None,
     ) -> None:
         self.engine = engine
+        self.sampling = sampling or SamplingSettings()
         self.ring = Ring(n_ctx)
         self.result = result
         self.cancel = cancel
@@ -384,7 +387,8 @@ class _Session:
         t0 = time.perf_counter()
         try:
             for ev in self.engine.generate_lanes(frame.before, suffixes, lanes=self.lanes,
-                                                 max_tokens=max_tokens):  # fmt: skip
+                                                 max_tokens=max_tokens,
+                                                 sampling=self.sampling):  # fmt: skip
                 if isinstance(ev, LaneStarted):
                     i, lane = ev.index, ev.lane
                     lane_of[i] = lane
@@ -460,7 +464,7 @@ class _Session:
         output = None
         first = True
         try:
-            for ev in self.engine.generate(prompt, max_tokens=max_tokens):
+            for ev in self.engine.generate(prompt, max_tokens=max_tokens, sampling=self.sampling):
                 if first and isinstance(ev, TextDelta | Finished):  # the prompt is in the cache
                     first = False
                     self.result.ttft_s.append(time.perf_counter() - t0)
@@ -595,6 +599,7 @@ def _job(
     resumed: bool = False,
     max_tokens: int = 1,
     lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
 ) -> tuple[JobResult, _Session]:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (choose one of {', '.join(STRATEGIES)})")
@@ -602,11 +607,13 @@ def _job(
         raise ValueError("max_tokens must be at least 1")
     if lanes is not None and not 1 <= lanes <= MAX_LANES:
         raise ValueError(f"lanes must be between 1 and {MAX_LANES} (or none: one call at a time)")
+    if sampling is not None:
+        sampling.validate()
     result = JobResult(task, strategy, "stop", n_ctx)
     if audit is not None:
         audit.job_started(task, strategy, text, resumed=resumed)
     return result, _Session(engine, n_ctx, result, cancel or CancelToken(), audit=audit,
-                           lanes=lanes)  # fmt: skip
+                           lanes=lanes, sampling=sampling)  # fmt: skip
 
 
 def _failed(result: JobResult, session: _Session, exc: EngineError) -> JobError:
@@ -642,6 +649,7 @@ def summarize(
     planner: Planner | None = None,
     audit: Audit | None = None,
     lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
 ) -> Iterator[Event]:
     """Summarize ``text`` under ``strategy``; the last event is :class:`JobFinished`.
 
@@ -653,7 +661,7 @@ def summarize(
     """
     t0 = time.perf_counter()
     result, session = _job("summarize", strategy, n_ctx, engine, cancel, audit=audit, text=text,
-                           max_tokens=max_tokens, lanes=lanes)  # fmt: skip
+                           max_tokens=max_tokens, lanes=lanes, sampling=sampling)  # fmt: skip
     planner = planner or Planner(text, counter)
     try:
         instruction, reserve = planning("summarize", strategy, counter, max_tokens=max_tokens)
@@ -688,6 +696,7 @@ def ask(
     planner: Planner | None = None,
     audit: Audit | None = None,
     lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
 ) -> Iterator[Event]:
     """Answer ``questions`` about ``text``, one output per question.
 
@@ -697,7 +706,7 @@ def ask(
     """
     t0 = time.perf_counter()
     result, session = _job("ask", strategy, n_ctx, engine, cancel, audit=audit, text=text,
-                           max_tokens=max_tokens, lanes=lanes)  # fmt: skip
+                           max_tokens=max_tokens, lanes=lanes, sampling=sampling)  # fmt: skip
     planner = planner or Planner(text, counter)
     try:
         if not questions or not all(q.strip() for q in questions):
@@ -750,12 +759,13 @@ def extract(
     planner: Planner | None = None,
     audit: Audit | None = None,
     lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
 ) -> Iterator[Event]:
     """Apply ``instruction`` to each window of the plan; the results merged in document order.
     ``lanes``: the windows' replies generated that many at a time (see :func:`summarize`)."""
     t0 = time.perf_counter()
     result, session = _job("extract", strategy, n_ctx, engine, cancel, audit=audit, text=text,
-                           max_tokens=max_tokens, lanes=lanes)  # fmt: skip
+                           max_tokens=max_tokens, lanes=lanes, sampling=sampling)  # fmt: skip
     planner = planner or Planner(text, counter)
     try:
         if not instruction.strip():
@@ -838,7 +848,7 @@ def state_after(engine: ResumableEngine, result: JobResult) -> KVState | None:
     None when the job did not end with that prompt in the cache (refused, failed, cancelled,
     shifted)."""
     prompt = result.final_prompt
-    if not prompt or result.finish_reason not in ("stop", "length"):
+    if not prompt or result.finish_reason not in ("stop", "length", "repetition"):
         return None
     state = engine.save_state()
     return state if state.tokens[: len(prompt)] == prompt else None
@@ -855,13 +865,15 @@ def resume(
     sources: Sequence[tuple[int, int]] = (),
     cancel: CancelToken | None = None,
     audit: Audit | None = None,
+    sampling: SamplingSettings | None = None,
 ) -> Iterator[Event]:
     """Generate again after a saved prompt without evaluating it: the KV state of a finished job
     is put back and its last call's prompt (the first ``prompt_tokens`` of the state) is sent
     once more, so llama.cpp finds it cached and evaluates one token. ``sources`` are the
     document spans that prompt held, for the output's provenance."""
     t0 = time.perf_counter()
-    result, session = _job(task, strategy, state.n_ctx, engine, cancel, audit=audit, resumed=True)
+    result, session = _job(task, strategy, state.n_ctx, engine, cancel, audit=audit, resumed=True,
+                           sampling=sampling)  # fmt: skip
     try:
         if not 0 < prompt_tokens <= len(state.tokens):
             raise ValueError("the saved KV state does not say which of its tokens are the prompt")

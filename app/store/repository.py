@@ -363,8 +363,10 @@ class Repository:
 
     def finished_version(self, document_sha256: str, content: dict[str, Any]) -> int | None:
         """A version that already did exactly this to this document and finished (its last run
-        ended with ``stop`` or ``length``, without an error or a refusal); None when there is
-        none. A batch run again skips what it finds (resumable batches)."""
+        ended with ``stop``, ``length`` or ``repetition``, without an error or a refusal); None
+        when there is none. A batch run again skips what it finds (resumable batches); the
+        sampling settings are part of ``content["settings"]``, so a run sampled otherwise is
+        not the same run."""
 
         def action(s: OrmSession) -> int | None:
             same = [getattr(PromptVersion, k) == content[k] for k in _MATCHED if k in content]
@@ -383,7 +385,7 @@ class Repository:
                                  .order_by(Run.id.desc()).limit(1)).first()  # fmt: skip
                 if (
                     last is not None
-                    and last.finish_reason in ("stop", "length")
+                    and last.finish_reason in ("stop", "length", "repetition")
                     and not (last.error or last.refused)
                 ):
                     return v.id

@@ -33,6 +33,7 @@ from app.core.engine.protocol import (
     KVState,
     LoadedModel,
     LoadSettings,
+    SamplingSettings,
 )
 from app.core.engine.remote import NO_AUDIT, NO_KV_STATE, RemoteEngine, ServerInfo
 from app.core.engine.remote_http import Connection
@@ -65,6 +66,7 @@ class JobSpec:
     keep_kv: bool = True  # save the KV state after each strategy, for an instant rollback
     audit: bool = False  # check against llama.cpp that the model saw exactly the plan shown
     lanes: int | None = None  # a map phase's replies generated this many at a time
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # the Sampling box's
     # The document's planner, holding the plans the window made for these strategies: the job
     # runs what the window showed, without planning again (None: the job plans the bare text).
     planner: Planner | None = field(default=None, compare=False, repr=False)
@@ -80,6 +82,7 @@ class ResumeSpec:
     strategy: str
     max_tokens: int = 256
     sources: tuple[tuple[int, int], ...] = ()
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # the version's
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,7 @@ class EngineWorker(QObject):
             "max_tokens": spec.max_tokens,
             "cancel": self._cancel,
             "lanes": spec.lanes,
+            "sampling": spec.sampling,
         }
         if spec.task == "ask":
             options["questions"] = list(spec.questions)
@@ -308,7 +312,7 @@ class EngineWorker(QObject):
     def resume_state(self, spec: ResumeSpec) -> None:
         """Roll back with a saved KV state: restore it and generate without re-evaluating."""
         outcome = JobOutcome(JobSpec(spec.task, (spec.strategy,), "", max_tokens=spec.max_tokens,
-                                     keep_kv=False))  # fmt: skip
+                                     keep_kv=False, sampling=spec.sampling))  # fmt: skip
         if self._remote is not None:
             self.failed.emit(self.tr("A rollback cannot resume instantly on a server: "
                                      "{0}").format(NO_KV_STATE))  # fmt: skip
@@ -317,7 +321,8 @@ class EngineWorker(QObject):
         self._cancel = CancelToken()
         self._execute(lambda: resume(self._host, spec.state, spec.prompt_tokens, task=spec.task,
                                      strategy=spec.strategy, max_tokens=spec.max_tokens,
-                                     sources=spec.sources, cancel=self._cancel),
+                                     sources=spec.sources, cancel=self._cancel,
+                                     sampling=spec.sampling),
                       outcome)  # fmt: skip
 
     @Slot()

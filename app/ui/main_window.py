@@ -45,6 +45,7 @@ from PySide6.QtWidgets import (
     QTabWidget,
     QToolBar,
     QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 from shiboken6 import isValid
@@ -61,6 +62,7 @@ from app.core.gc_pause import gc_paused
 from app.core.jobs import DEFAULT_LANES, JobFinished, planning
 from app.core.paths import models_dir
 from app.core.plan_process import PlanProcess, Superseded
+from app.core.sampling import from_version, stored
 from app.core.strategies import STRATEGIES, Plan, Planner, needle_spans, plan_for
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.store.db import Database, StoreError, open_database
@@ -82,6 +84,7 @@ from app.ui.history_panel import HistoryPanel
 from app.ui.i18n import language_menu, task_label
 from app.ui.model_panel import ModelPanel
 from app.ui.plan_index import PlanIndex, index_plan
+from app.ui.sampling_box import SamplingBox
 from app.ui.tasks import run_in_background
 from app.ui.theme import apply_theme, current_theme
 
@@ -188,9 +191,15 @@ class MainWindow(QMainWindow):
         use_tuned = self.model_panel.tuning.use_tuned
         use_tuned.setChecked(bool(self.settings.value(USE_TUNED_KEY, True, type=bool)))
         use_tuned.toggled.connect(lambda on: self.settings.setValue(USE_TUNED_KEY, on))
+        self.sampling_box = SamplingBox(self.settings)  # what the next Run samples with
+        side = QWidget()
+        side_layout = QVBoxLayout(side)
+        side_layout.setContentsMargins(0, 0, 0, 0)
+        side_layout.addWidget(self.model_panel, 1)
+        side_layout.addWidget(self.sampling_box)
         # scrolls rather than squeezing its wrapped hints when the window is short
         model_scroll = QScrollArea()
-        model_scroll.setWidget(self.model_panel)
+        model_scroll.setWidget(side)
         model_scroll.setWidgetResizable(True)
         model_scroll.setFrameShape(QFrame.Shape.NoFrame)
         model_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -804,7 +813,8 @@ class MainWindow(QMainWindow):
                        questions=(text,) if task == "ask" else (),
                        instruction=text if task == "extract" else "",
                        max_tokens=self.max_tokens.value(),
-                       audit=self.audit_action.isChecked(), lanes=self.lanes())  # fmt: skip
+                       audit=self.audit_action.isChecked(), lanes=self.lanes(),
+                       sampling=self.sampling_box.settings())  # fmt: skip
 
     def _run_clicked(self) -> None:
         self.run_job()  # (a triggered(bool) signal must not become the strategy argument)
@@ -996,7 +1006,8 @@ class MainWindow(QMainWindow):
                 Entry({"task": r.task, "strategy": r.strategy, "prompt": prompt,
                        "model_path": model, "model_sha256": model_sha,
                        "settings": {"n_ctx": r.n_ctx, "max_tokens": spec.max_tokens,
-                                    "kv_cache_type": loaded.kv_cache_type, "engine": engine}},
+                                    "kv_cache_type": loaded.kv_cache_type, "engine": engine,
+                                    "sampling": stored(spec.sampling)}},
                       r, outcome.states.get(i), len(r.final_prompt))
                 for i, r in enumerate(outcome.results)
             ]  # fmt: skip
@@ -1018,6 +1029,9 @@ class MainWindow(QMainWindow):
     # ----- rollback with the KV state -----
 
     def _on_rolled_back(self, version: Any, has_kv: bool) -> None:
+        # the version's sampling comes back with it: the resumed reply and the next Run use it
+        sampling = from_version(version.settings)
+        self.sampling_box.set_settings(sampling)
         repo, loaded = self.repo, self._loaded
         if not has_kv or repo is None or loaded is None or not self._model_sha:
             self.statusBar().showMessage(
@@ -1036,7 +1050,7 @@ class MainWindow(QMainWindow):
             sources = repo.output_sources(saved.version)
             max_tokens = int(version.settings.get("max_tokens", 256))
             return ResumeSpec(saved.state, saved.prompt_tokens, version.task, version.strategy,
-                              max_tokens, sources)  # fmt: skip
+                              max_tokens, sources, sampling)  # fmt: skip
 
         def done(spec: ResumeSpec | None) -> None:
             if spec is None:

@@ -1368,6 +1368,145 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>SamplingBox</name>
+    <message>
+        <source>Sampling</source>
+        <translation>采样</translation>
+    </message>
+    <message>
+        <source>Deterministic (greedy)</source>
+        <translation>确定性（贪心）</translation>
+    </message>
+    <message>
+        <source>Balanced</source>
+        <translation>均衡</translation>
+    </message>
+    <message>
+        <source>Creative</source>
+        <translation>创意</translation>
+    </message>
+    <message>
+        <source>Custom</source>
+        <translation>自定义</translation>
+    </message>
+    <message>
+        <source>Deterministic: always the likeliest token, the same reply every time. Balanced and Creative sample, with penalties that keep a small model out of loops; the same seed gives the same reply.</source>
+        <translation>确定性：总是选最可能的词元，每次回复都相同。均衡和创意会采样，并用惩罚项让小模型不陷入循环；相同的种子给出相同的回复。</translation>
+    </message>
+    <message>
+        <source>whole context</source>
+        <translation>整个上下文</translation>
+    </message>
+    <message>
+        <source>0: greedy (deterministic); higher: more varied replies</source>
+        <translation>0：贪心（确定性）；越高：回复越多样</translation>
+    </message>
+    <message>
+        <source>Keep the k likeliest tokens (0: off)</source>
+        <translation>只保留最可能的 k 个词元（0：关闭）</translation>
+    </message>
+    <message>
+        <source>off</source>
+        <translation>关闭</translation>
+    </message>
+    <message>
+        <source>Keep the likeliest tokens up to this share of probability (1: off)</source>
+        <translation>保留最可能的词元，直到累计概率达到此比例（1：关闭）</translation>
+    </message>
+    <message>
+        <source>Drop tokens less likely than this share of the likeliest one (0: off)</source>
+        <translation>舍弃概率低于最可能词元此比例的词元（0：关闭）</translation>
+    </message>
+    <message>
+        <source>Make tokens already in the window less likely (1: off)</source>
+        <translation>降低窗口内已出现词元的概率（1：关闭）</translation>
+    </message>
+    <message>
+        <source>The repeat penalty&apos;s window, in tokens</source>
+        <translation>重复惩罚的窗口，以词元计</translation>
+    </message>
+    <message>
+        <source>DRY: penalize continuing a sequence that already occurred (0: off)</source>
+        <translation>DRY：惩罚延续已出现过的序列（0：关闭）</translation>
+    </message>
+    <message>
+        <source>DRY: how fast the penalty grows with the length of the repeat</source>
+        <translation>DRY：惩罚随重复长度增长的速度</translation>
+    </message>
+    <message>
+        <source>DRY: repeats this long go unpenalized</source>
+        <translation>DRY：不超过此长度的重复不受惩罚</translation>
+    </message>
+    <message>
+        <source>DRY: its window, in tokens</source>
+        <translation>DRY：其窗口，以词元计</translation>
+    </message>
+    <message>
+        <source>The same seed and settings give the same sampled reply</source>
+        <translation>相同的种子和设置给出相同的采样回复</translation>
+    </message>
+    <message>
+        <source>Stop a reply that loops</source>
+        <translation>停止陷入循环的回复</translation>
+    </message>
+    <message>
+        <source>End a reply that repeats the same span over and over (finish reason: repetition)</source>
+        <translation>结束反复重复同一段内容的回复（结束原因：repetition）</translation>
+    </message>
+    <message>
+        <source>Temperature</source>
+        <translation>温度</translation>
+    </message>
+    <message>
+        <source>Top-k</source>
+        <translation>Top-k 截断</translation>
+    </message>
+    <message>
+        <source>Top-p</source>
+        <translation>Top-p 截断</translation>
+    </message>
+    <message>
+        <source>Min-p</source>
+        <translation>Min-p 截断</translation>
+    </message>
+    <message>
+        <source>Repeat penalty</source>
+        <translation>重复惩罚</translation>
+    </message>
+    <message>
+        <source>Repeat window</source>
+        <translation>重复窗口</translation>
+    </message>
+    <message>
+        <source>DRY multiplier</source>
+        <translation>DRY 系数</translation>
+    </message>
+    <message>
+        <source>DRY base</source>
+        <translation>DRY 底数</translation>
+    </message>
+    <message>
+        <source>DRY allowed length</source>
+        <translation>DRY 允许长度</translation>
+    </message>
+    <message>
+        <source>DRY window</source>
+        <translation>DRY 窗口</translation>
+    </message>
+    <message>
+        <source>Details</source>
+        <translation>详细设置</translation>
+    </message>
+    <message>
+        <source>Preset</source>
+        <translation>预设</translation>
+    </message>
+    <message>
+        <source>Seed</source>
+        <translation>种子</translation>
+    </message>
+</context>
+<context>
     <name>ServerBox</name>
     <message>
         <source>Server</source>

@@ -445,3 +445,13 @@ def test_bad_connection_settings_are_refused() -> None:
         Connection("127.0.0.1:1", timeout_s=0)
     with pytest.raises(ValueError, match="retries cannot be negative"):
         Connection("127.0.0.1:1", retries=-1)
+
+
+def test_a_looping_reply_from_the_server_ends_with_repetition(remote: RemoteEngine) -> None:
+    """The loop stop works on a server's stream too: the stream is closed, the server stops."""
+    from app.core.repetition import ends_in_loop
+
+    prompt = _chat(remote, "Write a poem about hackers.")  # greedy: "a master of the cyber realm"…
+    text, done = _reply(remote.generate(prompt, max_tokens=100))
+    assert done.stats.finish_reason == "repetition", text
+    assert ends_in_loop(text) and done.stats.completion_tokens < 100

@@ -67,6 +67,7 @@ class _Reply:
     prompt_seconds: float
     sampler: Any
     stops: Any
+    looping: Any = None  # the reply's RepetitionDetector (None: loops are not stopped)
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     t0: float = field(default_factory=time.perf_counter)
     completion: int = 0
@@ -105,6 +106,7 @@ def generate_lanes(
         raise ValueError("max_tokens must be at least 1")
     if lanes < 1:
         raise ValueError("lanes must be at least 1")
+    sampling.validate()
     engine._check_ids(prefix)
     for s in suffixes:
         engine._check_ids(s)
@@ -262,6 +264,7 @@ class _Run:
         stop: Sequence[str],
     ) -> None:
         from app.core.engine.worker import StopMatcher
+        from app.core.repetition import RepetitionDetector
 
         waiting = collections.deque(enumerate(suffixes))
         self.prefix_len = len(prefix)
@@ -283,10 +286,11 @@ class _Run:
                 self._prompt(suffix, self.prefix_len, lane)
                 evaluated = len(suffix)
             held = self.prefix_len + len(suffix)
+            looping = RepetitionDetector() if sampling.stop_on_repetition else None
             reply = _Reply(index=index, lane=lane, pos=held, prompt_tokens=held,
                            evaluated=evaluated, prompt_seconds=time.perf_counter() - t0,
-                           sampler=self.engine._sampler(sampling),
-                           stops=StopMatcher(stop))  # fmt: skip
+                           sampler=self.engine._sampler(sampling, prefix + suffix),
+                           stops=StopMatcher(stop), looping=looping)  # fmt: skip
             self.active[lane] = reply
             self.emit(LaneStarted(index, lane, evaluated, reply.pos))
             self._take(reply, reply.sampler.sample(self.ctx, -1), max_tokens)
@@ -327,6 +331,8 @@ class _Run:
         reply.text += text
         if hit:
             reply.reason = "stop"
+        elif reply.looping is not None and reply.looping.feed(text):
+            reply.reason = "repetition"
         elif reply.completion >= max_tokens or reply.pos >= engine._require().n_ctx():
             reply.reason = "length"
         else:

@@ -7,14 +7,17 @@ the GUI observes; nothing here knows about processes or llama.cpp.
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from app.core.engine.kv_alloc import KVCacheAlloc
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+# "repetition": the reply ended in a loop and was stopped (app/core/repetition.py)
+FinishReason = Literal["stop", "length", "cancelled", "error", "repetition"]
+FINISH_REASONS = ("stop", "length", "cancelled", "error", "repetition")
 KV_CACHE_TYPE_NAMES = ("f16", "f32", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 
 
@@ -58,15 +61,79 @@ class LoadSettings:
             )
 
 
+MAX_SEED = 2**32 - 2  # llama.cpp takes 2**32 - 1 (LLAMA_DEFAULT_SEED) as "pick one at random"
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Sampling; temperature 0 means greedy (deterministic) decoding."""
+    """How each next token is chosen: llama.cpp's sampler chain, field for field.
+
+    Temperature 0 is greedy decoding and the default, so a job's reply is reproducible and
+    equal across the local engine, lanes and servers; the top-k/top-p/min-p cut-offs only matter
+    above it. The repetition penalty (llama.cpp's ``penalty_repeat`` over the last
+    ``repeat_last_n`` tokens) and DRY (``dry_*``, "don't repeat yourself": a penalty growing
+    with the length of a repeated sequence) also apply to greedy decoding; 1.0 and 0.0 switch
+    them off. The windows count the context's tokens (prompt and reply), as llama-server does;
+    -1 means the whole context. ``seed`` makes a sampled reply reproducible.
+    ``stop_on_repetition``: end a reply that loops (finish reason ``repetition``).
+    """
 
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_last_n: int = -1
     seed: int = 0
+    stop_on_repetition: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(field, what it must be) for every value llama.cpp would reject or misread; each
+        face names the field its own way (``--top-k``, "Top-k")."""
+        checks = (
+            ("temperature", math.isfinite(self.temperature) and 0 <= self.temperature <= 100,
+             "must be between 0 (greedy) and 100"),
+            ("top_k", self.top_k >= 0, "must be 0 (off) or more"),
+            ("top_p", 0 < self.top_p <= 1, "must be above 0 and at most 1 (1 is off)"),
+            ("min_p", 0 <= self.min_p <= 1, "must be between 0 (off) and 1"),
+            ("repeat_penalty", math.isfinite(self.repeat_penalty) and 0 < self.repeat_penalty <= 10,
+             "must be above 0 and at most 10 (1 is off)"),
+            ("repeat_last_n", self.repeat_last_n >= -1,
+             "must be -1 (the whole context), 0 (off) or more"),
+            ("dry_multiplier", math.isfinite(self.dry_multiplier)
+             and 0 <= self.dry_multiplier <= 100, "must be between 0 (off) and 100"),
+            ("dry_base", math.isfinite(self.dry_base) and 1 <= self.dry_base <= 100,
+             "must be between 1 and 100"),
+            ("dry_allowed_length", self.dry_allowed_length >= 1, "must be at least 1"),
+            ("dry_last_n", self.dry_last_n >= -1,
+             "must be -1 (the whole context), 0 (off) or more"),
+            ("seed", 0 <= self.seed <= MAX_SEED, f"must be between 0 and {MAX_SEED}"),
+        )  # fmt: skip
+        return [(name, rule) for name, ok, rule in checks if not ok]
+
+    def validate(self) -> None:
+        """Raise ValueError with one sentence for the first value llama.cpp would reject."""
+        for name, rule in self.problems():
+            label = name.replace("_", "-")
+            raise ValueError(f"{label} {rule} (got {getattr(self, name)})")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SamplingSettings:
+        """Settings as stored (a version's ``settings["sampling"]``); fields it lacks (older
+        records, no record at all) take their defaults, unknown ones are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ take them, else as the text those ids decode to.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import queue
 import re
@@ -46,6 +47,7 @@ from app.core.engine.protocol import (
     TextDelta,
 )
 from app.core.engine.remote_http import Client, Connection, ServerError, StreamBrokenError
+from app.core.repetition import RepetitionDetector
 from app.core.tokens import TiktokenCounter, TokenCounter, cl100k, scrub
 
 NOT_REPORTED = "not reported by this server"
@@ -530,24 +532,51 @@ class RemoteEngine:
         n_ctx = self.info.n_ctx
         if len(prompt) >= n_ctx:
             raise ContextOverflowError(len(prompt), n_ctx, max_tokens)
+        sampling.validate()
         body: dict[str, Any] = {
             "model": self.info.model, "prompt": self._payload(prompt),
             "max_tokens": min(max_tokens, n_ctx - len(prompt)), "stream": True,
-            "temperature": sampling.temperature, "top_p": sampling.top_p,
-            "top_k": sampling.top_k, "min_p": sampling.min_p, "seed": sampling.seed,
             "stream_options": {"include_usage": True},
+            **self._sampling_fields(sampling),
         }  # fmt: skip
-        # No repetition penalty, as the local engine samples: llama-cpp-python's server would
-        # apply 1.1 by default (and greedy replies would differ from the same model's here).
-        if self.info.kind == "vllm":
-            body["repetition_penalty"] = 1.0
-        else:
-            body["repeat_penalty"] = 1.0
         if self.info.kind == "llama-server":
             body["cache_prompt"] = True  # a second question on the document reuses its prefix
         if stop:
             body["stop"] = list(stop)
         return body
+
+    def _sampling_fields(self, s: SamplingSettings) -> dict[str, Any]:
+        """The request's sampling fields, always explicit: a server's own defaults differ
+        (llama-cpp-python's server applies a repeat penalty of 1.1), and greedy replies must
+        equal the same model's here. llama-server takes every field the local engine has; the
+        others have no DRY and no window for the repeat penalty of their own choosing
+        (llama-cpp-python's is the last 64 tokens, vLLM's the whole context), so asking them
+        for one is refused rather than silently ignored."""
+        kind = self.info.kind
+        fields: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p,
+                                  "top_k": s.top_k, "min_p": s.min_p, "seed": s.seed}  # fmt: skip
+        if kind == "vllm":
+            fields["repetition_penalty"] = s.repeat_penalty
+        else:
+            fields["repeat_penalty"] = s.repeat_penalty
+        if kind == "llama-server":
+            fields.update(repeat_last_n=s.repeat_last_n, dry_multiplier=s.dry_multiplier,
+                          dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
+                          dry_penalty_last_n=s.dry_last_n)  # fmt: skip
+            return fields
+        if s.dry_multiplier > 0:
+            raise UnsupportedRemotelyError(
+                f"DRY sampling needs llama-server; {self.connection.url} ({kind}) has none: "
+                "set the DRY multiplier to 0"
+            )
+        default_window = SamplingSettings().repeat_last_n
+        if s.repeat_penalty != 1.0 and s.repeat_last_n != default_window:
+            raise UnsupportedRemotelyError(
+                f"the repeat penalty's window can be chosen on llama-server only; "
+                f"{self.connection.url} ({kind}) uses its own: leave repeat-last-n at "
+                f"{default_window}"
+            )
+        return fields
 
     def generate(
         self,
@@ -565,19 +594,25 @@ class RemoteEngine:
         or disappears mid-reply raises ServerError after the text so far has been yielded."""
         if on_full != "stop":
             raise UnsupportedRemotelyError(f"a full context cannot be shifted: {NO_KV_SHIFT}")
-        body = self._body(prompt, max_tokens, sampling or SamplingSettings(), stop)
+        sampling = sampling or SamplingSettings()
+        body = self._body(prompt, max_tokens, sampling, stop)
         self._cancel.clear()
         reply = _Reply(time.perf_counter())
         pending: list[str] = []
         pending_ids = 0
         last = 0.0
-        for text, n in self._stream(body, reply):
-            pending.append(text)
-            pending_ids += n
-            now = time.perf_counter()
-            if now - last >= STREAM_INTERVAL_S:
-                yield TextDelta("".join(pending), (-1,) * pending_ids)
-                pending, pending_ids, last = [], 0, now
+        looping = RepetitionDetector() if sampling.stop_on_repetition else None
+        with contextlib.closing(self._stream(body, reply)) as pieces:
+            for text, n in pieces:
+                pending.append(text)
+                pending_ids += n
+                now = time.perf_counter()
+                if looping is not None and looping.feed(text):
+                    reply.finish = "repetition"  # closing the stream stops the server
+                    break
+                if now - last >= STREAM_INTERVAL_S:
+                    yield TextDelta("".join(pending), (-1,) * pending_ids)
+                    pending, pending_ids, last = [], 0, now
         if pending or pending_ids:
             yield TextDelta("".join(pending), (-1,) * pending_ids)
         yield Finished(self._stats(reply, len(prompt)))
@@ -658,7 +693,7 @@ class RemoteEngine:
         prompt_s = float(timings.get("prompt_ms") or 0) / 1000 or (first - reply.started)
         gen_s = float(timings.get("predicted_ms") or 0) / 1000 or (end - first)
         finish: FinishReason = "length"
-        if reply.finish in ("stop", "cancelled"):
+        if reply.finish in ("stop", "cancelled", "repetition"):
             finish = reply.finish  # type: ignore[assignment]
         # positions the request held, as llama.cpp counts them: a reply cut at its length ends
         # with a sampled token that was never evaluated
@@ -704,12 +739,17 @@ class RemoteEngine:
                     prompt_len = len(prefix) + len(suffixes[i])
                     reply = _Reply(time.perf_counter())
                     started = False
-                    for text, n in self._stream(bodies[i], reply):
-                        if not started:
-                            started = True
-                            events.put(LaneStarted(i, lane, prompt_len, prompt_len))
-                        cells[lane] = prompt_len + reply.tokens
-                        events.put(LaneDelta(i, lane, text, (-1,) * n))
+                    looping = RepetitionDetector() if sampling.stop_on_repetition else None
+                    with contextlib.closing(self._stream(bodies[i], reply)) as pieces:
+                        for text, n in pieces:
+                            if not started:
+                                started = True
+                                events.put(LaneStarted(i, lane, prompt_len, prompt_len))
+                            cells[lane] = prompt_len + reply.tokens
+                            events.put(LaneDelta(i, lane, text, (-1,) * n))
+                            if looping is not None and looping.feed(text):
+                                reply.finish = "repetition"
+                                break
                     if not started:
                         events.put(LaneStarted(i, lane, prompt_len, prompt_len))
                     stats = self._stats(reply, prompt_len)

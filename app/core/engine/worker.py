@@ -56,6 +56,7 @@ from app.core.engine.protocol import (
     Shifted,
     TextDelta,
 )
+from app.core.repetition import RepetitionDetector
 from app.core.textutil import utf8
 
 DECODE_OK, DECODE_ABORTED = 0, 2
@@ -64,6 +65,9 @@ SLOW_TOKEN_S = 0.05  # a token decode longer than this arms llama.cpp's abort ca
 # llama.cpp's threads, and 50 deltas a second is as smooth as reading gets.
 STREAM_INTERVAL_S = 0.02
 _LOG_LINES = 40
+# DRY does not count a repeat across these (llama.cpp's defaults): lines, "key:", quotes and
+# markdown emphasis repeat legitimately.
+DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
 
 
 class _Cancelled(Exception):
@@ -631,18 +635,40 @@ class Engine:
         if bad is not None:
             raise ValueError(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
 
-    def _sampler(self, s: SamplingSettings) -> Any:
+    def _sampler(self, s: SamplingSettings, history: Sequence[int] = ()) -> Any:
+        """llama.cpp's sampler chain for ``s``, in llama.cpp's own order (repetition penalty,
+        DRY, top-k, top-p, min-p, temperature, the seeded draw; greedy at temperature 0), having
+        seen ``history`` (the prompt): the penalties' windows count the prompt's tokens too, as
+        llama-server's do, so a server and this engine sample alike."""
         from llama_cpp._internals import LlamaSampler
 
+        llm = self._require()
+        n_ctx = llm.n_ctx()
         sampler = LlamaSampler()
-        if s.temperature <= 0:
+        windows = []
+        if s.repeat_penalty != 1.0 and s.repeat_last_n != 0:
+            last_n = n_ctx if s.repeat_last_n < 0 else s.repeat_last_n
+            sampler.add_penalties(llm.n_vocab(), last_n, s.repeat_penalty, 0.0, 0.0)
+            windows.append(last_n)
+        if s.dry_multiplier > 0 and s.dry_last_n != 0:
+            last_n = n_ctx if s.dry_last_n < 0 else s.dry_last_n
+            sampler.add_dry(llm._model, s.dry_multiplier, s.dry_base, s.dry_allowed_length,
+                            last_n, list(DRY_SEQUENCE_BREAKERS))  # fmt: skip
+            windows.append(last_n)
+        if s.greedy:
             sampler.add_greedy()
         else:
-            sampler.add_top_k(s.top_k)
-            sampler.add_top_p(s.top_p, 1)
-            sampler.add_min_p(s.min_p, 1)
+            if s.top_k > 0:
+                sampler.add_top_k(s.top_k)
+            if s.top_p < 1:
+                sampler.add_top_p(s.top_p, 1)
+            if s.min_p > 0:
+                sampler.add_min_p(s.min_p, 1)
             sampler.add_temp(s.temperature)
             sampler.add_dist(s.seed)
+        if windows:
+            for tok in list(history)[-max(windows):]:
+                sampler.accept(tok)
         return sampler
 
     def generate(
@@ -671,6 +697,7 @@ class Engine:
             raise ValueError("the prompt is empty")
         if max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
+        sampling.validate()
         self._check_ids(prompt)
         n_ctx = llm.n_ctx()
         if on_full == "stop" and len(prompt) + max_tokens > n_ctx:
@@ -732,7 +759,8 @@ class Engine:
         With ``shift_keep`` a full context is shifted (keeping that many positions) instead of
         ending the reply.
         """
-        sampler = self._sampler(sampling)
+        sampler = self._sampler(sampling, self.tokens)
+        looping = RepetitionDetector() if sampling.stop_on_repetition else None
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = StopMatcher(stop)
         piece_buf = ctypes.create_string_buffer(256)
@@ -766,6 +794,9 @@ class Engine:
                     pending_ids, pending_text, last_emit = [], "", now
                 if hit:
                     reason = "stop"
+                    break
+                if looping is not None and looping.feed(text):
+                    reason = "repetition"
                     break
                 if completion >= max_tokens:
                     reason = "length"

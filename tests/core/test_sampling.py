@@ -1,0 +1,162 @@
+"""Samplers and the loop stop on the real engine and the default model: a prompt that makes the
+model loop under greedy decoding ends with finish reason ``repetition`` (one call and in lanes),
+a seed makes a sampled reply reproducible, the penalties change what greedy decoding picks, and
+bad values are refused in one sentence. Presets and stored settings without an engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from app.core.engine.host import EngineHost
+from app.core.engine.protocol import (
+    FINISH_REASONS,
+    Finished,
+    GenerationStats,
+    LaneDelta,
+    LaneFinished,
+    SamplingSettings,
+    TextDelta,
+)
+from app.core.repetition import ends_in_loop
+from app.core.sampling import (
+    BALANCED,
+    CREATIVE,
+    DETERMINISTIC,
+    PRESETS,
+    describe,
+    from_version,
+    preset,
+    preset_of,
+    stored,
+)
+
+# Greedy decoding of the default model answers this with "a warrior of the internet, a warrior
+# of the internet, …" until the reply's length runs out.
+LOOPING_PROMPT = "Write a poem about hackers."
+
+
+@pytest.fixture(scope="module")
+def looping(engine: EngineHost) -> list[int]:
+    text = engine.apply_chat_template([{"role": "user", "content": LOOPING_PROMPT}])
+    return engine.tokenize(text, parse_special=True)
+
+
+def _reply(engine: EngineHost, prompt: Sequence[int], sampling: SamplingSettings,
+           max_tokens: int) -> tuple[str, GenerationStats]:  # fmt: skip
+    parts, stats = [], None
+    for ev in engine.generate(prompt, max_tokens=max_tokens, sampling=sampling):
+        if isinstance(ev, TextDelta):
+            parts.append(ev.text)
+        elif isinstance(ev, Finished):
+            stats = ev.stats
+    assert stats is not None
+    return "".join(parts), stats
+
+
+def test_a_greedy_loop_ends_with_finish_reason_repetition(engine: EngineHost,
+                                                          looping: list[int]) -> None:  # fmt: skip
+    stopped, stats = _reply(engine, looping, SamplingSettings(), 80)
+    assert stats.finish_reason == "repetition", stopped
+    assert stats.completion_tokens < 60 and ends_in_loop(stopped)
+    assert stopped.count("a warrior of the internet") >= 4
+    # without the stop the same greedy reply goes on looping until its length runs out
+    running, full = _reply(engine, looping, SamplingSettings(stop_on_repetition=False), 80)
+    assert full.finish_reason == "length" and full.completion_tokens == 80
+    assert running.startswith(stopped) and running.count("a warrior of the internet") > 8
+
+
+def test_a_greedy_loop_in_lanes_ends_with_repetition(engine: EngineHost,
+                                                     looping: list[int]) -> None:  # fmt: skip
+    cut = len(looping) - 6  # the shared prefix, and the prompt's end as each lane's own part
+    finished: dict[int, str] = {}
+    texts: dict[int, list[str]] = {0: [], 1: []}
+    for ev in engine.generate_lanes(looping[:cut], [looping[cut:], looping[cut:]], lanes=2,
+                                    max_tokens=100):  # fmt: skip
+        if isinstance(ev, LaneDelta):
+            texts[ev.index].append(ev.text)
+        elif isinstance(ev, LaneFinished):
+            finished[ev.index] = ev.stats.finish_reason
+    assert finished == {0: "repetition", 1: "repetition"}
+    assert all(ends_in_loop("".join(t)) for t in texts.values())
+
+
+def test_the_same_seed_and_settings_give_the_same_sampled_reply(
+    engine: EngineHost, looping: list[int]
+) -> None:
+    sampled = SamplingSettings(temperature=0.7, repeat_penalty=1.15, seed=1)
+    first, stats = _reply(engine, looping, sampled, 32)
+    again, _ = _reply(engine, looping, sampled, 32)
+    assert first == again and stats.completion_tokens > 0
+    others = {_reply(engine, looping, replace(sampled, seed=s), 32)[0] for s in (2, 3)}
+    assert others - {first}, "another seed should give another reply"
+
+
+def test_penalties_steer_greedy_decoding_out_of_its_loop(engine: EngineHost,
+                                                         looping: list[int]) -> None:  # fmt: skip
+    greedy, _ = _reply(engine, looping, SamplingSettings(), 40)
+    penalized, stats = _reply(engine, looping, SamplingSettings(repeat_penalty=1.3), 40)
+    assert penalized != greedy and stats.finish_reason != "repetition"
+    assert "a warrior of the internet, a warrior of the internet" not in penalized
+
+
+def test_bad_sampling_values_are_refused_in_one_sentence(engine: EngineHost,
+                                                         looping: list[int]) -> None:  # fmt: skip
+    with pytest.raises(ValueError, match=r"^top-p must be above 0 and at most 1 .*\(got 0\.0\)$"):
+        _reply(engine, looping, SamplingSettings(temperature=0.5, top_p=0.0), 4)
+    with pytest.raises(ValueError, match=r"^seed must be between 0 and 4294967294"):
+        _reply(engine, looping, SamplingSettings(seed=2**32 - 1), 4)
+    assert engine.alive  # refused before anything ran
+
+
+# ----- presets and stored settings (no engine) -------------------------------------------------
+
+
+def test_presets_and_what_a_version_stores() -> None:
+    assert PRESETS[DETERMINISTIC] == SamplingSettings() and SamplingSettings().greedy
+    for name in (BALANCED, CREATIVE):
+        p = preset(name, seed=7)
+        p.validate()
+        assert not p.greedy and p.seed == 7 and preset_of(p) == name
+    assert preset_of(SamplingSettings(temperature=0.3)) is None
+    with pytest.raises(ValueError, match="unknown sampling preset 'wild'"):
+        preset("wild")
+    chosen = SamplingSettings(temperature=0.7, repeat_penalty=1.15, seed=1)
+    record = stored(chosen)
+    assert record["temperature"] == 0.7 and record["repeat_penalty"] == 1.15
+    assert from_version({"sampling": record}) == chosen
+    assert from_version({"n_ctx": 512}) == SamplingSettings()  # recorded before sampling was
+    assert SamplingSettings.from_dict({**record, "future_field": 1}) == chosen
+    assert describe(SamplingSettings()) == "greedy"
+    assert describe(chosen).startswith("temperature 0.7, top-k 40")
+    assert "repetition" in FINISH_REASONS
+
+
+@pytest.mark.parametrize("kind", ["llama-server", "llama-cpp-python", "vllm"])
+def test_a_server_gets_every_sampling_field_it_knows_or_a_refusal(kind: str) -> None:
+    from app.core.engine.remote import RemoteEngine, ServerInfo, UnsupportedRemotelyError
+    from app.core.engine.remote_http import Connection
+
+    remote = RemoteEngine(Connection("http://127.0.0.1:9"))
+    remote._info = ServerInfo(url="http://127.0.0.1:9", kind=kind, model="m", n_ctx=512,
+                              n_ctx_source="given", n_ctx_train=None, tokenizer="",
+                              exact_counts=False, chat_template="", slots=None, kv_source="",
+                              accepts_token_ids=True)  # fmt: skip
+    chosen = SamplingSettings(temperature=0.7, top_k=20, repeat_penalty=1.15, seed=1)
+    body = remote._body([1, 2, 3], 8, chosen, ())
+    assert (body["temperature"], body["top_k"], body["seed"]) == (0.7, 20, 1)
+    penalty = "repetition_penalty" if kind == "vllm" else "repeat_penalty"
+    assert body[penalty] == 1.15
+    assert remote._body([1], 8, SamplingSettings(), ())[penalty] == 1.0  # greedy: always off
+    dry = replace(chosen, dry_multiplier=0.8, repeat_last_n=256)
+    if kind == "llama-server":
+        body = remote._body([1], 8, dry, ())
+        assert (body["dry_multiplier"], body["repeat_last_n"], body["dry_penalty_last_n"]) == (
+            0.8, 256, -1)  # fmt: skip
+    else:
+        with pytest.raises(UnsupportedRemotelyError, match="DRY sampling needs llama-server"):
+            remote._body([1], 8, dry, ())
+        with pytest.raises(UnsupportedRemotelyError, match="leave repeat-last-n at 64"):
+            remote._body([1], 8, replace(chosen, repeat_last_n=256), ())

@@ -1,0 +1,97 @@
+"""The Sampling box: presets fill the fields, an edit makes the mix Custom, the choice is kept
+across windows; and in the window on the real model, the next Run samples with it, its version
+records it, and a rollback puts the version's sampling back (the resumed reply is the same)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+
+from app.core.engine.protocol import SamplingSettings
+from app.core.paths import sample_document
+from app.core.sampling import BALANCED, CREATIVE, DETERMINISTIC, PRESETS, stored
+from app.ui.main_window import MainWindow
+from app.ui.sampling_box import CUSTOM, SamplingBox
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> QSettings:
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+def test_presets_fill_the_fields_and_an_edit_makes_it_custom(qtbot, settings: QSettings) -> None:
+    box = SamplingBox(settings)
+    qtbot.addWidget(box)
+    assert box.settings() == SamplingSettings()  # greedy by default
+    assert box.preset.currentData() == DETERMINISTIC
+    box.seed.setValue(7)
+    for name in (BALANCED, CREATIVE, DETERMINISTIC):
+        box.preset.setCurrentIndex(box.preset.findData(name))
+        box.preset.activated.emit(box.preset.currentIndex())  # as a person's choice
+        assert box.settings() == replace(PRESETS[name], seed=7)  # the seed stays
+        assert box.preset.currentData() == name
+    with qtbot.waitSignal(box.changed) as changed:
+        box.temperature.setValue(0.3)
+    assert changed.args[0].temperature == 0.3 and box.preset.currentData() == CUSTOM
+    box.preset.activated.emit(box.preset.findData(CUSTOM))
+    assert not box.more.isHidden() and box.more.isChecked()  # Custom shows the fields
+    box.stop_loops.setChecked(False)
+    assert box.settings().stop_on_repetition is False
+
+
+def test_the_choice_is_kept_for_the_next_window(qtbot, settings: QSettings) -> None:
+    first = SamplingBox(settings)
+    qtbot.addWidget(first)
+    chosen = replace(PRESETS[BALANCED], seed=11, dry_last_n=512)
+    first.set_settings(chosen)
+    second = SamplingBox(settings)
+    qtbot.addWidget(second)
+    assert second.settings() == chosen and second.preset.currentData() == CUSTOM
+    settings.setValue("sampling/settings", '{"temperature": -4}')  # damaged: the default
+    third = SamplingBox(settings)
+    qtbot.addWidget(third)
+    assert third.settings() == SamplingSettings()
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path, model_path: Path, settings: QSettings) -> Iterator[MainWindow]:
+    doc = tmp_path / "lexicon.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    w = MainWindow(model_path, doc, n_ctx=512, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.ready, timeout=120_000):
+        w.show()
+    w.max_tokens.setValue(12)
+    yield w
+    w.close()
+
+
+def test_the_run_samples_with_the_box_and_a_rollback_brings_it_back(
+    qtbot, window: MainWindow
+) -> None:
+    box = window.sampling_box
+    box.set_settings(replace(PRESETS[BALANCED], seed=3))
+    chosen = box.settings()
+    window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
+    with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
+        window.run_job()
+    [result] = done.args[0].results
+    assert done.args[0].spec.sampling == chosen and result.text
+    [version] = window.repo.history()
+    assert version.settings["sampling"] == stored(chosen)
+    box.set_settings(SamplingSettings())  # the person goes back to greedy …
+    history = window.history
+    with qtbot.waitSignal(history.refreshed, timeout=30_000):
+        history.refresh()
+    history.select_versions(version.id)
+    with qtbot.waitSignal(window.job_finished, timeout=300_000) as done:
+        history.rollback_selected()  # … and rolls back: the version's sampling returns
+    [resumed] = done.args[0].results
+    assert box.settings() == chosen
+    assert resumed.evaluated_tokens == 1 and resumed.text == result.text  # same seed, same reply
+    _old, new = window.repo.history()
+    assert new.settings["sampling"] == stored(chosen)
