@@ -45,7 +45,6 @@ from PySide6.QtWidgets import (
     QTabWidget,
     QToolBar,
     QToolButton,
-    QVBoxLayout,
     QWidget,
 )
 from shiboken6 import isValid
@@ -191,19 +190,16 @@ class MainWindow(QMainWindow):
         use_tuned = self.model_panel.tuning.use_tuned
         use_tuned.setChecked(bool(self.settings.value(USE_TUNED_KEY, True, type=bool)))
         use_tuned.toggled.connect(lambda on: self.settings.setValue(USE_TUNED_KEY, on))
-        self.sampling_box = SamplingBox(self.settings)  # what the next Run samples with
-        side = QWidget()
-        side_layout = QVBoxLayout(side)
-        side_layout.setContentsMargins(0, 0, 0, 0)
-        side_layout.addWidget(self.model_panel, 1)
-        side_layout.addWidget(self.sampling_box)
         # scrolls rather than squeezing its wrapped hints when the window is short
         model_scroll = QScrollArea()
-        model_scroll.setWidget(side)
+        model_scroll.setWidget(self.model_panel)
         model_scroll.setWidgetResizable(True)
         model_scroll.setFrameShape(QFrame.Shape.NoFrame)
         model_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._dock("model", self.tr("Model"), model_scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.sampling_box = SamplingBox(self.settings)  # what the next Run samples with
+        self._dock("sampling", self.tr("Sampling"), self.sampling_box,
+                   Qt.DockWidgetArea.LeftDockWidgetArea)  # fmt: skip
 
         self.buffers = BufferPanel()
         self.buffers.source_clicked.connect(self.document_view.highlight_sources)

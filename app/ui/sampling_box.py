@@ -1,4 +1,5 @@
-"""The side panel's Sampling box: how the next Run chooses each token.
+"""The side panel's Sampling box (a dock under the model panel): how the next Run chooses each
+token.
 
 A preset (Deterministic: greedy, the default; Balanced; Creative — app/core/sampling.py) sets
 every field but the seed; editing a field makes the mix "Custom". The fields sit behind
@@ -19,7 +20,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
-    QGroupBox,
+    QSizePolicy,
     QSpinBox,
     QToolButton,
     QVBoxLayout,
@@ -35,11 +36,14 @@ MAX_WINDOW = 1 << 20
 MAX_UI_SEED = 2**31 - 1  # QSpinBox holds a signed 32-bit int
 
 
-class SamplingBox(QGroupBox):
+class SamplingBox(QWidget):
+    """The box's widgets; the window shows it as its own dock under the model panel, so it stays
+    in view however long the model card grows."""
+
     changed = Signal(object)  # SamplingSettings, after every edit
 
     def __init__(self, settings: QSettings | None = None, parent: QWidget | None = None) -> None:
-        super().__init__(self.tr("Sampling"), parent)
+        super().__init__(parent)
         self._settings = settings
         self._updating = False
 
@@ -126,6 +130,8 @@ class SamplingBox(QGroupBox):
         layout.addWidget(self.stop_loops)
         layout.addWidget(self.more)
         layout.addWidget(self.details)
+        # no taller than its rows: the model panel above takes the rest of the side
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self.set_settings(self._remembered())
 
     # ----- reading and writing -----

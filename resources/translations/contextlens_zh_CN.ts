@@ -725,6 +725,10 @@
         <translation>模型</translation>
     </message>
     <message>
+        <source>Sampling</source>
+        <translation>采样</translation>
+    </message>
+    <message>
         <source>&amp;Buffers</source>
         <translation>缓冲区(&amp;B)</translation>
     </message>
@@ -1369,10 +1373,6 @@ Qt (PySide6) {3}</translation>
 </context>
 <context>
     <name>SamplingBox</name>
-    <message>
-        <source>Sampling</source>
-        <translation>采样</translation>
-    </message>
     <message>
         <source>Deterministic (greedy)</source>
         <translation>确定性（贪心）</translation>
