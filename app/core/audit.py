@@ -7,7 +7,9 @@ cells used, ``llama_memory_seq_pos_min/max``) and checks:
 
 * the prompt in the KV cache is exactly the prompt sent, every segment at the positions the ring
   gives it, and the chat template's tokens counted apart from the document's;
-* each document chunk's tokens detokenize to exactly its text, and number what the plan counted;
+* each document chunk's token ids are exactly its own text tokenized by the model (compared by id:
+  a check by text alone misses a chunk that spells the right text in other tokens, a special
+  token among them), their pieces spell exactly its text, and they number what the plan counted;
 * the chunks of each call are the kept chunks of the plan (or one of its windows), and together
   the calls evaluated everything the plan kept;
 * the ring agrees with llama.cpp, and the reply's tokens are the ones resident after the prompt;
@@ -38,6 +40,10 @@ class AuditedEngine(Protocol):
 
     def kv_usage(self) -> KVUsage: ...
 
+    def tokenize(
+        self, text: str, *, add_special: bool = ..., parse_special: bool = ...
+    ) -> list[int]: ...
+
     def detokenize(self, tokens: Sequence[int], *, special: bool = ...) -> str: ...
 
 
@@ -49,7 +55,7 @@ class AuditFailed(AssertionError):
 class Finding:
     job: str  # "summarize/head"
     step: str  # the model call ("part 2"), or "job"
-    check: str  # which promise broke: prompt, positions, detokenize, count, plan, ring, ...
+    check: str  # which promise broke: prompt, positions, tokens, detokenize, count, plan, ...
     message: str
 
     def __str__(self) -> str:
@@ -290,7 +296,10 @@ class Audit:
             job.evaluated.add(seg.source)
             a, b = seg.source
             shown = job.text[a:b]
-            seen = self.engine.detokenize(want)
+            own = list(self.engine.tokenize(shown, add_special=False, parse_special=False))
+            if own != want:
+                self.fail(step, "tokens", _other_ids(a, b, want, own))
+            seen = self.engine.detokenize(want)  # every piece whole (see Engine.detokenize)
             if seen != shown:
                 self.fail(step, "detokenize", f"chunk {a}..{b} reached the model as "
                           f"{_clip(seen)!r}; the document has {_clip(shown)!r}")  # fmt: skip
@@ -350,6 +359,15 @@ def _resident(seg: Segment, tokens: Sequence[int]) -> list[int]:
 def _holds(kv: Sequence[int], seg: Segment, tokens: Sequence[int]) -> bool:
     """Whether the cache holds ``seg``'s tokens at ``seg``'s positions."""
     return list(kv[seg.pos : seg.end]) == _resident(seg, tokens)
+
+
+def _other_ids(a: int, b: int, seen: Sequence[int], own: Sequence[int]) -> str:
+    """Where the ids a chunk reached the model as part from its own text's, in words."""
+    at = next((i for i, (x, y) in enumerate(zip(seen, own, strict=False)) if x != y),
+              min(len(seen), len(own)))  # fmt: skip
+    return (f"chunk {a}..{b} reached the model as {len(seen)} token(s), its text tokenizes to "
+            f"{len(own)}; they part at token {at}: {list(seen[at : at + 4])} where its text has "
+            f"{list(own[at : at + 4])}")  # fmt: skip
 
 
 def _misplaced(seg: Segment) -> str:

@@ -5,6 +5,10 @@ the model's own chat template is rendered around a placeholder document, and the
 after the placeholder is counted with the model's tokenizer, special tokens parsed. The
 document's spans are evaluated as segments of their own between those two parts, so the three
 counts add up exactly to what the context will hold.
+
+A base model (its model card says so, or it has no chat template) never learned an instruction
+frame: its prompts are framed for completion instead, the document first and a cue after it
+("Summary:", "Answer:"), which the model continues. Plans and jobs take the frame from here alike.
 """
 
 from __future__ import annotations
@@ -16,12 +20,40 @@ from pathlib import Path
 from typing import Any
 
 from app.core.engine.chat_template import render_chat_template
-from app.core.engine.gguf import read_gguf
+from app.core.engine.gguf import ModelInfo, model_info, read_gguf
 from app.core.engine.protocol import ContextOverflowError
 from app.core.tokens import TokenCounter
 
 _PLACEHOLDER = "\x00CONTEXTLENS-DOCUMENT\x00"
-DEFAULT_TASK = "Summarize the document."
+
+# The instructions each call of a job frames the document with (app.core.jobs); here, so that the
+# completion frame of each is next to it.
+SUMMARIZE = "Summarize the document."
+SUMMARIZE_PART = "Summarize this part of a longer document."
+COMBINE = "These are summaries of consecutive parts of one document. Combine them into one summary."
+ASK = "Answer the question about the document."
+ASK_PART = "Answer the question from this part of a longer document, or say it is not in this part."
+COMBINE_ANSWERS = (
+    "These are answers from different parts of one document. Give the one best answer."
+)
+ROLLING = (
+    "Update the running summary with the next part of the document. "
+    "Reply with the whole updated summary."
+)
+DEFAULT_TASK = SUMMARIZE
+# For a base model: (the line before the document, the cue after it) per instruction. The line
+# before is never empty, so the prompt has a first segment also for a model that adds no BOS.
+# A question ("\n\nQuestion: ...") comes after the document and before the cue.
+COMPLETION_CUES: dict[str, tuple[str, str]] = {
+    SUMMARIZE: ("Document:\n\n", "\n\nSummary:"),
+    SUMMARIZE_PART: ("Part of a longer document:\n\n", "\n\nSummary of this part:"),
+    COMBINE: ("Summaries of consecutive parts of one document:\n\n",
+              "\n\nSummary of the whole document:"),
+    ASK: ("Document:\n\n", "\nAnswer:"),
+    ASK_PART: ("Part of a longer document:\n\n", "\nAnswer:"),
+    COMBINE_ANSWERS: ("Answers from different parts of one document:\n\n", "\nBest answer:"),
+    ROLLING: ("A document, summarized part by part.\n\n", "\n\nUpdated summary:"),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,6 +99,24 @@ class PromptFrame:
         return bos + counter.count_special(self.before) + counter.count_special(self.after)
 
 
+def frames_for_completion(info: ModelInfo | None) -> bool:
+    """Whether prompts for this model are framed for completion (:func:`completion_frame`): its
+    model card says it is a base model (no chat template, or named so). None (a server whose
+    model is not here): no, the server's template or the plain frame."""
+    return info is not None and info.is_base_model
+
+
+def completion_frame(task: str = DEFAULT_TASK, *, add_bos: bool = False) -> PromptFrame:
+    """The frame of a base model for ``task``: a line naming what follows, the document, and a
+    cue the model continues ("Summary:"); an instruction of the person's own (extract) becomes
+    the cue's task line."""
+    if task in COMPLETION_CUES:
+        before, after = COMPLETION_CUES[task]
+    else:
+        before, after = "Document:\n\n", f"\n\nTask: {task.strip()}\nAnswer:"
+    return PromptFrame(before, after, add_bos)
+
+
 def document_messages(task: str, system: str | None = None) -> list[dict[str, str]]:
     """Chat messages with the task and a placeholder where the document goes."""
     messages = [{"role": "system", "content": system}] if system else []
@@ -90,13 +140,16 @@ def prompt_frame(
     bos_token: str = "",
     eos_token: str = "",
     add_bos: bool = False,
+    completion: bool = False,
 ) -> PromptFrame:
     """Render ``template`` with the document replaced by a placeholder and split around it.
 
-    Without a template (base models, or a server that does not say its template) the prompt is
-    the task, a blank line, the document and a blank line: the one plain frame, for plans and
-    jobs alike.
+    ``completion`` (a base model): :func:`completion_frame`, whatever the template. Without a
+    template (a server that does not say its template) the prompt is the task, a blank line,
+    the document and a blank line: the one plain frame, for plans and jobs alike.
     """
+    if completion:
+        return completion_frame(task, add_bos=add_bos)
     if not template:
         return PromptFrame(f"{task}\n\n", "\n\n", add_bos)
     rendered = render_chat_template(
@@ -112,7 +165,8 @@ def prompt_frame(
 def model_frame(
     model_path: str | os.PathLike[str], *, task: str = DEFAULT_TASK, system: str | None = None
 ) -> PromptFrame:
-    """The prompt frame of a GGUF model, from its own chat template and special tokens.
+    """The prompt frame of a GGUF model, from its own chat template and special tokens (or the
+    completion frame of a base model).
 
     Cached on the file's identity: reading the GGUF with its whole vocabulary costs about half a
     second, and the window asks for the frame on every plan. A file replaced on disk (another
@@ -150,6 +204,7 @@ def _read_frame(path: str, task: str, system: str | None) -> PromptFrame:
         bos_token=token_text("tokenizer.ggml.bos_token_id"),
         eos_token=token_text("tokenizer.ggml.eos_token_id"),
         add_bos=bool(gf.get("tokenizer.ggml.add_bos_token", False)),
+        completion=frames_for_completion(model_info(gf)),
     )
 
 

@@ -17,7 +17,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from app.core.audit import Audit, CallRecord, LaidSegment
-from app.core.budget import document_messages, prompt_frame, split_at_document
+from app.core.budget import (
+    ASK,
+    ASK_PART,
+    COMBINE,
+    COMBINE_ANSWERS,
+    ROLLING,
+    SUMMARIZE,
+    SUMMARIZE_PART,
+    completion_frame,
+    document_messages,
+    frames_for_completion,
+    prompt_frame,
+    split_at_document,
+)
 from app.core.chunking import Boundary, Chunk, sliding_windows
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.lanes import MAX_LANES
@@ -39,22 +52,11 @@ from app.core.ring import Ring, Segment, SegmentKind
 from app.core.strategies import MULTI_PASS, STRATEGIES, Plan, Planner
 from app.core.tokens import TokenCounter
 
-SUMMARIZE = "Summarize the document."
-SUMMARIZE_PART = "Summarize this part of a longer document."
-COMBINE = "These are summaries of consecutive parts of one document. Combine them into one summary."
-ASK = "Answer the question about the document."
-ASK_PART = "Answer the question from this part of a longer document, or say it is not in this part."
-COMBINE_ANSWERS = (
-    "These are answers from different parts of one document. Give the one best answer."
-)
+# The instructions (SUMMARIZE, ASK, ...) and their frames live in app.core.budget.
 # The map phase's replies generated together (see app/core/engine/lanes.py). On 2 CPU cores and
 # 600-token windows four lanes generate 1.4x the tokens/s of one and eight no more, while each
 # lane holds a context's worth of cache (tests/benchmarks/bench_batched_map.py).
 DEFAULT_LANES = 4
-ROLLING = (
-    "Update the running summary with the next part of the document. "
-    "Reply with the whole updated summary."
-)
 
 
 class Engine(Protocol):
@@ -252,15 +254,20 @@ class _Window:
 
 
 class _Frame:
-    """The chat template around the segments, for one instruction, as token lists."""
+    """The chat template around the segments, for one instruction, as token lists; for a base
+    model the completion frame (the document, then a cue), as its plans are framed."""
 
     def __init__(self, engine: Engine, instruction: str) -> None:
-        try:
-            rendered = engine.apply_chat_template(document_messages(instruction))
-            before, after = split_at_document(rendered)
-        except (ChatTemplateError, ValueError):  # no usable template: a plain prompt
-            plain = prompt_frame(None, task=instruction)
-            before, after = plain.before, plain.after
+        if frames_for_completion(getattr(engine, "model_info", None)):
+            frame = completion_frame(instruction)
+            before, after = frame.before, frame.after
+        else:
+            try:
+                rendered = engine.apply_chat_template(document_messages(instruction))
+                before, after = split_at_document(rendered)
+            except (ChatTemplateError, ValueError):  # no usable template: a plain prompt
+                plain = prompt_frame(None, task=instruction)
+                before, after = plain.before, plain.after
         self.before = engine.tokenize(before, add_special=True, parse_special=True)
         self.after = engine.tokenize(after, add_special=False, parse_special=True)
 

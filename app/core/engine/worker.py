@@ -70,6 +70,24 @@ _LOG_LINES = 40
 DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
 
 
+def _piece(lc: Any, vocab: Any, tok: int, buf: Any, special: bool) -> bytes:
+    """The bytes of token ``tok``, whole: llama.cpp answers a buffer too small for the piece
+    with minus its length, and is asked again with one that fits."""
+    n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, special)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, special)
+    return buf.raw[:n]
+
+
+# The KV state is saved for sequence -1 (every sequence: this context has one) and restored into
+# sequence 0. Saved for sequence 0, llama.cpp leaves out the cells of the sliding-window layers
+# outside the window of the sequence's last position (Gemma 3: all but the last 512), so the
+# restored cache could not serve a shorter prefix: a rollback's resumed reply differed from the
+# job's, and the cache's first position read 888 instead of 0.
+_STATE_SEQ = -1
+
+
 class _Cancelled(Exception):
     pass
 
@@ -441,8 +459,18 @@ class Engine:
         return [int(get(vocab, i)) for i in range(self._lc.llama_vocab_n_tokens(vocab))]
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        """The text of ``tokens``, every piece whole. llama-cpp-python's ``detokenize`` gives
+        each piece a 32-byte buffer and silently drops longer ones (379 tokens of Gemma 3, a run
+        of sixteen '─' among them; 47 of SmolLM2), so text rebuilt with it can lack what the
+        model saw. A leading space after BOS is dropped, as llama-cpp-python does."""
         self._check_ids(tokens)
-        return self.llm.detokenize(list(tokens), special=special).decode("utf-8", "replace")
+        lc = self._lc
+        vocab = self._vocab()
+        buf = ctypes.create_string_buffer(256)
+        out = b"".join(_piece(lc, vocab, tok, buf, special) for tok in tokens)
+        if tokens and tokens[0] == lc.llama_vocab_bos(vocab) and out[:1] == b" ":
+            out = out[1:]
+        return out.decode("utf-8", "replace")
 
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
@@ -524,7 +552,7 @@ class Engine:
             cells_used=used,
             pos_min=pos_min,
             pos_max=pos_max,
-            state_bytes=lc.llama_state_seq_get_size(llm.ctx, 0),
+            state_bytes=lc.llama_state_seq_get_size(llm.ctx, _STATE_SEQ),
             can_shift=bool(lc.llama_memory_can_shift(mem)),
         )
 
@@ -532,7 +560,7 @@ class Engine:
         """The sequence's KV state; with ``path`` the bytes go to that file, not the reply."""
         llm = self._require()
         lc = self._lc
-        size = lc.llama_state_seq_get_size(llm.ctx, 0)
+        size = lc.llama_state_seq_get_size(llm.ctx, _STATE_SEQ)
         assert self.settings is not None
         data = b""
         if path is not None:  # llama.cpp writes straight into the mapped file
@@ -540,12 +568,12 @@ class Engine:
                 out.truncate(size)
                 with mmap.mmap(out.fileno(), size) as view:
                     buf = (ctypes.c_uint8 * size).from_buffer(view)
-                    n = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
+                    n = lc.llama_state_seq_get_data(llm.ctx, buf, size, _STATE_SEQ)
                     del buf  # the mapping closes only once nothing exports it
                 out.truncate(n)
         else:
             buf = (ctypes.c_uint8 * size)()
-            n = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
+            n = lc.llama_state_seq_get_data(llm.ctx, buf, size, _STATE_SEQ)
             data = bytes(memoryview(buf)[:n])
         if self._fault is not None and self._fault.due("save"):
             self._fault.fire()
@@ -627,7 +655,7 @@ class Engine:
         if lc.llama_vocab_is_eog(vocab, tok):
             return None
         n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
-        return buf.raw[:n] if n >= 0 else self._require()._model.token_to_piece(tok)
+        return buf.raw[:n] if n >= 0 else _piece(lc, vocab, tok, buf, False)
 
     def _check_ids(self, tokens: Sequence[int]) -> None:
         n_vocab = self._require().n_vocab()
