@@ -9,9 +9,9 @@ with at least ``min_repeats`` copies of the unit and ``r`` long enough to be no 
 False positives cost more than a few wasted tokens, so the thresholds are deliberately wide:
 
 - lists, tables and code repeat their *shape* with different content, which breaks the period;
-- a unit with fewer than two distinct letters or digits ("0, ", "| --- ", "─", "哈", spaces) is
-  text a reply may legitimately repeat for a while (a row of zeros, a table rule, laughter), so
-  it must run much longer (``plain_min_chars``) than a unit with words in it (``min_chars``);
+- a unit with fewer than two distinct letters ("0, ", "10, ", "| --- ", "─", "哈", spaces) is
+  text a reply may legitimately repeat for a while (a row of numbers, a table rule, laughter),
+  so it must run much longer (``plain_min_chars``) than a unit with words in it (``min_chars``);
 - a word repeated a few times ("very, very, very") stays under ``min_chars``;
 - code repeats a line two or three times (``None,`` arguments), so a unit shorter than
   ``min_chars`` that spans lines needs ``line_min_repeats`` copies (a repeated paragraph, three).
@@ -52,12 +52,13 @@ class Limits:
     plain_min_chars: int = 400  # the run, for a unit of punctuation, spaces or one character
     numbered_min_repeats: int = 8  # the same, numbers aside ("7. foo", "8. foo", …)
     numbered_min_chars: int = 160
-    rich_alnum: int = 2  # distinct letters/digits that make a unit "have words in it"
+    rich_letters: int = 2  # distinct letters that make a unit "have words in it"
 
 
-def _distinct_alnum(unit: str) -> int:
-    """Distinct letters or digits in ``unit`` (any script: CJK characters are letters)."""
-    return len({c for c in unit if c.isalnum()})
+def _distinct_letters(unit: str) -> int:
+    """Distinct letters in ``unit`` (any script: CJK characters are letters). Digits do not
+    count: "10, 10, 10" is a row of numbers as a table or a count may hold."""
+    return len({c for c in unit if c.isalpha()})
 
 
 class _Periods:
@@ -120,13 +121,13 @@ class RepetitionDetector:
             unit = self._exact.tail[-p:]
             if "\n" in unit and p < lim.min_chars and r < lim.line_min_repeats * p:
                 continue
-            if _distinct_alnum(unit) >= lim.rich_alnum or r >= lim.plain_min_chars:
+            if _distinct_letters(unit) >= lim.rich_letters or r >= lim.plain_min_chars:
                 self.tripped = (p, r, "exact")
                 return True
         for p, r in self._numbered.loops(lim.numbered_min_repeats, lim.numbered_min_chars):
             # letters as written (the view folded "A.I.A." away): about two units of the text
             letters = {c for c in self._exact.tail[-2 * p :] if c.isalpha()}
-            if len(letters) >= lim.rich_alnum and self._one_counter(p):
+            if len(letters) >= lim.rich_letters and self._one_counter(p):
                 self.tripped = (p, r, "numbered")
                 return True
         return False

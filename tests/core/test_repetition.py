@@ -67,6 +67,7 @@ NOT_LOOPS = {
         f"| file{i}.txt | {i * 37 % 1000} KB |\n" for i in range(30)),
     "a table rule": "+" + "-" * 120 + "+\n|" + " " * 120 + "|\n+" + "=" * 120 + "+",
     "a row of zeros": "[" + ", ".join(["0"] * 100) + "]",
+    "a count": ", ".join(["10"] * 40) + ", " + ", ".join(str(i % 2) for i in range(60)),
     "a matrix of zeros": "\n".join(" ".join(["0"] * 12) for _ in range(12)),
     "code with repeated lines of different content": "".join(
         f"    self.w{i} = nn.Linear({i * 16}, {i * 32})\n" for i in range(1, 20)),
@@ -99,7 +100,7 @@ def test_a_long_real_document_has_no_loop() -> None:
 def test_limits_are_the_callers_choice() -> None:
     text = "ab ab ab ab "
     assert not ends_in_loop(text)
-    assert ends_in_loop(text, Limits(min_chars=8, rich_alnum=2))
+    assert ends_in_loop(text, Limits(min_chars=8, rich_letters=2))
     with pytest.raises(ValueError):
         RepetitionDetector(Limits(min_repeats=1))
 
