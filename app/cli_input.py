@@ -122,6 +122,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from app.core.budget import document_budget, preflight
     from app.core.engine.protocol import ContextOverflowError
     from app.core.strategies import STRATEGIES, Planner, PlanOptions, needle_spans
+    from app.core.tokens import counter_method
 
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
     try:
@@ -154,6 +155,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, "none of the --needle texts occurs in the document", args.json)
     for p in plans:
         data = {**p.as_dict(), "counter": counter.name, "exact": counter.exact,
+                "counter_method": counter_method(counter),
                 **{k: v for k, v in budget.as_dict().items() if k != "available"}}  # fmt: skip
         if needles:
             data["needle_retention"] = round(p.needle_retention(needles), 4)
@@ -174,11 +176,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_plan(p: Any, budget: Any, counter: Any) -> None:
+    from app.core.tokens import LlamaCounter, counter_method
+
     kind = "exact" if counter.exact else "estimate"
     print(
         f"{p.strategy}: budget {p.budget:,} tokens = context {budget.n_ctx:,} - template "
         f"{budget.template_tokens:,} - reply reserve {budget.reserve:,} ({counter.name}, {kind})"
     )
+    if isinstance(counter, LlamaCounter):  # exact but slow: say why, so a long wait is explained
+        print(f"  counted by {counter_method(counter)}")
     print(
         f"  kept {p.kept_tokens:,} of {p.total_tokens:,} tokens; peak {p.peak_tokens:,} in "
         f"context; boundary integrity {p.boundary_integrity:.1%}; planned in {p.seconds:.2f} s"

@@ -19,12 +19,15 @@ llama.cpp's merging never builds from their own characters are therefore left ou
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 
 import numpy as np
 import tiktoken
 from tokenizers import Tokenizer
 
+from app.core.paths import cache_dir
 from app.core.vocab_tokenizer import Vocab, VocabUnsupported, build_spm, encode_in_chunks
 
 _SPACE = "\u2581"
@@ -59,11 +62,8 @@ class SpmTiktoken:
             for k in range(2, len(raw)):
                 add(raw[:k], _EXPAND)
             add(raw, to_id.get(c, _EXPAND))
-        multi = [(t, i) for t, i in to_id.items() if len(t) >= 2]
-        tok = reference or build_spm(vocab)
-        # Entries llama.cpp's merging does not build from their own characters are left out.
-        built = tok.encode_batch([t for t, _ in multi], add_special_tokens=False)
-        reachable = [(t, i) for (t, i), enc in zip(multi, built, strict=True) if enc.ids == [i]]
+        built = built_by_merging(vocab, reference)
+        reachable = [(t, i) for t, i in to_id.items() if len(t) >= 2 and built[i]]
         reachable.sort(key=lambda ti: (-vocab.scores[ti[1]], ti[1]))
         for text, tid in reachable:
             add(text.encode("utf-8", "surrogatepass"), tid)
@@ -90,6 +90,31 @@ class SpmTiktoken:
             else:
                 result.extend(self._byte_ids[b] for b in self._bytes_of[rank])
         return result
+
+
+def built_by_merging(vocab: Vocab, reference: Tokenizer | None = None) -> np.ndarray:
+    """For each token id, whether llama.cpp's merging builds that entry from its own characters
+    (the reference is the same merging in ``tokenizers``). Kept per vocabulary in the cache
+    folder: finding out takes seconds for a large vocabulary (Gemma: 262,144 entries)."""
+    path = cache_dir() / "spm-merged" / f"{vocab.fingerprint()[:32]}.bits"
+    n = len(vocab.tokens)
+    with contextlib.suppress(OSError, ValueError):
+        bits = np.unpackbits(np.frombuffer(path.read_bytes(), dtype=np.uint8))[:n]
+        if bits.size == n:
+            return bits.astype(bool)
+    to_id = vocab.to_id()
+    multi = [(t, i) for t, i in to_id.items() if len(t) >= 2]
+    tok = reference or build_spm(vocab)
+    encoded = tok.encode_batch([t for t, _ in multi], add_special_tokens=False)
+    built = np.zeros(n, dtype=bool)
+    for (_, tid), enc in zip(multi, encoded, strict=True):
+        built[tid] = enc.ids == [tid]
+    with contextlib.suppress(OSError):  # a cache: without it the next load finds out again
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(np.packbits(built).tobytes())
+        os.replace(tmp, path)
+    return built
 
 
 def _piece_pattern(vocab: Vocab) -> str:

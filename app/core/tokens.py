@@ -31,16 +31,20 @@ from typing import Protocol
 import numpy as np
 import tiktoken
 
-from app.core.engine.gguf import GGUFError, GGUFFile, read_gguf
+from app.core.engine.gguf import GGUFError, GGUFFile
 from app.core.spm_tiktoken import SpmTiktoken
 from app.core.textutil import scrub
 from app.core.vocab_tokenizer import (
+    ATTR_CONTROL,
+    ATTR_UNKNOWN,
+    ATTR_USER_DEFINED,
     PieceEncoder,
     Vocab,
     VocabCounter,
     VocabUnsupported,
     encode_in_chunks,
     read_vocab,
+    tokenizer_header,
 )
 
 # (text, parse_special) -> token ids, no BOS: how llama.cpp is asked for the reference tokens.
@@ -48,6 +52,7 @@ Tokenize = Callable[[str, bool], list[int]]
 
 _TOKENIZER_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
+_CONTROL_ATTRS = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN
 _DROPPED = -1  # token id of a byte the vocabulary lacks
 
 # Pre-tokenizers of llama.cpp (src/llama-vocab.cpp) written as one pattern each. llama.cpp applies
@@ -332,18 +337,34 @@ def cl100k() -> TiktokenCounter:
 class LlamaCounter:
     """Exact by definition: every count is llama.cpp's own tokenization (through the engine).
 
-    ``note`` says why no fast counter is used, for the plan and the CLI to show.
+    ``note`` says why no fast counter is used, for the plan and the CLI to show. With
+    ``tokenize_many`` and ``cut`` (where the family allows a cut that changes no token: see
+    :func:`llama_cut_points`), a long text is tokenized in pieces on all the engine's cores.
     """
 
-    def __init__(self, tokenize: Tokenize, *, name: str, note: str = "") -> None:
+    def __init__(
+        self,
+        tokenize: Tokenize,
+        *,
+        name: str,
+        note: str = "",
+        tokenize_many: Callable[[list[str]], list[list[int]]] | None = None,
+        cut: re.Pattern[str] | None = None,
+    ) -> None:
         self._tokenize = tokenize
+        self._tokenize_many = tokenize_many
+        self._cut = cut
         self.name = name
         self.exact = True
         self.splits_at_spaces = False
         self.note = note or "counted by llama.cpp's own tokenizer"
 
     def encode(self, text: str) -> list[int]:
-        return self._tokenize(scrub(text), False)
+        text = scrub(text)
+        if self._tokenize_many is None or self._cut is None or len(text) < _PARALLEL_CHARS:
+            return self._tokenize(text, False)
+        pieces = _cut_text(text, self._cut, max(_PARALLEL_CHARS // 4, len(text) // 16))
+        return [tid for ids in self._tokenize_many(pieces) for tid in ids]
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
@@ -356,6 +377,41 @@ class LlamaCounter:
 
     def count_special(self, text: str) -> int:
         return len(self.encode_special(text))
+
+
+# After a lone newline between two non-space characters (see vocab_tokenizer._LONE_NEWLINE).
+_AFTER_LONE_NEWLINE = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
+
+
+def llama_cut_points(model_path: str | os.PathLike[str]) -> re.Pattern[str] | None:
+    """Where llama.cpp's tokenizer for this model may cut a text without changing a token, or
+    None. BPE: every pre-tokenizer llama.cpp has ends its pieces at a lone newline between
+    non-spaces; WordPiece splits words at whitespace. Not when a special token holds a newline
+    (it could span the cut), and never for SentencePiece or Unigram, whose merging or
+    segmentation runs over the whole text."""
+    try:
+        vocab = read_vocab(model_path)
+    except (VocabUnsupported, GGUFError):
+        return None
+    if vocab.model not in ("gpt2", "bert"):
+        return None
+    special = _CONTROL_ATTRS
+    if any("\n" in t for t, a in zip(vocab.tokens, vocab.attrs, strict=True) if a & special):
+        return None
+    return _AFTER_LONE_NEWLINE
+
+
+def _cut_text(text: str, at: re.Pattern[str], size: int) -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        m = at.search(text, start + size)
+        if m is None:
+            break
+        pieces.append(text[start : m.start()])
+        start = m.start()
+    pieces.append(text[start:])
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -481,7 +537,7 @@ def gguf_encoding(path: str | os.PathLike[str]) -> TiktokenCounter:
 
     Raises :class:`TokenizerUnsupported` when the model's tokenizer cannot be expressed.
     """
-    gf = read_gguf(path, keep_arrays=_TOKENIZER_KEYS)
+    gf = tokenizer_header(path)
     model = gf.get("tokenizer.ggml.model")
     if model != "gpt2":
         raise TokenizerUnsupported(f"the tokenizer is {model!r}, not byte-level BPE")
@@ -665,6 +721,7 @@ def exact_counter(
     tokenize: Tokenize | None = None,
     *,
     attrs: Sequence[int] | None = None,
+    tokenize_many: Callable[[list[str]], list[list[int]]] | None = None,
 ) -> TokenCounter:
     """The exact counter for a model: the fastest form that is verified, else llama.cpp.
 
@@ -686,9 +743,11 @@ def exact_counter(
     except TokenizerUnsupported as exc:
         if tokenize is None:
             raise
-        return LlamaCounter(tokenize, name=name, note=f"no fast exact counter: {exc}")
+        return LlamaCounter(tokenize, name=name, note=f"no fast exact counter: {exc}",
+                            tokenize_many=tokenize_many, cut=llama_cut_points(model_path))
     assert tokenize is not None
-    return LlamaCounter(tokenize, name=name, note="; ".join(mismatches))
+    return LlamaCounter(tokenize, name=name, note="; ".join(mismatches),
+                        tokenize_many=tokenize_many, cut=llama_cut_points(model_path))
 
 
 def counter_method(counter: TokenCounter) -> str:
@@ -706,7 +765,8 @@ def host_counter(model_path: str | os.PathLike[str], host: object) -> TokenCount
     """The exact counter for the model (or vocabulary) an engine host has loaded, built with the
     token attributes llama.cpp reports and checked against its tokenizer."""
     attrs = host.token_attrs()  # type: ignore[attr-defined]
-    return exact_counter(model_path, host_tokenize(host), attrs=attrs)
+    many = host.tokenize_many  # type: ignore[attr-defined]
+    return exact_counter(model_path, host_tokenize(host), attrs=attrs, tokenize_many=many)
 
 
 # llama.cpp's token attributes, kept per vocabulary so that another process (the planning child)

@@ -232,7 +232,13 @@ class Vocab:
 
     def fingerprint(self) -> str:
         """A hash of everything the tokens depend on (the same vocabulary in another file gives
-        the same hash)."""
+        the same hash). Computed once: it hashes every entry."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            cached = self.__dict__["_fingerprint"] = self._hash()
+        return cached
+
+    def _hash(self) -> str:
         h = hashlib.sha256(b"vocab-tokenizer-1\0")
         head = [self.model, self.pre, self.add_space_prefix, self.model_name]
         h.update(json.dumps(head).encode())
@@ -245,7 +251,23 @@ class Vocab:
 
 def read_vocab(path: str | os.PathLike[str]) -> Vocab:
     """The tokenizer part of a GGUF (header only: a vocabulary-only file is enough)."""
-    return vocab_of(read_gguf(path, keep_arrays=_KEYS))
+    return vocab_of(tokenizer_header(path))
+
+
+def tokenizer_header(path: str | os.PathLike[str]) -> GGUFFile:
+    """A GGUF's header with its tokenizer arrays, read once per file version: a large vocabulary
+    takes seconds to parse, and loading a model asks for it several times."""
+    p = Path(path).resolve()
+    try:
+        st = p.stat()
+    except OSError:
+        return read_gguf(path, keep_arrays=_KEYS)  # says why in one sentence
+    return _header(str(p), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=2)
+def _header(path: str, _mtime_ns: int, _size: int) -> GGUFFile:
+    return read_gguf(path, keep_arrays=_KEYS)
 
 
 def vocab_of(gf: GGUFFile) -> Vocab:

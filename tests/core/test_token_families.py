@@ -107,3 +107,19 @@ def test_the_planning_child_rebuilds_the_verified_counter(host: EngineHost) -> N
     text = "</s> <eos> <turn|> plain text\n"
     ref = host.tokenize(text, add_special=False, parse_special=True)
     assert rebuilt.encode_special(text) == ref
+
+
+@pytest.mark.parametrize("name", ["ggml-vocab-gpt-neox.gguf", "ggml-vocab-bert-bge.gguf"])
+def test_without_a_fast_form_llama_counts_long_text_in_exact_parallel_pieces(
+    host: EngineHost, name: str
+) -> None:
+    # BPE (llama.cpp's "default" pre-tokenizer) and WordPiece: cut after lone newlines, the
+    # pieces tokenized on the child's threads must give the ids of the whole text.
+    model = VOCABS / name
+    host.load_vocab(model)
+    counter = T.host_counter(model, host)
+    assert isinstance(counter, T.LlamaCounter) and counter._cut is not None
+    parts = corpus(seed=6)
+    text = parts["code"][:150_000] + parts["english"][:120_000] + parts["chinese"][:20_000]
+    assert len(text) > T._PARALLEL_CHARS
+    assert counter.encode(text) == host.tokenize(text, add_special=False)

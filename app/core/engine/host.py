@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from app.core.engine.chat_template import ChatTemplateError
-from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model, read_gguf
+from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.protocol import (
     CancelledError,
@@ -54,6 +54,7 @@ from app.core.engine.protocol import (
     TextDelta,
 )
 from app.core.telemetry import memory_preflight
+from app.core.vocab_tokenizer import tokenizer_header
 
 START_TIMEOUT_S = 60.0
 POLL_S = 0.05
@@ -347,7 +348,7 @@ class EngineHost:
         megabytes, also for a 70B model), and vocabulary-only GGUF files work. A loaded model is
         unloaded. Returns the vocabulary size."""
         try:
-            read_gguf(path)
+            tokenizer_header(path)  # one clear sentence for a bad file, before llama.cpp reads it
         except GGUFError as exc:
             raise ModelLoadError(f"cannot read {Path(path).name}: {exc}") from None
         with self._lock:
@@ -366,6 +367,14 @@ class EngineHost:
     def _need_vocab(self) -> None:
         if self.model is None and self.vocab_path is None:
             raise EngineNotLoadedError("no model is loaded; load one first")
+
+    def tokenize_many(
+        self, texts: Sequence[str], *, parse_special: bool = False
+    ) -> list[list[int]]:
+        """Each text tokenized on its own (no BOS), on the child's cores."""
+        self._need_vocab()
+        return self._call("tokenize_many", "tokenizing", texts=list(texts),
+                          parse_special=parse_special)  # fmt: skip
 
     def token_attrs(self) -> list[int]:
         """llama.cpp's attribute of every token of the loaded vocabulary."""

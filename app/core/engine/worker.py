@@ -24,6 +24,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
@@ -230,6 +231,7 @@ class Engine:
         self._lc = llama_cpp
         self._cancel = cancel_flag
         self.llm: Any = None
+        self.vocab_model: Any = None  # a vocabulary-only model (load_vocab), for counting
         self.settings: LoadSettings | None = None
         self.tokens: list[int] = []  # what occupies KV positions 0..len-1 of sequence 0
         self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
@@ -244,7 +246,6 @@ class Engine:
     def _stopped(self) -> bool:
         """Cancelled, or orphaned: a parent killed outright (``timeout``, a crash) cannot cancel,
         and its engine must not go on computing for nobody."""
-        self.vocab_model: Any = None  # a vocabulary-only model (load_vocab), for counting
         return self._cancel.is_set() or os.getppid() != self._parent
 
     # ----- llama.cpp plumbing -----
@@ -443,43 +444,12 @@ class Engine:
         if self.llm is not None:
             self.llm.close()
             self.llm = None
-        self.tokens = []
-        self.settings = None
-
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        return self._tokenizer().tokenize(utf8(text), add_special, parse_special)
-
-    def token_attrs(self) -> list[int]:
-        """llama.cpp's attribute of every token (control, user-defined, lstrip, ...): what its
-        tokenizer decides by, after the fixes it applies to what the file says."""
-        vocab = self._tokenizer().vocab
-        get = self._lc.llama_vocab_get_attr
-        return [int(get(vocab, i)) for i in range(self._lc.llama_vocab_n_tokens(vocab))]
-
-    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
-        """The text of ``tokens``, every piece whole. llama-cpp-python's ``detokenize`` gives
-        each piece a 32-byte buffer and silently drops longer ones (379 tokens of Gemma 3, a run
-        of sixteen '─' among them; 47 of SmolLM2), so text rebuilt with it can lack what the
-        model saw. A leading space after BOS is dropped, as llama-cpp-python does."""
-        self._check_ids(tokens)
-        lc = self._lc
-        vocab = self._vocab()
-        buf = ctypes.create_string_buffer(256)
-        out = b"".join(_piece(lc, vocab, tok, buf, special) for tok in tokens)
-        if tokens and tokens[0] == lc.llama_vocab_bos(vocab) and out[:1] == b" ":
-            out = out[1:]
-        return out.decode("utf-8", "replace")
-
-    def apply_chat_template(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
         if self.vocab_model is not None:
             self.vocab_model.close()
             self.vocab_model = None
-    ) -> str:
-        llm = self._require()
-        template = llm.metadata.get("tokenizer.chat_template")
+        self.tokens = []
+        self.settings = None
+
     def load_vocab(self, path: str) -> int:
         """Load only the vocabulary (llama.cpp's ``vocab_only``): counting needs no weights, and
         a vocabulary-only GGUF has none. Replaces a loaded model; returns the vocabulary size."""
@@ -505,6 +475,47 @@ class Engine:
             return self.vocab_model
         return self._require()._model
 
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
+        return self._tokenizer().tokenize(utf8(text), add_special, parse_special)
+
+    def tokenize_many(self, texts: list[str], parse_special: bool = False) -> list[list[int]]:
+        """Several texts at once, on as many threads as there are cores: llama.cpp's tokenizer
+        reads the vocabulary only, and ctypes lets go of the GIL during each call."""
+        model = self._tokenizer()
+        if len(texts) < 2:
+            return [model.tokenize(utf8(t), False, parse_special) for t in texts]
+        workers = min(len(texts), os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tokenize") as pool:
+            return list(pool.map(lambda t: model.tokenize(utf8(t), False, parse_special), texts))
+
+    def token_attrs(self) -> list[int]:
+        """llama.cpp's attribute of every token (control, user-defined, lstrip, ...): what its
+        tokenizer decides by, after the fixes it applies to what the file says."""
+        vocab = self._tokenizer().vocab
+        get = self._lc.llama_vocab_get_attr
+        return [int(get(vocab, i)) for i in range(self._lc.llama_vocab_n_tokens(vocab))]
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        """The text of ``tokens``, every piece whole. llama-cpp-python's ``detokenize`` gives
+        each piece a 32-byte buffer and silently drops longer ones (379 tokens of Gemma 3, a run
+        of sixteen '─' among them; 47 of SmolLM2), so text rebuilt with it can lack what the
+        model saw. A leading space after BOS is dropped, as llama-cpp-python does."""
+        self._check_ids(tokens)
+        lc = self._lc
+        vocab = self._vocab()
+        buf = ctypes.create_string_buffer(256)
+        out = b"".join(_piece(lc, vocab, tok, buf, special) for tok in tokens)
+        if tokens and tokens[0] == lc.llama_vocab_bos(vocab) and out[:1] == b" ":
+            out = out[1:]
+        return out.decode("utf-8", "replace")
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    ) -> str:
+        llm = self._require()
+        template = llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ChatTemplateError("this model has no chat template; send a plain prompt instead")
         vocab = self._vocab()
