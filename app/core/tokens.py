@@ -46,6 +46,7 @@ from app.core.vocab_tokenizer import (
     read_vocab,
     tokenizer_header,
 )
+from app.core.vocab_tokenizer import unicode_to_byte as _unicode_to_byte
 
 # (text, parse_special) -> token ids, no BOS: how llama.cpp is asked for the reference tokens.
 Tokenize = Callable[[str, bool], list[int]]
@@ -423,20 +424,6 @@ class BpeTables:
     rank_to_id: np.ndarray
     specials: dict[str, int]  # text -> tiktoken rank (placed after the mergeable ranks)
     user_defined: frozenset[str]
-
-
-@functools.cache
-def _unicode_to_byte() -> dict[str, int]:
-    """GPT-2's reversible byte <-> printable character map, as character -> byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    chars = list(printable)
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
 
 
 def _token_bytes(token: str, table: dict[str, int]) -> bytes:

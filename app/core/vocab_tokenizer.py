@@ -640,7 +640,7 @@ class VocabCounter:
             if m and self.kind == "spm":
                 return bytes([int(m.group(1), 16)])
             return token.replace(_SPACE, " ").encode("utf-8", "surrogatepass")
-        table = _unicode_to_byte()
+        table = unicode_to_byte()
         try:
             return bytes(table[c] for c in token)
         except KeyError:
@@ -713,7 +713,7 @@ def _cut(text: str, at: re.Pattern[str] | None) -> list[str]:
 
 
 @functools.cache
-def _unicode_to_byte() -> dict[str, int]:
+def unicode_to_byte() -> dict[str, int]:
     """GPT-2's reversible byte <-> printable character map, as character -> byte."""
     printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
     chars = list(printable)
@@ -724,10 +724,3 @@ def _unicode_to_byte() -> dict[str, int]:
             chars.append(256 + extra)
             extra += 1
     return {chr(c): b for b, c in zip(printable, chars, strict=True)}
-
-
-def vocab_counter(path: str | os.PathLike[str]) -> VocabCounter:
-    """The rebuilt tokenizer of a GGUF; VocabUnsupported when its family has none here."""
-    vocab = read_vocab(path)
-    vocab.kind  # noqa: B018 - raises VocabUnsupported for the families without a fast form
-    return VocabCounter(vocab, name=Path(path).name, model_path=Path(path).resolve())
