@@ -18,10 +18,11 @@ False positives cost more than a few wasted tokens, so the thresholds are delibe
 
 A second view of the text has every enumerator (a run of digits, a lone letter) replaced by one
 placeholder, so a numbered loop ("7. A.I.A.", "8. A.I.A.", …; "Appendix D. A Guide to…",
-"Appendix E. A Guide to…") has a period too; there a unit needs letters and the run must be
-longer (``numbered_min_chars``, ``numbered_min_repeats``), as tables of numbers, "Chapter 1,
-Chapter 2" lists and code such as Duff's device (seven "case N:" lines) are legitimately
-regular.
+"Appendix E. A Guide to…") has a period too. There exactly one enumerator may change from
+copy to copy (a counter: a table row or a line of code changes several figures), the unit
+needs letters, and the run must be longer (``numbered_min_chars``, ``numbered_min_repeats``),
+as "Chapter 1, Chapter 2" lists and code such as Duff's device (seven "case N:" lines) are
+legitimately regular.
 
 The check is incremental: for every period up to ``max_period`` it keeps how many of the last
 characters matched the character that period before them (one vectorised step per character),
