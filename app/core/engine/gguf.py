@@ -729,9 +729,10 @@ def _attention(gf: GGUFFile, n_layers: int | None) -> dict[str, Any]:
         layers = tuple(i for i, v in enumerate(pattern.items) if v)
     else:
         if pattern is not None:
-            period = _int_or_none(pattern) if _int_or_none(pattern) is not None else -1
-            if not 0 <= period <= MAX_LAYERS:
+            given = _int_or_none(pattern)
+            if given is None or not 0 <= given <= MAX_LAYERS:
                 raise GGUFError(f"{arch}.attention.sliding_window_pattern is {pattern!r}")
+            period = given
         layers = tuple(
             i for i in range(n)
             if period == 0 or (i % period != 0 if dense_first else i % period < period - 1)
