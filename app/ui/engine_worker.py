@@ -48,7 +48,7 @@ from app.core.jobs import (
     state_after,
 )
 from app.core.strategies import Planner
-from app.core.tokens import TokenCounter, host_counter
+from app.core.tokens import LlamaCounter, TokenCounter, host_counter
 
 BATCH_SECONDS = 0.05
 
@@ -187,6 +187,9 @@ class EngineWorker(QObject):
             self.failed.emit(str(exc))
             return
         self._model = (path, settings)
+        if isinstance(self._counter, LlamaCounter):  # exact but slow: a long wait is explained
+            why = self.tr("Token counts come from llama.cpp's own tokenizer (exact, slower): {0}")
+            loaded = replace(loaded, warnings=(*loaded.warnings, why.format(self._counter.note)))
         self.model_loaded.emit(self._host.model_info, loaded, caps)
 
     @Slot(str, object, object)

@@ -270,6 +270,10 @@
         <translation>正在加载模型…</translation>
     </message>
     <message>
+        <source>Token counts come from llama.cpp&apos;s own tokenizer (exact, slower): {0}</source>
+        <translation>词元计数来自 llama.cpp 自身的分词器（精确，较慢）：{0}</translation>
+    </message>
+    <message>
         <source>Calibrating…</source>
         <translation>正在校准…</translation>
     </message>
