@@ -38,8 +38,8 @@ def test_a_sampled_run_records_its_settings_and_a_rollback_resumes_with_them(
     tmp_path: Path, model_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = str(tmp_path / "h.db")
-    doc = _doc(tmp_path)
-    proc = run("run", str(doc), "--strategy", "head", "--n-ctx", "1024", "--max-tokens", "16",
+    doc = _doc(tmp_path, 800)
+    proc = run("run", str(doc), "--strategy", "head", "--n-ctx", "512", "--max-tokens", "12",
                *SAMPLED, "--keep-kv", "--db", db, "--json", timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     first = json.loads(proc.stdout.splitlines()[-1])

@@ -63,9 +63,9 @@ def test_a_greedy_loop_ends_with_finish_reason_repetition(engine: EngineHost,
     assert stats.completion_tokens < 60 and ends_in_loop(stopped)
     assert stopped.count("a warrior of the internet") >= 4
     # without the stop the same greedy reply goes on looping until its length runs out
-    running, full = _reply(engine, looping, SamplingSettings(stop_on_repetition=False), 80)
-    assert full.finish_reason == "length" and full.completion_tokens == 80
-    assert running.startswith(stopped) and running.count("a warrior of the internet") > 8
+    running, full = _reply(engine, looping, SamplingSettings(stop_on_repetition=False), 64)
+    assert full.finish_reason == "length" and full.completion_tokens == 64
+    assert running.startswith(stopped) and running.count("a warrior of the internet") >= 7
 
 
 def test_a_greedy_loop_in_lanes_ends_with_repetition(engine: EngineHost,
@@ -87,17 +87,17 @@ def test_the_same_seed_and_settings_give_the_same_sampled_reply(
     engine: EngineHost, looping: list[int]
 ) -> None:
     sampled = SamplingSettings(temperature=0.7, repeat_penalty=1.15, seed=1)
-    first, stats = _reply(engine, looping, sampled, 32)
-    again, _ = _reply(engine, looping, sampled, 32)
+    first, stats = _reply(engine, looping, sampled, 24)
+    again, _ = _reply(engine, looping, sampled, 24)
     assert first == again and stats.completion_tokens > 0
-    others = {_reply(engine, looping, replace(sampled, seed=s), 32)[0] for s in (2, 3)}
+    others = {_reply(engine, looping, replace(sampled, seed=s), 24)[0] for s in (2, 3)}
     assert others - {first}, "another seed should give another reply"
 
 
 def test_penalties_steer_greedy_decoding_out_of_its_loop(engine: EngineHost,
                                                          looping: list[int]) -> None:  # fmt: skip
-    greedy, _ = _reply(engine, looping, SamplingSettings(), 40)
-    penalized, stats = _reply(engine, looping, SamplingSettings(repeat_penalty=1.3), 40)
+    greedy, _ = _reply(engine, looping, SamplingSettings(), 32)
+    penalized, stats = _reply(engine, looping, SamplingSettings(repeat_penalty=1.3), 32)
     assert penalized != greedy and stats.finish_reason != "repetition"
     assert "a warrior of the internet, a warrior of the internet" not in penalized
 

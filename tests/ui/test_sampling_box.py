@@ -60,7 +60,7 @@ def test_the_choice_is_kept_for_the_next_window(qtbot, settings: QSettings) -> N
 @pytest.fixture
 def window(qtbot, tmp_path: Path, model_path: Path, settings: QSettings) -> Iterator[MainWindow]:
     doc = tmp_path / "lexicon.txt"
-    doc.write_text(sample_document().read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:1500], encoding="utf-8")
     w = MainWindow(model_path, doc, n_ctx=512, db_path=tmp_path / "h.db", settings=settings)
     qtbot.addWidget(w)
     with qtbot.waitSignal(w.ready, timeout=120_000):
