@@ -91,6 +91,11 @@ def test_gemma_counts_long_text_exactly_in_parallel_pieces(host: EngineHost) -> 
     ref = host.tokenize(text, add_special=False)
     assert counter.encode(text) == ref
     assert rebuilt.encode(text) == ref
+    key = T.counter_key(counter)  # the planning child builds the same tiktoken form
+    assert key is not None and key.startswith("split+tiktoken:")
+    again = T.counter_for_key(key)
+    assert T.counter_fingerprint(again) == T.counter_fingerprint(counter)
+    assert again.encode(text[:5_000]) == counter.encode(text[:5_000])
 
 
 def test_the_planning_child_rebuilds_the_verified_counter(host: EngineHost) -> None:
