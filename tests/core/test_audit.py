@@ -104,9 +104,11 @@ def run_job(
     counter: TokenCounter,
     *,
     planner: Planner | None = None,
+    audited_by: Any = None,
 ) -> tuple[JobResult, Audit]:
-    """One job with the audit on; the result and the audit (not yet asked to raise)."""
-    audit = Audit(engine, exact_counts=True)
+    """One job with the audit on; the result and the audit (not yet asked to raise).
+    ``audited_by``: the engine the audit reads (by default the job's)."""
+    audit = Audit(audited_by or engine, exact_counts=True)
     options: dict[str, Any] = {
         "strategy": strategy,
         "n_ctx": N_CTX,
@@ -217,6 +219,27 @@ def test_text_that_is_not_the_documents_is_found(bench: Bench) -> None:
     report = _findings(AddsASpace(bench.host), bench.counter, doc)
     assert "detokenize: chunk 0.." in report and "reached the model as" in report
     assert "count: chunk 0.." in report and "the plan counted" in report
+
+
+def test_the_right_text_in_other_tokens_is_found(bench: Bench) -> None:
+    """The job splits each chunk's text in two and tokenizes the halves apart: the pieces still
+    spell the document, but the model sees other tokens than the text's own at the cut. Only a
+    check by id finds it (llama.cpp, read by the audit, tokenizes the text whole)."""
+
+    class SplitsText(_Proxy):
+        def tokenize(self, text: str, **kwargs: Any) -> list[int]:
+            if kwargs.get("parse_special", False) or len(text) < 2:
+                return self._host.tokenize(text, **kwargs)
+            half = len(text) // 2
+            return [*self._host.tokenize(text[:half], **kwargs),
+                    *self._host.tokenize(text[half:], **kwargs)]  # fmt: skip
+
+    doc = document_from_text(bench.docs["code"][0].text[:400])
+    _, audit = run_job(SplitsText(bench.host), "summarize", "head", doc, bench.counter,
+                       audited_by=bench.host)  # fmt: skip
+    checks = {f.check for f in audit.findings}
+    assert "tokens" in checks and "detokenize" not in checks, audit.findings
+    assert any("its text tokenizes to" in f.message for f in audit.findings)
 
 
 def test_a_cache_that_holds_more_than_the_ring_is_found(bench: Bench) -> None:
