@@ -86,4 +86,4 @@ def test_compare_audit_passes_on_gemma_for_every_strategy(
     assert proc.returncode == 0, proc.stderr
     audit = _lines(proc.stdout)[-1]
     assert audit["passed"] is True and audit["counts"]["jobs"] == 8, audit
-    assert audit["counts"]["calls"] >= 9 and audit["counts"]["document_tokens"] > 0
+    assert audit["counts"]["calls"] >= 7 and audit["counts"]["document_tokens"] > 0  # refuse: 0
