@@ -65,7 +65,8 @@ def test_a_greedy_loop_ends_with_finish_reason_repetition(engine: EngineHost,
     # without the stop the same greedy reply goes on looping until its length runs out
     running, full = _reply(engine, looping, SamplingSettings(stop_on_repetition=False), 64)
     assert full.finish_reason == "length" and full.completion_tokens == 64
-    assert running.startswith(stopped) and running.count("a warrior of the internet") >= 7
+    assert running.startswith(stopped)
+    assert running.count("a warrior of the internet") > stopped.count("a warrior of the internet")
 
 
 def test_a_greedy_loop_in_lanes_ends_with_repetition(engine: EngineHost,
@@ -86,11 +87,18 @@ def test_a_greedy_loop_in_lanes_ends_with_repetition(engine: EngineHost,
 def test_the_same_seed_and_settings_give_the_same_sampled_reply(
     engine: EngineHost, looping: list[int]
 ) -> None:
+    """Bit for bit when the prompt is evaluated the same way: each reply here after an empty
+    cache. (A reply after a reused prefix re-evaluates the prompt's last token alone; its logits
+    can differ in the last bits, which a sampled draw may feel a few tokens later.)"""
     sampled = SamplingSettings(temperature=0.7, repeat_penalty=1.15, seed=1)
-    first, stats = _reply(engine, looping, sampled, 24)
-    again, _ = _reply(engine, looping, sampled, 24)
-    assert first == again and stats.completion_tokens > 0
-    others = {_reply(engine, looping, replace(sampled, seed=s), 24)[0] for s in (2, 3)}
+
+    def fresh(s: SamplingSettings) -> str:
+        engine.reset()
+        return _reply(engine, looping, s, 24)[0]
+
+    first = fresh(sampled)
+    assert first and fresh(sampled) == first
+    others = {fresh(replace(sampled, seed=s)) for s in (2, 3)}
     assert others - {first}, "another seed should give another reply"
 
 
