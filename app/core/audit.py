@@ -211,7 +211,8 @@ class Audit:
         """The job's result (``app.core.jobs.JobResult``): sources, truncation, completeness."""
         job = self._need_job()
         done = result.refused is None and result.error is None
-        complete = done and result.finish_reason in ("stop", "length") and not job.failed_calls
+        finished = result.finish_reason in ("stop", "length", "repetition")
+        complete = done and finished and not job.failed_calls
         if complete and job.kept and not set(job.kept) <= job.evaluated:
             missing = sorted(set(job.kept) - job.evaluated)
             self.fail("job", "plan", f"{len(missing)} kept chunk(s) never reached the model, "
