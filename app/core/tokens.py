@@ -23,7 +23,6 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,13 +37,17 @@ from app.core.vocab_tokenizer import (
     ATTR_CONTROL,
     ATTR_UNKNOWN,
     ATTR_USER_DEFINED,
+    LONE_NEWLINE,
     PieceEncoder,
     Vocab,
     VocabCounter,
     VocabUnsupported,
+    cut_text,
     encode_in_chunks,
+    pool,
     read_vocab,
     tokenizer_header,
+    workers,
 )
 from app.core.vocab_tokenizer import unicode_to_byte as _unicode_to_byte
 
@@ -173,7 +176,7 @@ class TiktokenCounter:
         if len(pieces) == 1:
             ranks = self._ranks(text, allowed)
         else:  # tiktoken releases the GIL: long texts are encoded on several cores
-            parts = list(_pool().map(lambda piece: self._ranks(piece, allowed), pieces))
+            parts = list(pool().map(lambda piece: self._ranks(piece, allowed), pieces))
             ranks = np.concatenate(parts)
         return self._kept(ranks) if self._may_drop(text) else ranks
 
@@ -239,16 +242,6 @@ class TiktokenCounter:
 _PARALLEL_CHARS = 1 << 18  # texts longer than this are split and encoded on several threads
 
 
-@functools.cache
-def _workers() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
-
-
-@functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="tokens")
-
-
 def split_at_safe_points(text: str, splits_at_spaces: bool) -> list[str]:
     """``text`` cut for parallel encoding, only where every piece's tokens stay those of the whole.
 
@@ -259,9 +252,9 @@ def split_at_safe_points(text: str, splits_at_spaces: bool) -> list[str]:
     A longer whitespace run is never a point: ``\\s+(?!\\S)`` splits "\\n\\nA" as "\\n",
     "\\n" but a trailing "\\n\\n" as one piece.
     """
-    if len(text) < _PARALLEL_CHARS or (workers := _workers()) < 2:
+    if len(text) < _PARALLEL_CHARS or (n_workers := workers()) < 2:
         return [text]
-    size = max(_PARALLEL_CHARS // 4, len(text) // (workers * 4))
+    size = max(_PARALLEL_CHARS // 4, len(text) // (n_workers * 4))
     pieces: list[str] = []
     start = 0
     while len(text) - start > size:
@@ -364,7 +357,7 @@ class LlamaCounter:
         text = scrub(text)
         if self._tokenize_many is None or self._cut is None or len(text) < _PARALLEL_CHARS:
             return self._tokenize(text, False)
-        pieces = _cut_text(text, self._cut, max(_PARALLEL_CHARS // 4, len(text) // 16))
+        pieces = cut_text(text, self._cut, max(_PARALLEL_CHARS // 4, len(text) // 16))
         return [tid for ids in self._tokenize_many(pieces) for tid in ids]
 
     def count(self, text: str) -> int:
@@ -378,10 +371,6 @@ class LlamaCounter:
 
     def count_special(self, text: str) -> int:
         return len(self.encode_special(text))
-
-
-# After a lone newline between two non-space characters (see vocab_tokenizer._LONE_NEWLINE).
-_AFTER_LONE_NEWLINE = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
 
 
 def llama_cut_points(model_path: str | os.PathLike[str]) -> re.Pattern[str] | None:
@@ -399,20 +388,7 @@ def llama_cut_points(model_path: str | os.PathLike[str]) -> re.Pattern[str] | No
     special = _CONTROL_ATTRS
     if any("\n" in t for t, a in zip(vocab.tokens, vocab.attrs, strict=True) if a & special):
         return None
-    return _AFTER_LONE_NEWLINE
-
-
-def _cut_text(text: str, at: re.Pattern[str], size: int) -> list[str]:
-    pieces: list[str] = []
-    start = 0
-    while len(text) - start > size:
-        m = at.search(text, start + size)
-        if m is None:
-            break
-        pieces.append(text[start : m.start()])
-        start = m.start()
-    pieces.append(text[start:])
-    return pieces
+    return LONE_NEWLINE
 
 
 @dataclass(frozen=True)

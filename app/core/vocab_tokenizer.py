@@ -531,10 +531,10 @@ def encode_in_chunks(
     """``encode_one`` over ``pieces`` on a few threads (the encoders release the GIL), the pieces
     grouped in chunks of similar size so that thousands of short lines cost few hand-offs."""
     total = sum(map(len, pieces))
-    workers = _workers()
-    if workers < 2 or total < _PIECE_CHARS:
+    n_workers = workers()
+    if n_workers < 2 or total < _PIECE_CHARS:
         return [encode_one(p) for p in pieces]
-    target = max(_PIECE_CHARS // 4, total // (workers * 4))
+    target = max(_PIECE_CHARS // 4, total // (n_workers * 4))
     chunks: list[list[str]] = [[]]
     size = 0
     for piece in pieces:
@@ -543,18 +543,20 @@ def encode_in_chunks(
             size = 0
         chunks[-1].append(piece)
         size += len(piece)
-    done = _pool().map(lambda chunk: [encode_one(p) for p in chunk], chunks)
+    done = pool().map(lambda chunk: [encode_one(p) for p in chunk], chunks)
     return [ids for chunk in done for ids in chunk]
 
 
 @functools.cache
-def _workers() -> int:
+def workers() -> int:
+    """Threads for encoding: the cores, at most 8."""
     return max(1, min(8, os.cpu_count() or 1))
 
 
 @functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="vocab-tokens")
+def pool() -> ThreadPoolExecutor:
+    """One pool for every counter's threads (the encoders release the GIL)."""
+    return ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="tokens")
 
 
 class PieceEncoder(Protocol):
@@ -599,7 +601,7 @@ class VocabCounter:
         self._specials = specials_of(vocab, False)
         self._all_specials = specials_of(vocab, True)
         self._pre = BPE_PRE_TOKENIZERS.get(vocab.pre) if self.kind == "bpe" else None
-        self._cut = re.compile(_spm_cut_pattern(vocab)) if self.kind == "spm" else _LONE_NEWLINE
+        self._cut = re.compile(_spm_cut_pattern(vocab)) if self.kind == "spm" else LONE_NEWLINE
 
     # -- TokenCounter
 
@@ -683,27 +685,27 @@ class VocabCounter:
             text = frag.replace(" ", _SPACE)
             if self._vocab.add_space_prefix and prev_special:
                 text = _SPACE + text
-            return _cut(text, self._cut) if len(text) > _PIECE_CHARS else [text]
+            return cut_text(text, self._cut) if len(text) > _PIECE_CHARS else [text]
         if self._pre is not None and self._pre.escape_whitespace:
             frag = frag.replace(" ", _SPACE)
-        return _cut(frag, self._cut) if len(frag) > _PIECE_CHARS else [frag]
+        return cut_text(frag, self._cut) if len(frag) > _PIECE_CHARS else [frag]
 
 
 # A lone newline between two non-space characters: no pre-tokenizer above lets a pre-token span
 # it (they isolate newlines, end a run of letters, digits or punctuation before it, or take it as
 # a whitespace run that the next non-space character ends), so BPE text may be cut just after it.
-_LONE_NEWLINE = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
+LONE_NEWLINE = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
 
 
-def _cut(text: str, at: re.Pattern[str] | None) -> list[str]:
-    """``text`` in pieces of about _PIECE_CHARS, cut only at matches of ``at`` (a cut before the
-    match's start)."""
+def cut_text(text: str, at: re.Pattern[str] | None, size: int = _PIECE_CHARS) -> list[str]:
+    """``text`` in pieces of about ``size`` characters, cut only at matches of ``at`` (a cut
+    before the match's start); whole when ``at`` is None."""
     if at is None:
         return [text]
     pieces: list[str] = []
     start = 0
-    while len(text) - start > _PIECE_CHARS:
-        m = at.search(text, start + _PIECE_CHARS)
+    while len(text) - start > size:
+        m = at.search(text, start + size)
         if m is None:
             break
         pieces.append(text[start : m.start()])

@@ -41,7 +41,7 @@ def test_long_texts_are_split_only_where_tokens_cannot_change(
     for spaces in (True, False):
         pieces = T.split_at_safe_points(text, spaces)
         assert "".join(pieces) == text
-        assert len(pieces) > 1 or T._workers() < 2
+        assert len(pieces) > 1 or T.workers() < 2
     ref = llama(text, False)
     assert fast.encode(text) == ref and fast.count(text) == len(ref)
     cl = T.cl100k()
