@@ -44,9 +44,10 @@ def model_path_or_default(arg: str | None) -> Path | None:
 
 
 @contextmanager
-def _exact_counter(model: Path) -> Iterator[Any]:
+def _exact_counter(model: Path, *, continuation: bool = True) -> Iterator[Any]:
     """The exact counter for ``model``, with the engine host it was checked against (which holds
-    only the vocabulary: no weights are read to count)."""
+    only the vocabulary: no weights are read to count). ``continuation``: count texts as the
+    jobs put them into a prompt (tokens.host_counter), else each as a whole text."""
     from app.core.engine.gguf import GGUFError
     from app.core.engine.host import EngineHost
     from app.core.engine.protocol import EngineError
@@ -56,7 +57,7 @@ def _exact_counter(model: Path) -> Iterator[Any]:
         host = stack.enter_context(EngineHost())
         try:
             host.load_vocab(model)
-            counter = host_counter(model, host)
+            counter = host_counter(model, host, continuation=continuation)
         except (GGUFError, EngineError, ValueError) as exc:
             raise BadInput(f"cannot count with {model.name}: {exc}") from None
         yield counter  # the host stays up: a counter that falls back to llama.cpp needs it
@@ -81,7 +82,9 @@ def cmd_count(args: argparse.Namespace) -> int:
         doc = read_document(args.document)
         with ExitStack() as stack:
             model = model_path_or_default(args.model)
-            exact = stack.enter_context(_exact_counter(model)) if model else None
+            # the whole document as llama.cpp tokenizes a text from its start
+            exact = (stack.enter_context(_exact_counter(model, continuation=False))
+                     if model else None)  # fmt: skip
             t0 = time.perf_counter()
             tokens_model = exact.count(doc.text) if exact else None
             t1 = time.perf_counter()

@@ -41,7 +41,12 @@ class AuditedEngine(Protocol):
     def kv_usage(self) -> KVUsage: ...
 
     def tokenize(
-        self, text: str, *, add_special: bool = ..., parse_special: bool = ...
+        self,
+        text: str,
+        *,
+        add_special: bool = ...,
+        parse_special: bool = ...,
+        continuation: bool = ...,
     ) -> list[int]: ...
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = ...) -> str: ...
@@ -297,7 +302,11 @@ class Audit:
             job.evaluated.add(seg.source)
             a, b = seg.source
             shown = job.text[a:b]
-            own = list(self.engine.tokenize(shown, add_special=False, parse_special=False))
+            own = list(
+                self.engine.tokenize(
+                    shown, add_special=False, parse_special=False, continuation=True
+                )
+            )  # as jobs tokenize chunks
             if own != want:
                 self.fail(step, "tokens", _other_ids(a, b, want, own))
             seen = self.engine.detokenize(want)  # every piece whole (see Engine.detokenize)

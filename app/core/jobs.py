@@ -63,7 +63,12 @@ class Engine(Protocol):
     """What a job needs from the engine host (tests may pass another implementation)."""
 
     def tokenize(
-        self, text: str, *, add_special: bool = ..., parse_special: bool = ...
+        self,
+        text: str,
+        *,
+        add_special: bool = ...,
+        parse_special: bool = ...,
+        continuation: bool = ...,
     ) -> list[int]: ...
 
     def apply_chat_template(
@@ -253,6 +258,11 @@ class _Window:
     stands_for: tuple[tuple[int, int], ...] | None = None
 
 
+def _chunk_tokens(engine: Engine, text: str) -> list[int]:
+    """A document chunk's tokens as they stand in the prompt (see ``_Frame``)."""
+    return engine.tokenize(text, add_special=False, parse_special=False, continuation=True)
+
+
 class _Frame:
     """The chat template around the segments, for one instruction, as token lists; for a base
     model the completion frame (the document, then a cue), as its plans are framed."""
@@ -269,7 +279,10 @@ class _Frame:
                 plain = prompt_frame(None, task=instruction)
                 before, after = plain.before, plain.after
         self.before = engine.tokenize(before, add_special=True, parse_special=True)
-        self.after = engine.tokenize(after, add_special=False, parse_special=True)
+        # The words after the document and each document chunk continue the prompt: tokenized
+        # without the space a Llama 2 / Mistral style vocabulary puts before a text's start.
+        self.after = engine.tokenize(after, add_special=False, parse_special=True,
+                                     continuation=True)  # fmt: skip
 
     @property
     def tokens(self) -> int:
@@ -315,7 +328,7 @@ class _Session:
         prompt = list(frame.before)
         placed = []
         for seg in segments:
-            tokens = self.engine.tokenize(seg.text, add_special=False, parse_special=False)
+            tokens = _chunk_tokens(self.engine, seg.text)
             if not tokens:
                 continue
             s = ring.append(SegmentKind.CHUNK, len(tokens), source=seg.source)
@@ -373,7 +386,7 @@ class _Session:
             suffix: list[int] = []
             layout = []
             for seg in win.segments:
-                tokens = self.engine.tokenize(seg.text, add_special=False, parse_special=False)
+                tokens = _chunk_tokens(self.engine, seg.text)
                 if not tokens:
                     continue
                 layout.append((seg, len(tokens)))

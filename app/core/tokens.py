@@ -23,7 +23,7 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -603,14 +603,18 @@ def verify(counter: FastCounter, tokenize: Tokenize) -> str | None:
 
 
 def fast_counters(
-    model_path: str | os.PathLike[str], attrs: Sequence[int] | None = None
+    model_path: str | os.PathLike[str],
+    attrs: Sequence[int] | None = None,
+    *,
+    continuation: bool = False,
 ) -> Iterator[FastCounter]:
     """The fast exact forms of a GGUF's tokenizer, fastest first, not yet checked against
     llama.cpp (a form that does not apply is skipped).
 
     ``attrs`` are llama.cpp's token attributes read back from it (EngineHost.token_attrs); without
-    them they are derived from the file as llama.cpp derives them. Raises
-    :class:`TokenizerUnsupported` with the reasons when no form applies.
+    them they are derived from the file as llama.cpp derives them. ``continuation``: count texts
+    as they stand inside a prompt (EngineHost.tokenize). Raises :class:`TokenizerUnsupported`
+    with the reasons when no form applies.
     """
     reasons: list[str] = []
     tiktoken_form: TiktokenCounter | None = None
@@ -623,13 +627,15 @@ def fast_counters(
         # The same encoding on the fragments llama.cpp's own special-token split leaves (tiktoken
         # splits special tokens its own way, which some vocabularies tell apart).
         form = tiktoken_form
-        yield vocab_encoding(model_path, attrs, pieces_for=lambda _vocab: TiktokenPieces(form))
+        yield vocab_encoding(model_path, attrs, pieces_for=lambda _vocab: TiktokenPieces(form),
+                             continuation=continuation)  # fmt: skip
     else:
         # Not SentencePiece, or no byte tokens: tokenizers below, or no fast form.
         with contextlib.suppress(TokenizerUnsupported):
-            yield vocab_encoding(model_path, attrs, pieces_for=SpmTiktoken)
+            yield vocab_encoding(model_path, attrs, pieces_for=SpmTiktoken,
+                                 continuation=continuation)  # fmt: skip
     try:
-        yield vocab_encoding(model_path, attrs)
+        yield vocab_encoding(model_path, attrs, continuation=continuation)
     except TokenizerUnsupported as exc:
         reasons.append(str(exc))
     if len(reasons) == 2:
@@ -659,10 +665,11 @@ def vocab_encoding(
     attrs: Sequence[int] | None = None,
     *,
     pieces_for: Callable[[Vocab], PieceEncoder] | None = None,
+    continuation: bool = False,
 ) -> VocabCounter:
     """The GGUF's tokenizer with llama.cpp's special-token split, its fragments encoded by what
     ``pieces_for`` makes of the vocabulary (tiktoken), else by the vocabulary rebuilt on
-    ``tokenizers`` (fast_counters says what ``attrs`` are)."""
+    ``tokenizers`` (fast_counters says what ``attrs`` and ``continuation`` are)."""
     try:
         vocab = read_vocab(model_path)
         if attrs is not None:
@@ -670,8 +677,11 @@ def vocab_encoding(
             vocab = vocab.with_attrs(attrs)
         elif (known := _known_attrs(vocab.fingerprint())) is not None:
             vocab = vocab.with_attrs(known)
+        continued = continuation and vocab.add_space_prefix
+        if continued:
+            vocab = replace(vocab, add_space_prefix=False)
         pieces = pieces_for(vocab) if pieces_for is not None else None
-        return VocabCounter(vocab, name=Path(model_path).name,
+        return VocabCounter(vocab, name=Path(model_path).name, continuation=continued,
                             model_path=Path(model_path).resolve(), pieces=pieces)  # fmt: skip
     except (VocabUnsupported, GGUFError) as exc:
         raise TokenizerUnsupported(str(exc)) from None
@@ -685,18 +695,20 @@ def exact_counter(
     *,
     attrs: Sequence[int] | None = None,
     tokenize_many: Callable[[list[str]], list[list[int]]] | None = None,
+    continuation: bool = False,
 ) -> TokenCounter:
     """The exact counter for a model: the fastest form that is verified, else llama.cpp.
 
     ``tokenize`` is llama.cpp's tokenizer for the same model (usually the engine host's); with it
     each fast form is checked and when none agrees the count falls back to it. Without it, the
     fastest form that can be built is used, and :class:`TokenizerUnsupported` is raised when
-    there is none.
+    there is none. ``continuation``: count texts as they stand inside a prompt, as the jobs
+    tokenize chunks (``tokenize`` must then tokenize so too: :func:`host_tokenize`).
     """
     name = Path(model_path).name
     mismatches: list[str] = []
     try:
-        for fast in fast_counters(model_path, attrs):
+        for fast in fast_counters(model_path, attrs, continuation=continuation):
             if tokenize is None:
                 return fast
             mismatch = verify(fast, tokenize)
@@ -724,12 +736,20 @@ def counter_method(counter: TokenCounter) -> str:
     return "estimate"
 
 
-def host_counter(model_path: str | os.PathLike[str], host: object) -> TokenCounter:
+def host_counter(
+    model_path: str | os.PathLike[str], host: object, *, continuation: bool = True
+) -> TokenCounter:
     """The exact counter for the model (or vocabulary) an engine host has loaded, built with the
-    token attributes llama.cpp reports and checked against its tokenizer."""
+    token attributes llama.cpp reports and checked against its tokenizer.
+
+    By default it counts texts as the jobs tokenize document chunks, in the middle of a prompt
+    (``continuation``, see EngineHost.tokenize); ``continuation=False`` counts a whole text as
+    llama.cpp tokenizes it from its start. Only SentencePiece models that add a space prefix
+    (Llama 2, Mistral, ...) tell the two apart, by that one space."""
     attrs = host.token_attrs()  # type: ignore[attr-defined]
-    many = host.tokenize_many  # type: ignore[attr-defined]
-    return exact_counter(model_path, host_tokenize(host), attrs=attrs, tokenize_many=many)
+    many = functools.partial(host.tokenize_many, continuation=continuation)  # type: ignore[attr-defined]
+    return exact_counter(model_path, host_tokenize(host, continuation=continuation), attrs=attrs,
+                         tokenize_many=many, continuation=continuation)  # fmt: skip
 
 
 # llama.cpp's token attributes, kept per vocabulary so that another process (the planning child)
@@ -780,6 +800,8 @@ def counter_key(counter: TokenCounter) -> str | None:
     """
     if isinstance(counter, VocabCounter) and counter.model_path is not None:
         prefix = _VOCAB_TIKTOKEN_KEY if counter.family.endswith("tiktoken") else _VOCAB_KEY
+        if counter.continuation:
+            prefix = _CONTINUATION_KEY + prefix
         return prefix + str(counter.model_path)
     if not isinstance(counter, TiktokenCounter):
         return None
@@ -790,6 +812,7 @@ def counter_key(counter: TokenCounter) -> str | None:
 
 _VOCAB_KEY = "tokenizers:"
 _VOCAB_TIKTOKEN_KEY = "split+tiktoken:"
+_CONTINUATION_KEY = "continuation+"  # before either: the counter of texts inside a prompt
 
 
 def counter_for_key(key: str) -> FastCounter:
@@ -797,10 +820,13 @@ def counter_for_key(key: str) -> FastCounter:
     it once verified against llama.cpp)."""
     if key == CL100K_KEY:
         return cl100k()
+    continuation = key.startswith(_CONTINUATION_KEY)
+    key = key.removeprefix(_CONTINUATION_KEY)
     if key.startswith(_VOCAB_KEY):
-        return _vocab_encoding_cached(key[len(_VOCAB_KEY) :])
+        return _vocab_encoding_cached(key[len(_VOCAB_KEY) :], continuation=continuation)
     if key.startswith(_VOCAB_TIKTOKEN_KEY):
-        return _vocab_encoding_cached(key[len(_VOCAB_TIKTOKEN_KEY) :], tiktoken_pieces=True)
+        return _vocab_encoding_cached(key[len(_VOCAB_TIKTOKEN_KEY) :], tiktoken_pieces=True,
+                                      continuation=continuation)  # fmt: skip
     return _gguf_encoding_cached(key)
 
 
@@ -809,8 +835,10 @@ def _gguf_encoding_cached(path: str) -> TiktokenCounter:
     return gguf_encoding(path)
 
 
-def _vocab_encoding_cached(path: str, *, tiktoken_pieces: bool = False) -> VocabCounter:
-    key = (path, tiktoken_pieces)
+def _vocab_encoding_cached(
+    path: str, *, tiktoken_pieces: bool = False, continuation: bool = False
+) -> VocabCounter:
+    key = (path, tiktoken_pieces, continuation)
     if key not in _VOCAB_CACHE:
         if len(_VOCAB_CACHE) >= 4:
             _VOCAB_CACHE.pop(next(iter(_VOCAB_CACHE)))
@@ -821,18 +849,20 @@ def _vocab_encoding_cached(path: str, *, tiktoken_pieces: bool = False) -> Vocab
             return TiktokenPieces(_gguf_encoding_cached(path))
 
         _VOCAB_CACHE[key] = vocab_encoding(path, pieces_for=tiktoken_form if tiktoken_pieces
-                                           else None)  # fmt: skip
+                                           else None, continuation=continuation)  # fmt: skip
     return _VOCAB_CACHE[key]
 
 
-_VOCAB_CACHE: dict[tuple[str, bool], VocabCounter] = {}
+_VOCAB_CACHE: dict[tuple[str, bool, bool], VocabCounter] = {}
 
 
-def host_tokenize(host: object) -> Tokenize:
-    """Adapt an engine host's ``tokenize`` to :data:`Tokenize` (no BOS, special as asked)."""
+def host_tokenize(host: object, *, continuation: bool = False) -> Tokenize:
+    """Adapt an engine host's ``tokenize`` to :data:`Tokenize` (no BOS, special as asked;
+    ``continuation`` as EngineHost.tokenize)."""
     tokenize = host.tokenize  # type: ignore[attr-defined]
 
     def call(text: str, special: bool) -> list[int]:
-        return list(tokenize(text, add_special=False, parse_special=special))
+        return list(tokenize(text, add_special=False, parse_special=special,
+                             continuation=continuation))  # fmt: skip
 
     return call

@@ -41,7 +41,7 @@ from typing import Protocol
 
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-from app.core.engine.gguf import GGUFFile, read_gguf
+from app.core.engine.gguf import GGUFFile, adds_space_prefix, read_gguf
 from app.core.textutil import scrub
 
 _KEYS = (
@@ -286,7 +286,6 @@ def vocab_of(gf: GGUFFile) -> Vocab:
     pre = gf.get("tokenizer.ggml.pre")
     if model == "gemma4" and not pre:
         pre = "gemma4"
-    add_prefix = gf.get("tokenizer.ggml.add_space_prefix")
     vocab = Vocab(
         model=model,
         pre=str(pre or "default"),
@@ -294,9 +293,7 @@ def vocab_of(gf: GGUFFile) -> Vocab:
         types=tuple(int(t) for t in types),
         scores=tuple(float(s) for s in scores),
         merges=items("tokenizer.ggml.merges"),
-        # llama.cpp: SPM prefixes a space unless the file says otherwise; BPE never does
-        add_space_prefix=bool(model == "llama" if add_prefix is None else add_prefix)
-        and model == "llama",
+        add_space_prefix=adds_space_prefix(gf),
         model_name=str(gf.get("general.name", "")).lower(),
     )
     return dataclasses.replace(vocab, attrs=derived_attrs(vocab))
@@ -583,12 +580,15 @@ class VocabCounter:
         name: str,
         model_path: Path | None = None,
         pieces: PieceEncoder | None = None,
+        continuation: bool = False,
     ) -> None:
         """``pieces`` encodes raw text fragments (after the special-token partition) when given,
         for example a tiktoken encoding of the same BPE; else the vocabulary is rebuilt on
-        ``tokenizers``."""
+        ``tokenizers``. ``continuation``: ``vocab`` is the file's with its space prefix switched
+        off, so texts count as they stand inside a prompt (see EngineHost.tokenize)."""
         self.name = name
         self.model_path = model_path
+        self.continuation = continuation
         self.kind = vocab.kind
         family = f"{vocab.model}/{vocab.pre}" if self.kind == "bpe" else "spm"
         self.family = f"{family}, {pieces.method if pieces else 'tokenizers'}"

@@ -746,6 +746,13 @@ def _attention(gf: GGUFFile, n_layers: int | None) -> dict[str, Any]:
     }
 
 
+def adds_space_prefix(gf: GGUFFile) -> bool:
+    """Whether llama.cpp puts a space before a text it tokenizes from the start: SentencePiece
+    does unless the file says otherwise (Llama 2, Mistral; not Gemma); BPE never does."""
+    value = gf.get("tokenizer.ggml.add_space_prefix")
+    return gf.get("tokenizer.ggml.model") == "llama" and bool(True if value is None else value)
+
+
 def base_model_reason(metadata: Mapping[str, Any]) -> str | None:
     """Why a model would continue text rather than follow instructions, or None.
 

@@ -369,12 +369,13 @@ class EngineHost:
             raise EngineNotLoadedError("no model is loaded; load one first")
 
     def tokenize_many(
-        self, texts: Sequence[str], *, parse_special: bool = False
+        self, texts: Sequence[str], *, parse_special: bool = False, continuation: bool = False
     ) -> list[list[int]]:
-        """Each text tokenized on its own (no BOS), on the child's cores."""
+        """Each text tokenized on its own (no BOS), on the child's cores (``continuation``: as
+        :meth:`tokenize`)."""
         self._need_vocab()
         return self._call("tokenize_many", "tokenizing", texts=list(texts),
-                          parse_special=parse_special)  # fmt: skip
+                          parse_special=parse_special, continuation=continuation)  # fmt: skip
 
     def token_attrs(self) -> list[int]:
         """llama.cpp's attribute of every token of the loaded vocabulary."""
@@ -382,11 +383,20 @@ class EngineHost:
         return self._call("token_attrs", "reading the token attributes")
 
     def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = False
+        self,
+        text: str,
+        *,
+        add_special: bool = True,
+        parse_special: bool = False,
+        continuation: bool = False,
     ) -> list[int]:
+        """llama.cpp's tokens of ``text``. With ``continuation``, as the text would be tokenized
+        in the middle of a prompt: without the space a SentencePiece model such as Llama 2 or
+        Mistral puts before a text tokenized from its start (a document chunk or the words after
+        it; no other model differs)."""
         self._need_vocab()
         return self._call("tokenize", "tokenizing", text=text, add_special=add_special,
-                          parse_special=parse_special)  # fmt: skip
+                          parse_special=parse_special, continuation=continuation)  # fmt: skip
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         self._need_model()

@@ -35,7 +35,7 @@ from app.core.engine.chat_template import (
     compiled_in_sandbox,
     render_chat_template,
 )
-from app.core.engine.gguf import BASE_MODEL_NOTE, base_model_reason
+from app.core.engine.gguf import BASE_MODEL_NOTE, adds_space_prefix, base_model_reason, read_gguf
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.kv_alloc import parse_kv_log
 from app.core.engine.protocol import (
@@ -232,6 +232,9 @@ class Engine:
         self._cancel = cancel_flag
         self.llm: Any = None
         self.vocab_model: Any = None  # a vocabulary-only model (load_vocab), for counting
+        self.tokenizer_path = ""  # the GGUF the tokenizer comes from (model or vocabulary)
+        self.continuation_model: Any = None  # the vocabulary without its space prefix, or None
+        self.space_prefix: bool | None = None  # whether the vocabulary adds one (None: unread)
         self.settings: LoadSettings | None = None
         self.tokens: list[int] = []  # what occupies KV positions 0..len-1 of sequence 0
         self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
@@ -327,6 +330,7 @@ class Engine:
 
         settings.validate()
         self.unload()
+        self.tokenizer_path = path
         lc = self._lc
         warnings: list[str] = []
         offload = bool(lc.llama_supports_gpu_offload())
@@ -447,27 +451,45 @@ class Engine:
         if self.vocab_model is not None:
             self.vocab_model.close()
             self.vocab_model = None
+        if self.continuation_model is not None:
+            self.continuation_model.close()
+            self.continuation_model = None
+        self.tokenizer_path, self.space_prefix = "", None
         self.tokens = []
         self.settings = None
 
     def load_vocab(self, path: str) -> int:
         """Load only the vocabulary (llama.cpp's ``vocab_only``): counting needs no weights, and
         a vocabulary-only GGUF has none. Replaces a loaded model; returns the vocabulary size."""
+        self.unload()
+        self.vocab_model = self._vocab_only(path)
+        self.tokenizer_path = path
+        return int(self.vocab_model.n_vocab())
+
+    def _vocab_only(self, path: str, overrides: dict[str, bool] | None = None) -> Any:
+        """A vocabulary-only llama.cpp model of ``path``, with metadata ``overrides``."""
         from llama_cpp import _internals
 
-        self.unload()
-        params = self._lc.llama_model_default_params()
+        lc = self._lc
+        params = lc.llama_model_default_params()
         params.vocab_only = True
+        keep: Any = None
+        if overrides:
+            keep = (lc.llama_model_kv_override * (len(overrides) + 1))()  # ends with a blank
+            for i, (key, value) in enumerate(overrides.items()):
+                keep[i].key = key.encode()
+                keep[i].tag = lc.LLAMA_KV_OVERRIDE_TYPE_BOOL
+                keep[i].value.val_bool = value
+            params.kv_overrides = keep
         self.log.clear()
         self.first_error = ""
         try:
-            self.vocab_model = _internals.LlamaModel(path_model=path, params=params, verbose=False)
+            return _internals.LlamaModel(path_model=path, params=params, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
             reason = _plain(self.first_error or str(exc))
             raise ModelLoadError(
                 f"llama.cpp could not read the vocabulary of {os.path.basename(path)}: {reason}"
             ) from None
-        return int(self.vocab_model.n_vocab())
 
     def _tokenizer(self) -> Any:
         """The llama.cpp model whose vocabulary tokenizes: the loaded one, or a vocabulary."""
@@ -475,15 +497,40 @@ class Engine:
             return self.vocab_model
         return self._require()._model
 
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        return self._tokenizer().tokenize(utf8(text), add_special, parse_special)
+    def _continuation(self) -> Any:
+        """The tokenizer for text that continues a prompt: the vocabulary again with llama.cpp's
+        space prefix switched off where the file asks for one. SentencePiece models such as
+        Llama 2, Mistral and Phi-3 put '▁' before every text tokenized from its start, so a
+        chunk tokenized on its own would reach the model as ' chunk' where the document says
+        'chunk' (Gemma and every BPE model add none, and need no second vocabulary)."""
+        model = self._tokenizer()
+        if self.space_prefix is None:  # read once per file: a header holds the whole vocabulary
+            path = self.tokenizer_path
+            self.space_prefix = bool(path) and adds_space_prefix(read_gguf(path))
+        if not self.space_prefix:
+            return model
+        if self.continuation_model is None:
+            self.continuation_model = self._vocab_only(
+                self.tokenizer_path, {"tokenizer.ggml.add_space_prefix": False}
+            )
+        return self.continuation_model
 
-    def tokenize_many(self, texts: list[str], parse_special: bool = False) -> list[list[int]]:
+    def tokenize(
+        self,
+        text: str,
+        add_special: bool = True,
+        parse_special: bool = False,
+        continuation: bool = False,
+    ) -> list[int]:
+        model = self._continuation() if continuation else self._tokenizer()
+        return model.tokenize(utf8(text), add_special, parse_special)
+
+    def tokenize_many(
+        self, texts: list[str], parse_special: bool = False, continuation: bool = False
+    ) -> list[list[int]]:
         """Several texts at once, on as many threads as there are cores: llama.cpp's tokenizer
         reads the vocabulary only, and ctypes lets go of the GIL during each call."""
-        model = self._tokenizer()
+        model = self._continuation() if continuation else self._tokenizer()
         if len(texts) < 2:
             return [model.tokenize(utf8(t), False, parse_special) for t in texts]
         workers = min(len(texts), os.cpu_count() or 1)
