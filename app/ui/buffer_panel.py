@@ -39,6 +39,7 @@ from PySide6.QtCore import (
     Signal,
 )
 from PySide6.QtGui import (
+    QBrush,
     QColor,
     QFont,
     QHelpEvent,
@@ -255,10 +256,23 @@ class KVLayout:
     n_ctx: int
     segments: list[BarSegment] = field(default_factory=list)
     question_hint: int = 0  # the question's length as measured at the end of the last call
+    # Sliding-window attention (Gemma 2/3, Mistral with SWA): ``windowed_layers`` of ``layers``
+    # attend to the last ``window`` positions only; 0 for full attention.
+    window: int = 0
+    windowed_layers: int = 0
+    layers: int = 0
 
     @property
     def used(self) -> int:
         return self.segments[-1].end if self.segments else 0
+
+    @property
+    def outside_window(self) -> int:
+        """Positions ``[0, outside_window)`` lie behind the sliding window of the newest one:
+        the windowed layers no longer attend to them, the other layers still do."""
+        if not self.window or not self.windowed_layers:
+            return 0
+        return max(0, self.used - self.window)
 
     @property
     def free(self) -> int:
@@ -382,7 +396,19 @@ class KVBar(QWidget):
         where = self.tr("KV positions {0:,}–{1:,} ({2:,} tokens)").format(
             seg.pos, seg.end - 1, seg.tokens
         )
-        return f"{what}\n{where}"
+        behind = self.kv.outside_window
+        if seg.pos >= behind:
+            return f"{what}\n{where}"
+        full = self.kv.layers - self.kv.windowed_layers
+        note = self.tr(
+            "Behind the sliding window: {0} of {1} layers attend to the last {2:,} positions "
+            "only, so {3} layer(s) still see this text"
+        ).format(self.kv.windowed_layers, self.kv.layers, self.kv.window, full)
+        if seg.end > behind:
+            note = self.tr("Partly behind the sliding window (positions before {0:,}): {1}").format(
+                behind, note
+            )
+        return f"{what}\n{where}\n{note}"
 
     def event(self, ev: QEvent) -> bool:
         if ev.type() == QEvent.Type.ToolTip and isinstance(ev, QHelpEvent):
@@ -412,6 +438,14 @@ class KVBar(QWidget):
             painter.fillRect(rect, colour)
             if rect.width() > 4:
                 painter.fillRect(QRect(x0, inner.top(), 1, inner.height()), separator)
+        behind = self.kv.outside_window
+        if behind:  # hatched: what the windowed layers no longer see; a line where it ends
+            x1 = inner.left() + round(behind * scale)
+            shade = QColor(pal.color(QPalette.ColorRole.Text))
+            shade.setAlpha(110)
+            painter.fillRect(QRect(inner.left(), inner.top(), x1 - inner.left(), inner.height()),
+                             QBrush(shade, Qt.BrushStyle.BDiagPattern))  # fmt: skip
+            painter.fillRect(QRect(x1, inner.top(), 2, inner.height()), shade)
         painter.setPen(pal.color(QPalette.ColorRole.Mid))
         painter.drawRect(inner.adjusted(0, 0, -1, -1))
         painter.end()
@@ -544,6 +578,14 @@ class BufferPanel(QWidget):
         self._reset_run_state()
         self._show_kv()
 
+    def set_sliding_window(self, window: int, windowed_layers: int, layers: int) -> None:
+        """The loaded model's attention: ``windowed_layers`` of ``layers`` see the last
+        ``window`` positions only (0: full attention). The cache bar hatches what lies behind
+        the window as it fills, and says on how many layers."""
+        for kv in (self.kv, *(bar.kv for bar in self.lane_bars)):
+            kv.window, kv.windowed_layers, kv.layers = window, windowed_layers, layers
+        self._show_kv()
+
     def on_event(self, ev: object) -> None:
         """Observe one job event; other objects are ignored."""
         match ev:
@@ -601,7 +643,9 @@ class BufferPanel(QWidget):
     def _on_lanes(self, ev: LanesStarted) -> None:
         self._end_lanes()
         for lane in range(ev.lanes):
-            bar = KVBar(KVLayout(max(1, ev.n_ctx)))
+            kv = self.kv
+            bar = KVBar(KVLayout(max(1, ev.n_ctx), window=kv.window,
+                                 windowed_layers=kv.windowed_layers, layers=kv.layers))  # fmt: skip
             bar.setMinimumHeight(12)
             bar.setToolTip(self.tr("Lane {0}").format(lane + 1))
             self.lane_bars.append(bar)
@@ -819,7 +863,15 @@ class BufferPanel(QWidget):
             self.kv_label.setText(text.format(len(used), " · ".join(f"{u:,}" for u in used),
                                               self.lane_bars[0].kv.n_ctx))  # fmt: skip
             return
-        self.kv_label.setText(
-            self.tr("{0:,} of {1:,} positions in use").format(self.kv.used, self.kv.n_ctx)
-        )
+        text = self.tr("{0:,} of {1:,} positions in use").format(self.kv.used, self.kv.n_ctx)
+        kv = self.kv
+        if kv.window and kv.windowed_layers:
+            text += " · " + self.tr("sliding window of {0:,} on {1} of {2} layers").format(
+                kv.window, kv.windowed_layers, kv.layers
+            )
+            if kv.outside_window:
+                text += self.tr(" (hatched: {0:,} positions only the other {1} see)").format(
+                    kv.outside_window, kv.layers - kv.windowed_layers
+                )
+        self.kv_label.setText(text)
         self.bar.update()

@@ -688,6 +688,7 @@ class MainWindow(QMainWindow):
         self._wait("load", False)
         self._server, self._loaded, self._model_path = info, loaded, None
         self.model_panel.show_server(info)
+        self.buffers.set_sliding_window(0, 0, 0)  # a server does not say
         self.gauges.set_engine_pid(None)
         self.statusBar().showMessage(self.tr("Connected to {0} ({1}), context {2:,} tokens").format(
             info.url, info.model, info.n_ctx), 5000)  # fmt: skip
@@ -733,8 +734,11 @@ class MainWindow(QMainWindow):
 
     def _on_model_loaded(self, info: ModelInfo, loaded: LoadedModel,
                          caps: EngineCapabilities | None) -> None:  # fmt: skip
-        del info
         self._wait("load", False)
+        self.buffers.set_sliding_window(
+            loaded.sliding_window if info.swa_layers else 0, len(info.swa_layers),
+            info.n_layers or len(info.kv_heads_per_layer),
+        )  # fmt: skip
         self._loaded, self._server = loaded, None
         self.model_panel.set_busy(False)
         self.model_panel.show_loaded(loaded)
@@ -758,6 +762,7 @@ class MainWindow(QMainWindow):
     def _on_unloaded(self) -> None:
         self._loaded, self._server = None, None
         self.model_panel.show_unloaded()
+        self.buffers.set_sliding_window(0, 0, 0)
         self.gauges.set_engine_pid(None)
         self._planner = None
         self.update_plan()

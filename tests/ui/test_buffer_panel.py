@@ -169,6 +169,36 @@ def test_kv_bar_mirrors_the_ring_through_append_grow_evict_and_a_new_call(qtbot)
     assert QToolTip.text() == text
 
 
+def test_a_sliding_window_model_shows_what_its_windowed_layers_no_longer_see(qtbot) -> None:
+    """Gemma 3: 15 of 18 layers attend to the last 512 positions only. Once the cache holds
+    more, the bar hatches the positions behind the window, the label says how many, and a
+    chunk there says which layers still see it; a full-attention model shows none of this."""
+    panel = _panel(qtbot)
+    panel.set_sliding_window(64, 15, 18)
+    ring = Ring(N_CTX)
+    _feed(panel, _call(ring, "window 1", WINDOW_1, [("a", 3)]))
+    used = panel.kv.used  # prefix, chunks, question and reply
+    assert used > 400 and panel.kv.outside_window == used - 64
+    label = panel.kv_label.text()
+    assert "sliding window of 64 on 15 of 18 layers" in label
+    assert f"{used - 64:,} positions only the other 3 see" in label
+    bar = panel.bar
+    first = bar.describe(panel.kv.segments[1])  # the first chunk, wholly behind the window
+    assert "Behind the sliding window: 15 of 18 layers" in first and "3 layer(s)" in first
+    last = bar.describe(panel.kv.segments[-1])  # the reply: inside the window
+    assert "sliding window" not in last
+    hatched = bar.grab().toImage()
+
+    panel.set_sliding_window(0, 0, 0)
+    assert panel.kv.outside_window == 0 and "sliding" not in panel.kv_label.text()
+    assert "sliding" not in bar.describe(panel.kv.segments[1])
+    plain = bar.grab().toImage()
+    behind = range(2, int(bar.width() * (used - 64) / N_CTX) - 2)  # the hatch is painted there
+    assert any(hatched.pixel(x, y) != plain.pixel(x, y) for x in behind for y in range(2, 10))
+    ahead = range(int(bar.width() * used / N_CTX) - 4, int(bar.width() * used / N_CTX) - 1)
+    assert all(hatched.pixel(x, 6) == plain.pixel(x, 6) for x in ahead)  # not in the window
+
+
 def _anchor_point(panel: BufferPanel, index: int) -> QPoint:
     """The viewport point of the middle of the first fragment linked to output span ``index``."""
     doc = panel.output.document()
