@@ -187,6 +187,19 @@ def test_where_llama_cpp_cannot_shift_the_rest_is_evaluated_again(
         engine.reset()
         engine.evaluate(kept)
         assert reply() == after_remove  # identical to evaluating the kept tokens afresh
+
+        # A reply that fills the context with on_full="shift" falls back the same way, and its
+        # Shifted event says how many positions were evaluated again.
+        engine.reset()
+        long = (tokens * N_CTX)[: N_CTX - 4]
+        shifts: list[Shifted] = []
+        def seen(ev: object) -> None:
+            if isinstance(ev, Shifted):
+                shifts.append(ev)
+
+        engine.generate(long, max_tokens=8, sampling=SamplingSettings(), stop=[],
+                        on_full="shift", keep=2, emit=seen)  # fmt: skip
+        assert shifts and shifts[0].reevaluated == shifts[0].n_past - shifts[0].end > 0
     finally:
         engine._lc = real
         engine.unload()

@@ -277,6 +277,9 @@ class Shifted:
     start: int
     end: int
     n_past: int  # positions held just before the removal (the reply so far included)
+    # positions after ``end`` evaluated again because llama.cpp cannot move this model's cache
+    # (LoadedModel.can_shift False: some sliding-window and recurrent models); 0 when shifted
+    reevaluated: int = 0
 
 
 @dataclass(frozen=True)

@@ -896,8 +896,8 @@ class Engine:
                         pending_ids, pending_text = [], ""
                     held = len(self.tokens)
                     discard = max(1, (held - shift_keep) // 2)
-                    self.remove(shift_keep, shift_keep + discard)
-                    emit(Shifted(shift_keep, shift_keep + discard, held))
+                    edit = self.remove(shift_keep, shift_keep + discard)
+                    emit(Shifted(shift_keep, shift_keep + discard, held, edit.reevaluated))
                 # The abort callback costs a Python call per graph node (~5% of a fast token), so
                 # it is armed only when tokens are slow enough for cancel to need it.
                 t_tok = time.perf_counter()
