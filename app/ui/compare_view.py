@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
-from PySide6.QtGui import QFont, QTextCursor
+from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import (
     QGridLayout,
     QGroupBox,
@@ -120,7 +120,8 @@ class CompareView(QWidget):
             pane = StrategyPane(name)
             self.panes[name] = pane
             self._grid.addWidget(pane, i // columns, i % columns)
-            pane.output.setFont(QFont("monospace"))
+            # the system's fixed font: the family "monospace" may resolve to a proportional one
+            pane.output.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
 
     def set_needle_retention(self, strategy: str, retention: float) -> None:
         """The share of the person's needles this strategy's plan lets reach the model."""
