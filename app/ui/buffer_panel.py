@@ -77,6 +77,7 @@ from app.core.jobs import (
     TokenBatch,
 )
 from app.core.ring import SegmentKind
+from app.ui.widgets import plain_label
 
 Span = tuple[int, int]
 _ModelIndex = QModelIndex | QPersistentModelIndex
@@ -501,7 +502,7 @@ class BufferPanel(QWidget):
 
     def __init__(self, n_ctx: int = 4096, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plan_label = QLabel(self.tr("No run yet"))
+        self.plan_label = plain_label(self.tr("No run yet"))
         self.plan_label.setWordWrap(True)
 
         self.queue = ChunkQueueModel(self)
@@ -519,7 +520,7 @@ class BufferPanel(QWidget):
 
         self.kv = KVLayout(n_ctx)
         self.bar = KVBar(self.kv)
-        self.kv_label = QLabel()
+        self.kv_label = plain_label()
 
         self.output = QTextBrowser()
         self.output.setOpenLinks(False)

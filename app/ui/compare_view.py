@@ -15,7 +15,6 @@ from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import (
     QGridLayout,
     QGroupBox,
-    QLabel,
     QPlainTextEdit,
     QSplitter,
     QTableWidget,
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.jobs import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
+from app.ui.widgets import plain_label
 
 MAX_PANES = 4
 
@@ -35,11 +35,11 @@ class StrategyPane(QGroupBox):
     def __init__(self, strategy: str, parent: QWidget | None = None) -> None:
         super().__init__(strategy, parent)
         self.strategy = strategy
-        self.plan_label = QLabel(self.tr("waiting…"))
+        self.plan_label = plain_label(self.tr("waiting…"))
         self.plan_label.setWordWrap(True)
         self.output = QPlainTextEdit()
         self.output.setReadOnly(True)
-        self.figures = QLabel("")
+        self.figures = plain_label()
         layout = QVBoxLayout(self)
         layout.addWidget(self.plan_label)
         layout.addWidget(self.output, 1)

@@ -58,7 +58,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLabel,
     QPlainTextDocumentLayout,
     QPlainTextEdit,
     QScrollBar,
@@ -81,7 +80,7 @@ from app.ui.plan_index import (
     index_plan,
 )
 from app.ui.plan_map import NOTHING, PlanMap
-from app.ui.widgets import still_plot
+from app.ui.widgets import plain_label, still_plot
 
 FULL_CHARS = 1 << 19  # texts up to this size are in the pane whole (~40 ms to build)
 WINDOW_CHARS = 1 << 18  # of a longer text, about this much is in the pane (~25 ms to build)
@@ -381,10 +380,10 @@ class DocumentView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.summary = QLabel(self.tr("No document"))
+        self.summary = plain_label(self.tr("No document"))
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.plan_info = QLabel()
+        self.plan_info = plain_label()
         self.plan_info.setWordWrap(True)
         self.text = _TextPane()
         self.text.setAccessibleName(self.tr("Document text"))
@@ -400,7 +399,7 @@ class DocumentView(QWidget):
         self.bar.hide()
         self.map = PlanMap()
         self.map.jump_requested.connect(self._on_map_jump)
-        self.caret_info = QLabel()
+        self.caret_info = plain_label()
         self.caret_info.setWordWrap(True)
         self.caret_info.setAccessibleName(self.tr("Span under the caret"))
 

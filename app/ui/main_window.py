@@ -86,6 +86,7 @@ from app.ui.plan_index import PlanIndex, index_plan
 from app.ui.sampling_box import SamplingBox
 from app.ui.tasks import run_in_background
 from app.ui.theme import apply_theme, current_theme
+from app.ui.widgets import plain_label, plain_message_box
 
 log = logging.getLogger(__name__)
 MAX_RECENT = 8
@@ -214,7 +215,7 @@ class MainWindow(QMainWindow):
             self.tabs.addTab(self.history, self.tr("Histor&y"))
         else:
             self.history = None
-            self.tabs.addTab(QLabel(self._store_problem), self.tr("Histor&y"))
+            self.tabs.addTab(plain_label(self._store_problem), self.tr("Histor&y"))
         self._dock("stages", self.tr("Three-stage buffer"), self.tabs,
                    Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
 
@@ -1107,6 +1108,7 @@ class MainWindow(QMainWindow):
         # open(), not exec(): the message is window-modal but never blocks the event loop.
         box = QMessageBox(QMessageBox.Icon.Warning, self.tr("ContextLens"), message,
                           QMessageBox.StandardButton.Ok, self)  # fmt: skip
+        plain_message_box(box)  # the message may quote a file, a server or an archive
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.failed.emit(message)

@@ -53,7 +53,7 @@ from app.ui.model_fetch_dialog import ModelFetchDialog
 from app.ui.server_box import ServerBox
 from app.ui.tasks import run_in_background
 from app.ui.tuned_settings import TunedSettingsBox
-from app.ui.widgets import MessageLine
+from app.ui.widgets import MessageLine, plain_label
 
 MAX_CTX = 1_048_576  # the n_ctx ceiling when the model does not say what it was trained on
 UNQUANTIZED_KV = ("f16", "f32", "bf16")  # the cache types that work without flash attention
@@ -95,7 +95,7 @@ class ModelCard(QGroupBox):
             ("kv", self.tr("KV bytes per token:")),
             ("loaded", self.tr("Loaded:")),
         ):
-            value = QLabel("–")
+            value = plain_label("–")
             value.setWordWrap(True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self._fields[key] = value
@@ -205,7 +205,7 @@ class ModelPanel(QWidget):
         self.n_ctx.setKeyboardTracking(True)  # the memory line follows every keystroke
         self.n_ctx.setValue(defaults.n_ctx)
         self.n_ctx.setToolTip(self.tr("Tokens the model can hold at once (n_ctx)"))
-        self.memory = QLabel()
+        self.memory = plain_label()
         self.memory.setWordWrap(True)
         self.memory.setToolTip(
             self.tr(
@@ -218,9 +218,9 @@ class ModelPanel(QWidget):
         self.gpu_layers.setRange(0, 0)
         self.gpu_layers.setPageStep(4)
         self.gpu_layers_value = QLabel()
-        self.gpu_reason = QLabel()
+        self.gpu_reason = plain_label()
         self.gpu_reason.setWordWrap(True)
-        self.backend = QLabel()
+        self.backend = plain_label()
         self.backend.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.gpu_reason.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
@@ -258,7 +258,7 @@ class ModelPanel(QWidget):
         self.load_button.clicked.connect(self._request_load)
         self.unload_button = QPushButton(self.tr("&Unload"))
         self.unload_button.clicked.connect(self.unload_requested)
-        self.status = QLabel()
+        self.status = plain_label()
         self.status.setWordWrap(True)
         self.engine_error = MessageLine()
 

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.engine.protocol import LoadSettings
 from app.core.paths import APP_NAME
+from app.ui.widgets import plain_message_box
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
@@ -242,6 +243,7 @@ class SessionGuard:
         )
         box = QMessageBox(QMessageBox.Icon.Question, "ContextLens", question,
                           QMessageBox.StandardButton.NoButton, window)  # fmt: skip
+        plain_message_box(box)  # it names the last document and model
         lines = []
         if last.document:
             line = QCoreApplication.translate("SessionGuard", "Document: {0}")

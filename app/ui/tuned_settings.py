@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.core.calibrate import Calibration, Trial
 from app.core.engine.protocol import LoadSettings
+from app.ui.widgets import plain_label
 
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 # the table's headers; QT_TRANSLATE_NOOP lets lupdate see the texts tr() gets at run time
@@ -79,7 +79,7 @@ class TunedSettingsBox(QGroupBox):
                 "machine (measured on a model's first load). Off: the values above are used."
             )
         )
-        self.line = QLabel()
+        self.line = plain_label()
         self.line.setWordWrap(True)
         self.line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.again_button = QPushButton(self.tr("Calibrate again"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QStyle, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QStyle, QWidget
 
 
 def still_plot(minimum_height: int) -> pg.PlotWidget:
@@ -25,13 +25,28 @@ def still_plot(minimum_height: int) -> pg.PlotWidget:
     return plot
 
 
+def plain_label(text: str = "") -> QLabel:
+    """A label that shows its text as written: text from outside the app (error messages, a
+    server's reply, file and model names, archive members) could otherwise hold markup that
+    QLabel's automatic format renders (a heading, an image, a link)."""
+    label = QLabel(text)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    return label
+
+
+def plain_message_box(box: QMessageBox) -> QMessageBox:
+    """``box`` with its texts shown as written (see :func:`plain_label`)."""
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    return box
+
+
 class MessageLine(QWidget):
     """An inline message with a standard icon: errors and notes without a modal box."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.icon = QLabel()
-        self.label = QLabel()
+        self.label = plain_label()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout = QHBoxLayout(self)
