@@ -111,9 +111,10 @@ class Bench:
         assert shown.budget == run.ready.budget  # the plan's frame is the job's, token for token
         assert (shown.kept_tokens, shown.total_tokens) == (
             result.plan["kept_tokens"], result.plan["total_tokens"])  # fmt: skip
-        if strategy == "refuse":  # every document overflows: refused with numbers
-            assert result.refused and counts.calls == 0
-        else:
+        if strategy == "refuse" and run.ready.total_tokens > run.ready.budget:
+            assert result.refused and counts.calls == 0  # refused with numbers
+        else:  # (with SLOW=1 the box drawing and the web page fit Gemma's 256: refuse runs them)
+            assert not result.refused
             assert counts.calls >= 1 and counts.chunks >= 1 and counts.document_tokens > 0
             if result.plan["kept_tokens"] < result.plan["total_tokens"]:
                 assert result.truncated
