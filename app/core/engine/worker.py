@@ -674,6 +674,16 @@ class Engine:
         if n == 0:
             lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
             raise ValueError("llama.cpp rejected the saved KV state (made by another model?)")
+        # llama.cpp ignores bytes after what it needs and restores the cells the state says:
+        # a state that is not all read, or whose last position is not its last token's, is
+        # not the state of its tokens (a damaged or crafted one)
+        last = lc.llama_memory_seq_pos_max(self._mem, 0)
+        if n != size or last != len(state.tokens) - 1:
+            lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            raise ValueError(
+                f"the saved KV state does not match its {len(state.tokens):,} tokens (llama.cpp "
+                f"read {n:,} of its {size:,} bytes, up to position {last:,}); it was not restored"
+            )
         self.tokens = list(state.tokens)
         return len(self.tokens)
 
