@@ -2,8 +2,11 @@
 
 Chunking and counting a 50 MB document is tens of seconds of mostly pure Python plus regex
 scans that hold the GIL for hundreds of milliseconds; on a thread of the GUI process that
-freezes the window. :class:`PlanProcess` sends the work to one long-lived child instead (started
-lazily, with ``spawn``: the GUI process has threads, so it never forks). The child reads the
+freezes the window. :class:`PlanProcess` sends the work to one long-lived child instead, started
+lazily as ``python -P -m app.core.plan_process`` (the GUI process has threads, so it never
+forks; and unlike ``multiprocessing``'s spawn, which runs ``python -c`` and so puts the working
+directory first on the child's path, nothing in the folder the app was started from can stand in
+for the app or the standard library: see child_process.py). The child reads the
 document from its file itself (pickling 50 MB and ~400k blocks would hold the GIL too) and checks
 that it is the same file by its sha256; it keeps the latest document and a :class:`Planner` per
 counter, so chunkings are shared between requests. Its :class:`~app.core.plan_cache.PlanCache`
@@ -13,24 +16,26 @@ read nor counted for work already done. Plans come back as arrays (see plan_code
 Calls block and may come from any thread; one request is in the child at a time. A request
 given a ticket older than the newest ticket is skipped (:class:`Superseded`) if it has not
 started. A child that dies costs the call in flight one clear error; the next call starts
-another. As with any ``spawn`` start, the child imports the parent's main script again: a script
-must guard its entry point with ``if __name__ == "__main__"``.
+another. Requests and replies travel as pickles over a socket pair, as the engine host's do.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing
 import os
 import signal
+import socket
+import subprocess
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from app.core.budget import FrameSource, ServerTemplate
+from app.core.child_process import child_env, module_command
 from app.core.documents import Document, DocumentError, load_document
 from app.core.gc_pause import gc_paused
 from app.core.plan_cache import BoundedLru, doc_id, on_disk
@@ -39,6 +44,7 @@ from app.core.strategies import Plan, Planner, plan_for
 from app.core.tokens import counter_for_key
 
 CLOSE_TIMEOUT_S = 5.0
+POLL_S = 0.05  # how often a wait looks at the child, where the system gives no handle on its end
 
 
 class Superseded(Exception):
@@ -89,17 +95,15 @@ class PlanProcess:
         self._newest = 0
         self._closed = False
         self._cancelling = False  # cancel() was called for the request in flight
-        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
+        self._ended: int | None = None  # a descriptor readable once the child has ended
         _open.add(self)
 
     @property
     def pid(self) -> int | None:
         proc = self._proc
-        try:
-            return proc.pid if proc is not None else None
-        except ValueError:  # reaped by another thread meanwhile
-            return None
+        return proc.pid if proc is not None else None
 
     def ticket(self) -> int:
         """A new generation: requests holding an older ticket are skipped until they start."""
@@ -186,7 +190,7 @@ class PlanProcess:
             self._lock.acquire()
         try:
             conn, proc = self._conn, self._proc
-            if conn is not None and proc is not None and proc.is_alive():
+            if conn is not None and proc is not None and proc.poll() is None:
                 try:
                     conn.send(("close", {}))
                     if conn.poll(CLOSE_TIMEOUT_S):
@@ -237,34 +241,44 @@ class PlanProcess:
             conn.send((op, request))
         except OSError:
             raise self._died() from None
-        ready = wait([conn, proc.sentinel])
-        if conn not in ready:
-            raise self._died()
+        while True:
+            handles: list[Any] = [conn] if self._ended is None else [conn, self._ended]
+            ready = wait(handles, timeout=None if self._ended is not None else POLL_S)
+            if conn in ready:
+                break
+            if proc.poll() is not None:
+                raise self._died()
         try:
             return conn.recv()  # an answer first, even from a child that then died
         except (EOFError, OSError):
             raise self._died() from None
 
-    def _start(self) -> tuple[Connection, multiprocessing.process.BaseProcess]:
+    def _start(self) -> tuple[Connection, subprocess.Popen[bytes]]:
         """The running child's pipe and process, starting one if there is none (lock held)."""
-        if self._proc is not None and self._conn is not None and self._proc.is_alive():
+        if self._proc is not None and self._conn is not None and self._proc.poll() is None:
             return self._conn, self._proc
         self._reap()
-        ctx = multiprocessing.get_context("spawn")
-        ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(theirs,), name="contextlens-planner", daemon=True)
-        proc.start()
-        theirs.close()
-        self._conn, self._proc = ours, proc
-        return ours, proc
+        ours, theirs = socket.socketpair()
+        with theirs:
+            proc = subprocess.Popen(
+                module_command("app.core.plan_process", "--fd", str(theirs.fileno())),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=child_env(),
+                start_new_session=True,  # a Ctrl+C in the terminal is this process's to handle
+            )  # fmt: skip
+        self._conn, self._proc = Connection(ours.detach()), proc
+        with contextlib.suppress(AttributeError, OSError):  # Linux 5.3+; elsewhere, polled
+            self._ended = os.pidfd_open(proc.pid)
+        return self._conn, proc
 
     def _died(self) -> Exception:
         """The child is gone: reap it and say so in one sentence (lock held)."""
         proc = self._proc
         code = None
         if proc is not None:
-            proc.join(1)
-            code = proc.exitcode
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = proc.wait(1)
         self._reap(wait_s=0)
         if self._closed:
             return Superseded("the planning process is closed")
@@ -274,16 +288,18 @@ class PlanProcess:
                                 "the next plan starts a new one.")  # fmt: skip
 
     def _reap(self, wait_s: float = CLOSE_TIMEOUT_S) -> None:
-        conn, proc = self._conn, self._proc
-        self._conn = self._proc = None
+        conn, proc, ended = self._conn, self._proc, self._ended
+        self._conn = self._proc = self._ended = None
         if conn is not None:
             conn.close()
+        if ended is not None:
+            os.close(ended)
         if proc is not None:
-            proc.join(wait_s)
-            if proc.is_alive():
+            try:
+                proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.join(CLOSE_TIMEOUT_S)
-            proc.close()
+                proc.wait(CLOSE_TIMEOUT_S)
 
 
 def _describe(exitcode: int | None) -> str:
@@ -387,3 +403,21 @@ def _serve(conn: Connection) -> None:
         except Exception as exc:  # sent back: the caller raises it with the child's words
             reply = ("err", _kind(exc), str(exc) or type(exc).__name__)
         conn.send(reply)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the child: ``python -P -m app.core.plan_process --fd N``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="contextlens-planner")
+    parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
+    args = parser.parse_args(argv)
+    conn = Connection(args.fd)
+    try:
+        _serve(conn)
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    main()

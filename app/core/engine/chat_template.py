@@ -1,34 +1,69 @@
 """Render a model's chat template safely.
 
-A GGUF file carries its chat template as Jinja source, written by whoever made the file. It is
-rendered in Jinja's immutable sandbox (no attribute tricks, no mutation of our objects; an
-unsafe attribute is an error, not an empty string), with string/list repetition, powers, padding
-widths and every numeric argument capped, and under a wall-clock deadline and a memory ceiling
-that are checked on the lines the compiled template executes, so a template that loops forever or
-builds a gigabyte string ends in a clear error instead of a hung or exhausted engine.
+A GGUF file (or a server) carries its chat template as Jinja source, written by whoever made it.
+It is foreign code, held by two fences:
+
+1. **The capped sandbox** (:func:`render_here`). Jinja's immutable sandbox (no attribute tricks,
+   no mutation of our objects; an unsafe attribute is an error, not an empty string), with every
+   result that one C-level call could make huge bounded *before* it is computed: the bit length
+   of integer products and powers, the length of strings built by ``*``, ``+``, ``~``, ``%``,
+   ``replace``, ``expandtabs``, ``join``, ``indent``, ``wordwrap``, ``translate`` and
+   ``format``, the text a list or dict would print as, and the whole output. Nothing is folded
+   while compiling (Jinja would otherwise call filters and operators on constants before any of
+   this applies): every filter and test takes the context, every arithmetic operator is
+   intercepted and the optimizer is off. A deadline and a memory ceiling are checked on every
+   line the template executes.
+
+2. **The renderer process** (:func:`render_chat_template`, :func:`check_chat_template`). The
+   sandbox runs in a child process of its own, started on first use with an address-space limit
+   (``RLIMIT_AS``) and a CPU-time limit, and without the app's environment. A call that the
+   deadline cannot interrupt (one C-level operation the caps missed) is ended by killing that
+   process shortly after the deadline, or at once when the caller cancels (``cancelled``); the
+   next template starts a new one. Whatever the template does, the caller gets one
+   :class:`ChatTemplateError` sentence within a few seconds, and its own memory is untouched.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
+import inspect
+import itertools
+import json
 import operator
+import os
 import re
 import resource
+import signal
+import socket
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
 from jinja2 import TemplateError, nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.ext import Extension, loopcontrols
+from jinja2.filters import make_attrgetter
 from jinja2.parser import Parser
+from jinja2.runtime import markup_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.utils import Namespace, pass_context
+
+from app.core.engine.protocol import CancelledError
 
 DEFAULT_TIME_LIMIT_S = 2.0
 MAX_REPEAT_LEN = 1_000_000  # longest string or list that `*` may build; largest number argument
 MAX_OUTPUT_CHARS = 50_000_000
+MAX_STRING_CHARS = MAX_OUTPUT_CHARS  # longest string any one operation may build
+MAX_INT_BITS = 1 << 16  # largest integer an operation may compute (about 19,700 digits)
+MAX_TEMPLATE_CHARS = 1 << 20  # GGUF files carry 128 KiB at most (gguf.py); servers far less
 MAX_GROWTH_KIB = 512 * 1024  # the most the process's peak memory may grow while rendering
 _WIDE = re.compile(r"\d{7,}")  # a width or precision of a million or more in a format string
 
@@ -50,6 +85,13 @@ def _peak_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+# ----- bounds, checked before an operation runs ---------------------------------------------------
+
+
+def _too_long() -> ChatTemplateError:
+    return ChatTemplateError("the chat template builds an implausibly long string")
+
+
 def _check_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Refuse a number over the cap: how a short call builds something huge (``center(10**10)``,
     ``ljust``, ``indent``, ``wordwrap``)."""
@@ -64,17 +106,224 @@ def _check_format(spec: Any) -> None:
         raise ChatTemplateError("the chat template formats with a width that is too large")
 
 
-def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A filter or test with its arguments checked (``wraps`` keeps Jinja's pass_* marks)."""
+_SCALAR_TEXT = 26  # the most a float, bool or None prints as
+
+
+def _flat_size(items: Any) -> int | None:
+    """The printed size of a collection of strings alone, or of numbers alone, counted by
+    C-level calls (a million items in milliseconds); None when it holds anything else."""
+    n = len(items)
+    if all(map(isinstance, items, itertools.repeat(str))):
+        return sum(map(len, items)) + 4 * n + 2
+    if all(map(isinstance, items, itertools.repeat(int))):  # bools too
+        return sum(map(int.bit_length, items)) // 3 + 4 * n + 2
+    if all(map(isinstance, items, itertools.repeat(float | bool | type(None)))):
+        return (_SCALAR_TEXT + 2) * n + 2
+    return None
+
+
+def _text_size(value: Any, limit: int = MAX_STRING_CHARS) -> int:
+    """About how many characters ``str(value)`` has, counted without building it (a list of a
+    million references to a list of a million strings prints as 10**12 characters, in one
+    C-level call); counting stops soon after ``limit``. Each object is measured once."""
+    if isinstance(value, str | bytes | bytearray):
+        return len(value) * (1 if isinstance(value, str) else 4)
+    memo: dict[int, int] = {}
+
+    def size(v: Any) -> int:
+        if isinstance(v, str):
+            return len(v) + 2
+        if isinstance(v, bytes | bytearray):
+            return 4 * len(v) + 3
+        if v is None or isinstance(v, bool | float | complex):
+            return _SCALAR_TEXT
+        if isinstance(v, int):
+            return v.bit_length() // 3 + 2
+        if isinstance(v, Namespace):
+            v = getattr(v, "_Namespace__attrs", {})
+        if not isinstance(v, list | tuple | set | frozenset | dict):
+            return 80  # another object: a short repr
+        key = id(v)
+        if key in memo:
+            return memo[key]
+        memo[key] = 5  # a cycle prints as [...]
+        total = _flat_size(v) if not isinstance(v, dict) else None
+        if total is None and isinstance(v, dict):
+            keys, values = _flat_size(list(v)), _flat_size(list(v.values()))
+            total = None if keys is None or values is None else keys + values
+        if total is None:
+            total = 2
+            for item in v.items() if isinstance(v, dict) else v:
+                total += size(item) + 2
+                if total > limit:
+                    break
+        memo[key] = total
+        return total
+
+    return size(value)
+
+
+def _check_text(*values: Any) -> None:
+    """Refuse values whose text would be implausibly long (strings are always fine: they were
+    bounded when built)."""
+    for value in values:
+        if not isinstance(value, str) and _text_size(value) > MAX_STRING_CHARS:
+            raise _too_long()
+
+
+def _check_length(n: int) -> None:
+    if n > MAX_STRING_CHARS:
+        raise _too_long()
+
+
+def _check_int_bits(bits: int) -> None:
+    if bits > MAX_INT_BITS:
+        raise ChatTemplateError("the chat template computes a number that is too large")
+
+
+def _replaced_length(s: str | bytes, old: Any, new: Any, count: Any) -> int:
+    """The length of ``s.replace(old, new, count)``, computed without replacing."""
+    if not isinstance(old, str | bytes) or not isinstance(new, str | bytes):
+        return len(s)
+    n = len(s) + 1 if not old else s.count(old)  # type: ignore[arg-type]
+    if isinstance(count, int) and count >= 0:
+        n = min(n, count)
+    return len(s) + n * (len(new) - len(old))
+
+
+def _check_str_method(obj: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Bound the result of a str or bytes method called from a template; returns the arguments
+    to call it with (``join``'s iterable, read once, as a list)."""
+    name = getattr(obj, "__name__", "")
+    s = getattr(obj, "__self__", None)
+    if not isinstance(s, str | bytes) or name not in ("replace", "expandtabs", "join",
+                                                      "translate"):  # fmt: skip
+        return args
+    try:
+        bound = inspect.signature(obj).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args  # the call itself says what is wrong
+    given = list(bound.arguments.values())
+    if name == "replace" and len(given) >= 2:
+        count = given[2] if len(given) > 2 else -1
+        _check_length(_replaced_length(s, given[0], given[1], count))
+    elif name == "expandtabs":
+        tab = given[0] if given and isinstance(given[0], int) else 8
+        _check_length(len(s) + s.count(b"\t" if isinstance(s, bytes) else "\t") * tab)  # type: ignore[arg-type]
+    elif name == "join" and given:
+        items = list(given[0])
+        if all(map(isinstance, items, itertools.repeat(str | bytes))):  # else join refuses them
+            _check_length(sum(map(len, items)) + len(s) * max(len(items) - 1, 0))
+        return [items]
+    elif name == "translate" and given:
+        table = given[0]
+        if isinstance(table, Mapping):
+            longest = max((len(v) for v in table.values() if isinstance(v, str)), default=1)
+            _check_length(len(s) * max(longest, 1))
+    return args
+
+
+# ----- filters and tests: never folded while compiling, their results bounded ---------------------
+
+# Filters that do not turn their value into text (the others print it, and are bounded so).
+_NOT_TEXT = frozenset({
+    "abs", "attr", "batch", "count", "d", "default", "dictsort", "first", "float", "groupby",
+    "int", "items", "join", "last", "length", "list", "map", "max", "min", "random", "reject",
+    "rejectattr", "reverse", "round", "select", "selectattr", "slice", "sort", "sum", "unique",
+    "filesizeformat",
+})  # fmt: skip
+
+
+def _bounded_filter(name: str, env: Any, a: dict[str, Any]) -> None:
+    """Bound the result of filter ``name`` called with the arguments ``a`` (by parameter name,
+    defaults filled in); ``join`` and ``sum`` get their iterable read once, as a list."""
+    if name == "replace":
+        s = a["s"] if isinstance(a["s"], str) else str(a["s"])
+        a["s"] = s
+        _check_length(_replaced_length(s, str(a["old"]), str(a["new"]),
+                                       -1 if a["count"] is None else a["count"]))  # fmt: skip
+    elif name == "indent":
+        s, width = a["s"], a["width"]
+        w = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+        if isinstance(s, str):
+            _check_length(len(s) + (s.count("\n") + 2) * w)
+    elif name == "wordwrap":
+        s, width, wrap = a["s"], a["width"], a["wrapstring"]
+        wrap_len = len(wrap) if isinstance(wrap, str) else 1
+        if isinstance(s, str) and isinstance(width, int) and width > 0:
+            _check_length(len(s) + (len(s) // width + s.count("\n") + 1) * wrap_len)
+    elif name == "format":
+        value, fields = a["value"], [*a["args"], *a["kwargs"].values()]
+        if isinstance(value, str) and fields:
+            largest = max(_text_size(f) for f in fields)
+            _check_length(len(value) + value.count("%") * largest)
+    elif name == "join":
+        items = list(a["value"])
+        if a["attribute"] is not None:
+            items = list(map(make_attrgetter(env, a["attribute"]), items))
+            a["attribute"] = None
+        a["value"] = items
+        sep = a["d"] if isinstance(a["d"], str) else str(a["d"])
+        _check_length(len(sep) * max(len(items) - 1, 0) + _text_size(items))
+    elif name == "sum":
+        items = list(a["iterable"])
+        if a["attribute"] is not None:
+            items = list(map(make_attrgetter(env, a["attribute"]), items))
+            a["attribute"] = None
+        a["iterable"] = items
+        start = a["start"]
+        lengths = [len(x) for x in (start, *items) if isinstance(x, str | list | tuple)]
+        if len(lengths) > 1:  # sequences added one by one: every prefix is copied again
+            _check_length(sum(lengths) * len(lengths) // 2)
+    elif name == "list" and isinstance(a["value"], str) and len(a["value"]) > MAX_REPEAT_LEN:
+        raise ChatTemplateError("the chat template builds a list that is too long")
+
+
+_BOUNDED = frozenset({"replace", "indent", "wordwrap", "format", "join", "sum", "list"})
+
+
+def _guarded(name: str, fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    """A filter or test that takes the context, so Jinja never calls it while compiling (it
+    folds calls on constants, before any cap applies: an 88 KiB template of ``replace`` calls
+    took 1.9 GiB to compile), with its arguments checked and its result bounded."""
+    wants = getattr(fn, "jinja_pass_arg", None)
+    wants_name = getattr(wants, "name", None)
+    signature: inspect.Signature | None = None
+    if kind == "filter" and name in _BOUNDED:
+        params = list(inspect.signature(fn).parameters.values())
+        signature = inspect.Signature(params[1:] if wants_name else params)
+
+    def first_argument(context: Any) -> tuple[Any, ...]:
+        if wants_name == "context":
+            return (context,)
+        if wants_name == "eval_context":
+            return (context.eval_ctx,)
+        if wants_name == "environment":
+            return (context.environment,)
+        return ()
 
     @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(context: Any, *args: Any, **kwargs: Any) -> Any:
         _check_arguments(args, kwargs)
         if name == "format" and args:
             _check_format(args[0])
-        return fn(*args, **kwargs)
+        if kind == "filter" and name not in _NOT_TEXT:
+            _check_text(*args, *kwargs.values())
+        if signature is not None:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                pass  # the filter itself says what is wrong
+            else:
+                bound.apply_defaults()
+                _bounded_filter(name, context.environment, bound.arguments)
+                args, kwargs = bound.args, bound.kwargs
+        return fn(*first_argument(context), *args, **kwargs)
 
-    return call
+    return pass_context(call)
+
+
+# ----- the environment ----------------------------------------------------------------------------
 
 
 class _GenerationTag(Extension):
@@ -87,13 +336,46 @@ class _GenerationTag(Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
+class _BoundedCodeGenerator(CodeGenerator):
+    """Jinja's code generator, with ``a ~ b`` joined through :func:`_checked_concat`."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.checked_concat(context, (")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
+def _bounded_join(pieces: Iterable[str]) -> str:
+    """Every buffer's join (the output, macros, ``{% set %}`` blocks), refused before it is
+    built when it would be implausibly long."""
+    parts: list[str] = []
+    total = 0
+    for piece in pieces:
+        total += len(piece)
+        if total > MAX_OUTPUT_CHARS:
+            raise ChatTemplateError("the chat template produced an implausibly long prompt")
+        parts.append(piece)
+    return "".join(parts)
+
+
+def _finalize(value: Any) -> Any:
+    """Every ``{{ value }}`` before it is printed: a list or dict must print short enough."""
+    _check_text(value)
+    return value
+
+
 class _CappedSandbox(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = frozenset({"+", "-", "*", "/", "//", "%", "**"})
+    code_generator_class = _BoundedCodeGenerator
+    concat = staticmethod(_bounded_join)  # type: ignore[assignment]
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(extensions=[loopcontrols, _GenerationTag], **options)
-        self.filters = {name: _guarded(name, f) for name, f in self.filters.items()}
-        self.tests = {name: _guarded(name, f) for name, f in self.tests.items()}
+        super().__init__(extensions=[loopcontrols, _GenerationTag], optimized=False,
+                         finalize=_finalize, **options)  # fmt: skip
+        self.filters = {name: _guarded(name, f, "filter") for name, f in self.filters.items()}
+        self.tests = {name: _guarded(name, f, "test") for name, f in self.tests.items()}
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(
@@ -102,12 +384,41 @@ class _CappedSandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         _check_arguments(args, kwargs)
+        # A str.format reached some other way than an attribute lookup (``|attr('format')`` on
+        # Jinja 3.1.5, CVE-2025-27516) is sandboxed here all the same.
+        __obj = __self.wrap_str_format(__obj) or __obj
+        args = _check_str_method(__obj, args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
-        if getattr(value, "__name__", "") in ("format", "format_map"):
-            _check_format(getattr(value, "__self__", None))  # read when looked up, not called
-        return super().wrap_str_format(value)
+        if getattr(value, "__name__", "") not in ("format", "format_map"):
+            return None
+        spec = getattr(value, "__self__", None)
+        _check_format(spec)  # read when looked up, not called
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None or not isinstance(spec, str):
+            return wrapped
+
+        @functools.wraps(wrapped)
+        def bounded(*args: Any, **kwargs: Any) -> str:
+            fields = [*args, *kwargs.values()]
+            if fields and isinstance(fields[0], Mapping) and value.__name__ == "format_map":
+                fields = list(fields[0].values())
+            if fields:
+                _check_length(len(spec) + spec.count("{") * max(map(_text_size, fields)))
+            return wrapped(*args, **kwargs)
+
+        return bounded
+
+    def checked_concat(self, context: Any, parts: tuple[Any, ...]) -> str:
+        """``a ~ b ~ ...``: each part printed (if short enough to print), the whole bounded."""
+        total = 0
+        for part in parts:
+            total += _text_size(part)
+            _check_length(total)
+        if context.eval_ctx.autoescape:
+            return markup_join(parts)
+        return "".join(map(str, parts))
 
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
         if operator_name == "*":
@@ -115,13 +426,30 @@ class _CappedSandbox(ImmutableSandboxedEnvironment):
                 repeats = isinstance(seq, str | list | tuple) and isinstance(n, int)
                 if repeats and len(seq) * max(n, 0) > MAX_REPEAT_LEN:
                     raise ChatTemplateError("the chat template builds a string that is too long")
+            if isinstance(left, int) and isinstance(right, int):
+                _check_int_bits(left.bit_length() + right.bit_length())
             return operator.mul(left, right)
         if operator_name == "**":
-            if isinstance(right, int) and abs(right) > 64:
-                raise ChatTemplateError("the chat template computes a power that is too large")
+            if isinstance(left, int) and isinstance(right, int) and right > 0:
+                if abs(left) > 1:
+                    _check_int_bits(left.bit_length() * right)
+            elif isinstance(right, int) and abs(right) > MAX_INT_BITS:
+                raise ChatTemplateError("the chat template computes a number that is too large")
             return operator.pow(left, right)
+        if operator_name == "+":
+            if isinstance(left, str) and isinstance(right, str):
+                _check_length(len(left) + len(right))
+            elif (isinstance(left, list | tuple) and isinstance(right, list | tuple)
+                  and len(left) + len(right) > MAX_REPEAT_LEN):  # fmt: skip
+                raise ChatTemplateError("the chat template builds a list that is too long")
+            return operator.add(left, right)
         if operator_name == "%":
-            _check_format(left)
+            if isinstance(left, str):
+                _check_format(left)
+                fields = list(right.values() if isinstance(right, Mapping) else
+                              right if isinstance(right, tuple) else (right,))  # fmt: skip
+                if fields:
+                    _check_length(len(left) + left.count("%") * max(map(_text_size, fields)))
             return operator.mod(left, right)
         return super().call_binop(context, operator_name, left, right)
 
@@ -141,11 +469,18 @@ def _environment() -> _CappedSandbox:
     return env
 
 
+# ----- compiling and rendering in this process ----------------------------------------------------
+
+
 def compiled_in_sandbox(template: str) -> Any:
-    """The template compiled in the capped sandbox, or Jinja's TemplateError (Jinja folds
-    constant expressions while compiling: they meet the same caps, and what escapes them is
-    reported as a TemplateError too; a RecursionError, from a template nested too deeply to
-    parse, is left to the caller)."""
+    """The template compiled in the capped sandbox, or Jinja's TemplateError (nothing is folded
+    while compiling, so only a template that is not valid Jinja fails here; a RecursionError,
+    from a template nested too deeply to parse, is left to the caller)."""
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise TemplateError(
+            f"it is {len(template):,} characters long, more than the limit of "
+            f"{MAX_TEMPLATE_CHARS:,}"
+        )
     try:
         return _environment().from_string(template)
     except TemplateError:
@@ -164,21 +499,15 @@ def compile_chat_template(template: str) -> Any:
         raise ChatTemplateError("the chat template is nested too deeply to compile") from None
 
 
-def render_chat_template(
-    template: str,
-    messages: Sequence[Mapping[str, Any]],
-    *,
-    add_generation_prompt: bool = True,
-    bos_token: str = "",
-    eos_token: str = "",
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-    extra: Mapping[str, Any] | None = None,
-) -> str:
-    """Render ``template`` for ``messages``; raise ChatTemplateError with one clear sentence."""
+def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
             raise ChatTemplateError(f"message {i} needs a 'role' and a 'content'")
-    compiled = compile_chat_template(template)
+
+
+@contextlib.contextmanager
+def _watched(time_limit_s: float) -> Iterator[None]:
+    """Trace every line run inside: past the deadline or the memory ceiling, stop it."""
     deadline = time.monotonic() + time_limit_s
     ceiling = _peak_kib() + MAX_GROWTH_KIB
     ticks = 0
@@ -188,21 +517,15 @@ def render_chat_template(
         ticks += 1
         if time.monotonic() > deadline:
             raise _Deadline
-        if ticks % 64 == 0 and _peak_kib() > ceiling:
+        if ticks % 16 == 0 and _peak_kib() > ceiling:
             raise _TooBig
-        return tracer
+        # The guards' own lines are bounded work: traced, they would take ten times as long.
+        return None if frame.f_code.co_filename == __file__ else tracer
 
-    context = {
-        "messages": [dict(m) for m in messages],
-        "add_generation_prompt": add_generation_prompt,
-        "bos_token": bos_token,
-        "eos_token": eos_token,
-        **(extra or {}),
-    }
     previous = sys.gettrace()
     sys.settrace(tracer)
     try:
-        out = compiled.render(context)
+        yield
     except _Deadline:
         raise ChatTemplateError(
             f"the chat template did not finish within {time_limit_s:g} s"
@@ -211,6 +534,36 @@ def render_chat_template(
         raise ChatTemplateError(
             f"the chat template used more than {MAX_GROWTH_KIB // 1024:,} MiB of memory"
         ) from None
+    finally:
+        sys.settrace(previous)
+
+
+def render_here(
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    extra: Mapping[str, Any] | None = None,
+    compiled: Any = None,
+) -> str:
+    """Render ``template`` for ``messages`` in this process, in the capped sandbox (the
+    renderer process's own work; anything else calls :func:`render_chat_template`)."""
+    _check_messages(messages)
+    context = {
+        "messages": [dict(m) for m in messages],
+        "add_generation_prompt": add_generation_prompt,
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        **(extra or {}),
+    }
+    try:
+        with _watched(time_limit_s):
+            if compiled is None:
+                compiled = compile_chat_template(template)
+            out = compiled.render(context)
     except ChatTemplateError:
         raise
     except RecursionError:
@@ -219,8 +572,364 @@ def render_chat_template(
         raise ChatTemplateError("the chat template ran out of memory") from None
     except Exception as exc:  # a template is foreign code: any failure is its failure
         raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
-    finally:
-        sys.settrace(previous)
     if len(out) > MAX_OUTPUT_CHARS:
         raise ChatTemplateError("the chat template produced an implausibly long prompt")
     return out
+
+
+# ----- the renderer process: the parent's side ----------------------------------------------------
+
+KILL_GRACE_S = 1.0  # how long past its deadline a template may run before its process is killed
+RENDERER_MEMORY = 1 << 30  # address space the renderer may add to what it starts with
+RENDERER_START_S = 60.0  # a busy machine can take long to start Python and import Jinja
+_POLL_S = 0.02
+# Only what Python and the clock need: the renderer gets none of the app's secrets.
+_ENV_KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "HOME", "SYSTEMROOT", "TMPDIR", "PYTHONHOME")
+
+
+def _renderer_env() -> dict[str, str]:
+    from app.core.child_process import child_env
+
+    env = child_env()
+    return {k: v for k, v in env.items()
+            if k in _ENV_KEPT or k.startswith("LC_") or k in ("PYTHONPATH", "PYTHONSAFEPATH")}
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "it stopped answering"
+    if code < 0:
+        try:
+            return f"it was ended by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"it was ended by signal {-code}"
+    return f"it exited with status {code}"
+
+
+class _Renderer:
+    """The handle on one renderer process: started on first use, replaced when it dies or is
+    killed; one template at a time (callers from several threads take turns)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+        self._owner = os.getpid()
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def ask(
+        self, request: dict[str, Any], time_limit_s: float, cancelled: Callable[[], bool] | None
+    ) -> Any:
+        with self._lock:
+            if cancelled is not None and cancelled():
+                raise CancelledError("cancelled")
+            conn, proc = self._start(cancelled)
+            try:
+                conn.send_bytes(json.dumps(request, default=str).encode("utf-8"))
+            except (OSError, ValueError):
+                raise self._died(proc) from None
+            deadline = time.monotonic() + time_limit_s + KILL_GRACE_S
+            while True:
+                try:
+                    if conn.poll(_POLL_S):
+                        raw = conn.recv_bytes()
+                        break
+                except (EOFError, OSError):
+                    raise self._died(proc) from None
+                if proc.poll() is not None:
+                    raise self._died(proc)
+                if cancelled is not None and cancelled():
+                    self._kill()
+                    raise CancelledError("cancelled")
+                if time.monotonic() > deadline:
+                    self._kill()
+                    raise ChatTemplateError(
+                        f"the chat template did not finish within {time_limit_s:g} s"
+                    )
+        reply = json.loads(raw)
+        if "ok" in reply:
+            return reply["ok"]
+        kind, message = reply.get("error"), str(reply.get("message", ""))
+        if kind == "memory":
+            with self._lock:
+                self._kill()  # a process that ran out of memory is not trusted again
+        if kind == "syntax":
+            raise TemplateError(message)
+        if kind == "recursion":
+            raise RecursionError(message)
+        raise ChatTemplateError(message)
+
+    def _start(
+        self, cancelled: Callable[[], bool] | None
+    ) -> tuple[Connection, subprocess.Popen[bytes]]:
+        if self._owner != os.getpid():  # a forked copy of this process: the child is not ours
+            self._proc, self._conn, self._owner = None, None, os.getpid()
+        if self._proc is not None and self._conn is not None and self._proc.poll() is None:
+            return self._conn, self._proc
+        self._kill()
+        from app.core.child_process import module_command
+
+        ours, theirs = socket.socketpair()
+        with theirs:
+            try:
+                proc = subprocess.Popen(
+                    module_command("app.core.engine.chat_template", "--fd", str(theirs.fileno()),
+                                   "--parent", str(os.getpid())),
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=_renderer_env(),
+                    start_new_session=True,  # a Ctrl+C in the terminal is the app's to handle
+                )  # fmt: skip
+            except OSError as exc:
+                ours.close()
+                raise ChatTemplateError(
+                    f"the chat template cannot be rendered: its process did not start ({exc})"
+                ) from None
+        conn = Connection(ours.detach())
+        self._proc, self._conn = proc, conn
+        deadline = time.monotonic() + RENDERER_START_S
+        try:
+            while not conn.poll(_POLL_S):
+                if proc.poll() is not None:
+                    raise self._died(proc)
+                if cancelled is not None and cancelled():
+                    self._kill()
+                    raise CancelledError("cancelled")
+                if time.monotonic() > deadline:
+                    self._kill()
+                    raise ChatTemplateError("the chat template cannot be rendered: its process "
+                                            "did not start in time")  # fmt: skip
+            conn.recv_bytes()  # "ready"
+        except (EOFError, OSError):
+            raise self._died(proc) from None
+        return conn, proc
+
+    def _died(self, proc: subprocess.Popen[bytes]) -> ChatTemplateError:
+        try:
+            code = proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._kill()
+        if code is not None and -code == getattr(signal, "SIGXCPU", -1):
+            return ChatTemplateError("the chat template used too much CPU time")
+        return ChatTemplateError(
+            f"the chat template stopped its renderer ({_describe_exit(code)}; it may have "
+            f"used more than {RENDERER_MEMORY // 2**20:,} MiB of memory)"
+        )
+
+    def _kill(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def close(self) -> None:
+        """End the renderer (it also ends by itself when this process goes)."""
+        with self._lock:
+            self._kill()
+
+
+_renderer = _Renderer()
+atexit.register(_renderer.close)
+
+
+def renderer_pid() -> int | None:
+    """The running renderer process of this process, if any (for tests)."""
+    return _renderer.pid
+
+
+def close_renderer() -> None:
+    """End this process's renderer; the next template starts a new one."""
+    _renderer.close()
+
+
+def render_chat_template(
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    extra: Mapping[str, Any] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> str:
+    """Render ``template`` for ``messages`` in the renderer process; raise ChatTemplateError
+    with one clear sentence, or CancelledError as soon as ``cancelled()`` turns true."""
+    _check_messages(messages)
+    request = {
+        "op": "render",
+        "template": template,
+        "messages": [dict(m) for m in messages],
+        "add_generation_prompt": add_generation_prompt,
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        "time_limit_s": time_limit_s,
+        "extra": dict(extra or {}),
+    }
+    return str(_renderer.ask(request, time_limit_s, cancelled))
+
+
+def check_chat_template(
+    template: str,
+    *,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    cancelled: Callable[[], bool] | None = None,
+) -> None:
+    """Compile ``template`` in the renderer process: Jinja's TemplateError when it is not valid
+    Jinja, RecursionError when it is nested too deeply to compile, ChatTemplateError when
+    compiling it ran too long, CancelledError when ``cancelled()`` turned true."""
+    _renderer.ask({"op": "check", "template": template, "time_limit_s": time_limit_s},
+                  time_limit_s, cancelled)  # fmt: skip
+
+
+# ----- the renderer process: the child's side -----------------------------------------------------
+
+
+def _limit_self(parent: int) -> None:
+    """Cap this process's address space (and leave no core file behind). It needs no signal to
+    die with its parent: an idle renderer sees its pipe close, a busy one meets its CPU limit."""
+    if os.getppid() != parent:
+        os._exit(0)  # the parent is already gone
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    size = _address_space()
+    if size:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = size + RENDERER_MEMORY
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _address_space() -> int:
+    """This process's address space now, in bytes (0 where /proc does not say)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _limit_cpu(time_limit_s: float) -> None:
+    """A CPU-time limit a little past this request's deadline: the renderer ends itself
+    (SIGXCPU) should its parent not be there to kill it."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = used.ru_utime + used.ru_stime
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    want = int(spent + time_limit_s + 2 * KILL_GRACE_S) + 1
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+
+
+class _Compiled:
+    """The last few templates compiled (jobs render the same one again and again)."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self._keep = keep
+        self._by_text: dict[str, Any] = {}
+
+    def get(self, template: str, time_limit_s: float) -> Any:
+        found = self._by_text.pop(template, None)
+        if found is None:
+            with _watched(time_limit_s):
+                found = compiled_in_sandbox(template)
+        self._by_text[template] = found
+        while len(self._by_text) > self._keep:
+            self._by_text.pop(next(iter(self._by_text)))
+        return found
+
+
+def _answer(request: dict[str, Any], compiled: _Compiled) -> dict[str, Any]:
+    limit = float(request.get("time_limit_s", DEFAULT_TIME_LIMIT_S))
+    template = request["template"]
+    if request["op"] == "check":
+        try:
+            compiled.get(template, limit)
+        except TemplateError as exc:
+            return {"error": "syntax", "message": str(exc)}
+        except RecursionError:
+            return {"error": "recursion", "message": "nested too deeply to compile"}
+        return {"ok": None}
+    try:
+        found = compiled.get(template, limit)
+    except TemplateError as exc:
+        return {"error": "template", "message": f"the chat template does not compile: {exc}"}
+    except RecursionError:
+        return {"error": "template", "message": "the chat template is nested too deeply to compile"}
+    out = render_here(template, request["messages"],
+                      add_generation_prompt=bool(request["add_generation_prompt"]),
+                      bos_token=request["bos_token"], eos_token=request["eos_token"],
+                      time_limit_s=limit, extra=request.get("extra"), compiled=found)  # fmt: skip
+    return {"ok": out}
+
+
+_OUT_OF_MEMORY = "the chat template ran out of memory"
+
+
+def serve(fd: int, parent: int) -> None:
+    """The renderer's loop: one template at a time, until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit_self(parent)
+    conn = Connection(fd)
+    compiled = _Compiled()
+    conn.send_bytes(b'"ready"')
+    while True:
+        try:
+            request = json.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        _limit_cpu(float(request.get("time_limit_s", DEFAULT_TIME_LIMIT_S)))
+        done = False
+        try:
+            reply = _answer(request, compiled)
+        except ChatTemplateError as exc:
+            reply = {"error": "template", "message": str(exc)}
+            done = "ran out of memory" in str(exc)
+        except MemoryError:
+            reply, done = {"error": "memory", "message": _OUT_OF_MEMORY}, True
+        except Exception as exc:  # the request itself was malformed: say so, carry on
+            reply = {"error": "template",
+                     "message": f"the chat template failed: {type(exc).__name__}: {exc}"}
+        try:
+            data = json.dumps(reply).encode("utf-8")
+        except MemoryError:
+            data, done = json.dumps({"error": "memory", "message": _OUT_OF_MEMORY}).encode(), True
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            return
+        if done:
+            os._exit(0)  # memory ran out once: a fresh process serves the next template
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the renderer: ``python -P -m app.core.engine.chat_template --fd N``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="contextlens-chat-template")
+    parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
+    parser.add_argument("--parent", type=int, required=True, help="the process to die with")
+    args = parser.parse_args(argv)
+    serve(args.fd, args.parent)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,7 +7,10 @@ bad file costs the person one clear sentence instead of a crash.
 
 Every length is checked against the bytes actually left in the file before anything is allocated,
 and against caps that no real model comes near. Only the metadata the app needs is kept; big
-arrays (the vocabulary, the merges) are skipped unless a caller asks for them by key. Past the
+arrays (the vocabulary, the merges) and long strings are skipped unless a caller asks for them by
+key (skipped by seeking past them, never read whole), and what is kept, together with what the
+vocabulary check holds, is capped in total, so a header of many long strings is refused before it
+costs more than a few hundred megabytes. Past the
 format, a few values that are well formed but make llama.cpp abort (found by fuzzing: a vocabulary
 listing a token twice, more layers than it supports, tensors off its alignment) are refused too.
 """
@@ -34,9 +37,22 @@ GGML_MAX_DIMS = 4
 # Caps far above any real model; they bound the work a hostile file can make us do.
 MAX_KEY_BYTES = 64 * 1024
 MAX_STRING_BYTES = 16 * 1024 * 1024
-# Chat templates are KBs; llama-cpp-python compiles each one while loading, about 2 s per 128 KiB.
+# Chat templates are KBs; llama-cpp-python compiles each one while loading (the engine compiles
+# them in the chat-template sandbox instead: see worker.py), so all of them together are capped too.
 MAX_TEMPLATE_BYTES = 128 * 1024
+MAX_TEMPLATES_BYTES = 4 * MAX_TEMPLATE_BYTES
 TEMPLATE_KEY = "tokenizer.chat_template"
+# A string value longer than this is skipped unless asked for by key (names, licences and
+# templates are far shorter; a tokenizer.json copied whole into the header is not needed).
+MAX_KEPT_STRING_BYTES = 1024 * 1024
+# The memory the header may take once read: kept metadata, keys, tensor records and the
+# vocabulary's duplicate check, counted as their bytes plus what Python adds per object. The
+# largest real tokenizer kept whole (Gemma 4's: 262k tokens, 515k merges, scores and types)
+# counts 91 MiB; a header past this cap is refused before it costs more.
+MAX_HEADER_MEMORY = 256 * 1024 * 1024
+STRING_OVERHEAD = 64  # bytes Python adds to a string kept in a tuple, about
+NUMBER_OVERHEAD = 32  # and to a number
+TENSOR_OVERHEAD = 512  # a tensor's record, shape and entry in the name check
 MAX_ARRAY_ITEMS = 64 * 1024 * 1024  # vocabularies are ~10^5..10^6 entries
 MAX_KV_COUNT = 1_000_000
 MAX_TENSOR_COUNT = 1_000_000
@@ -148,6 +164,14 @@ class ArrayValue:
 
 
 @dataclass(frozen=True)
+class SkippedString:
+    """A metadata string longer than :data:`MAX_KEPT_STRING_BYTES` that nobody asked for: only
+    its length is known (it was skipped, not read)."""
+
+    n_bytes: int
+
+
+@dataclass(frozen=True)
 class TensorInfo:
     name: str
     shape: tuple[int, ...]
@@ -194,6 +218,17 @@ class _Reader:
         self._fh = fh
         self.size = size
         self.pos = 0
+        self.held = 0  # memory the header read so far takes (see MAX_HEADER_MEMORY)
+        self.template_bytes = 0  # of every chat template read so far
+
+    def hold(self, n: int, what: str) -> None:
+        """Count ``n`` more bytes of memory for the metadata; refuse a header past the cap."""
+        self.held += n
+        if self.held > MAX_HEADER_MEMORY:
+            raise GGUFError(
+                f"the header takes more than {MAX_HEADER_MEMORY // 2**20:,} MiB of memory "
+                f"to read (at {what}); no real model's comes near that"
+            )
 
     @property
     def left(self) -> int:
@@ -225,22 +260,9 @@ class _Reader:
     def u64(self, what: str) -> int:
         return _U64.unpack(self.bytes(8, what))[0]
 
-    def raw_string(self, what: str, cap: int = MAX_STRING_BYTES) -> bytes:
-        n = self.u64(f"the length of {what}")
-        if n > cap:
-            raise GGUFError(f"{what} claims {n:,} bytes, more than the limit of {cap:,}")
-        return self.bytes(n, what)
-
     def string(self, what: str, cap: int = MAX_STRING_BYTES) -> str:
-        return _decode(self.raw_string(what, cap), what)
-
-    def skip_string(self, what: str) -> None:
-        n = self.u64(f"the length of {what}")
-        if n > MAX_STRING_BYTES:
-            raise GGUFError(
-                f"{what} claims {n:,} bytes, more than the limit of {MAX_STRING_BYTES:,}"
-            )
-        self.skip(n, what)
+        """A string that is kept (a key, a tensor name): counted against the memory cap."""
+        return _kept_string(self, _string_length(self, what, cap), what)
 
 
 def _decode(raw: bytes, what: str) -> str:
@@ -264,8 +286,21 @@ def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
             return bool(value)
         return value
     if vtype == T_STRING:
-        cap = MAX_TEMPLATE_BYTES if key.startswith(TEMPLATE_KEY) else MAX_STRING_BYTES
-        return r.string(f"the value of {key!r}", cap)
+        what = f"the value of {key!r}"
+        if key.startswith(TEMPLATE_KEY):
+            n = _string_length(r, what, MAX_TEMPLATE_BYTES)
+            r.template_bytes += n
+            if r.template_bytes > MAX_TEMPLATES_BYTES:
+                raise GGUFError(
+                    f"the chat templates take more than {MAX_TEMPLATES_BYTES:,} bytes together "
+                    f"(at {key!r}); a model carries a few of some KB each"
+                )
+        else:
+            n = _string_length(r, what)
+            if n > MAX_KEPT_STRING_BYTES and not keep_items:
+                r.skip(n, what)
+                return SkippedString(n)
+        return _kept_string(r, n, what)
     if vtype == T_ARRAY:
         item_type = r.u32(f"the element type of {key!r}")
         if item_type == T_ARRAY:
@@ -283,30 +318,56 @@ def _read_value(r: _Reader, vtype: int, key: str, keep_items: bool) -> Any:
         if key == VOCAB_KEY and item_type == T_STRING:
             return _read_vocab(r, count, keep)
         if item_type == T_STRING:
-            if keep:
-                items: tuple[Any, ...] = tuple(
-                    r.string(f"element {i} of {key!r}") for i in range(count)
-                )
-            else:
-                for i in range(count):
-                    r.skip_string(f"element {i} of {key!r}")
-                return ArrayValue(_type_name(item_type), count)
-        else:
-            s = _SCALARS[item_type]
-            raw = r.bytes(count * s.size, f"the elements of {key!r}")
-            if not keep:
-                return ArrayValue(_type_name(item_type), count)
-            items = tuple(v for (v,) in s.iter_unpack(raw))
-            if item_type == T_BOOL:
-                if any(v > 1 for v in items):
-                    raise GGUFError(f"metadata {key!r} holds a bool that is neither 0 nor 1")
-                items = tuple(bool(v) for v in items)
+            return _string_array(r, key, count, keep, keep_items)
+        s = _SCALARS[item_type]
+        if not keep:
+            r.skip(count * s.size, f"the elements of {key!r}")
+            return ArrayValue(_type_name(item_type), count)
+        r.need(count * s.size, f"the elements of {key!r}")
+        r.hold(count * (s.size + NUMBER_OVERHEAD), f"the elements of {key!r}")
+        raw = r.bytes(count * s.size, f"the elements of {key!r}")
+        items: tuple[Any, ...] = tuple(v for (v,) in s.iter_unpack(raw))
+        if item_type == T_BOOL:
+            if any(v > 1 for v in items):
+                raise GGUFError(f"metadata {key!r} holds a bool that is neither 0 nor 1")
+            items = tuple(bool(v) for v in items)
         return ArrayValue(_type_name(item_type), count, items)
     raise GGUFError(f"metadata {key!r} has unknown value type code {vtype}")
 
 
+def _string_length(r: _Reader, what: str, cap: int = MAX_STRING_BYTES) -> int:
+    n = r.u64(f"the length of {what}")
+    if n > cap:
+        raise GGUFError(f"{what} claims {n:,} bytes, more than the limit of {cap:,}")
+    return n
+
+
+def _kept_string(r: _Reader, n: int, what: str) -> str:
+    """The next ``n`` bytes as a kept string: counted against the metadata's memory first."""
+    r.need(n, what)
+    r.hold(n + STRING_OVERHEAD, what)
+    return _decode(r.bytes(n, what), what)
+
+
+def _string_array(r: _Reader, key: str, count: int, keep: bool, asked: bool) -> ArrayValue:
+    """A string array: its items when ``keep``, unless (not ``asked`` for) one of them is too
+    long to keep; then the rest are skipped too."""
+    items: list[str] = []
+    for i in range(count):
+        what = f"element {i} of {key!r}"
+        n = _string_length(r, what)
+        if keep and n > MAX_KEPT_STRING_BYTES and not asked:
+            keep, items = False, []
+        if keep:
+            items.append(_kept_string(r, n, what))
+        else:
+            r.skip(n, what)
+    return ArrayValue("string", count, tuple(items) if keep else None)
+
+
 def _read_vocab(r: _Reader, count: int, keep: bool) -> ArrayValue:
-    """The token list, read whole: llama.cpp aborts on a vocabulary that lists a token twice."""
+    """The token list, read whole: llama.cpp aborts on a vocabulary that lists a token twice.
+    The check holds every token's bytes, so they count against the metadata's memory."""
     if count > MAX_VOCAB:
         raise GGUFError(
             f"the vocabulary claims {count:,} tokens, more than the limit of {MAX_VOCAB:,}"
@@ -315,7 +376,10 @@ def _read_vocab(r: _Reader, count: int, keep: bool) -> ArrayValue:
     items: list[str] = []
     for i in range(count):
         what = f"element {i} of {VOCAB_KEY!r}"
-        raw = r.raw_string(what)
+        n = _string_length(r, what)
+        r.need(n, what)
+        r.hold((n + STRING_OVERHEAD) * (2 if keep else 1), what)
+        raw = r.bytes(n, what)
         if raw in seen:
             text = raw.decode("utf-8", "replace")[:40]
             raise GGUFError(f"the vocabulary lists {text!r} twice (the second time as token {i})")
@@ -440,6 +504,7 @@ def _parse(path: Path, r: _Reader, keep_arrays: set[str]) -> GGUFFile:
                 f"tensor {name!r} starts at offset {offset:,}, "
                 f"not a multiple of the alignment {alignment}"
             )
+        r.hold(TENSOR_OVERHEAD, f"tensor {i}")
         tensors.append(TensorInfo(name, shape, ggml_type, offset, n_bytes))
 
     data_offset = r.pos + (-r.pos % alignment)
@@ -635,6 +700,10 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _quantization_name(gf: GGUFFile) -> str:
     ftype = gf.get("general.file_type")
     if isinstance(ftype, int):
@@ -809,8 +878,8 @@ def model_info(gf: GGUFFile) -> ModelInfo:
         head_dim_v=head_v,
         n_ctx_train=_context_length(gf),
         vocab_size=vocab,
-        tokenizer_model=gf.get("tokenizer.ggml.model"),
-        tokenizer_pre=gf.get("tokenizer.ggml.pre"),
+        tokenizer_model=_str_or_none(gf.get("tokenizer.ggml.model")),
+        tokenizer_pre=_str_or_none(gf.get("tokenizer.ggml.pre")),
         chat_template=template if isinstance(template, str) else None,
         bos_token_id=_int_or_none(gf.get("tokenizer.ggml.bos_token_id")),
         eos_token_id=_int_or_none(gf.get("tokenizer.ggml.eos_token_id")),

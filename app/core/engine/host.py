@@ -6,7 +6,9 @@ kernel's OOM killer) kills only the child. The parent notices on its next read, 
 starts a fresh child. The GGUF header is checked here, in the parent, before the child sees it.
 
 One request is in flight at a time (the llama context is not thread-safe); :meth:`cancel` is the
-one method that may be called from any thread, and it reaches the child through a shared flag.
+one method that may be called from any thread, and it reaches the child through a shared flag. A
+cancelled load ends at once when the child is checking the model's chat template, and with the
+child when llama.cpp does not stop by itself soon after.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from app.core.child_process import child_env, module_command
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
 from app.core.engine.ipc import SharedFlag
@@ -58,6 +60,9 @@ from app.core.vocab_tokenizer import tokenizer_header
 
 START_TIMEOUT_S = 60.0
 POLL_S = 0.05
+# A cancelled load that has not stopped by itself this long after the cancel (llama.cpp reading a
+# large file cannot be interrupted) ends with its child, which holds nothing else yet.
+LOAD_CANCEL_GRACE_S = 1.5
 
 _SIGNAL_MEANING = {
     signal.SIGSEGV: "a segmentation fault inside llama.cpp",
@@ -85,12 +90,6 @@ def describe_exit(exitcode: int | None) -> str:
         meaning = _SIGNAL_MEANING.get(sig)
         return f"{sig.name} ({meaning})" if meaning else sig.name
     return f"it exited with status {exitcode}"
-
-
-def _package_root() -> str:
-    import app
-
-    return str(Path(app.__file__).resolve().parent.parent)
 
 
 class EngineHost:
@@ -142,21 +141,18 @@ class EngineHost:
             self._tmpdir = Path(tempfile.mkdtemp(prefix="contextlens-engine-", dir=fast))
             self._flag = SharedFlag(self._tmpdir / "cancel.flag", create=True)
             ours, theirs = socket.socketpair()
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (_package_root(), env.get("PYTHONPATH", "")) if p
-            )
             with (self._tmpdir / "engine.log").open("wb") as log, theirs:
                 # The child's stderr goes to a file: native code (ggml asserts) writes there, and
-                # the parent quotes it when the child dies.
+                # the parent quotes it when the child dies. It never has the working directory on
+                # its path (child_process.py): a folder's own app/ is not imported in its place.
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "app.core.engine.worker",
-                     "--fd", str(theirs.fileno()), "--flag", str(self._flag.path)],
+                    module_command("app.core.engine.worker", "--fd", str(theirs.fileno()),
+                                   "--flag", str(self._flag.path)),
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=log,
-                    env=env,
+                    env=child_env(),
                     start_new_session=True,  # a Ctrl+C in the terminal is the parent's to handle
                 )  # fmt: skip
             self._conn = Connection(ours.detach())
@@ -245,8 +241,11 @@ class EngineHost:
         except OSError:
             return 0
 
-    def _recv(self, timeout: float | None = None) -> Any:
+    def _recv(self, timeout: float | None = None, cancel_grace: float | None = None) -> Any:
+        """The child's next message. ``cancel_grace``: once a cancel has waited this long for
+        the request to stop, the child is killed and the request ends as cancelled."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        cancelled_at: float | None = None
         conn = self._conn
         if conn is None:
             raise EngineCrashedError("the engine is not running; load a model to start it")
@@ -267,6 +266,14 @@ class EngineHost:
             if deadline is not None and time.monotonic() > deadline and self._proc is not None:
                 self._proc.kill()
                 raise self._crashed()
+            if cancel_grace is not None and self._flag is not None and self._flag.is_set():
+                now = time.monotonic()
+                cancelled_at = cancelled_at or now
+                if now - cancelled_at > cancel_grace and self._proc is not None:
+                    doing = self._busy_with
+                    self._proc.kill()
+                    self._reap()
+                    raise CancelledError(f"cancelled {doing}; the engine stopped with it")
 
     @staticmethod
     def _unwrap(reply: Any) -> Any:
@@ -300,11 +307,12 @@ class EngineHost:
         except (OSError, EOFError):
             raise self._crashed() from None
 
-    def _call(self, op: str, doing: str, **kwargs: Any) -> Any:
+    def _call(self, op: str, doing: str, *, cancel_grace: float | None = None,
+              **kwargs: Any) -> Any:  # fmt: skip
         with self._lock:
             self._send(op, doing, kwargs)
             try:
-                return self._unwrap(self._recv())
+                return self._unwrap(self._recv(cancel_grace=cancel_grace))
             finally:
                 self._busy_with = self._op = ""
 
@@ -338,7 +346,10 @@ class EngineHost:
                 memory_preflight(info, settings, gpu_offload=False)
             self.model = None
             self.vocab_path = None
+            # A cancel stops the load: the child stops checking the chat templates at once, and
+            # is killed if llama.cpp does not finish soon.
             loaded = self._call("load", f"loading {Path(path).name}",
+                                cancel_grace=LOAD_CANCEL_GRACE_S,
                                 path=str(Path(path).resolve()), settings=settings)  # fmt: skip
             self.model, self.model_info = loaded, info
             return loaded

@@ -32,7 +32,7 @@ from jinja2 import TemplateError
 
 from app.core.engine.chat_template import (
     ChatTemplateError,
-    compiled_in_sandbox,
+    check_chat_template,
     render_chat_template,
 )
 from app.core.engine.gguf import BASE_MODEL_NOTE, adds_space_prefix, base_model_reason, read_gguf
@@ -99,12 +99,15 @@ class _SandboxedTemplateCheck:
     ``Llama()`` compiles every chat template a file carries with its own Jinja environment,
     folding constant expressions outside any cap: ``{{ 2 ** 100000 }}`` failed the load and
     ``'x' * 300000000`` cost seconds and gigabytes. The app renders templates itself
-    (``render_chat_template``), so at load they are only compiled, in the capped sandbox; a
-    template that does not compile still fails the load as Jinja's TemplateError.
+    (``render_chat_template``), so at load they are only compiled, in the capped sandbox of the
+    chat-template renderer process, under its deadline and ``stopped`` (a cancel ends the load);
+    a template that does not compile still fails the load as Jinja's TemplateError.
     """
 
+    stopped: Callable[[], bool] | None = None  # the engine's cancel check, set by Engine
+
     def __init__(self, template: str, **_ignored: Any) -> None:
-        compiled_in_sandbox(template)
+        check_chat_template(template, cancelled=_SandboxedTemplateCheck.stopped)
 
     def to_chat_handler(self) -> None:
         return None  # llama-cpp-python's chat completion is never used here
@@ -228,6 +231,7 @@ class Engine:
         import llama_cpp.llama_chat_format as chat_format
 
         chat_format.Jinja2ChatFormatter = _SandboxedTemplateCheck  # type: ignore[misc,assignment]
+        _SandboxedTemplateCheck.stopped = self._stopped
         self._lc = llama_cpp
         self._cancel = cancel_flag
         self.llm: Any = None
@@ -368,6 +372,9 @@ class Engine:
                 swa_full=True,
                 verbose=False,
             )
+        except CancelledError:  # while the chat templates were checked
+            self.llm = None
+            raise CancelledError("loading cancelled") from None
         except (ValueError, RuntimeError, OSError, TemplateError) as exc:
             self.llm = None
             said = self.first_error or next(
@@ -394,7 +401,11 @@ class Engine:
                 f"n_ctx {settings.n_ctx:,} is larger than the {n_ctx_train:,} tokens the model "
                 "was trained on; quality may drop past that point"
             )
-        unusable = self._template_problem()
+        try:
+            unusable = self._template_problem()
+        except CancelledError:
+            self.unload()
+            raise CancelledError("loading cancelled") from None
         if unusable:
             warnings.append(
                 f"the model's chat template cannot be used ({unusable}); prompts are sent "
@@ -577,6 +588,7 @@ class Engine:
             add_generation_prompt=add_generation_prompt,
             bos_token=text_of(lc.llama_vocab_bos(vocab)),
             eos_token=text_of(lc.llama_vocab_eos(vocab)),
+            cancelled=self._stopped,
         )
 
     def evaluate(self, tokens: Sequence[int]) -> EvalResult:
