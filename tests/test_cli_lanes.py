@@ -14,7 +14,11 @@ from tests.test_cli import assert_one_line_error, run
 def test_run_in_lanes_reports_them_and_prints_each_reply_whole(
     model_path: Path, tmp_path: Path
 ) -> None:
-    args = ("run", str(DATA / "sample.py"), "--strategy", "map-reduce", "--n-ctx", "256",
+    # A third of bisect.py: three or four windows, enough for two lanes (the whole file ran
+    # two dozen windows twice, and under heavy load once passed the 300 s per-test timeout).
+    doc = tmp_path / "bisect-part.py"
+    doc.write_text((DATA / "sample.py").read_text(encoding="utf-8")[:1800], encoding="utf-8")
+    args = ("run", str(doc), "--strategy", "map-reduce", "--n-ctx", "256",
             "--max-tokens", "8", "--lanes", "2", "--db", str(tmp_path / "h.db"))  # fmt: skip
     proc = run(*args, "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
