@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
 
-from app.core.engine.chat_template import ChatTemplateError, render_chat_template
+import pytest
+from packaging.requirements import Requirement
+
+from app.core.engine import chat_template as ct
+from app.core.engine.chat_template import ChatTemplateError, render_chat_template, render_here
 from app.core.engine.worker import StopMatcher
 
 CHATML = (
@@ -38,6 +44,32 @@ def test_hostile_templates_end_in_a_clear_error(template: str, phrase: str) -> N
     with pytest.raises(ChatTemplateError, match=phrase) as err:
         render_chat_template(template, MESSAGES, time_limit_s=0.5)
     assert "\n" not in str(err.value)
+
+
+# CVE-2025-27516: on Jinja 3.1.5, |attr('format') handed the template str.format itself, whose
+# field syntax walks attributes unsandboxed: this printed the environment variable.
+CVE_2025_27516 = "{{ '{0.__init__.__globals__[os].environ[CONTEXTLENS_TEST_SECRET]}'|attr('format')(cycler) }}"  # noqa: E501
+
+
+def test_jinja_is_at_least_3_1_6() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    [jinja] = [Requirement(d) for d in pyproject["project"]["dependencies"]
+               if d.startswith("jinja2")]  # fmt: skip
+    assert "3.1.5" not in jinja.specifier and "3.1.6" in jinja.specifier
+    assert tuple(int(p) for p in version("jinja2").split(".")[:3]) >= (3, 1, 6)
+
+
+@pytest.mark.parametrize("where", ["sandbox", "renderer"])
+def test_the_attr_format_escape_prints_no_secret(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    monkeypatch.setenv("CONTEXTLENS_TEST_SECRET", "hunter2")
+    if where == "renderer":
+        ct.close_renderer()  # its next process starts with the secret in this environment
+    render = render_here if where == "sandbox" else render_chat_template
+    with pytest.raises(ChatTemplateError, match="SecurityError") as err:
+        render(CVE_2025_27516, MESSAGES)
+    assert "hunter2" not in str(err.value)
 
 
 def test_messages_are_checked() -> None:

@@ -271,10 +271,11 @@ def _bounded_filter(name: str, env: Any, a: dict[str, Any]) -> None:
             items = list(map(make_attrgetter(env, a["attribute"]), items))
             a["attribute"] = None
         a["iterable"] = items
-        start = a["start"]
-        lengths = [len(x) for x in (start, *items) if isinstance(x, str | list | tuple)]
-        if len(lengths) > 1:  # sequences added one by one: every prefix is copied again
-            _check_length(sum(lengths) * len(lengths) // 2)
+        every = [a["start"], *items]
+        sequences = list(itertools.compress(every, map(isinstance, every,
+                                                       itertools.repeat(str | list | tuple))))
+        if len(sequences) > 1:  # added one by one: every prefix is copied again
+            _check_length(sum(map(len, sequences)) * len(sequences) // 2)
     elif name == "list" and isinstance(a["value"], str) and len(a["value"]) > MAX_REPEAT_LEN:
         raise ChatTemplateError("the chat template builds a list that is too long")
 
