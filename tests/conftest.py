@@ -13,9 +13,22 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Runs record their history; tests never write into the user's own database.
 os.environ["CONTEXTLENS_DB"] = os.path.join(tempfile.mkdtemp(prefix="contextlens-test-"), "h.db")
 # Calibrations and plans are cached on disk: tests keep theirs apart from the user's.
-os.environ.setdefault("CONTEXTLENS_CACHE", tempfile.mkdtemp(prefix="contextlens-cache-"))
+os.environ["CONTEXTLENS_CACHE"] = tempfile.mkdtemp(prefix="contextlens-cache-")
 # Loading a model in the window calibrates it on first use; tests that want that turn it on.
-os.environ.setdefault("CONTEXTLENS_CALIBRATE", "0")
+os.environ["CONTEXTLENS_CALIBRATE"] = "0"
+# Nothing of the person's own set-up reaches a test: settings (language, theme, the last
+# session), data and state live under a fresh home of their own (QSettings and platformdirs
+# read these), so a machine where the app was used before tests the same as a new one.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="contextlens-config-")
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="contextlens-data-")
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="contextlens-state-")
+os.environ.pop("CONTEXTLENS_API_KEY", None)
+os.environ.pop("CONTEXTLENS_API_HOST", None)
+os.environ.pop("CONTEXTLENS_MODELS", None)
+os.environ.pop("CONTEXTLENS_RESOURCES", None)
+os.environ.pop("CONTEXTLENS_STATE", None)
+os.environ.pop("CONTEXTLENS_PYPI_URL", None)
+os.environ.pop("CONTEXTLENS_ENGINE_FAULT", None)
 
 from app.core.default_model import GEMMA_3_270M, default_model_path
 from app.core.default_model import model_path as known_path

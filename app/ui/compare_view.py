@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
-from PySide6.QtGui import QFontDatabase, QTextCursor
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QGridLayout,
     QGroupBox,
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.jobs import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
-from app.ui.widgets import plain_label
+from app.ui.widgets import fixed_font, plain_label
 
 MAX_PANES = 4
 
@@ -121,7 +121,7 @@ class CompareView(QWidget):
             self.panes[name] = pane
             self._grid.addWidget(pane, i // columns, i % columns)
             # the system's fixed font: the family "monospace" may resolve to a proportional one
-            pane.output.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+            pane.output.setFont(fixed_font())
 
     def set_needle_retention(self, strategy: str, retention: float) -> None:
         """The share of the person's needles this strategy's plan lets reach the model."""

@@ -42,7 +42,6 @@ from PySide6.QtCore import QEvent, QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
-    QFontDatabase,
     QHelpEvent,
     QKeyEvent,
     QKeySequence,
@@ -80,7 +79,7 @@ from app.ui.plan_index import (
     index_plan,
 )
 from app.ui.plan_map import NOTHING, PlanMap
-from app.ui.widgets import plain_label, still_plot
+from app.ui.widgets import fixed_font, plain_label, still_plot
 
 FULL_CHARS = 1 << 19  # texts up to this size are in the pane whole (~40 ms to build)
 WINDOW_CHARS = 1 << 18  # of a longer text, about this much is in the pane (~25 ms to build)
@@ -234,7 +233,7 @@ class _TextPane(QPlainTextEdit):
             Qt.TextInteractionFlag.TextSelectableByMouse
             | Qt.TextInteractionFlag.TextSelectableByKeyboard
         )
-        self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.setFont(fixed_font())
         self.text_window = _Window(0, 0, Offsets(""))
         self.text_length = 0  # of the whole text, of which the pane holds the window
         self.highlighter: _PlanHighlighter | None = None

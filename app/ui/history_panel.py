@@ -23,7 +23,6 @@ from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QColor,
-    QFontDatabase,
     QKeySequence,
     QPalette,
     QTextBlockFormat,
@@ -59,7 +58,7 @@ from app.store.archive import (
 from app.store.repository import Repository, VersionInfo
 from app.ui.i18n import task_label
 from app.ui.tasks import Progress, run_in_background
-from app.ui.widgets import MessageLine
+from app.ui.widgets import MessageLine, fixed_font
 
 SUFFIX = ".ctxlens"
 INSTANT = "⚡"
@@ -169,7 +168,7 @@ class DiffDialog(QDialog):
         self.view = QPlainTextEdit()
         self.view.setReadOnly(True)
         self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.view.setFont(fixed_font())
         base = self.palette().color(QPalette.ColorRole.Base)
         self.added = _mix(base, QColor(0, 160, 60), 0.25)
         self.removed = _mix(base, QColor(210, 40, 40), 0.25)

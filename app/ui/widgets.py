@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontDatabase, QFontInfo
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QStyle, QWidget
 
 
@@ -23,6 +24,22 @@ def still_plot(minimum_height: int) -> pg.PlotWidget:
         action.deleteLater()
     scene.contextMenu.clear()
     return plot
+
+
+def fixed_font() -> QFont:
+    """The system's fixed-pitch font, or the first fixed-pitch family installed when that one
+    is not (fontconfig's "monospace" can resolve to a proportional font on a machine with many
+    fonts, and a diff or a column of code then loses its columns)."""
+    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    if QFontInfo(font).fixedPitch():
+        return font
+    families = [f for f in QFontDatabase.families() if QFontDatabase.isFixedPitch(f)]
+    preferred = ("DejaVu Sans Mono", "Liberation Mono", "Noto Sans Mono", "Cascadia Mono")
+    for family in (*[f for f in preferred if f in families], *families):
+        candidate = QFont(family, font.pointSize())
+        if QFontInfo(candidate).fixedPitch():
+            return candidate
+    return font
 
 
 def plain_label(text: str = "") -> QLabel:
