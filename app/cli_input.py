@@ -22,10 +22,13 @@ DEFAULT_RESERVE = 512
 
 
 def read_document(path: str) -> Any:
-    from app.core.documents import DocumentError, load_document
+    """The document, or one sentence (BadInput) saying why not. HTML, PDF and DOCX are read in
+    a child process with a memory cap (app/core/documents/isolated.py); Ctrl+C ends it too."""
+    from app.core.documents import DocumentError
+    from app.core.documents.isolated import read_document as read_isolated
 
     try:
-        return load_document(path)
+        return read_isolated(path)
     except DocumentError as exc:
         raise BadInput(str(exc)) from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -53,7 +54,8 @@ from app import __version__
 from app.core import calibrate
 from app.core.budget import FrameSource
 from app.core.default_model import sha256_of
-from app.core.documents import Document, load_document
+from app.core.documents import Document
+from app.core.documents.isolated import ReadCancelled, read_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
 from app.core.engine.remote import ServerInfo
@@ -135,6 +137,7 @@ class MainWindow(QMainWindow):
         self._plan_generation = 0
         self._plans_pending: set[int] = set()  # generations of the plans being made
         self._open_generation = 0
+        self._open_cancel = threading.Event()  # set: the file being read is no longer wanted
         self._waits: set[str] = set()  # see _wait
         self.plans = PlanProcess()  # plans and counts in a child process, started on first use
         self._plan_pool = QThreadPool(self)
@@ -412,22 +415,28 @@ class MainWindow(QMainWindow):
 
     def open_document(self, path: Path) -> None:
         """Read (and decode, and extract) the file in the background, then show and plan it.
-        Cancel (or opening another file) drops it."""
+        Cancel (or opening another file) drops it: HTML, PDF and DOCX are read in a child
+        process (app/core/documents/isolated.py), which is killed at once."""
+        self._open_cancel.set()  # a file still being read is not wanted any more
+        cancel = self._open_cancel = threading.Event()
         self._open_generation += 1
         generation = self._open_generation
         self._wait("open", True, self.tr("Opening {0}…").format(path.name))
 
-        def load() -> Document:
+        def load() -> Document | None:
             # ~400k blocks, none of them garbage: the full collections their allocation triggers
             # would hold the GIL ~100 ms each. Frozen, later full collections skip them (they are
             # still freed by reference counting when the document is closed).
             with gc_paused():
-                doc = load_document(path)
+                try:
+                    doc = read_document(path, cancel=cancel)
+                except ReadCancelled:
+                    return None  # whoever cancelled it has moved on: nothing to report
                 gc.freeze()
             return doc
 
-        def loaded(doc: Document) -> None:
-            if generation == self._open_generation:
+        def loaded(doc: Document | None) -> None:
+            if doc is not None and generation == self._open_generation:
                 self._on_document_loaded(doc)
 
         def failed(message: str) -> None:
@@ -942,6 +951,7 @@ class MainWindow(QMainWindow):
                                               "one made."))  # fmt: skip
         if "open" in self._waits:
             self._open_generation += 1
+            self._open_cancel.set()
             self._wait("open", False, self.tr("Opening cancelled."))
         if "calibrate" in self._waits:
             self.statusBar().showMessage(self.tr("Cancelling the calibration…"))
@@ -1151,6 +1161,8 @@ class MainWindow(QMainWindow):
             event.accept()
             return
         self._shut_down = True
+        self._open_generation += 1
+        self._open_cancel.set()  # a document being read in its child process: killed
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState())
         self.gauges.stop()

@@ -79,7 +79,7 @@ def document_from_text(text: str, *, name: str = "untitled", format: str = "text
     if format == "html":
         from app.core.documents.html import parse_html
 
-        parsed = parse_html(clean)
+        parsed = parse_html(clean, name=name)
     else:
         parsed = Parsed(clean, structure(clean, format))
     return Document(
@@ -102,7 +102,9 @@ def _parse_container(data: bytes, fmt: str, *, name: str, limits: Limits) -> Par
 
         text, encoding, lossy = decode_html(data, name=name)
         try:
-            parsed = parse_html(text)
+            parsed = parse_html(text, name=name, limits=limits)
+        except (DocumentError, MemoryError):
+            raise
         except Exception as exc:  # lxml and BeautifulSoup refuse markup with several types
             raise DocumentError(f"{name} is not readable HTML ({short_reason(exc)}).") from exc
         if not parsed.text:

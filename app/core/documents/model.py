@@ -38,11 +38,24 @@ class Limits:
     """Caps that bound the memory and time a hostile or accidental input can cost."""
 
     max_bytes: int = 200 * 1024 * 1024
+    # Start tags in an HTML page, counted before the parser builds its tree (~1 KB each).
+    html_max_elements: int = 1_000_000
     docx_max_entries: int = 10_000
     docx_max_uncompressed: int = 512 * 1024 * 1024  # declared sizes, and bytes actually read
     docx_max_ratio: float = 100.0  # per entry, for entries large enough to matter
+    # XML elements in all the parts together, counted while the archive is checked, before
+    # python-docx parses any part (a real document has 10-20 per paragraph).
+    docx_max_elements: int = 2_000_000
     pdf_max_pages: int = 10_000
     pdf_max_stream_bytes: int = 256 * 1024 * 1024
+    # Text extraction reads every content stream, form and font a page uses, at ~1 MB/s. Their
+    # decoded bytes, counted before any page is read (a stream shared by pages that use it the
+    # same way counts once), may not exceed the base plus this multiple of the file's size: a
+    # real PDF's content is a few times its size at most, a crafted one thousands of times.
+    pdf_work_base: int = 4 * 1024 * 1024
+    pdf_work_ratio: float = 16.0
+    # The address space of the process that reads HTML, PDF and DOCX files (see isolated.py).
+    reader_memory_bytes: int = 4 * 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,23 @@ def read_file(path: Path, name: str, max_bytes: int) -> bytes:
     return data
 
 
+def read_head(path: Path, name: str, count: int) -> bytes:
+    """The first ``count`` bytes of a regular file (what its format is decided from)."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        raise DocumentError(_os_error(path, name, exc)) from exc
+    with os.fdopen(fd, "rb", buffering=0) as stream:
+        try:
+            info = os.fstat(fd)
+            for test, what in _KINDS:
+                if test(info.st_mode):
+                    raise DocumentError(f"{name} {what}.")
+            return stream.read(count) or b""
+        except OSError as exc:
+            raise DocumentError(_os_error(path, name, exc)) from exc
+
+
 def too_large(name: str, size: int, limit: int, *, at_least: bool = False) -> str:
     more = "more than " if at_least else ""
     return f"{name} is {more}{human_size(size)}; the limit is {human_size(limit)}."
