@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +157,47 @@ def _act(repo: Any, args: argparse.Namespace) -> int:
     elif args.action == "import":
         if len(args.args) != 1:
             raise BadInput("import needs one file: import FILE")
-        got = import_session(repo, Path(args.args[0]))
+        got = _import(repo, Path(args.args[0]), import_session)
+        if got is None:
+            message = f"Import of {Path(args.args[0]).name} cancelled; nothing was added."
+            return fail(EXIT_CANCELLED, message, args.json)
         _report({"type": "imported", "session": got.session_id, "versions": got.versions,
                  "runs": got.runs, "kv_states": got.kv_states},
                 f"imported as session {got.session_id} ({got.versions} versions, {got.runs} runs, "
                 f"{got.kv_states} KV states)", args.json)  # fmt: skip
     return EXIT_OK
+
+
+def _import(repo: Any, path: Path, import_session: Any) -> Any:
+    """Import ``path`` on a helper thread, so that Ctrl-C cancels it properly: the rows being
+    written are rolled back and nothing is added (None), instead of the interrupt leaving the
+    store's writer to finish the import unasked. Errors come back as they were raised."""
+    from app.store.archive import ArchiveCancelled
+
+    cancel = threading.Event()
+    finished = threading.Event()  # waited on, not join(): an interrupted join() can leave
+    outcome: dict[str, Any] = {}  # is_alive() False while the thread still runs (CPython)
+
+    def work() -> None:
+        try:
+            outcome["done"] = import_session(repo, path, cancel=cancel)
+        except BaseException as exc:  # handed to the main thread below
+            outcome["error"] = exc
+        finally:
+            finished.set()
+
+    threading.Thread(target=work, name="snapshots-import", daemon=True).start()
+    while not finished.is_set():
+        try:
+            finished.wait(0.2)
+        except KeyboardInterrupt:
+            cancel.set()  # heard within a batch of rows; the loop waits for the rollback
+    error = outcome.get("error")
+    if isinstance(error, ArchiveCancelled):
+        return None
+    if error is not None:
+        raise error
+    return outcome["done"]
 
 
 def _report(data: dict[str, Any], line: str, as_json: bool) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, select
@@ -93,6 +94,11 @@ class Repository:
         self._db = db
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
         self._undo: list[tuple[str, int]] = []  # soft deletions that can be undone this run
+
+    @property
+    def folder(self) -> Path:
+        """The database's folder (an import spools its packed data there)."""
+        return self._db.path.parent
 
     @property
     def read_only(self) -> bool:
@@ -421,6 +427,7 @@ class Repository:
                 if row is not None:
                     state = KVState(unpack_tokens(row.tokens), unpack(row.data), row.n_ctx,
                                     row.cache_type, model_path)  # fmt: skip
+                    _check_saved(row, state, v.id)
                     return SavedKV(state, row.prompt_tokens, v.id)
                 parent = s.get(PromptVersion, v.parent_id) if v.parent_id is not None else None
                 same = parent is not None and all(
@@ -482,6 +489,25 @@ class _PackedKV:
             raise RepositoryError("a KV state must say which of its tokens are the prompt")
         return cls(model_sha256, state.n_ctx, state.kv_cache_type, pack_tokens(state.tokens),
                    pack(state.data), len(state.data), prompt_tokens, ring or {})  # fmt: skip
+
+
+def _check_saved(row: KVStateRow, state: KVState, version_id: int) -> None:
+    """RepositoryError unless a stored state is whole and of its own tokens, before anything
+    hands it to llama.cpp: its bytes as many as were recorded when it was kept, its prompt
+    within its tokens, its tokens within its context. (Imported states were also checked
+    against llama.cpp's layout on the way in: app/store/kv_layout.py.)"""
+    size, tokens = len(state.data), len(state.tokens)
+    problem = None
+    if row.state_bytes and size != row.state_bytes:  # 0: kept before the size was recorded
+        problem = f"{size:,} bytes where {row.state_bytes:,} were kept"
+    elif not 0 < row.prompt_tokens <= tokens <= row.n_ctx:
+        problem = (f"{tokens:,} tokens with a prompt of {row.prompt_tokens:,} in a context of "
+                   f"{row.n_ctx:,}")  # fmt: skip
+    if problem is not None:
+        raise RepositoryError(
+            f"the saved KV state of version {version_id} is damaged ({problem}); roll back "
+            "without resuming from it"
+        )
 
 
 def _version(s: OrmSession, version_id: int) -> PromptVersion:

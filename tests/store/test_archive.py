@@ -11,7 +11,7 @@ import threading
 import warnings
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,35 +24,13 @@ from app.core.jobs import JobResult, OutputSpan
 from app.store import archive
 from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import unpack
-from app.store.db import open_database
 from app.store.models import Base, DocumentText, KVStateRow, PromptVersion
 from app.store.repository import Repository
+from tests.store.kv_states import engine_state
 
 TEXT = "Chapter 1. The harbour at dawn.\n\n第一章。港の夜明け。🌅\n" * 40
 TOKENS = (1, 2, 3, 70000, -5, 2**31 - 1)
-STATE = bytes(range(256)) * 64
-
-
-@pytest.fixture
-def open_repo(tmp_path: Path) -> Iterator[Callable[[str], Repository]]:
-    """Repositories on fresh database files in tmp_path, closed at teardown."""
-    opened: list[tuple[Repository, Any]] = []
-
-    def make(name: str) -> Repository:
-        db = open_database(tmp_path / name)
-        repo = Repository(db)
-        opened.append((repo, db))
-        return repo
-
-    yield make
-    for repo, db in opened:
-        repo.close()
-        db.close()
-
-
-@pytest.fixture
-def repo(open_repo: Callable[[str], Repository]) -> Repository:
-    return open_repo("x.db")
+STATE = engine_state(len(TOKENS))  # 24 KiB laid out as llama.cpp writes a state
 
 
 def add_kv(repo: Repository, version_id: int, tokens: tuple[int, ...], data: bytes) -> int:
@@ -437,13 +415,16 @@ def test_a_cancelled_import_adds_nothing(
 
 
 def zip_bytes(entries: list[tuple[str, bytes]], *, stored: bool = False) -> bytes:
+    """A zip of ``entries``, deflated (unless ``stored``) but for the KV data, which is stored
+    as the exporter stores it."""
     buf = io.BytesIO()
     method = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # duplicate names are written on purpose
         with zipfile.ZipFile(buf, "w", compression=method) as zf:
             for name, data in entries:
-                zf.writestr(name, data)
+                kv = name.startswith("kv/")
+                zf.writestr(name, data, compress_type=zipfile.ZIP_STORED if kv else None)
     return buf.getvalue()
 
 
@@ -473,19 +454,6 @@ class Good:
     def rebuilt(self, replace: dict[str, bytes], **manifest: Any) -> bytes:
         entries = [(n, replace.get(n, d)) for n, d in self.members]
         return zip_bytes([*entries, ("manifest.json", manifest_for(entries, **manifest))])
-
-
-@pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> Good:
-    folder = tmp_path_factory.mktemp("good")
-    db = open_database(folder / "src.db")
-    repo = Repository(db)
-    try:
-        export_session(repo, populate(repo), folder / "good.ctxlens", include_kv=True)
-    finally:
-        repo.close()
-        db.close()
-    return Good((folder / "good.ctxlens").read_bytes())
 
 
 def tamper_stored_byte(g: Good) -> bytes:
@@ -675,17 +643,6 @@ BAD: dict[str, tuple[Callable[[Good], bytes], str]] = {
 
 def add_member_data(g: Good, name: str, data: bytes) -> bytes:
     return g.rebuilt({name: data})
-
-
-@pytest.fixture(scope="module")
-def victim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repository]:
-    """A database with history in it, shared by the table below (none of which may change it)."""
-    db = open_database(tmp_path_factory.mktemp("victim") / "x.db")
-    repo = Repository(db)
-    populate(repo)
-    yield repo
-    repo.close()
-    db.close()
 
 
 @pytest.mark.parametrize("case", list(BAD))

@@ -22,6 +22,7 @@ from app.store.db import Database, open_database
 from app.store.repository import Entry, Repository, VersionInfo
 from app.ui import history_panel
 from app.ui.history_panel import HistoryPanel
+from tests.store.kv_states import engine_state
 
 SHA = "m" * 64
 WAIT = 10_000
@@ -47,7 +48,7 @@ def history(tmp_path: Path) -> Iterator[History]:
     content = {"task": "summarize", "strategy": "head", "prompt": "Summarize.\nIn detail.",
                "model_path": "/m.gguf", "model_sha256": SHA,
                "settings": {"n_ctx": 512}}  # fmt: skip
-    state = KVState((1, 2, 3, 4), b"kv" * 512, 512, "f16", "/m.gguf")
+    state = KVState((1, 2, 3, 4), engine_state(4), 512, "f16", "/m.gguf")  # as llama.cpp lays it
     doc = document_from_text("The harbour at dawn. " * 50, name="harbour.txt")
     v1, v2 = repo.record(doc, "harbour", [
         Entry(content, result, state, prompt_tokens=3),

@@ -1,0 +1,208 @@
+"""The JSON of a ``.ctxlens`` file, as strict schemas with bounds.
+
+Everything an import stores comes through these models, so every value is typed and bounded
+here, before a row is written: integers fit the columns they go to (SQLite's are 64-bit; counts
+of tokens are 32-bit in llama.cpp), dates convert to UTC within years 1970 to 9999, floats are
+finite, and the fields the app reads back later (a version's settings and sampling, a run's
+outputs and timings, a KV state's shape) have the types those readers expect. A value out of
+bounds is a validation error like a wrong type, so the import names it in one sentence instead
+of failing on an ``OverflowError`` mid-transaction or storing a value that fails on a later
+rollback. Fields no reader looks into (a run's plan, a KV state's ring) stay plain JSON objects,
+bounded by the import's cap on what parsing a member may cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Annotated, Any, Literal, get_args, get_type_hints
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+
+from app.core.engine.protocol import KV_CACHE_TYPE_NAMES, SamplingSettings
+from app.store.models import as_utc
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MIN_YEAR, MAX_YEAR = 1970, 9999
+MAX_N_CTX = 1 << 24  # the largest context a stored KV state may claim
+MAX_LABEL = 32  # task, strategy and finish reason: String(32) columns
+
+
+def _moment(value: datetime) -> datetime:
+    """The time in UTC (naive ones are UTC already), refused outside the years kept."""
+    try:
+        utc = as_utc(value)
+    except OverflowError:  # 0001-01-01 at +01:00 is before the first representable UTC time
+        raise ValueError(f"a date between {MIN_YEAR} and {MAX_YEAR} was expected") from None
+    if not MIN_YEAR <= utc.year <= MAX_YEAR:
+        raise ValueError(f"a date between {MIN_YEAR} and {MAX_YEAR} was expected")
+    return utc
+
+
+Moment = Annotated[datetime, AfterValidator(_moment)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+ModelSha = Annotated[str, Field(max_length=64)]  # a GGUF's sha256, "" for a server's model
+Id = Annotated[int, Field(ge=0, le=INT64_MAX)]  # an id in the file, only ever a reference
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Int32 = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
+Bytes = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL)]
+CacheType = Literal[KV_CACHE_TYPE_NAMES]  # type: ignore[valid-type]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Open(BaseModel):
+    """Known fields typed, unknown ones kept as they are (readers ignore them; a later app may
+    add some within the same format version)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+
+class MemberModel(Strict):
+    sha256: Sha256
+    size: Bytes
+
+
+class ManifestModel(Strict):
+    format: Literal["contextlens-session"]
+    format_version: Annotated[int, Field(ge=1, le=INT32_MAX)]
+    app_version: str
+    created: Moment
+    members: dict[str, MemberModel]
+
+
+class SessionModel(Strict):
+    name: str
+    created: Moment
+
+
+class DocumentModel(Strict):
+    path: str
+    sha256: Sha256
+    size: Bytes
+    encoding: Annotated[str, Field(max_length=64)]
+
+
+def _sampling_field(kind: Any) -> Any:
+    """The pydantic type of one SamplingSettings field: llama.cpp takes its integers as int32,
+    its floats must be finite."""
+    if kind is bool:
+        return bool
+    if kind is int:
+        return Int32
+    return Annotated[float, Field(allow_inf_nan=False)]
+
+
+_SamplingFields: Any = create_model(
+    "_SamplingFields",
+    __base__=Open,
+    **{
+        f.name: (_sampling_field(get_type_hints(SamplingSettings)[f.name]) | None, None)
+        for f in dataclasses.fields(SamplingSettings)
+    },
+)
+
+
+class SamplingModel(_SamplingFields):  # type: ignore[misc, valid-type]
+    """A version's ``settings["sampling"]`` (app.core.sampling.stored): the fields typed as
+    SamplingSettings has them, and values llama.cpp would refuse refused here."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> SamplingModel:
+        given = {k: v for k, v in self.model_dump(exclude_unset=True).items() if v is not None}
+        settings = SamplingSettings.from_dict(given)
+        for name, rule in settings.problems():
+            raise ValueError(f"{name} {rule}")
+        return self
+
+
+class SettingsModel(Open):
+    """A version's settings as the CLI and the window record them (all optional: older records
+    lack some); a rollback reads ``max_tokens``, ``engine`` and ``sampling`` back."""
+
+    n_ctx: Annotated[int, Field(ge=1, le=MAX_N_CTX)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] = 256
+    kv_cache_type: CacheType | None = None
+    engine: str | None = None
+    sampling: SamplingModel | None = None
+
+
+class VersionModel(Strict):
+    id: Id
+    parent: Id | None
+    number: Annotated[int, Field(ge=1, le=INT32_MAX)]
+    task: Label
+    prompt: str
+    strategy: Label
+    model_path: str
+    model_sha256: ModelSha
+    settings: SettingsModel
+    created: Moment
+
+
+class OutputModel(Strict):
+    """One output span of a run (JobResult.as_dict): ``snapshots rollback --resume`` and the
+    window read its source spans back."""
+
+    step: str
+    text: str
+    source_spans: list[tuple[Count, Count]]
+    finish_reason: Label
+    ring_version: Count
+
+
+class TimingsModel(Open):
+    seconds: Seconds | None = None
+    ttft_s: list[Seconds] | None = None
+    evaluated_tokens: Count | None = None
+    lanes: Count | None = None
+
+
+class RunModel(Strict):
+    id: Id
+    version: Id
+    strategy: Label
+    plan: dict[str, Any]
+    outputs: list[OutputModel]
+    prompt_tokens: Count
+    completion_tokens: Count
+    kv_peak_cells: Count
+    timings: TimingsModel
+    finish_reason: Label
+    truncated: bool
+    created: Moment
+    error: str | None = None  # absent from files written before runs kept their errors
+    refused: str | None = None
+
+
+class KVStateModel(Strict):
+    id: Id
+    version: Id
+    model_sha256: ModelSha
+    n_ctx: Annotated[int, Field(ge=1, le=MAX_N_CTX)]
+    cache_type: CacheType
+    ring: dict[str, Any]
+    prompt_tokens: Count
+    state_bytes: Bytes
+    created: Moment
+
+
+class SessionFileModel(Strict):
+    session: SessionModel
+    document: DocumentModel | None
+    versions: list[VersionModel]
+    runs: list[RunModel]
+    kv_states: list[KVStateModel]
+
+
+def stored(model: BaseModel) -> dict[str, Any]:
+    """A typed JSON field as the history keeps it: what the file said, nothing added."""
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+assert set(get_args(CacheType)) == set(KV_CACHE_TYPE_NAMES)
