@@ -1,9 +1,12 @@
 """contextlens-cli batch DIR: one job over every document in a folder, several at a time.
 
 ``--concurrency N`` keeps N documents in flight (a server's parallel slots; the local engine runs
-one). Each finished document is recorded in the history as it completes, by this thread alone
-(the one writer), so a batch stopped by Ctrl+C, a crash or a server that went away is resumed by
-running the same command again: documents already done the same way are skipped. ``--json``
+one). A server that says how many requests it serves at once is never sent more: N is lowered to
+its slots, said once on stderr (llama-cpp-python's server serves one and, by default, cuts a reply
+short when another request arrives). Each finished document is recorded in the history as it
+completes, by this thread alone (the one writer), so a batch stopped by Ctrl+C, a crash or a server
+that went away is resumed by running the same command again: documents already done the same way
+are skipped. ``--json``
 prints a ``document`` line per document and a last ``done`` line with the summary.
 """
 
@@ -140,6 +143,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             watch(opened.engine)
             for warning in opened.warnings:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
+            args.concurrency = _in_flight(args.concurrency, opened.server)
             return _run(args, paths, opened, stop)
     except BadInput as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
@@ -147,6 +151,20 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
     except ValueError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
+
+
+def _in_flight(concurrency: int, server: Any) -> int:
+    """The documents to keep in flight: ``--concurrency``, but never more than the requests the
+    server serves at once, when it says (said once, on stderr)."""
+    slots = getattr(server, "slots", None)
+    if not slots or concurrency <= slots:
+        return concurrency
+    what = "request" if slots == 1 else "requests"
+    docs = "document" if slots == 1 else "documents"
+    print(f"warning: {server.url} ({server.kind}) serves {slots} {what} at a time: "
+          f"{slots} {docs} in flight, not the {concurrency} of --concurrency", file=sys.stderr,
+          flush=True)  # fmt: skip
+    return slots
 
 
 def _run(args: argparse.Namespace, paths: list[Path], opened: Any, stop: threading.Event) -> int:
@@ -305,7 +323,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--instruction", help="for extract: what to do with each part")
     p.add_argument("--concurrency", type=int, default=1,
                    help="documents in flight at once (default 1; more needs --engine: set it "
-                        "to the server's parallel slots)")  # fmt: skip
+                        "to the server's parallel slots, which it is lowered to when the "
+                        "server says them)")  # fmt: skip
     p.add_argument("--glob", default="*", help="which files (default: all; e.g. '*.pdf')")
     p.add_argument("--recursive", action="store_true", help="also the folders inside DIR")
     p.add_argument("--model", help="GGUF model (default: the default model)")

@@ -43,8 +43,10 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="run on an OpenAI-compatible server (llama-server, python -m "
                         "llama_cpp.server, vLLM) instead of the local llama.cpp engine; --model "
                         "is then optional: the same GGUF, for exact counts and its chat "
-                        "template. The API key comes from $CONTEXTLENS_API_KEY or the keyring "
-                        "(`contextlens-cli remote key URL`)")  # fmt: skip
+                        "template. The API key comes from the keyring (`contextlens-cli remote "
+                        "key URL`), or from $CONTEXTLENS_API_KEY for the one server "
+                        "$CONTEXTLENS_API_HOST names. Without a scheme, URL is https:// unless "
+                        "it is this machine")  # fmt: skip
     _connection_options(p)
 
 
@@ -102,13 +104,19 @@ def sigint_cancels(token: Any) -> Iterator[Callable[[Any], None]]:
 
 
 def connect_remote(args: argparse.Namespace, n_ctx: int | None) -> Any:
-    """A RemoteEngine connected to ``--engine`` (ServerError / ValueError when it cannot be)."""
-    from app.core.credentials import api_key
+    """A RemoteEngine connected to ``--engine`` (ServerError / ValueError when it cannot be).
+    Before anything is sent, stderr says when the API key would go over plain HTTP to another
+    machine, or why ``$CONTEXTLENS_API_KEY`` is not sent to this server."""
+    from app.core.credentials import api_key, env_key_note
     from app.core.engine.remote import RemoteEngine
-    from app.core.engine.remote_http import Connection
+    from app.core.engine.remote_http import Connection, key_in_clear
 
-    connection = Connection(args.engine, api_key=api_key(args.engine), timeout_s=args.timeout,
+    key = api_key(args.engine)
+    connection = Connection(args.engine, api_key=key, timeout_s=args.timeout,
                             retries=args.retries)  # fmt: skip
+    for note in (env_key_note(connection.url), key_in_clear(connection.url, key)):
+        if note:
+            print(f"warning: {note}", file=sys.stderr, flush=True)
     model = Path(args.model).expanduser() if getattr(args, "model", None) else None
     engine = RemoteEngine(connection, model=args.server_model, model_path=model, n_ctx=n_ctx)
     try:

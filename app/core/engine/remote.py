@@ -46,7 +46,13 @@ from app.core.engine.protocol import (
     SamplingSettings,
     TextDelta,
 )
-from app.core.engine.remote_http import Client, Connection, ServerError, StreamBrokenError
+from app.core.engine.remote_http import (
+    Client,
+    Connection,
+    InFlightGate,
+    ServerError,
+    StreamBrokenError,
+)
 from app.core.repetition import RepetitionDetector
 from app.core.tokens import TiktokenCounter, TokenCounter, cl100k, scrub
 
@@ -66,6 +72,11 @@ NO_AUDIT = (
 STREAM_INTERVAL_S = 0.02  # one text delta per 20 ms at most, as the local engine sends them
 PROBE_TIMEOUT_S = 10.0
 COUNT_WORKERS = 8  # token counts asked of the server at once
+CUT_SHORT_RETRIES = 2  # a reply the server ended without a finish reason is asked for again
+CUT_SHORT = (
+    "llama-cpp-python's server cuts a reply short when another request arrives, unless it runs "
+    "with --interrupt_requests False"
+)
 
 
 class UnsupportedRemotelyError(EngineError):
@@ -302,6 +313,8 @@ class RemoteEngine:
         self._memo = _TextMemo()
         self._cancel = threading.Event()
         self._last = threading.local()  # each thread's last request (a batch runs several)
+        self._replies: InFlightGate | None = None  # replies in flight: the server's slots
+        self._sleep = time.sleep
 
     # ----- connecting ----------------------------------------------------------------------
 
@@ -350,6 +363,7 @@ class RemoteEngine:
         if kind == "openai-compatible" and self._server_tokenizer is not None:
             kind = "llama-cpp-python"
             slots = 1  # one model, one request at a time
+        self._hold_to(kind, slots)
         warnings: list[str] = []
         n_ctx, source = self._context_size(n_ctx, source, warnings)
         train = _n_ctx_train(entry)
@@ -371,6 +385,19 @@ class RemoteEngine:
             warnings=tuple(warnings), frame=frame,
         )  # fmt: skip
         return self._info
+
+    def _hold_to(self, kind: str, slots: int | None) -> None:
+        """Never more requests in flight than the server serves. llama-cpp-python's server
+        serves one request at a time, every endpoint behind one lock, and (by default) cuts the
+        reply it is streaming short as soon as another request waits for that lock, a token
+        count as much as a completion: every request to it takes its turn. llama-server answers
+        other requests beside its slots: its replies alone wait for a free slot."""
+        if kind == "llama-cpp-python":
+            self._client.limit_in_flight(1)
+            self._replies = None
+        else:
+            self._client.limit_in_flight(None)
+            self._replies = InFlightGate(slots) if slots else None
 
     def _context_size(self, reported: int | None, source: str, warnings: list[str]
                       ) -> tuple[int, str]:  # fmt: skip
@@ -469,10 +496,13 @@ class RemoteEngine:
         assert self._estimate is not None
         return self._estimate
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False
-                 ) -> list[int]:  # fmt: skip
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False,
+                 continuation: bool = False) -> list[int]:  # fmt: skip
         """Token ids of ``text``; with ``add_special``, the model's BOS first (as the server
-        tokenizes a prompt), so a prompt sent as token ids starts as the model expects."""
+        tokenizes a prompt), so a prompt sent as token ids starts as the model expects.
+        ``continuation`` is accepted for the jobs' sake and changes nothing here: a server's
+        ``/tokenize`` has no such option, so a SentencePiece model that adds a space prefix gets
+        it before each chunk, as it does from every server-side tokenizer."""
         self.info  # noqa: B018
         bos = list(self._bos()) if add_special else []
         if self._local is not None or self._estimate is not None:
@@ -602,50 +632,120 @@ class RemoteEngine:
         pending_ids = 0
         last = 0.0
         looping = RepetitionDetector() if sampling.stop_on_repetition else None
+        failure: ServerError | None = None
         with contextlib.closing(self._stream(body, reply)) as pieces:
-            for text, n in pieces:
-                pending.append(text)
-                pending_ids += n
-                now = time.perf_counter()
-                if looping is not None and looping.feed(text):
-                    reply.finish = "repetition"  # closing the stream stops the server
-                    break
-                if now - last >= STREAM_INTERVAL_S:
-                    yield TextDelta("".join(pending), (-1,) * pending_ids)
-                    pending, pending_ids, last = [], 0, now
+            try:
+                for text, n in pieces:
+                    pending.append(text)
+                    pending_ids += n
+                    now = time.perf_counter()
+                    if looping is not None and looping.feed(text):
+                        reply.finish = "repetition"  # closing the stream stops the server
+                        break
+                    if now - last >= STREAM_INTERVAL_S:
+                        yield TextDelta("".join(pending), (-1,) * pending_ids)
+                        pending, pending_ids, last = [], 0, now
+            except ServerError as exc:  # the text that came before it is handed on first
+                failure = exc
+        if failure is not None:
+            if pending or pending_ids:
+                yield TextDelta("".join(pending), (-1,) * pending_ids)
+            raise failure
         if pending or pending_ids:
             yield TextDelta("".join(pending), (-1,) * pending_ids)
         yield Finished(self._stats(reply, len(prompt)))
 
     def _stream(self, body: dict[str, Any], reply: _Reply) -> Iterator[tuple[str, int]]:
-        """(text, tokens) of each streamed piece; fills ``reply`` as the events arrive."""
+        """(text, tokens) of each streamed piece; fills ``reply`` as the events arrive.
+
+        A reply the server ended without a finish reason (llama-cpp-python's server does that
+        when another request arrives) is asked for again, up to :data:`CUT_SHORT_RETRIES`
+        times: the same request gives the same reply (greedy, or sampled with the same seed),
+        so the text already handed on is skipped and the reply goes on from there. A reply
+        asked for again that begins otherwise cannot go on: the cut is then the error."""
+        said = ""  # the text of this reply handed on so far, over every try
+        for attempt in range(CUT_SHORT_RETRIES + 1):
+            heard = ""  # this try's text
+            with contextlib.closing(self._attempt(body, reply)) as pieces:
+                for piece, n in pieces:
+                    start, heard = len(heard), heard + piece
+                    if len(heard) <= len(said):  # said before this reply was cut: skip it
+                        if not said.startswith(heard):
+                            raise self._cut_short(reply, attempt, diverged=True)
+                        continue
+                    if start < len(said):  # a piece that runs past what was said
+                        if not heard.startswith(said):
+                            raise self._cut_short(reply, attempt, diverged=True)
+                        yield heard[len(said) :], 0  # its token came with the first try
+                    else:
+                        yield piece, n
+                    said = heard
+            if reply.finish is not None:
+                if len(heard) < len(said) and reply.finish != "cancelled":
+                    raise self._cut_short(reply, attempt, diverged=True)
+                return
+            if attempt < CUT_SHORT_RETRIES:
+                self._sleep(self.connection.backoff_s * 2**attempt)
+                reply.first, reply.tokens, reply.usage, reply.timings = None, 0, {}, {}
+        raise self._cut_short(reply, CUT_SHORT_RETRIES, diverged=False)
+
+    def _cut_short(self, reply: _Reply, attempt: int, *, diverged: bool) -> StreamBrokenError:
+        """The one sentence for a reply cut short ``attempt + 1`` times."""
+        tries = ""
+        if attempt:
+            again = ", the last one beginning another reply" if diverged else ""
+            tries = f" (asked {attempt + 1} times{again})"
+        return StreamBrokenError(
+            f"{self._client.host} ended the reply without saying why, after "
+            f"{reply.tokens:,} tokens{tries} ({CUT_SHORT})"
+        )
+
+    def _attempt(self, body: dict[str, Any], reply: _Reply) -> Iterator[tuple[str, int]]:
+        """One request's (text, tokens) pieces; ``reply.finish`` stays None when the server
+        ended the stream without a finish reason (and nothing was cancelled)."""
         what = "a completion request"
+        gate = self._replies.held() if self._replies is not None else contextlib.nullcontext()
+        with gate:
+            if self._cancel.is_set():  # cancelled while waiting for a slot
+                reply.finish = "cancelled"
+                return
+            yield from self._pieces(body, reply, what)
+        if reply.finish is None and reply.first is None and not self._cancel.is_set():
+            self._why_empty(body)
+
+    def _pieces(self, body: dict[str, Any], reply: _Reply, what: str
+                ) -> Iterator[tuple[str, int]]:  # fmt: skip
+        asked = int(body.get("max_tokens") or 0)
         try:
-            for event in self._client.stream("/v1/completions", body, what):
-                if reply.first is None:
-                    reply.first = time.perf_counter()
-                if event.get("error"):  # llama-server reports a failure mid-stream this way
-                    error = event["error"]
-                    message = error.get("message") if isinstance(error, dict) else error
-                    raise StreamBrokenError(
-                        f"{self._client.host} stopped the reply after {reply.tokens:,} tokens: "
-                        f"{str(message)[:300]}"
-                    )
-                usage, timings = event.get("usage"), event.get("timings")
-                if isinstance(usage, dict):
-                    reply.usage = usage
-                if isinstance(timings, dict):
-                    reply.timings = timings
-                choices = event.get("choices") or ()
-                choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-                text = choice.get("text") or ""
-                if choice.get("finish_reason"):
-                    reply.finish = str(choice["finish_reason"])
-                if text:
-                    reply.tokens += 1
-                    yield text, 1
-                if reply.finish and reply.usage:
-                    break
+            with contextlib.closing(self._client.stream("/v1/completions", body, what)) as events:
+                for event in events:
+                    if reply.first is None:
+                        reply.first = time.perf_counter()
+                    if event.get("error"):  # llama-server reports a failure mid-stream this way
+                        error = event["error"]
+                        message = error.get("message") if isinstance(error, dict) else error
+                        raise StreamBrokenError(
+                            f"{self._client.host} stopped the reply after {reply.tokens:,} "
+                            f"tokens: {str(message)[:300]}"
+                        )
+                    usage, timings = event.get("usage"), event.get("timings")
+                    if isinstance(usage, dict):
+                        reply.usage = usage
+                    if isinstance(timings, dict):
+                        reply.timings = timings
+                    choices = event.get("choices") or ()
+                    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+                    text = choice.get("text") or ""
+                    if choice.get("finish_reason"):
+                        reply.finish = str(choice["finish_reason"])
+                    if text:
+                        if asked and reply.tokens >= asked:  # a server that ignores max_tokens
+                            reply.finish = "length"
+                            break
+                        reply.tokens += 1
+                        yield text, 1
+                    if reply.finish and reply.usage:
+                        break
         except ServerError as exc:
             if self._cancel.is_set():
                 reply.finish = "cancelled"
@@ -656,17 +756,8 @@ class RemoteEngine:
             if isinstance(exc, StreamBrokenError) and reply.first is None:
                 self._why_empty(body)
             raise
-        if reply.finish is None:
-            if self._cancel.is_set():
-                reply.finish = "cancelled"
-                return
-            if reply.first is None:
-                self._why_empty(body)
-            raise StreamBrokenError(
-                f"{self._client.host} ended the reply without saying why, after "
-                f"{reply.tokens:,} tokens (llama-cpp-python's server cuts a reply short when "
-                "another request arrives, unless it runs with --interrupt_requests False)"
-            )
+        if reply.finish is None and self._cancel.is_set():
+            reply.finish = "cancelled"
 
     def _why_empty(self, body: dict[str, Any]) -> None:
         """A stream that ended before its first event: llama-cpp-python's server does that

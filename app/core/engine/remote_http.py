@@ -1,16 +1,26 @@
 """HTTP to an inference server: one client, retries on connection errors only, one-sentence errors.
 
 A request that never reached the server (refused, unreachable, timed out while connecting) is
-safe to send again, so only those are retried, with a growing pause; anything the server answered
-(an HTTP error, a stream cut short) is reported as it is, never repeated behind the person's back.
-Streams are Server-Sent Events (``data: {...}`` lines, ``data: [DONE]`` at the end) and can be
-closed from another thread, which is how a cancel stops a reply the server is still sending.
+safe to send again, so only those are retried here, with a growing pause; anything the server
+answered (an HTTP error, a broken stream) is reported as it is, never repeated behind the person's
+back. (The engine asks again for one reply a server ended without a finish reason, which is how
+llama-cpp-python's server cuts a reply short: app/core/engine/remote.py.) Streams are Server-Sent
+Events (``data: {...}`` lines, ``data: [DONE]`` at the end) and can be closed from another thread,
+which is how a cancel stops a reply the server is still sending.
+
+What a server sends is bounded: a body over :data:`MAX_BODY_BYTES` or a streamed line over
+:data:`MAX_LINE_BYTES` is refused in one sentence (an endless answer would otherwise fill the
+memory). An address without a scheme is ``https://`` unless its host is this machine; an API key
+about to go over plain HTTP to another machine is said (:func:`key_in_clear`). A client can hold
+its requests to what the server serves at once (:meth:`Client.limit_in_flight`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +37,10 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF_S = 0.5  # the first pause; each retry waits twice as long as the one before
 MAX_ERROR_CHARS = 300  # of a server's own error message, quoted in ours
+# What a server may send: the largest real answers are token lists of a long document (about 7
+# bytes a token) and a vLLM /metrics page; a streamed event is one token's JSON
+MAX_BODY_BYTES = 64 << 20
+MAX_LINE_BYTES = 1 << 20
 
 
 class ServerError(EngineError):
@@ -46,15 +60,30 @@ class StreamBrokenError(ServerError):
     """The server stopped sending in the middle of a reply (it died, or the network did)."""
 
 
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` is this machine: ``localhost`` or a loopback address."""
+    if not host:
+        return False
+    host = host.strip("[]").lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def normalize_url(text: str) -> str:
     """The server's base URL as ContextLens keeps it: scheme, host, port and any path prefix,
-    without a trailing ``/v1`` (the endpoints add their own). ValueError with one sentence for
-    anything that is not an http(s) address, or one that carries a password."""
+    without a trailing ``/v1`` (the endpoints add their own). Without a scheme it is ``http://``
+    for this machine and ``https://`` for any other host (``api.example.com:443`` must not go
+    out in clear). ValueError with one sentence for anything that is not an http(s) address, or
+    one that carries a password."""
     raw = text.strip()
     if not raw:
         raise ValueError("the server address is empty")
     if "://" not in raw:
-        raw = "http://" + raw
+        raw = ("http://" if is_loopback(urlsplit("//" + raw).hostname) else "https://") + raw
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"{text.strip()!r} is not an http:// or https:// address")
@@ -73,6 +102,35 @@ def normalize_url(text: str) -> str:
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def same_server(a: str, b: str) -> bool:
+    """Whether two addresses name the same server: scheme, host, port (a default one counted)
+    and path prefix alike. False when either is not an address."""
+    try:
+        one, two = urlsplit(normalize_url(a)), urlsplit(normalize_url(b))
+    except ValueError:
+        return False
+
+    def key(parts: Any) -> tuple[str, str, int, str]:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.scheme, (parts.hostname or "").rstrip("."), port, parts.path
+
+    return key(one) == key(two)
+
+
+def key_in_clear(url: str, api_key: str | None) -> str | None:
+    """The one sentence that warns of an API key about to go unencrypted to another machine
+    (plain ``http://`` to a host that is not this one), or None."""
+    if not api_key:
+        return None
+    parts = urlsplit(normalize_url(url))
+    if parts.scheme != "http" or is_loopback(parts.hostname):
+        return None
+    return (
+        f"the API key goes to {parts.netloc} over plain HTTP, unencrypted, where anyone on the "
+        "network in between can read it (use https:// if the server offers it)"
+    )
 
 
 @dataclass(frozen=True)
@@ -121,6 +179,41 @@ def _json_body(response: httpx.Response) -> Any:
         return None
 
 
+class InFlightGate:
+    """At most ``limit`` requests at a time, over every thread. A thread that holds one sends
+    more without waiting: a request it makes while reading a stream of its own must not wait
+    for itself (the stream's generator may be closed from another thread: the turn is given
+    back all the same)."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("the limit must be at least 1")
+        self.limit = limit
+        self._slots = threading.BoundedSemaphore(limit)
+        self._lock = threading.Lock()
+        self._depth: dict[int, int] = {}  # thread -> turns it holds, nested
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._lock:
+            depth = self._depth.get(me, 0)
+        if depth == 0:
+            self._slots.acquire()
+        with self._lock:
+            self._depth[me] = depth + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                if depth:
+                    self._depth[me] = depth
+                else:
+                    self._depth.pop(me, None)
+            if depth == 0:
+                self._slots.release()
+
+
 class Client:
     """One HTTP client for one server, shared by every thread that talks to it."""
 
@@ -135,10 +228,26 @@ class Client:
                                   trust_env=False)  # fmt: skip
         self._open: set[httpx.Response] = set()
         self._lock = threading.Lock()
+        self._gate: InFlightGate | None = None
+        self.max_body_bytes = MAX_BODY_BYTES
+        self.max_line_bytes = MAX_LINE_BYTES
 
     @property
     def host(self) -> str:
         return urlsplit(self.connection.url).netloc
+
+    def limit_in_flight(self, limit: int | None) -> None:
+        """Hold every request (a stream until it is closed) to ``limit`` at a time; None: no
+        limit. For a server that serves one request at a time and cuts a reply short when
+        another arrives (llama-cpp-python's, by default)."""
+        self._gate = InFlightGate(limit) if limit else None
+
+    @property
+    def in_flight_limit(self) -> int | None:
+        return self._gate.limit if self._gate is not None else None
+
+    def _turn(self) -> contextlib.AbstractContextManager[None]:
+        return self._gate.held() if self._gate is not None else contextlib.nullcontext()
 
     def close(self) -> None:
         self.abort_streams()
@@ -172,11 +281,47 @@ class Client:
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None,
               timeout: float | None) -> httpx.Response:  # fmt: skip
+        """The response, its body read (at most :attr:`max_body_bytes` of it)."""
         kwargs: dict[str, Any] = {"json": body} if body is not None else {}
         if timeout is not None:
             kwargs["timeout"] = httpx.Timeout(timeout, connect=min(timeout, 5.0))
-        return self._retrying(lambda: self._http.request(method, path, **kwargs), path,
-                              timeout)  # fmt: skip
+        request = self._http.build_request(method, path, **kwargs)
+        with self._turn():
+            response = self._retrying(lambda: self._http.send(request, stream=True), path,
+                                      timeout)  # fmt: skip
+            try:
+                self._read(response, f"{method} {path}", timeout)
+            finally:
+                response.close()
+        return response
+
+    def _read(self, response: httpx.Response, what: str, timeout: float | None = None) -> None:
+        """Read the body of a streamed ``response`` into it, refusing one larger than
+        :attr:`max_body_bytes` (an endless body would fill the memory)."""
+        limit = self.max_body_bytes
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise self._too_big(what, limit)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise self._too_big(what, limit)
+                chunks.append(chunk)
+        except httpx.TimeoutException:
+            waited = timeout if timeout is not None else self.connection.timeout_s
+            raise ServerError(f"{self.host} did not finish answering {what} within "
+                              f"{waited:g} s") from None  # fmt: skip
+        except httpx.HTTPError as exc:
+            raise ServerError(f"the answer of {self.host} to {what} broke off: "
+                              f"{_reason(exc)}") from None  # fmt: skip
+        response._content = b"".join(chunks)  # as Response.read() keeps it, for .json() and .text
+
+    def _too_big(self, what: str, limit: int) -> ServerError:
+        return ServerError(f"{self.host} sent more than {_size(limit)} in answer to {what}, "
+                           "far more than a server's answer; it was cut off there")  # fmt: skip
 
     def _retrying(self, send: Callable[[], httpx.Response], path: str,
                   timeout: float | None = None) -> httpx.Response:  # fmt: skip
@@ -236,22 +381,47 @@ class Client:
         # that died) never goes back to the pool to fail the next request.
         headers = {"Accept": "text/event-stream", "Connection": "close"}
         request = self._http.build_request("POST", path, json=body, headers=headers)
-        response = self._retrying(lambda: self._http.send(request, stream=True), path)
-        with self._lock:
-            self._open.add(response)
-        try:
-            if not response.is_success:
-                response.read()
-                raise self.error(response, what)
-            yield from self._events(response, what)
-        finally:
+        with self._turn():
+            response = self._retrying(lambda: self._http.send(request, stream=True), path)
             with self._lock:
-                self._open.discard(response)
-            response.close()
+                self._open.add(response)
+            try:
+                if not response.is_success:
+                    self._read(response, what)
+                    raise self.error(response, what)
+                yield from self._events(response, what)
+            finally:
+                with self._lock:
+                    self._open.discard(response)
+                response.close()
+
+    def _lines(self, response: httpx.Response, what: str) -> Iterator[str]:
+        """The lines of a stream (ended by LF, CRLF or CR, as Server-Sent Events may be), none
+        longer than :attr:`max_line_bytes`: httpx's own line reader keeps an endless line."""
+        limit = self.max_line_bytes
+        pending = bytearray()
+        scanned = 0  # what of ``pending`` holds no line end (each byte is searched once)
+        for chunk in response.iter_bytes():
+            pending += chunk
+            start = 0
+            while (end := _LINE_END.search(pending, max(scanned, start))) is not None:
+                if end.group() == b"\r" and end.end() == len(pending):
+                    break  # perhaps the first half of a CRLF: the next chunk says
+                yield pending[start : end.start()].decode("utf-8", errors="replace")
+                start = end.end()
+            del pending[:start]
+            scanned = len(pending) - pending.endswith(b"\r")
+            if len(pending) > limit:
+                raise StreamBrokenError(
+                    f"{self.host} sent more than {_size(limit)} without a line break in the "
+                    f"middle of {what}, which no reply holds; it was cut off there"
+                )
+        if pending:
+            yield pending.rstrip(b"\r").decode("utf-8", errors="replace")
 
     def _events(self, response: httpx.Response, what: str) -> Iterator[dict[str, Any]]:
         try:
-            for line in response.iter_lines():
+            for line in self._lines(response, what):
                 if not line.startswith("data:"):
                     continue  # comments, event names, blank separators
                 data = line[len("data:") :].strip()
@@ -289,6 +459,13 @@ class Client:
                 response.close()
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n:,} bytes"
+
+
 def _reason(exc: BaseException) -> str:
     """A short, human reason from an httpx error ("connection refused", "name not resolved")."""
     text = str(exc) or type(exc).__name__
@@ -301,6 +478,9 @@ def _reason(exc: BaseException) -> str:
         or ("name resolution" in lowered)
     ):
         return "the host name could not be resolved"
-    if "certificate" in lowered:
+    if "wrong version number" in lowered or "record layer failure" in lowered:
+        return ("the server does not speak HTTPS (for a plain-HTTP server, write http:// in "
+                "front of the address)")  # fmt: skip
+    if "certificate" in lowered or "ssl" in lowered:
         return f"the secure connection failed ({text[:120]})"
     return text[:200]
