@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any
 
 from app.cli_common import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_ENGINE_CRASHED, EXIT_OK, fail
+from app.core.child_process import child_env, module_command
 
 BENCH_DIR_ENV = "CONTEXTLENS_BENCH_DIR"
 # The order of the issue: counting, chunking, engine overhead, prefix reuse and state restore,
@@ -311,8 +312,10 @@ def plot_ratios(csv_path: Path, png_path: Path) -> None:
 def _plot(out: Path) -> None:
     """Draw in a child: a Qt platform that cannot start aborts its process, not this one."""
     try:
-        done = subprocess.run([sys.executable, "-m", "app.cli_bench", "--plot", str(out)],
-                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        # never with the working directory on its path (see app/core/child_process.py)
+        done = subprocess.run(module_command("app.cli_bench", "--plot", str(out)),
+                              env=child_env(), capture_output=True, text=True, timeout=120,
+                              check=False)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"no plot: {exc}", file=sys.stderr)
         return

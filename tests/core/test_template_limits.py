@@ -63,6 +63,8 @@ C_LEVEL = {
     "doubling-concat": (BIG.replace("23", "40"), "implausibly long"),
     "output": ("{% for i in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}",
                "implausibly long|MiB of memory"),
+    "strftime": ("{{ strftime_now('%c' * 1000000) }}", "implausible format"),
+    "enormous-argument": ("{{ 'x'.ljust(2 ** 4000) }}", "a number too large"),
 }  # fmt: skip
 
 

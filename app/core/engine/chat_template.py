@@ -97,7 +97,8 @@ def _check_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     ``ljust``, ``indent``, ``wordwrap``)."""
     for value in (*args, *kwargs.values()):
         if isinstance(value, int | float) and abs(value) > MAX_REPEAT_LEN:
-            raise ChatTemplateError(f"the chat template passes a number too large ({value:.3g})")
+            shown = f"{value:.3g}" if abs(value) < 1e300 else "an enormous number"
+            raise ChatTemplateError(f"the chat template passes a number too large ({shown})")
 
 
 def _check_format(spec: Any) -> None:
@@ -183,8 +184,9 @@ def _check_int_bits(bits: int) -> None:
 
 def _replaced_length(s: str | bytes, old: Any, new: Any, count: Any) -> int:
     """The length of ``s.replace(old, new, count)``, computed without replacing."""
-    if not isinstance(old, str | bytes) or not isinstance(new, str | bytes):
-        return len(s)
+    kind = str if isinstance(s, str) else bytes
+    if not isinstance(old, kind) or not isinstance(new, kind):
+        return len(s)  # the call itself refuses them
     n = len(s) + 1 if not old else s.count(old)  # type: ignore[arg-type]
     if isinstance(count, int) and count >= 0:
         n = min(n, count)
@@ -338,7 +340,7 @@ class _GenerationTag(Extension):
 
 
 class _BoundedCodeGenerator(CodeGenerator):
-    """Jinja's code generator, with ``a ~ b`` joined through :func:`_checked_concat`."""
+    """Jinja's code generator, with ``a ~ b`` joined through ``environment.checked_concat``."""
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
         self.write("environment.checked_concat(context, (")
@@ -460,6 +462,8 @@ def _raise_exception(message: str) -> None:
 
 
 def _strftime_now(fmt: str) -> str:
+    if not isinstance(fmt, str) or len(fmt) > 1000:  # "%d %B %Y"; each "%c" prints 24 characters
+        raise ChatTemplateError("the chat template formats a date with an implausible format")
     return datetime.now().strftime(fmt)
 
 
@@ -584,16 +588,18 @@ KILL_GRACE_S = 1.0  # how long past its deadline a template may run before its p
 RENDERER_MEMORY = 1 << 30  # address space the renderer may add to what it starts with
 RENDERER_START_S = 60.0  # a busy machine can take long to start Python and import Jinja
 _POLL_S = 0.02
-# Only what Python and the clock need: the renderer gets none of the app's secrets.
-_ENV_KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "HOME", "SYSTEMROOT", "TMPDIR", "PYTHONHOME")
+# Only what Python, the clock and a packaged build's loader need: the renderer gets none of the
+# app's secrets (API keys in the environment, for one).
+_ENV_KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "HOME", "SYSTEMROOT", "TMPDIR", "PYTHONHOME",
+             "PYTHONPATH", "PYTHONSAFEPATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")  # fmt: skip
+_ENV_KEPT_PREFIXES = ("LC_", "_PYI", "_MEI")
 
 
 def _renderer_env() -> dict[str, str]:
     from app.core.child_process import child_env
 
-    env = child_env()
-    return {k: v for k, v in env.items()
-            if k in _ENV_KEPT or k.startswith("LC_") or k in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    return {k: v for k, v in child_env().items()
+            if k in _ENV_KEPT or k.startswith(_ENV_KEPT_PREFIXES)}  # fmt: skip
 
 
 def _describe_exit(code: int | None) -> str:
