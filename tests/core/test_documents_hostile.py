@@ -89,6 +89,47 @@ def test_the_element_cap_counts_start_tags_only() -> None:
         load_html(text + "<i>one more</i>", limits)
 
 
+HTML_TAGS = ("b", "i", "p", "div", "span", "h1", "h3", "h6", "pre", "table", "tr", "td", "th",
+             "caption", "thead", "tbody", "li", "ul", "ol", "br", "script", "style", "template",
+             "noscript", "head", "rt", "rp", "ruby", "textarea", "a", "blockquote", "section",
+             "code", "title", "html", "body", "hr", "img", "select", "option", "dd",
+             "dt")  # fmt: skip
+HTML_TEXT = ("x", "hello world", " ", "\n", "\t", "  \n  ", "&amp;", "&lt;", "&nbsp;", "中文",
+             "a\u3000b", "<!-- c -->", "<!DOCTYPE html>", "<?pi x?>", "<![CDATA[cd]]>", "<", ">",
+             "&")  # fmt: skip
+
+
+def test_the_streaming_reader_reads_as_beautifulsoup_did() -> None:
+    """The same text and blocks as the tree walk it replaced (tests/core/html_reference.py), on
+    the samples, deep nesting and 2,000 random pages of tags, text, comments and entities."""
+    from app.core.documents.html import parse_html
+    from tests.core import html_reference
+
+    pages = [(DATA / name).read_bytes().decode("gbk" if "gbk" in name else "utf-8")
+             for name in ("sample.html", "chinese-gbk-meta.html")]  # fmt: skip
+    pages.append("<body>" + "<div>" * 5000 + "deep" + "</div>" * 5000 + "<table>" * 300 + "x")
+    rng = random.Random(21)
+    for _ in range(2000):
+        pieces = []
+        for _ in range(rng.randrange(1, 120)):
+            roll, tag = rng.random(), rng.choice(HTML_TAGS)
+            pieces.append(f"<{tag}>" if roll < 0.4 else f"</{tag}>" if roll < 0.65 else
+                          rng.choice(HTML_TEXT))  # fmt: skip
+        pages.append("".join(pieces))
+    for page in pages:
+        new, old = parse_html(page), html_reference.parse_html(page)
+        assert (new.text, new.blocks) == (old.text, old.blocks), page
+
+
+def test_a_million_elements_read_in_seconds_and_little_memory(tmp_path: Path) -> None:
+    """At the cap: BeautifulSoup's tree took ~20 s and ~1 GB; the streaming reader ~2-4 s."""
+    page = tmp_path / "million.html"
+    page.write_bytes(b"<b>x" * 999_990)
+    outcome = bounded(f"load_document({str(page)!r})", memory=2 * GIB)
+    assert outcome["read"] == 999_990
+    assert outcome["seconds"] < 30 and outcome["peak_mb"] < 400
+
+
 def load_html(text: str, limits: Limits):
     from app.core.documents.html import parse_html
 
@@ -419,12 +460,15 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
+def write_slow_pdf(path: Path) -> Path:
+    """One page of 4 MB of text operators (within the work budget): seconds of pypdf."""
+    path.write_bytes(shared_stream_pdf(1, 4_000_000, shared_resources=True))
+    return path
+
+
 @pytest.fixture
 def slow_page(tmp_path: Path) -> Path:
-    """900k elements, under the cap: ~15-40 s of BeautifulSoup."""
-    path = tmp_path / "slow.html"
-    path.write_text("<b>x" * 900_000, encoding="ascii")
-    return path
+    return write_slow_pdf(tmp_path / "slow.pdf")
 
 
 def test_cancel_kills_the_reader_at_once(slow_page: Path) -> None:
@@ -435,7 +479,7 @@ def test_cancel_kills_the_reader_at_once(slow_page: Path) -> None:
     deadline = time.monotonic() + 30
     while not _readers() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _readers(), "the HTML page was not read in a child process"
+    assert _readers(), "the PDF was not read in a child process"
     time.sleep(0.5)
     cancelled_at = time.monotonic()
     cancel.set()
@@ -455,7 +499,7 @@ def _read_into(outcome: list[BaseException | object], path: Path, cancel: thread
 
 def test_a_reader_out_of_memory_is_one_sentence(tmp_path: Path) -> None:
     page = tmp_path / "big.html"
-    page.write_text("<b>x" * 600_000, encoding="ascii")
+    page.write_text("<p>" + "word " * 12_000_000, encoding="ascii")  # 60 MB of text
     with pytest.raises(DocumentError) as caught:
         read_document(page, limits=Limits(reader_memory_bytes=400 * 1024 * 1024))
     assert str(caught.value) == (
@@ -473,7 +517,7 @@ def test_a_reader_killed_from_outside_is_one_sentence(slow_page: Path) -> None:
     readers[0].kill()  # as the kernel's OOM killer would
     thread.join(10)
     assert isinstance(outcome[0], DocumentError)
-    assert str(outcome[0]).startswith("slow.html needs more than")
+    assert str(outcome[0]).startswith("slow.pdf needs more than")
 
 
 def test_the_reader_never_imports_app_from_the_current_folder(

@@ -12,6 +12,7 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from app.ui.main_window import MainWindow
+from tests.core.test_documents_hostile import write_slow_pdf
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -28,10 +29,7 @@ def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
 
 @pytest.fixture
 def slow_page(tmp_path: Path) -> Path:
-    """900k elements, under the cap: tens of seconds of BeautifulSoup."""
-    path = tmp_path / "slow.html"
-    path.write_text("<b>x" * 900_000, encoding="ascii")
-    return path
+    return write_slow_pdf(tmp_path / "slow.pdf")
 
 
 def readers() -> list[psutil.Process]:
