@@ -63,7 +63,7 @@ C_LEVEL = {
     "doubling-concat": (BIG.replace("23", "40"), "implausibly long"),
     "output": ("{% for i in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}",
                "implausibly long|MiB of memory"),
-    "strftime": ("{{ strftime_now('%c' * 1000000) }}", "implausible format"),
+    "strftime": ("{{ strftime_now('%c' * 100000) }}", "implausible format"),
     "enormous-argument": ("{{ 'x'.ljust(2 ** 4000) }}", "a number too large"),
 }  # fmt: skip
 
@@ -119,13 +119,17 @@ def test_a_c_level_call_the_bounds_allow_is_killed_past_the_deadline(
 ) -> None:
     """Summing a million 65,534-bit integers is one C call of seconds: the renderer running it
     is killed shortly past the deadline, and the next template gets a new one."""
+    t0 = time.monotonic()
+    sum([2**32767] * 1_000_000)
+    if time.monotonic() - t0 < 1.0:
+        pytest.skip("this machine sums too fast for the call to outlast the deadline")
     monkeypatch.setattr(ct, "KILL_GRACE_S", 0.1)
     render_chat_template("{{ 1 }}", MESSAGES)
     before = renderer_pid()
     t0 = time.monotonic()
-    with pytest.raises(ChatTemplateError, match=r"did not finish within 0\.2 s"):
-        render_chat_template("{{ ([2 ** 32767] * 1000000)|sum }}", MESSAGES, time_limit_s=0.2)
-    assert time.monotonic() - t0 < 1.5
+    with pytest.raises(ChatTemplateError, match=r"did not finish within 0\.5 s"):
+        render_chat_template("{{ ([2 ** 32767] * 1000000)|sum }}", MESSAGES, time_limit_s=0.5)
+    assert time.monotonic() - t0 < 2.0
     assert renderer_pid() is None, "the renderer that ran it was killed"
     assert render_chat_template("{{ 'again' }}", MESSAGES) == "again"
     assert renderer_pid() not in (None, before)
@@ -194,7 +198,8 @@ def host() -> Iterator[EngineHost]:
     ("template", "phrase"),
     [("{{ ((((9 ** 64) ** 64) ** 64) ** 64) }}", "too large"),  # once 151 s
      ("{{ ('x' * 30000)|replace('x', 'y' * 30000) }}", "implausibly long"),
-     ("{{ ([2 ** 32767] * 1000000)|sum }}{{ ([2 ** 32767] * 1000000)|sum }}", "did not finish")],
+     ("{% for i in range(4) %}{{ (([2 ** 32767] * 1000000)|sum) > 0 }}{% endfor %}",
+      "did not finish")],
     ids=["nested-powers", "replace", "c-level-sum"],
 )  # fmt: skip
 def test_a_model_whose_template_would_run_for_minutes_loads_in_seconds(
