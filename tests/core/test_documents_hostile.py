@@ -408,6 +408,48 @@ def test_a_form_drawn_everywhere_is_read_once(tmp_path: Path) -> None:
     assert outcome["seconds"] < 30
 
 
+def nested_forms_pdf(depth: int, size: int) -> bytes:
+    """One page drawing form 1; form k draws form k+1 twice; the last holds ``size`` bytes of
+    text: 2^depth draws of it, were every draw read."""
+    first = 4
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 %d 0 R"
+        b" >> /XObject << /X %d 0 R >> >> /Contents %d 0 R >>" % (first + depth, first,
+                                                                 first + depth + 1),
+    ]  # fmt: skip
+    for level in range(depth):
+        number = first + level
+        last = level == depth - 1
+        resources = b"<< /Font << /F1 %d 0 R >>%s >>" % (
+            first + depth,
+            b"" if last else b" /XObject << /X %d 0 R >>" % (number + 1),
+        )
+        content = TEXT_OPS * (size // len(TEXT_OPS)) if last else b"/X Do /X Do"
+        objects.append(stream(content, b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] "
+                                       b"/Resources " + resources))  # fmt: skip
+    objects.append(FONT)
+    objects.append(stream(b"BT /F1 12 Tf 72 700 Td (Nested) Tj ET /X Do"))
+    return make_pdf(objects)
+
+
+def test_forms_nested_to_draw_one_another_twice_are_refused_in_seconds(tmp_path: Path) -> None:
+    """40 levels of forms each drawing the next twice: pypdf reads up to 5,000 draws a page of
+    the 300 KB form at the bottom (hours); here each form is read once, and the text that would
+    double at each level is refused as soon as it passes the budget."""
+    path = _write(tmp_path / "nested.pdf", nested_forms_pdf(40, 300_000))
+    outcome = bounded(f"load_document({str(path)!r})", memory=2 * GIB)
+    assert "would take too long to read" in outcome["refused"]
+    assert outcome["seconds"] < 30
+    from pypdf import PdfReader
+
+    data = nested_forms_pdf(4, 200)
+    small = load_document(_write(tmp_path / "small.pdf", data))
+    assert small.text.count("Hello") == 8 * 5  # 2^3 draws of the last form, all kept
+    assert small.text == PdfReader(io.BytesIO(data)).pages[0].extract_text().rstrip()
+
+
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path

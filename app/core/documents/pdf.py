@@ -169,9 +169,7 @@ class _Work:
             return
         self.add(self._font_work(resources))
         stack = [resources]
-        depth = 0
-        while stack and depth < _FORM_DEPTH:
-            depth += 1
+        while stack:  # every form is counted once, so this ends however forms nest or loop
             below: list[Any] = []
             for res in stack:
                 for form in _forms(res):
@@ -197,9 +195,6 @@ class _Work:
                 amount += _font_cost(_resolved(value))
         self.fonts[id(resources)] = (resources, amount)
         return amount
-
-
-_FORM_DEPTH = 32
 
 
 def _raw(obj: Any, key: str) -> Any:
