@@ -546,7 +546,7 @@ class _MemberStream:
         self._name = info.filename
         self._declared = min(info.file_size, _cap_for(info.filename))
         self._meter = meter
-        self._packer = packer
+        self.packer = packer
         self._digest = hashlib.sha256()
         self.size = 0  # bytes read from the zip
         self._held = bytearray()  # read, not yet handed out by take()
@@ -566,8 +566,8 @@ class _MemberStream:
             )
         self.size += len(chunk)
         self._digest.update(chunk)
-        if self._packer is not None:
-            self._packer.write(chunk)
+        if self.packer is not None:
+            self.packer.write(chunk)
         self._meter.advance(len(chunk))
         return chunk
 
@@ -633,11 +633,14 @@ def _parse_cost(raw: bytes) -> int:
     return 4 * len(raw) + 100 * raw.count(b",") + 200 * containers
 
 
-def _read_json(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, meter: _Meter) -> bytes:
-    """A JSON member's bytes (capped), refused when parsing them could cost too much memory."""
+def _read_json(
+    path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, meter: _Meter
+) -> tuple[bytes, str]:
+    """A JSON member's bytes (capped) and their sha256, refused when parsing them could cost
+    too much memory."""
     stream = _MemberStream(path, zf, info, meter)
     raw = b"".join(stream.rest())
-    stream.finish()
+    digest = stream.finish()
     cost = _parse_cost(raw)
     if cost > MAX_PARSE_BYTES:
         raise _fail(
@@ -645,7 +648,7 @@ def _read_json(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, meter: _M
             f"holds a {_show(info.filename)} too intricate to import (reading it would take "
             f"about {cost >> 20:,} MiB; at most {MAX_PARSE_BYTES >> 20:,} MiB).",
         )
-    return raw
+    return raw, digest
 
 
 def _read_manifest(
@@ -654,7 +657,7 @@ def _read_manifest(
     info = infos.get(MANIFEST)
     if info is None:
         raise _fail(path, "is not a ContextLens export (it has no manifest).")
-    raw = _read_json(path, zf, info, meter)
+    raw, _ = _read_json(path, zf, info, meter)
     try:
         loose = json.loads(raw)
     except (ValueError, RecursionError) as exc:
@@ -785,8 +788,9 @@ class _Reader:
             )
 
     def packed(self, name: str, stream: _MemberStream) -> _Blob:
-        assert stream._packer is not None
-        blob = stream._packer.close()
+        """Where the member went in the spool (read and checked already)."""
+        assert stream.packer is not None
+        blob = stream.packer.close()
         if blob.length > self.limit:
             raise _fail(
                 self.path,
@@ -797,9 +801,9 @@ class _Reader:
 
     def json(self, name: str) -> bytes:
         self.declared(name)
-        raw = _read_json(self.path, self.zf, self.by_name[name], self.meter)
+        raw, digest = _read_json(self.path, self.zf, self.by_name[name], self.meter)
         want = self.listed[name]
-        if len(raw) != want.size or hashlib.sha256(raw).hexdigest() != want.sha256:
+        if len(raw) != want.size or digest != want.sha256:
             raise _fail(
                 self.path,
                 f"has a member whose content does not match its manifest ({_show(name)}).",
@@ -1066,9 +1070,10 @@ def import_session(
             zf = zipfile.ZipFile(handle)
         except _ZIP_ERRORS as exc:
             raise _fail(source, _DAMAGED) from exc
-        with zf:
-            plan = _validate(source, zf, meter, spool)
-        try:
+        try:  # an OSError here is the temporary file's (the zip's own become ArchiveError)
+            with zf:
+                plan = _validate(source, zf, meter, spool)
             return repo.write(lambda s: _insert(plan, s, meter))
-        except OSError as exc:  # the temporary file could not be read back
-            raise _fail(source, f"could not be imported ({exc.strerror or exc}).") from exc
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise _fail(source, f"could not be imported ({reason}); nothing was added.") from exc

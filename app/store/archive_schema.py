@@ -48,7 +48,7 @@ Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Int32 = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
 Bytes = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL)]
+Label = Annotated[str, Field(max_length=MAX_LABEL)]
 CacheType = Literal[KV_CACHE_TYPE_NAMES]  # type: ignore[valid-type]
 
 

@@ -261,6 +261,22 @@ def test_a_json_member_too_costly_to_parse_is_refused_by_its_estimate(
     assert "at most 4 MiB" in message
 
 
+def test_a_full_disk_while_spooling_is_one_sentence(
+    good: Good, tmp_path: Path, victim: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed members wait in a temporary file beside the database: a disk that fills
+    while they are written ends the import in one sentence, nothing added."""
+
+    def full(self: Any, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(archive._Packer, "write", full)
+    message = import_refused(victim, tmp_path, good.rebuilt({}), "could not be imported")
+    assert (
+        message == "bad.ctxlens could not be imported (No space left on device); nothing was added."
+    )
+
+
 # ----- finding 6: a document's stored text keyed by a hash the file chose -----
 
 PUBLIC = "The public report, as everyone has it.\n" * 20
@@ -653,16 +669,17 @@ def test_a_stored_state_that_does_not_match_its_record_is_not_resumed(repo: Repo
 
 
 def real_states(host: Any) -> dict[str, KVState]:
-    """States the engine saves: after evaluating, after a reply, after an eviction."""
-    text = (ROOT / "tests" / "data" / "sample.md").read_text(encoding="utf-8") * 2
-    tokens = host.tokenize(text)[:300]
+    """States the engine saves: after evaluating, after a reply, after an eviction (few tokens:
+    the layout is the same at any length)."""
+    text = (ROOT / "tests" / "data" / "sample.md").read_text(encoding="utf-8")
+    tokens = host.tokenize(text)[:80]
     host.reset()
-    host.evaluate(tokens[:200])
+    host.evaluate(tokens[:40])
     states = {"evaluated": host.save_state()}
-    host.generate_text(tokens[:260], max_tokens=6)
+    host.generate_text(tokens[:56], max_tokens=4)
     states["replied"] = host.save_state()
-    host.remove(20, 60)
-    host.evaluate(tokens[260:280])
+    host.remove(8, 16)
+    host.evaluate(tokens[56:64])
     states["evicted"] = host.save_state()
     return states
 
@@ -695,7 +712,7 @@ def test_real_states_walk_import_and_restore_and_mutations_stop_at_both_doors(
         assert found.cells == (len(state.tokens),) and found.bytes_per_cell == 23_040, name
     state = states["replied"]
     into = open_repo("into.db")
-    got = import_session(into, export_state(tmp_path, state, prompt_tokens=260))
+    got = import_session(into, export_state(tmp_path, state, prompt_tokens=56))
     [v] = into.history(got.session_id)
     saved = into.kv_state(v.id, model_sha256="b" * 64)
     assert saved is not None and saved.state.data == state.data
@@ -713,7 +730,7 @@ def test_real_states_walk_import_and_restore_and_mutations_stop_at_both_doors(
     }
     for name, bad in mutations.items():
         (tmp_path / name).mkdir()
-        exported = export_state(tmp_path / name, bad, prompt_tokens=100)
+        exported = export_state(tmp_path / name, bad, prompt_tokens=40)
         with pytest.raises(ArchiveError, match="that is not a state of its") as info:
             import_session(into, exported)
         assert "\n" not in str(info.value), name
@@ -730,7 +747,7 @@ def test_real_sliding_window_states_walk(gemma_path: Path) -> None:
     from app.core.engine.protocol import LoadSettings
 
     with EngineHost() as host:
-        host.load(gemma_path, LoadSettings(n_ctx=1024))
+        host.load(gemma_path, LoadSettings(n_ctx=512))
         for name, state in real_states(host).items():
             found = check_state(BytesSource(state.data), tokens=len(state.tokens),
                                 cache_type="f16")  # fmt: skip
