@@ -5,6 +5,10 @@ PDF, DOCX) into one ``Document``: the text, where its headings, paragraphs, code
 are, and the facts needed to trust it later (size, sha256, encoding, whether decoding lost
 bytes). Every input that cannot be loaded ends in a ``DocumentError`` whose message is one
 sentence naming the file; the file itself is only ever read.
+
+Each reader bounds its work by what the file can honestly hold (``Limits``). The app reads files
+through :func:`app.core.documents.isolated.read_document`, which runs the HTML, PDF and DOCX
+readers in a child process that a cancel kills and whose memory is capped.
 """
 
 from __future__ import annotations

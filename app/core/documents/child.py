@@ -8,6 +8,7 @@ parent rebuilds it quickly (see :func:`pack`), and exits. The parent kills it to
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import signal
 import sys
@@ -75,7 +76,9 @@ def limit_memory(limit: int) -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    # macOS refuses some values: the read then goes on uncapped, still killable.
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 def serve(conn: Connection) -> None:
