@@ -871,7 +871,7 @@ class BufferPanel(QWidget):
                 kv.window, kv.windowed_layers, kv.layers
             )
             if kv.outside_window:
-                text += self.tr(" (hatched: {0:,} positions only the other {1} see)").format(
+                text += " " + self.tr("(hatched: {0:,} positions only the other {1} see)").format(
                     kv.outside_window, kv.layers - kv.windowed_layers
                 )
         self.kv_label.setText(text)

@@ -74,6 +74,14 @@
         <source>{0:,} of {1:,} positions in use</source>
         <translation>已使用 {0:,} / {1:,} 个位置</translation>
     </message>
+    <message>
+        <source>sliding window of {0:,} on {1} of {2} layers</source>
+        <translation>滑动窗口 {0:,}，作用于 {2} 层中的 {1} 层</translation>
+    </message>
+    <message>
+        <source>(hatched: {0:,} positions only the other {1} see)</source>
+        <translation>（阴影：{0:,} 个位置仅其余 {1} 层可见）</translation>
+    </message>
 </context>
 <context>
     <name>ChunkQueueModel</name>
@@ -705,6 +713,14 @@
     <message>
         <source>KV positions {0:,}–{1:,} ({2:,} tokens)</source>
         <translation>KV 位置 {0:,}–{1:,}（{2:,} 个 token）</translation>
+    </message>
+    <message>
+        <source>Behind the sliding window: {0} of {1} layers attend to the last {2:,} positions only, so {3} layer(s) still see this text</source>
+        <translation>位于滑动窗口之外：{1} 层中有 {0} 层只关注最后 {2:,} 个位置，因此仅 {3} 层仍能看到这段文字</translation>
+    </message>
+    <message>
+        <source>Partly behind the sliding window (positions before {0:,}): {1}</source>
+        <translation>部分位于滑动窗口之外（{0:,} 之前的位置）：{1}</translation>
     </message>
 </context>
 <context>

@@ -661,9 +661,9 @@ class _Renderer:
         if "ok" in reply:
             return reply["ok"]
         kind, message = reply.get("error"), str(reply.get("message", ""))
-        if kind == "memory":
-            with self._lock:
-                self._kill()  # a process that ran out of memory is not trusted again
+        if kind == "memory" or reply.get("retired"):
+            with self._lock:  # it ran out of memory and exits: never sent another template
+                self._kill()
         if kind == "syntax":
             raise TemplateError(message)
         if kind == "recursion":
@@ -915,10 +915,14 @@ def serve(fd: int, parent: int) -> None:
         except Exception as exc:  # the request itself was malformed: say so, carry on
             reply = {"error": "template",
                      "message": f"the chat template failed: {type(exc).__name__}: {exc}"}
+        if done:
+            reply["retired"] = True  # the caller starts a fresh renderer for the next template
         try:
             data = json.dumps(reply).encode("utf-8")
         except MemoryError:
-            data, done = json.dumps({"error": "memory", "message": _OUT_OF_MEMORY}).encode(), True
+            data = json.dumps({"error": "memory", "message": _OUT_OF_MEMORY,
+                               "retired": True}).encode()  # fmt: skip
+            done = True
         try:
             conn.send_bytes(data)
         except OSError:
