@@ -36,13 +36,16 @@ _READER = """
 import json, resource, sys
 from app.core.engine.gguf import ArrayValue, GGUFError, SkippedString, read_gguf
 
-def vm_size():
+def status(field):  # this program's own figures (ru_maxrss survives exec: it counts the parent)
     with open("/proc/self/status") as fh:
-        return next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmSize:"))
+        return next(int(l.split()[1]) * 1024 for l in fh if l.startswith(field + ":"))
+
+def vm_size():
+    return status("VmSize")
 
 path, keep, headroom = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 resource.setrlimit(resource.RLIMIT_AS, (vm_size() + headroom, resource.RLIM_INFINITY))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = status("VmHWM")
 try:
     gf = read_gguf(path, keep_arrays=keep)
 except GGUFError as exc:
@@ -59,7 +62,7 @@ else:
         elif isinstance(value, str):
             kinds[key] = ["string", len(value)]
     result = {"metadata": kinds}
-result["grew_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+result["grew_kib"] = (status("VmHWM") - before) // 1024
 print(json.dumps(result))
 """
 
