@@ -48,8 +48,9 @@ from app.core.engine.protocol import (
     SamplingSettings,
     TextDelta,
 )
+from app.core.plan import Plan
 from app.core.ring import Ring, Segment, SegmentKind
-from app.core.strategies import MULTI_PASS, STRATEGIES, Plan, Planner
+from app.core.strategies import MULTI_PASS, STRATEGIES, Planner
 from app.core.tokens import TokenCounter
 
 # The instructions (SUMMARIZE, ASK, ...) and their frames live in app.core.budget.

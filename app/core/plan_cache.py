@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import diskcache
 import numpy as np
@@ -32,9 +32,8 @@ import zstandard
 
 from app.core import paths
 from app.core.chunking import Boundary, Chunk
-
-if TYPE_CHECKING:
-    from app.core.strategies import Plan
+from app.core.plan import Plan
+from app.core.plan_codec import pack_plan, unpack_plan
 
 FORMAT = 1  # bump when the stored layout changes
 DISK_BYTES = 200 * 1024 * 1024
@@ -313,8 +312,6 @@ def _decode_chunks(arrays: dict[str, np.ndarray]) -> list[Chunk]:
 
 
 def _encode_plan(plan: Plan) -> dict[str, np.ndarray]:
-    from app.core.plan_codec import pack_plan
-
     packed = pack_plan(plan)
     arrays = {k: v for k, v in packed.items() if isinstance(v, np.ndarray)}
     rest = {k: v for k, v in packed.items() if not isinstance(v, np.ndarray)}
@@ -323,8 +320,6 @@ def _encode_plan(plan: Plan) -> dict[str, np.ndarray]:
 
 
 def _decode_plan(arrays: dict[str, np.ndarray]) -> Plan:
-    from app.core.plan_codec import unpack_plan
-
     packed: dict[str, Any] = json.loads(arrays.pop("meta").tobytes())
     return unpack_plan(packed | arrays)
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from app.core.chunking import Boundary, Chunk
-from app.core.strategies import Plan, PlanWindow, Span
+from app.core.plan import Plan, PlanWindow, Span
 
 _SLICE = 4096  # rows turned into Python ints at a time
 _BOUNDARIES = {int(b): b for b in Boundary}

@@ -38,9 +38,10 @@ from app.core.budget import FrameSource, ServerTemplate
 from app.core.child_process import child_env, module_command
 from app.core.documents import Document, DocumentError, load_document
 from app.core.gc_pause import gc_paused
+from app.core.plan import Plan
 from app.core.plan_cache import BoundedLru, doc_id, on_disk
 from app.core.plan_codec import pack_plan, unpack_plan
-from app.core.strategies import Plan, Planner, plan_for
+from app.core.strategies import Planner, plan_for
 from app.core.tokens import counter_for_key
 
 CLOSE_TIMEOUT_S = 5.0

@@ -62,9 +62,10 @@ from app.core.engine.remote import ServerInfo
 from app.core.gc_pause import gc_paused
 from app.core.jobs import DEFAULT_LANES, JobFinished, planning
 from app.core.paths import models_dir
+from app.core.plan import Plan
 from app.core.plan_process import PlanProcess, Superseded
 from app.core.sampling import from_version, stored
-from app.core.strategies import STRATEGIES, Plan, Planner, needle_spans, plan_for
+from app.core.strategies import STRATEGIES, Planner, needle_spans, plan_for
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.store.db import Database, StoreError, open_database
 from app.store.repository import Entry, Repository

@@ -46,7 +46,8 @@ from app.core.jobs import (
     planning,
     summarize,
 )
-from app.core.strategies import MULTI_PASS, STRATEGIES, Plan, Planner, plan_for
+from app.core.plan import Plan
+from app.core.strategies import MULTI_PASS, STRATEGIES, Planner, plan_for
 from app.core.telemetry import memory_preflight
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 from tests.edge_cases import EdgeTally

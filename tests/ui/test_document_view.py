@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QApplication, QToolTip
 
 from app.core.chunking import Chunk
 from app.core.paths import sample_document
-from app.core.strategies import Plan, Planner, Span
+from app.core.plan import Plan, Span
+from app.core.strategies import Planner
 from app.core.tokens import cl100k
 from app.ui.document_view import (
     DROPPED,
