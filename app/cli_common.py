@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 # A contract: 0 done, 2 bad input, 3 engine crashed, 4 refused (does not fit), 5 the audit found
 # a mismatch (``run --audit``), 130 cancelled.
@@ -21,3 +22,30 @@ def fail(code: int, message: str, as_json: bool) -> int:
         print(json.dumps({"type": "error", "exit_code": code, "message": message}), flush=True)
     print(f"error: {message}", file=sys.stderr, flush=True)
     return code
+
+
+def done_record(result: Any) -> dict[str, Any]:
+    """The last JSON line of a job: its figures and outputs."""
+    data = result.as_dict()
+    return {
+        "type": "done",
+        "task": data["task"],
+        "strategy": data["strategy"],
+        "finish_reason": data["finish_reason"],
+        "prompt_tokens": data["prompt_tokens"],
+        "evaluated_tokens": data["evaluated_tokens"],
+        "completion_tokens": data["completion_tokens"],
+        "kv_peak_cells": data["kv_peak_cells"],
+        "n_ctx": data["n_ctx"],
+        "lanes": data["lanes"],  # the map phase's replies generated this many at a time (or null)
+        "ttft_s": [round(t, 4) for t in data["ttft_s"]],
+        "seconds": round(data["seconds"], 3),
+        "truncated": data["truncated"],
+        "refused": data["refused"],
+        "error": data["error"],
+        "plan": data["plan"],
+        "outputs": [
+            {"text": o["text"], "source_spans": o["source_spans"], "step": o["step"]}
+            for o in data["outputs"]
+        ],
+    }

@@ -23,6 +23,7 @@ from app.cli_common import (
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
     BadInput,
+    done_record,
     fail,
 )
 from app.cli_engine import (
@@ -244,33 +245,6 @@ def _report_compare(results: list[Any], as_json: bool) -> int:
     if any(r.finish_reason == "cancelled" for r in results):
         return EXIT_CANCELLED
     return EXIT_OK
-
-
-def done_record(result: Any) -> dict[str, Any]:
-    """The last JSON line of a job: its figures and outputs."""
-    data = result.as_dict()
-    return {
-        "type": "done",
-        "task": data["task"],
-        "strategy": data["strategy"],
-        "finish_reason": data["finish_reason"],
-        "prompt_tokens": data["prompt_tokens"],
-        "evaluated_tokens": data["evaluated_tokens"],
-        "completion_tokens": data["completion_tokens"],
-        "kv_peak_cells": data["kv_peak_cells"],
-        "n_ctx": data["n_ctx"],
-        "lanes": data["lanes"],  # the map phase's replies generated this many at a time (or null)
-        "ttft_s": [round(t, 4) for t in data["ttft_s"]],
-        "seconds": round(data["seconds"], 3),
-        "truncated": data["truncated"],
-        "refused": data["refused"],
-        "error": data["error"],
-        "plan": data["plan"],
-        "outputs": [
-            {"text": o["text"], "source_spans": o["source_spans"], "step": o["step"]}
-            for o in data["outputs"]
-        ],
-    }
 
 
 def _print_event(ev: object) -> None:

@@ -21,6 +21,7 @@ from app.cli_common import (
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
     BadInput,
+    done_record,
     fail,
 )
 from app.core.default_model import sha256_of
@@ -242,8 +243,6 @@ def _rollback(repo: Any, args: argparse.Namespace) -> int:
     if result is not None:
         repo.save_run(new.id, result)
         if args.json:
-            from app.cli_jobs import done_record
-
             print(json.dumps({**done_record(result), "version": new.as_dict(),
                               "resumed_from": saved.version}), flush=True)  # fmt: skip
         else:
