@@ -35,3 +35,56 @@ def test_import_linter_contracts_hold() -> None:
     proc = subprocess.run([str(lint)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 kept, 0 broken" in proc.stdout
+
+
+# Import circles inside `app/` still to be taken apart (issue 22): each is a pair of modules
+# whose shared part belongs elsewhere. The test fails on any other circle, and on one of these
+# once it is gone (then take it off this list).
+KNOWN_CIRCLES = [
+    ["app.core.engine.lanes", "app.core.engine.worker"],  # lanes reach the engine's privates
+]
+
+
+def _circles(graph: object) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.find_modules_directly_imported_by(v)):  # type: ignore[attr-defined]
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph.modules):  # type: ignore[attr-defined]
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def test_no_import_circles_inside_app_but_the_known_ones() -> None:
+    """Every import counts, deferred ones inside functions too: a deferred import hides a circle
+    from Python, not from the reader."""
+    import grimp
+
+    graph = grimp.build_graph("app", cache_dir=None)
+    assert "app.core.plan" in graph.modules
+    assert _circles(graph) == sorted(KNOWN_CIRCLES)
