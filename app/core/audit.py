@@ -33,6 +33,24 @@ Span = tuple[int, int]
 MAX_FINDINGS = 200  # a broken job repeats one mistake thousands of times: keep the first ones
 
 
+class Tokenizes(Protocol):
+    def tokenize(
+        self,
+        text: str,
+        *,
+        add_special: bool = ...,
+        parse_special: bool = ...,
+        continuation: bool = ...,
+    ) -> list[int]: ...
+
+
+def chunk_tokens(engine: Tokenizes, text: str) -> list[int]:
+    """A document chunk's tokens as the jobs lay it in a prompt: on its own, no special token
+    parsed, and as a continuation (without the space a Llama 2 / Mistral style vocabulary puts
+    before a text's start). The jobs tokenize chunks with it; the audit checks them against it."""
+    return list(engine.tokenize(text, add_special=False, parse_special=False, continuation=True))
+
+
 class AuditedEngine(Protocol):
     """What the audit reads from the engine (the engine host has all of it)."""
 
@@ -302,11 +320,7 @@ class Audit:
             job.evaluated.add(seg.source)
             a, b = seg.source
             shown = job.text[a:b]
-            own = list(
-                self.engine.tokenize(
-                    shown, add_special=False, parse_special=False, continuation=True
-                )
-            )  # as jobs tokenize chunks
+            own = chunk_tokens(self.engine, shown)
             if own != want:
                 self.fail(step, "tokens", _other_ids(a, b, want, own))
             seen = self.engine.detokenize(want)  # every piece whole (see Engine.detokenize)

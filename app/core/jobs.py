@@ -16,7 +16,7 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from app.core.audit import Audit, CallRecord, LaidSegment
+from app.core.audit import Audit, CallRecord, LaidSegment, chunk_tokens
 from app.core.budget import (
     ASK,
     ASK_PART,
@@ -259,11 +259,6 @@ class _Window:
     stands_for: tuple[tuple[int, int], ...] | None = None
 
 
-def _chunk_tokens(engine: Engine, text: str) -> list[int]:
-    """A document chunk's tokens as they stand in the prompt (see ``_Frame``)."""
-    return engine.tokenize(text, add_special=False, parse_special=False, continuation=True)
-
-
 class _Frame:
     """The chat template around the segments, for one instruction, as token lists; for a base
     model the completion frame (the document, then a cue), as its plans are framed."""
@@ -329,7 +324,7 @@ class _Session:
         prompt = list(frame.before)
         placed = []
         for seg in segments:
-            tokens = _chunk_tokens(self.engine, seg.text)
+            tokens = chunk_tokens(self.engine, seg.text)
             if not tokens:
                 continue
             s = ring.append(SegmentKind.CHUNK, len(tokens), source=seg.source)
@@ -387,7 +382,7 @@ class _Session:
             suffix: list[int] = []
             layout = []
             for seg in win.segments:
-                tokens = _chunk_tokens(self.engine, seg.text)
+                tokens = chunk_tokens(self.engine, seg.text)
                 if not tokens:
                     continue
                 layout.append((seg, len(tokens)))
