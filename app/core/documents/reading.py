@@ -10,8 +10,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 from app.core.documents.messages import human_size
 from app.core.documents.model import DocumentError
@@ -41,46 +43,42 @@ def check_file(path: Path, name: str, max_bytes: int) -> int:
 
 def read_file(path: Path, name: str, max_bytes: int) -> bytes:
     """The whole file, read once; the checks are repeated on the open file (it may have changed)."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError as exc:
-        raise DocumentError(_os_error(path, name, exc)) from exc
-    with os.fdopen(fd, "rb", buffering=0) as stream:
-        try:
-            info = os.fstat(fd)
-            _check_stat(info, name, max_bytes)
-            # One allocation of the stated size; files that report no size (/proc) or grew since
-            # the stat are read on in chunks, still within the cap.
-            data = stream.read(info.st_size) if info.st_size else b""
-            more = stream.read(_CHUNK)
-            if more:
-                chunks = [data, more]
-                total = len(data) + len(more)
-                while more and total <= max_bytes:
-                    more = stream.read(_CHUNK)
-                    chunks.append(more)
-                    total += len(more)
-                if total > max_bytes:
-                    raise DocumentError(too_large(name, total, max_bytes, at_least=True))
-                data = b"".join(chunks)
-        except OSError as exc:
-            raise DocumentError(_os_error(path, name, exc)) from exc
+    with _opened(path, name) as (stream, info):
+        _check_stat(info, name, max_bytes)
+        # One allocation of the stated size; files that report no size (/proc) or grew since
+        # the stat are read on in chunks, still within the cap.
+        data = stream.read(info.st_size) if info.st_size else b""
+        more = stream.read(_CHUNK)
+        if more:
+            chunks = [data, more]
+            total = len(data) + len(more)
+            while more and total <= max_bytes:
+                more = stream.read(_CHUNK)
+                chunks.append(more)
+                total += len(more)
+            if total > max_bytes:
+                raise DocumentError(too_large(name, total, max_bytes, at_least=True))
+            data = b"".join(chunks)
     return data
 
 
 def read_head(path: Path, name: str, count: int) -> bytes:
     """The first ``count`` bytes of a regular file (what its format is decided from)."""
+    with _opened(path, name) as (stream, info):
+        _check_kind(info, name)
+        return stream.read(count) or b""
+
+
+@contextmanager
+def _opened(path: Path, name: str) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+    """The file opened without blocking, with its stat; an OS error is one sentence."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
         raise DocumentError(_os_error(path, name, exc)) from exc
     with os.fdopen(fd, "rb", buffering=0) as stream:
         try:
-            info = os.fstat(fd)
-            for test, what in _KINDS:
-                if test(info.st_mode):
-                    raise DocumentError(f"{name} {what}.")
-            return stream.read(count) or b""
+            yield stream, os.fstat(fd)
         except OSError as exc:
             raise DocumentError(_os_error(path, name, exc)) from exc
 
@@ -90,10 +88,14 @@ def too_large(name: str, size: int, limit: int, *, at_least: bool = False) -> st
     return f"{name} is {more}{human_size(size)}; the limit is {human_size(limit)}."
 
 
-def _check_stat(info: os.stat_result, name: str, max_bytes: int) -> None:
+def _check_kind(info: os.stat_result, name: str) -> None:
     for test, what in _KINDS:
         if test(info.st_mode):
             raise DocumentError(f"{name} {what}.")
+
+
+def _check_stat(info: os.stat_result, name: str, max_bytes: int) -> None:
+    _check_kind(info, name)
     if not stat.S_ISREG(info.st_mode):
         raise DocumentError(f"{name} is not a regular file.")
     if info.st_size > max_bytes:
