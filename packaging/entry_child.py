@@ -1,6 +1,6 @@
 """What a packaged executable does when the app starts it as a child rather than as the app.
 
-From a checkout or a wheel the app starts the engine host as ``python -m app.core.engine.worker``
+From a checkout or a wheel the app starts the engine host as ``python -m app.core.engine.child``
 (app/core/engine/host.py). In the packaged build ``sys.executable`` is the app itself, so that
 command line arrives at the app's own entry point: a module of the app runs here as ``python -m``
 would run it, and anything else (``-m pip``, which fetches the default model from a checkout)

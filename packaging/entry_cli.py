@@ -8,6 +8,6 @@ if __name__ == "__main__":
     from entry_child import run_child_if_asked
 
     run_child_if_asked()
-    from app.cli import main
+    from app.cli.main import main
 
     sys.exit(main())

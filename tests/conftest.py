@@ -59,7 +59,7 @@ def gemma_path() -> Path:
 def engine(model_path: Path) -> Iterator[object]:
     """One engine child per test module, loaded with the default model."""
     from app.core.engine.host import EngineHost
-    from app.core.engine.protocol import LoadSettings
+    from app.core.engine.types import LoadSettings
 
     host = EngineHost()
     host.load(model_path, LoadSettings(n_ctx=2048))

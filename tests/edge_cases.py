@@ -1,6 +1,6 @@
 """The context edge cases the edge suites tried, by kind and outcome, for the closing summary.
 
-Each case in ``tests/core/test_context_edges.py`` and ``tests/test_cli_edges.py`` records one
+Each case in ``tests/core/test_context_edges.py`` and ``tests/cli/test_edges.py`` records one
 outcome: it ``worked`` within the limit, was ``refused`` with the numbers, was ``rejected`` as bad
 input, or (for plans only) was ``planned`` within the budget.
 """

@@ -1,4 +1,4 @@
-"""Arming the engine child's one-shot fault (app/core/engine/worker.py, ``Fault``) from a test,
+"""Arming the engine child's one-shot fault (app/core/engine/child.py, ``Fault``) from a test,
 seeded random draws of where it strikes, and the tally the closing summary prints.
 
 A fault is a JSON file named by ``$CONTEXTLENS_ENGINE_FAULT``: the next engine child started reads
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.engine.worker import FAULT_ENV, FAULT_PHASES, FAULT_SIGNALS
+from app.core.engine.child import FAULT_ENV, FAULT_PHASES, FAULT_SIGNALS
 
 # Where each phase can strike in the jobs of these tests (``after`` is drawn below the bound):
 # load — llama.cpp logs about 2,100 lines while it loads the default model; prompt — the prompt

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
-from app.core.engine.protocol import SamplingSettings
+from app.core.engine.types import SamplingSettings
 
 DETERMINISTIC = "deterministic"
 BALANCED = "balanced"

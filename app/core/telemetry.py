@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 
 from app.core.engine.gguf import ModelInfo
-from app.core.engine.protocol import InsufficientMemoryError, KVUsage, LoadSettings
+from app.core.engine.types import InsufficientMemoryError, KVUsage, LoadSettings
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, get_args, get_type_hints
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
-from app.core.engine.protocol import KV_CACHE_TYPE_NAMES, SamplingSettings
+from app.core.engine.types import KV_CACHE_TYPE_NAMES, SamplingSettings
 from app.store.models import as_utc
 
 INT32_MAX = 2**31 - 1

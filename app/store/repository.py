@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session as OrmSession
 
 from app.core.documents import Document as CoreDocument
-from app.core.engine.protocol import KVState
+from app.core.engine.types import KVState
 from app.store.blobs import pack, pack_tokens, unpack, unpack_tokens
 from app.store.db import Database, StoreError, describe_failure
 from app.store.models import (
@@ -309,7 +309,7 @@ class Repository:
     # ----- runs and KV states -----
 
     def save_run(self, version_id: int, result: Any) -> int:
-        """Record a job result (app.core.jobs.JobResult) under a version."""
+        """Record a job result (app.core.jobs.tasks.JobResult) under a version."""
         return self.write(lambda s: _save_run(s, version_id, result.as_dict()))
 
     def runs(self, version_id: int) -> list[dict[str, Any]]:
@@ -464,7 +464,7 @@ class Entry:
     settings), the job result, and optionally the KV state after it."""
 
     content: dict[str, Any]
-    result: Any  # app.core.jobs.JobResult
+    result: Any  # app.core.jobs.tasks.JobResult
     state: KVState | None = None
     prompt_tokens: int = 0
 

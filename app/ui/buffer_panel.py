@@ -1,6 +1,6 @@
 """The three-stage buffer, live: the chunk queue, the KV cache as a bar of segments, the output.
 
-A run's events (:mod:`app.core.jobs`) arrive on the GUI thread; this panel only observes them.
+A run's events (:mod:`app.core.jobs.tasks`) arrive on the GUI thread; this panel only observes them.
 The KV bar is rebuilt from what the events say. A model call's ``ChunkEvaluated`` events give
 the exact KV positions of its document chunks (everything in front of the first one is the
 pinned prefix), ``TokenBatch`` counts grow the output, ``ChunkEvicted`` removes a chunk and
@@ -64,7 +64,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.jobs import (
+from app.core.jobs.ring import SegmentKind
+from app.core.jobs.tasks import (
     ChunkEvaluated,
     ChunkEvicted,
     ChunkQueued,
@@ -76,7 +77,6 @@ from app.core.jobs import (
     StrategyStarted,
     TokenBatch,
 )
-from app.core.ring import SegmentKind
 from app.ui.widgets import plain_label
 
 Span = tuple[int, int]

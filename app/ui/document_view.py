@@ -67,7 +67,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
-from app.core.plan import Plan, Span
+from app.core.planning.plan import Plan, Span
 from app.ui.plan_index import (
     DROPPED,
     KEPT_A,

@@ -45,7 +45,7 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.core import telemetry
-from app.core.jobs import (
+from app.core.jobs.tasks import (
     ChunkEvaluated,
     ChunkQueued,
     CompareFinished,
@@ -55,7 +55,7 @@ from app.core.jobs import (
     TokenBatch,
 )
 from app.core.telemetry import GPUState, PromptHistogram
-from app.ui.tasks import run_in_background
+from app.ui.background import run_in_background
 from app.ui.widgets import still_plot
 
 REDRAW_MS = 100  # about 10 redraws a second

@@ -56,8 +56,8 @@ from app.store.archive import (
     import_session,
 )
 from app.store.repository import Repository, VersionInfo
+from app.ui.background import Progress, run_in_background
 from app.ui.i18n import task_label
-from app.ui.tasks import Progress, run_in_background
 from app.ui.widgets import MessageLine, fixed_font
 
 SUFFIX = ".ctxlens"

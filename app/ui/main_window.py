@@ -52,27 +52,28 @@ from shiboken6 import isValid
 
 from app import __version__
 from app.core import calibrate
-from app.core.budget import FrameSource
 from app.core.default_model import sha256_of
 from app.core.documents import Document
 from app.core.documents.isolated import ReadCancelled, read_document
 from app.core.engine.gguf import ModelInfo
-from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
 from app.core.engine.remote import ServerInfo
+from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
 from app.core.gc_pause import gc_paused
-from app.core.jobs import DEFAULT_LANES, JobFinished, planning
+from app.core.jobs.tasks import DEFAULT_LANES, JobFinished, planning
 from app.core.paths import models_dir
-from app.core.plan import Plan
-from app.core.plan_process import PlanProcess, Superseded
+from app.core.planning.frame import FrameSource
+from app.core.planning.plan import Plan
+from app.core.planning.process import PlanProcess, Superseded
+from app.core.planning.strategies import STRATEGIES, Planner, needle_spans, plan_for
 from app.core.sampling import from_version, stored
-from app.core.strategies import STRATEGIES, Planner, needle_spans, plan_for
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.store.db import Database, StoreError, open_database
 from app.store.repository import Entry, Repository
+from app.ui.background import run_in_background
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import MAX_PANES, CompareView
 from app.ui.document_view import DocumentView
-from app.ui.engine_worker import (
+from app.ui.engine_thread import (
     EngineThread,
     JobOutcome,
     JobSpec,
@@ -87,7 +88,6 @@ from app.ui.i18n import language_menu, task_label
 from app.ui.model_panel import ModelPanel
 from app.ui.plan_index import PlanIndex, index_plan
 from app.ui.sampling_box import SamplingBox
-from app.ui.tasks import run_in_background
 from app.ui.theme import apply_theme, current_theme
 from app.ui.widgets import plain_label, plain_message_box
 

@@ -27,7 +27,7 @@ from shiboken6 import isValid
 
 from app.core.default_model import DEFAULT_MODEL, ModelFetchError
 from app.core.model_fetch import FetchCancelled, fetch_default_model, index_host
-from app.ui.tasks import Progress, run_in_background
+from app.ui.background import Progress, run_in_background
 from app.ui.widgets import MessageLine
 
 POLL_MS = 100

@@ -40,18 +40,18 @@ from shiboken6 import isValid
 from app.core.calibrate import Calibration
 from app.core.default_model import default_model_path
 from app.core.engine.gguf import ModelInfo, inspect_model
-from app.core.engine.protocol import (
+from app.core.engine.remote import ServerInfo
+from app.core.engine.types import (
     KV_CACHE_TYPE_NAMES,
     EngineCapabilities,
     LoadedModel,
     LoadSettings,
 )
-from app.core.engine.remote import ServerInfo
 from app.core.paths import list_models
 from app.core.telemetry import estimate_memory
+from app.ui.background import run_in_background
 from app.ui.model_fetch_dialog import ModelFetchDialog
 from app.ui.server_box import ServerBox
-from app.ui.tasks import run_in_background
 from app.ui.tuned_settings import TunedSettingsBox
 from app.ui.widgets import MessageLine, plain_label
 

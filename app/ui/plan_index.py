@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from app.core.plan import Plan, Span
+from app.core.planning.plan import Plan, Span
 
 # The kinds of stretch the view colours (its highlighter's formats are indexed by them).
 KEPT_A, KEPT_B, KEPT_A_SHARED, KEPT_B_SHARED, DROPPED, SOURCE = range(6)

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.engine.protocol import SamplingSettings
+from app.core.engine.types import SamplingSettings
 from app.core.sampling import BALANCED, CREATIVE, DETERMINISTIC, PRESETS, preset_of
 
 SETTINGS_KEY = "sampling/settings"

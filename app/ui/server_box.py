@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from app.core.credentials import CredentialError, api_key, env_key_note, save_api_key
 from app.core.engine.remote import ServerInfo
 from app.core.engine.remote_http import key_in_clear, normalize_url
-from app.ui.engine_worker import ServerSpec
+from app.ui.engine_thread import ServerSpec
 from app.ui.widgets import MessageLine, plain_label
 
 URL_KEY = "server/url"

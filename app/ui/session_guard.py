@@ -21,7 +21,7 @@ import platformdirs
 from PySide6.QtCore import QCoreApplication, QLockFile, QSettings, Qt
 from PySide6.QtWidgets import QMessageBox
 
-from app.core.engine.protocol import LoadSettings
+from app.core.engine.types import LoadSettings
 from app.core.paths import APP_NAME
 from app.ui.widgets import plain_message_box
 

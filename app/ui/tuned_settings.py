@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.calibrate import Calibration, Trial
-from app.core.engine.protocol import LoadSettings
+from app.core.engine.types import LoadSettings
 from app.ui.widgets import plain_label
 
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter

@@ -26,18 +26,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.core.budget import document_messages, split_at_document  # noqa: E402
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
-from app.core.engine.protocol import (  # noqa: E402
+from app.core.engine.types import (  # noqa: E402
     LaneFinished,
     LaneStarted,
     LoadSettings,
     default_threads,
 )
-from app.core.jobs import JobFinished, JobResult, PartialResult, planning, summarize  # noqa: E402
+from app.core.jobs.tasks import JobFinished, JobResult, PartialResult, planning, summarize  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
-from app.core.strategies import Planner  # noqa: E402
+from app.core.planning.frame import document_messages, split_at_document  # noqa: E402
+from app.core.planning.strategies import Planner  # noqa: E402
 from app.core.tokens import exact_counter, host_tokenize  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 

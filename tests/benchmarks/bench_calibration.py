@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from app.core.calibrate import Trial, calibrate, measure  # noqa: E402
 from app.core.default_model import default_model_path, sha256_of  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
-from app.core.engine.protocol import LoadSettings  # noqa: E402
+from app.core.engine.types import LoadSettings  # noqa: E402
 from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
 
 GOAL = "<= 1.10"

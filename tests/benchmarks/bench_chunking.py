@@ -57,9 +57,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.core.chunking import chunk_document  # noqa: E402
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.documents import document_from_text  # noqa: E402
+from app.core.planning.chunking import chunk_document  # noqa: E402
 from app.core.tokens import TiktokenCounter, gguf_encoding  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 from tests.core.token_corpus import chinese, code, english  # noqa: E402

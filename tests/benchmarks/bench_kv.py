@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
-from app.core.engine.protocol import Finished, LoadSettings, TextDelta  # noqa: E402
+from app.core.engine.types import Finished, LoadSettings, TextDelta  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.documents import Document, load_document  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
-from app.core.plan import Plan  # noqa: E402
-from app.core.plan_process import PlanProcess  # noqa: E402
+from app.core.planning.plan import Plan  # noqa: E402
+from app.core.planning.process import PlanProcess  # noqa: E402
 from app.core.tokens import counter_key, gguf_encoding  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 

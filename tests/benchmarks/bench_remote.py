@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
-from app.core.engine.protocol import LoadSettings, default_threads  # noqa: E402
 from app.core.engine.remote import RemoteEngine  # noqa: E402
 from app.core.engine.remote_http import Connection  # noqa: E402
-from app.core.jobs import JobFinished, summarize  # noqa: E402
+from app.core.engine.types import LoadSettings, default_threads  # noqa: E402
+from app.core.jobs.tasks import JobFinished, summarize  # noqa: E402
 from app.core.paths import APP_NAME, cache_dir, sample_document  # noqa: E402
 from app.core.tokens import exact_counter, host_tokenize  # noqa: E402
 from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from app.core.default_model import default_model_path, sha256_of  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
-from app.core.engine.protocol import Finished, LoadSettings, TextDelta  # noqa: E402
-from app.core.jobs import JobFinished, JobResult, TokenBatch, ask, resume  # noqa: E402
+from app.core.engine.types import Finished, LoadSettings, TextDelta  # noqa: E402
+from app.core.jobs.tasks import JobFinished, JobResult, TokenBatch, ask, resume  # noqa: E402
 from app.core.tokens import exact_counter, host_tokenize  # noqa: E402
 from app.store.db import open_database  # noqa: E402
 from app.store.repository import Repository  # noqa: E402

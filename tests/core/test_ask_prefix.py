@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import Finished, GenerationStats, LoadSettings
-from app.core.jobs import JobFinished, PlanReady, ask
+from app.core.engine.types import Finished, GenerationStats, LoadSettings
+from app.core.jobs.tasks import JobFinished, PlanReady, ask
 from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
 

@@ -24,7 +24,7 @@ from app.core.engine.gguf import (
 )
 from app.core.engine.host import EngineHost
 from app.core.engine.kv_alloc import MIB_PRECISION, parse_kv_log
-from app.core.engine.protocol import LoadSettings
+from app.core.engine.types import LoadSettings
 from app.core.telemetry import estimate_memory
 from tests.core import gguf_cases as gc
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from app.core.audit import Audit, AuditFailed, LaidSegment
-from app.core.chunking import Boundary, Chunk
 from app.core.documents import Document, document_from_text, load_document
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import KVUsage, LoadSettings
-from app.core.jobs import (
+from app.core.engine.types import KVUsage, LoadSettings
+from app.core.jobs.audit import Audit, AuditFailed, LaidSegment
+from app.core.jobs.ring import Ring, SegmentKind
+from app.core.jobs.tasks import (
     JobFinished,
     JobResult,
     ask,
@@ -28,8 +28,8 @@ from app.core.jobs import (
     state_after,
     summarize,
 )
-from app.core.ring import Ring, SegmentKind
-from app.core.strategies import STRATEGIES, Planner
+from app.core.planning.chunking import Boundary, Chunk
+from app.core.planning.strategies import STRATEGIES, Planner
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 from tests.conftest import DATA
 
@@ -292,8 +292,8 @@ def test_a_store_that_disagrees_with_the_run_is_found(bench: Bench) -> None:
 
 def test_segments_at_the_wrong_positions_are_found(host: EngineHost) -> None:
     """A ring that puts a segment where the cache holds something else."""
-    from app.core.audit import CallRecord
-    from app.core.engine.protocol import GenerationStats
+    from app.core.engine.types import GenerationStats
+    from app.core.jobs.audit import CallRecord
 
     host.reset()
     tokens = host.tokenize("One two three four five six.", add_special=False)

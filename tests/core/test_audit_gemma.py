@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from app.core.audit import Audit
-from app.core.budget import COMPLETION_CUES, SUMMARIZE, model_frame
 from app.core.documents import Document, load_document
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import Finished, LoadSettings, TextDelta
-from app.core.jobs import (
+from app.core.engine.types import Finished, LoadSettings, TextDelta
+from app.core.jobs.audit import Audit
+from app.core.jobs.tasks import (
     JobFinished,
     JobResult,
     PlanReady,
@@ -34,7 +33,8 @@ from app.core.jobs import (
     state_after,
     summarize,
 )
-from app.core.strategies import STRATEGIES, Planner, plan_for
+from app.core.planning.frame import COMPLETION_CUES, SUMMARIZE, model_frame
+from app.core.planning.strategies import STRATEGIES, Planner, plan_for
 from app.core.tokens import LlamaCounter, TokenCounter, host_tokenize
 from tests.conftest import DATA
 from tests.core.test_audit import AUDITED, CORPUS

@@ -9,8 +9,8 @@ import sys
 import llama_cpp
 import pytest
 
-from app.core.engine.protocol import EngineCapabilities, backends_of
-from app.core.engine.worker import build_capabilities
+from app.core.engine.child import build_capabilities
+from app.core.engine.types import EngineCapabilities, backends_of
 
 # What llama_print_system_info writes for builds other than this machine's (llama.cpp 0.3.x).
 CUDA = (

@@ -23,7 +23,7 @@ from app.core.calibrate import (
 )
 from app.core.default_model import sha256_of
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import EngineCapabilities, LoadSettings
+from app.core.engine.types import EngineCapabilities, LoadSettings
 
 BASE = LoadSettings(n_ctx=512)
 

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.chunking import (
+from app.core.documents import document_from_text, load_document
+from app.core.planning.chunking import (
     Boundary,
     Chunk,
     chunk_document,
     overlapping_chunks,
     sliding_windows,
 )
-from app.core.documents import document_from_text, load_document
 from app.core.tokens import TiktokenCounter, gguf_encoding
 from tests.core.doc_strategies import markdown_documents
 

@@ -26,16 +26,15 @@ from typing import Any
 
 import pytest
 
-from app.core.budget import model_frame
 from app.core.engine.gguf import inspect_model
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import (
+from app.core.engine.types import (
     Finished,
     GenerationStats,
     InsufficientMemoryError,
     LoadSettings,
 )
-from app.core.jobs import (
+from app.core.jobs.tasks import (
     ChunkEvaluated,
     JobError,
     JobFinished,
@@ -46,8 +45,9 @@ from app.core.jobs import (
     planning,
     summarize,
 )
-from app.core.plan import Plan
-from app.core.strategies import MULTI_PASS, STRATEGIES, Planner, plan_for
+from app.core.planning.frame import model_frame
+from app.core.planning.plan import Plan
+from app.core.planning.strategies import MULTI_PASS, STRATEGIES, Planner, plan_for
 from app.core.telemetry import memory_preflight
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 from tests.edge_cases import EdgeTally

@@ -590,7 +590,7 @@ def test_random_markup_never_escapes_as_anything_but_one_sentence() -> None:
 
 
 def test_the_cli_refuses_a_hostile_page_in_one_sentence(tmp_path: Path) -> None:
-    from tests.test_cli import assert_one_line_error, run
+    from tests.cli.runner import assert_one_line_error, run
 
     page = tmp_path / "bold.html"
     page.write_bytes(b"<b>" * 2_000_000)

@@ -13,7 +13,7 @@ import pytest
 
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.host import EngineHost, describe_exit
-from app.core.engine.protocol import (
+from app.core.engine.types import (
     ContextOverflowError,
     EngineCrashedError,
     EngineNotLoadedError,

@@ -34,8 +34,8 @@ import pytest
 from app.core.documents import Document, load_document
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import EngineCrashedError, LoadedModel, LoadSettings
-from app.core.jobs import (
+from app.core.engine.types import EngineCrashedError, LoadedModel, LoadSettings
+from app.core.jobs.tasks import (
     SUMMARIZE,
     ChunkEvaluated,
     JobError,
@@ -45,7 +45,7 @@ from app.core.jobs import (
     state_after,
     summarize,
 )
-from app.core.strategies import Planner
+from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter, exact_counter
 from tests.conftest import DATA
 from tests.core import gguf_cases as gc

@@ -27,7 +27,7 @@ from app.core.default_model import default_model_path
 from app.core.engine import host as host_module
 from app.core.engine.gguf import GGUFError, GGUFFile, inspect_model, read_gguf
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import (
+from app.core.engine.types import (
     EngineCrashedError,
     EngineError,
     LoadSettings,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import LoadSettings
-from app.core.jobs import (
+from app.core.engine.types import LoadSettings
+from app.core.jobs.tasks import (
     ChunkEvaluated,
     JobFinished,
     JobResult,
@@ -20,7 +20,7 @@ from app.core.jobs import (
     summarize,
 )
 from app.core.paths import sample_document
-from app.core.strategies import STRATEGIES
+from app.core.planning.strategies import STRATEGIES
 from app.core.tokens import exact_counter, host_tokenize
 
 N_CTX = 512
@@ -142,7 +142,7 @@ def test_every_strategy_through_the_cli_on_a_document_ten_times_the_context(
 
 
 def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter: object) -> None:
-    from app.core.jobs import ask
+    from app.core.jobs.tasks import ask
 
     text = _text(6000)
     questions = ["Who edited the Jargon File?", "What is a hacker?"]
@@ -156,7 +156,7 @@ def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter
 
 
 def test_extract_merges_parts_in_document_order(host: EngineHost, counter: object) -> None:
-    from app.core.jobs import extract
+    from app.core.jobs.tasks import extract
 
     text = _text(5000)
     events = list(extract(host, text, counter, instruction="List the names in this text.",  # type: ignore[arg-type]
@@ -169,7 +169,7 @@ def test_extract_merges_parts_in_document_order(host: EngineHost, counter: objec
 
 
 def test_compare_runs_each_strategy_on_one_engine(host: EngineHost, counter: object) -> None:
-    from app.core.jobs import CompareFinished, StrategyStarted, compare
+    from app.core.jobs.tasks import CompareFinished, StrategyStarted, compare
 
     events = list(compare(host, _text(6000), counter, task="summarize",  # type: ignore[arg-type]
                           strategies=["head", "tail"], n_ctx=N_CTX, max_tokens=16))  # fmt: skip
@@ -181,8 +181,8 @@ def test_compare_runs_each_strategy_on_one_engine(host: EngineHost, counter: obj
 
 
 def test_compare_refuses_a_planner_made_for_another_text(host: EngineHost, counter: object) -> None:
-    from app.core.jobs import compare
-    from app.core.strategies import Planner
+    from app.core.jobs.tasks import compare
+    from app.core.planning.strategies import Planner
 
     planner = Planner(_text(3000), counter)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="another text"):
@@ -191,7 +191,7 @@ def test_compare_refuses_a_planner_made_for_another_text(host: EngineHost, count
 
 
 def test_planning_names_the_instruction_and_reserve_of_each_job(counter: object) -> None:
-    from app.core.jobs import ASK, ASK_PART, ROLLING, SUMMARIZE, SUMMARIZE_PART, planning
+    from app.core.jobs.tasks import ASK, ASK_PART, ROLLING, SUMMARIZE, SUMMARIZE_PART, planning
 
     def ask(strategy: str) -> tuple[str, int]:
         return planning("ask", strategy, counter, max_tokens=64, questions=["Why?", "And who?"])  # type: ignore[arg-type]
@@ -208,8 +208,8 @@ def test_planning_names_the_instruction_and_reserve_of_each_job(counter: object)
 def test_an_engine_failure_mid_job_keeps_the_outputs_so_far(
     host: EngineHost, counter: object
 ) -> None:
-    from app.core.engine.protocol import EngineCrashedError
-    from app.core.jobs import JobError
+    from app.core.engine.types import EngineCrashedError
+    from app.core.jobs.tasks import JobError
 
     class Failing:
         """The real engine until its second generation, which fails as a crash would."""

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from app.core.audit import ring_mismatches
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import (
+from app.core.engine.types import (
     ContextOverflowError,
     Finished,
     LoadSettings,
     Shifted,
     TextDelta,
 )
-from app.core.ring import Ring, RingError, SegmentKind
+from app.core.jobs.audit import ring_mismatches
+from app.core.jobs.ring import Ring, RingError, SegmentKind
 
 N_CTX = 256  # llama.cpp's smallest step: shifts and evictions happen often
 
@@ -155,9 +155,9 @@ def test_where_llama_cpp_cannot_shift_the_rest_is_evaluated_again(
     """
     import types
 
+    from app.core.engine.child import Engine
     from app.core.engine.ipc import SharedFlag
-    from app.core.engine.protocol import SamplingSettings
-    from app.core.engine.worker import Engine
+    from app.core.engine.types import SamplingSettings
 
     engine = Engine(SharedFlag(tmp_path / "flag", create=True))
     engine.load(str(model_path), LoadSettings(n_ctx=N_CTX))

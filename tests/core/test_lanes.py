@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.budget import document_messages, split_at_document
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import (
+from app.core.engine.types import (
     ContextOverflowError,
     LaneDelta,
     LaneFinished,
@@ -20,7 +19,7 @@ from app.core.engine.protocol import (
     LaneStarted,
     LoadSettings,
 )
-from app.core.jobs import (
+from app.core.jobs.tasks import (
     ChunkEvaluated,
     JobFinished,
     JobResult,
@@ -32,6 +31,7 @@ from app.core.jobs import (
     summarize,
 )
 from app.core.paths import sample_document
+from app.core.planning.frame import document_messages, split_at_document
 from app.core.tokens import exact_counter, host_tokenize
 
 N_CTX = 512
@@ -225,7 +225,7 @@ def test_an_engine_crash_mid_lanes_keeps_the_text_so_far(model_path: Path, count
     import os
     import signal
 
-    from app.core.jobs import JobError
+    from app.core.jobs.tasks import JobError
 
     text = sample_document().read_text(encoding="utf-8")[:5000]
     crashing = EngineHost()

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import ContextOverflowError, LaneFinished, TextDelta
 from app.core.engine.remote import RemoteEngine
 from app.core.engine.remote_http import Connection
+from app.core.engine.types import ContextOverflowError, LaneFinished, TextDelta
 from app.core.paths import sample_document
 from tests.benchmarks.bench_remote import llama_server, start_llama_server
 
@@ -59,9 +59,9 @@ def test_the_server_reports_context_slots_template_and_kv(remote: RemoteEngine) 
 
 def test_a_plan_made_elsewhere_is_framed_by_the_servers_template(remote: RemoteEngine) -> None:
     """The window plans with ServerInfo.frame: the budget must be the one the job computes."""
-    from app.core.budget import ServerTemplate
-    from app.core.jobs import JobFinished, summarize
-    from app.core.strategies import Planner, plan_for
+    from app.core.jobs.tasks import JobFinished, summarize
+    from app.core.planning.frame import ServerTemplate
+    from app.core.planning.strategies import Planner, plan_for
 
     assert isinstance(remote.info.frame, ServerTemplate)
     text = sample_document().read_text(encoding="utf-8")[:8000]

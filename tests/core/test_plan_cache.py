@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from app.core.documents import Document, document_from_text, load_document
 from app.core.paths import sample_document
-from app.core.plan_cache import BoundedLru, PlanCache, doc_id
-from app.core.strategies import STRATEGIES, Planner, PlanOptions
+from app.core.planning.cache import BoundedLru, PlanCache, doc_id
+from app.core.planning.strategies import STRATEGIES, Planner, PlanOptions
 from app.core.tokens import LlamaCounter, TiktokenCounter, cl100k, gguf_encoding
 from tests.core.doc_strategies import markdown_documents
 

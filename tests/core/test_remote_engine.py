@@ -15,15 +15,6 @@ import pytest
 from app.core.default_model import default_model_path
 from app.core.documents import document_from_text
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import (
-    ContextOverflowError,
-    Finished,
-    LaneDelta,
-    LaneFinished,
-    LanesFinished,
-    LaneStarted,
-    TextDelta,
-)
 from app.core.engine.remote import (
     NO_KV_STATE,
     RemoteEngine,
@@ -41,9 +32,18 @@ from app.core.engine.remote_http import (
     normalize_url,
     same_server,
 )
-from app.core.jobs import JobFinished, TokenBatch, ask, summarize
+from app.core.engine.types import (
+    ContextOverflowError,
+    Finished,
+    LaneDelta,
+    LaneFinished,
+    LanesFinished,
+    LaneStarted,
+    TextDelta,
+)
+from app.core.jobs.tasks import JobFinished, TokenBatch, ask, summarize
 from app.core.paths import sample_document
-from app.core.strategies import Planner
+from app.core.planning.strategies import Planner
 from app.core.tokens import gguf_encoding
 from tests.remote_server import ALIAS, Server, free_port, running_server, start_server
 
@@ -489,7 +489,7 @@ def test_bad_connection_settings_are_refused() -> None:
 
 def test_a_looping_reply_from_the_server_ends_with_repetition(remote: RemoteEngine) -> None:
     """The loop stop works on a server's stream too: the stream is closed, the server stops."""
-    from app.core.repetition import ends_in_loop
+    from app.core.engine.repetition import ends_in_loop
 
     prompt = _chat(remote, "Write a poem about hackers.")  # greedy: "a master of the cyber realm"…
     text, done = _reply(remote.generate(prompt, max_tokens=100))

@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from app.core.engine.protocol import Finished, TextDelta
 from app.core.engine.remote import CUT_SHORT, RemoteEngine, ServerInfo
 from app.core.engine.remote_http import (
     MAX_BODY_BYTES,
@@ -40,6 +39,7 @@ from app.core.engine.remote_http import (
     ServerError,
     StreamBrokenError,
 )
+from app.core.engine.types import Finished, TextDelta
 from app.core.tokens import cl100k
 
 ROOT = Path(__file__).parents[2]

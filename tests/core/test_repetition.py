@@ -1,12 +1,12 @@
-"""The output buffer's loop detector (app/core/repetition.py): loops the default model really
+"""The output buffer's loop detector (app/core/engine/repetition.py): loops the default model really
 fell into are caught early, and text that only looks regular is left alone."""
 
 from __future__ import annotations
 
 import pytest
 
+from app.core.engine.repetition import Limits, RepetitionDetector, ends_in_loop
 from app.core.paths import sample_document
-from app.core.repetition import Limits, RepetitionDetector, ends_in_loop
 
 # Replies the default model gave under greedy decoding (tests/core/test_sampling.py runs one).
 POEM = (

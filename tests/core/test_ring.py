@@ -7,7 +7,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from app.core.ring import Ring, RingError, SegmentKind
+from app.core.jobs.ring import Ring, RingError, SegmentKind
 
 CAPACITY = 64
 KINDS = st.sampled_from(list(SegmentKind))

@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import (
+from app.core.engine.repetition import ends_in_loop
+from app.core.engine.types import (
     FINISH_REASONS,
     Finished,
     GenerationStats,
@@ -20,7 +21,6 @@ from app.core.engine.protocol import (
     SamplingSettings,
     TextDelta,
 )
-from app.core.repetition import ends_in_loop
 from app.core.sampling import (
     BALANCED,
     CREATIVE,

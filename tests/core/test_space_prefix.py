@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from app.core.audit import Audit
 from app.core.documents import load_document
 from app.core.engine.host import EngineHost
-from app.core.engine.protocol import LoadSettings
-from app.core.jobs import JobFinished, PlanReady, ask, summarize
-from app.core.strategies import Planner
+from app.core.engine.types import LoadSettings
+from app.core.jobs.audit import Audit
+from app.core.jobs.tasks import JobFinished, PlanReady, ask, summarize
+from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter, counter_for_key, counter_key, host_counter
 from app.core.vocab_tokenizer import VocabCounter
 from tests.conftest import DATA

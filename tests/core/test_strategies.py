@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.budget import compute_budget, model_frame, preflight, prompt_frame
 from app.core.documents import document_from_text, load_document
-from app.core.engine.protocol import ContextOverflowError
-from app.core.strategies import (
+from app.core.engine.types import ContextOverflowError
+from app.core.planning.frame import compute_budget, model_frame, preflight, prompt_frame
+from app.core.planning.strategies import (
     MULTI_PASS,
     REMEMBERED_PLANS,
     STRATEGIES,
@@ -170,7 +170,7 @@ def test_plans_on_real_documents(counter: TiktokenCounter) -> None:
 def test_a_remembered_plan_is_returned_without_chunking_again(
     jargon_planner: Planner, counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.core.strategies as strategies_module
+    import app.core.planning.strategies as strategies_module
 
     made = {name: jargon_planner.plan(name, 1200) for name in ("head", "entropy")}
     other_budget = jargon_planner.plan("head", 1100)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.core.engine.gguf import inspect_model
-from app.core.engine.protocol import InsufficientMemoryError, LoadSettings
+from app.core.engine.types import InsufficientMemoryError, LoadSettings
 from app.core.telemetry import (
     PromptHistogram,
     estimate_memory,

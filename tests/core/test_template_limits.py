@@ -29,7 +29,7 @@ from app.core.engine.chat_template import (
     renderer_pid,
 )
 from app.core.engine.host import LOAD_CANCEL_GRACE_S, EngineHost
-from app.core.engine.protocol import CancelledError, LoadSettings
+from app.core.engine.types import CancelledError, LoadSettings
 from tests.core import gguf_cases as gc
 from tests.core import gguf_fuzz as fz
 

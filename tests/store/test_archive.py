@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.documents import document_from_text
-from app.core.jobs import JobResult, OutputSpan
+from app.core.jobs.tasks import JobResult, OutputSpan
 from app.store import archive
 from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import unpack

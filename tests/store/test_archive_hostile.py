@@ -37,7 +37,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.documents import document_from_text
-from app.core.engine.protocol import KVState
+from app.core.engine.types import KVState
 from app.store import archive
 from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import pack, pack_tokens, unpack
@@ -45,9 +45,9 @@ from app.store.db import open_database
 from app.store.kv_layout import BytesSource, KVLayoutError, check_state
 from app.store.models import Document, DocumentText, KVStateRow
 from app.store.repository import Repository, RepositoryError
+from tests.cli.runner import CLI, assert_one_line_error
 from tests.store.kv_states import MAGIC, Q8_0, cache, engine_state
 from tests.store.test_archive import TEXT, Good, fingerprint, manifest_for, set_in, zip_bytes
-from tests.test_cli import CLI, assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
@@ -747,7 +747,7 @@ def test_real_states_walk_import_and_restore_and_mutations_stop_at_both_doors(
 def test_real_sliding_window_states_walk(gemma_path: Path) -> None:
     """Gemma 3 keeps its sliding-window layers in a second cache: both caches walk."""
     from app.core.engine.host import EngineHost
-    from app.core.engine.protocol import LoadSettings
+    from app.core.engine.types import LoadSettings
 
     with EngineHost() as host:
         host.load(gemma_path, LoadSettings(n_ctx=512))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.core.documents import document_from_text
-from app.core.engine.protocol import KVState
-from app.core.jobs import JobResult, OutputSpan
+from app.core.engine.types import KVState
+from app.core.jobs.tasks import JobResult, OutputSpan
 from app.store import repository
 from app.store.db import open_database
 from app.store.repository import Entry, Repository, RepositoryError

@@ -8,7 +8,8 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QHelpEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from app.core.jobs import (
+from app.core.jobs.ring import Ring, SegmentKind
+from app.core.jobs.tasks import (
     ChunkEvaluated,
     ChunkEvicted,
     ChunkQueued,
@@ -20,7 +21,6 @@ from app.core.jobs import (
     PlanReady,
     TokenBatch,
 )
-from app.core.ring import Ring, SegmentKind
 from app.ui.buffer_panel import BarSegment, BufferPanel, ChunkState
 
 N_CTX = 512
@@ -288,8 +288,8 @@ def test_a_call_without_document_chunks_takes_its_sources_from_the_result(qtbot)
 
 def test_a_real_rolling_job_through_both_panels(qtbot, model_path: Path) -> None:
     from app.core.engine.host import EngineHost
-    from app.core.engine.protocol import LoadSettings
-    from app.core.jobs import summarize
+    from app.core.engine.types import LoadSettings
+    from app.core.jobs.tasks import summarize
     from app.core.paths import sample_document
     from app.core.tokens import exact_counter, host_tokenize
     from app.ui.gauges import GaugesPanel
@@ -333,8 +333,8 @@ def test_a_real_rolling_job_through_both_panels(qtbot, model_path: Path) -> None
 
 def test_a_real_map_phase_in_lanes_through_both_panels(qtbot, model_path: Path) -> None:
     from app.core.engine.host import EngineHost
-    from app.core.engine.protocol import LoadSettings
-    from app.core.jobs import LanesStarted, summarize
+    from app.core.engine.types import LoadSettings
+    from app.core.jobs.tasks import LanesStarted, summarize
     from app.core.paths import sample_document
     from app.core.tokens import exact_counter, host_tokenize
     from app.ui.gauges import GaugesPanel

@@ -17,7 +17,7 @@ from PySide6.QtCore import QSettings, Qt
 from app.core import calibrate
 from app.core.calibrate import AUTO_ENV, cached, machine_key
 from app.core.default_model import sha256_of
-from app.core.engine.protocol import LoadSettings
+from app.core.engine.types import LoadSettings
 from app.ui.main_window import USE_TUNED_KEY, MainWindow
 
 N_CTX = 512

@@ -22,7 +22,7 @@ from PySide6.QtCore import QSettings, QThreadPool
 from PySide6.QtGui import QImage
 
 from app.core.documents import document_from_text
-from app.core.jobs import JobResult
+from app.core.jobs.tasks import JobResult
 from app.core.paths import project_root, resources_dir
 from app.store.archive import export_session
 from app.store.db import open_database

@@ -16,10 +16,10 @@ from PySide6.QtGui import QColor, QHelpEvent, QPalette, QTextCursor, QTextFormat
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from app.core.chunking import Chunk
 from app.core.paths import sample_document
-from app.core.plan import Plan, Span
-from app.core.strategies import Planner
+from app.core.planning.chunking import Chunk
+from app.core.planning.plan import Plan, Span
+from app.core.planning.strategies import Planner
 from app.core.tokens import cl100k
 from app.ui.document_view import (
     DROPPED,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.core.engine.protocol import LoadSettings
+from app.core.engine.types import LoadSettings
 from app.ui.main_window import MainWindow
 from tests.conftest import DATA
 from tests.fault_injection import Draw, arm, check_crash_sentence, draw, tally_of

@@ -11,7 +11,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from app.core import telemetry
-from app.core.jobs import ChunkEvaluated, ChunkQueued, JobFinished, JobResult, KVStats, TokenBatch
+from app.core.jobs.tasks import (
+    ChunkEvaluated,
+    ChunkQueued,
+    JobFinished,
+    JobResult,
+    KVStats,
+    TokenBatch,
+)
 from app.core.telemetry import GPUMemory, GPUState
 from app.ui.gauges import GPU_REASONS, HISTORY_S, REDRAW_MS, Y_STEPS, GaugesPanel
 
@@ -149,7 +156,7 @@ def test_the_timer_runs_only_while_started_and_shown(qtbot, gauges) -> None:
 
 
 def test_one_kv_bar_per_lane_while_lanes_run(qtbot, gauges) -> None:
-    from app.core.jobs import LanesStarted
+    from app.core.jobs.tasks import LanesStarted
 
     gauges.start()
     gauges.on_event(LanesStarted(lanes=3, windows=7, n_ctx=N_CTX))

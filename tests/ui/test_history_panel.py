@@ -16,8 +16,8 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFileDialog, QProgressBar, QPushButton
 
 from app.core.documents import document_from_text
-from app.core.engine.protocol import KVState
-from app.core.jobs import JobResult, OutputSpan
+from app.core.engine.types import KVState
+from app.core.jobs.tasks import JobResult, OutputSpan
 from app.store.db import Database, open_database
 from app.store.repository import Entry, Repository, VersionInfo
 from app.ui import history_panel

@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QImage
 
-from app.core.jobs import DEFAULT_LANES, TokenBatch
+from app.core.jobs.tasks import DEFAULT_LANES, TokenBatch
 from app.core.paths import sample_document
 from app.ui.main_window import REPLAN_DELAY_MS, MainWindow
 
@@ -63,8 +63,8 @@ def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWi
 
 
 def test_plans_and_counts_come_from_the_planning_process(qtbot, window: MainWindow) -> None:
-    from app.core.jobs import SUMMARIZE
-    from app.core.strategies import Planner, plan_for
+    from app.core.jobs.tasks import SUMMARIZE
+    from app.core.planning.strategies import Planner, plan_for
 
     pid = window.plans.pid
     assert pid is not None, "the window planned in its own process"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.core.engine.gguf import BASE_MODEL_NOTE
-from app.core.engine.protocol import LoadedModel
+from app.core.engine.types import LoadedModel
 from app.ui.model_panel import ModelPanel
 
 

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
 from app.core.calibrate import Calibration, Trial
-from app.core.engine.protocol import EngineCapabilities, LoadedModel, LoadSettings
+from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
 from app.ui.model_panel import ModelPanel
 
 BROKEN = b"GGUF\x01\x00\x00\x00" + bytes(32)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.core.paths import sample_document
-from app.core.plan import Plan
-from app.core.strategies import Planner
+from app.core.planning.plan import Plan
+from app.core.planning.strategies import Planner
 from app.core.tokens import cl100k
 from app.ui.plan_index import DROPPED, KEPT_A, KEPT_A_SHARED, KEPT_B, PlanIndex, index_plan
 

@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from app.core.paths import sample_document
-from app.core.strategies import Planner
+from app.core.planning.strategies import Planner
 from app.core.tokens import cl100k
 from app.ui.document_view import DocumentView
 from app.ui.plan_index import DROPPED, KEPT_A, KEPT_B, index_plan

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.core.engine.protocol import SamplingSettings
+from app.core.engine.types import SamplingSettings
 from app.core.paths import sample_document
 from app.core.sampling import BALANCED, CREATIVE, DETERMINISTIC, PRESETS, stored
 from app.ui.main_window import MainWindow

@@ -16,9 +16,9 @@ from keyring.backend import KeyringBackend
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QMessageBox
 
-from app.core.engine.protocol import LoadSettings
+from app.core.engine.types import LoadSettings
 from app.core.paths import sample_document
-from app.ui.engine_worker import JobSpec
+from app.ui.engine_thread import JobSpec
 from app.ui.main_window import MainWindow
 from app.ui.server_box import URL_KEY
 from app.ui.session_guard import LastSession, SessionGuard, SessionLock

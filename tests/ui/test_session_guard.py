@@ -12,7 +12,7 @@ from PySide6.QtCore import QSettings, QThreadPool
 from PySide6.QtWidgets import QMessageBox
 
 from app.core.documents import document_from_text
-from app.core.jobs import JobResult
+from app.core.jobs.tasks import JobResult
 from app.core.paths import project_root, sample_document
 from app.store.repository import Entry
 from app.ui.main_window import MainWindow

@@ -33,9 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.engine.protocol import KV_CACHE_TYPE_NAMES
+from app.core.engine.types import KV_CACHE_TYPE_NAMES
 from app.core.paths import project_root, resources_dir
-from app.core.strategies import STRATEGIES
+from app.core.planning.strategies import STRATEGIES
 from app.ui import i18n
 from app.ui.main_window import MainWindow
 

@@ -56,7 +56,7 @@ from jinja2.runtime import markup_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace, pass_context
 
-from app.core.engine.protocol import CancelledError
+from app.core.engine.types import CancelledError
 
 DEFAULT_TIME_LIMIT_S = 2.0
 MAX_REPEAT_LEN = 1_000_000  # longest string or list that `*` may build; largest number argument

@@ -38,7 +38,7 @@ GGML_MAX_DIMS = 4
 MAX_KEY_BYTES = 64 * 1024
 MAX_STRING_BYTES = 16 * 1024 * 1024
 # Chat templates are KBs; llama-cpp-python compiles each one while loading (the engine compiles
-# them in the chat-template sandbox instead: see worker.py), so all of them together are capped too.
+# them in the chat-template sandbox instead: see child.py), so all of them together are capped too.
 MAX_TEMPLATE_BYTES = 128 * 1024
 MAX_TEMPLATES_BYTES = 4 * MAX_TEMPLATE_BYTES
 TEMPLATE_KEY = "tokenizer.chat_template"

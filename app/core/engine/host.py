@@ -33,7 +33,7 @@ from app.core.child_process import child_env, module_command
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
 from app.core.engine.ipc import SharedFlag
-from app.core.engine.protocol import (
+from app.core.engine.types import (
     CancelledError,
     ContextOverflowError,
     EngineCapabilities,
@@ -146,7 +146,7 @@ class EngineHost:
                 # the parent quotes it when the child dies. It never has the working directory on
                 # its path (child_process.py): a folder's own app/ is not imported in its place.
                 self._proc = subprocess.Popen(
-                    module_command("app.core.engine.worker", "--fd", str(theirs.fileno()),
+                    module_command("app.core.engine.child", "--fd", str(theirs.fileno()),
                                    "--flag", str(self._flag.path)),
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,

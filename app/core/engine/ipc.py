@@ -1,6 +1,6 @@
 """The two channels between the app and the engine child: a message pipe and a cancel flag.
 
-The child is started as ``python -m app.core.engine.worker`` rather than through
+The child is started as ``python -m app.core.engine.child`` rather than through
 ``multiprocessing``'s spawn, which would re-import the parent's ``__main__`` (a script, pytest, a
 frozen app) in the child. Messages travel over one end of a socket pair handed to the child as an
 inherited file descriptor and wrapped in ``multiprocessing.connection.Connection`` (length-prefixed

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.core.engine.protocol import (
+from app.core.engine.types import (
     ContextOverflowError,
     GenerationStats,
     LaneDelta,
@@ -41,7 +41,7 @@ from app.core.engine.protocol import (
 )
 
 if TYPE_CHECKING:
-    from app.core.engine.worker import Engine
+    from app.core.engine.child import Engine
 
 CELL_ROUNDING = 256  # llama.cpp pads the cache to this many cells anyway
 MAX_LANES = 64
@@ -263,8 +263,8 @@ class _Run:
         sampling: SamplingSettings,
         stop: Sequence[str],
     ) -> None:
-        from app.core.engine.worker import StopMatcher
-        from app.core.repetition import RepetitionDetector
+        from app.core.engine.child import StopMatcher
+        from app.core.engine.repetition import RepetitionDetector
 
         waiting = collections.deque(enumerate(suffixes))
         self.prefix_len = len(prefix)

@@ -29,9 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.budget import ServerTemplate
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
-from app.core.engine.protocol import (
+from app.core.engine.remote_http import (
+    Client,
+    Connection,
+    InFlightGate,
+    ServerError,
+    StreamBrokenError,
+)
+from app.core.engine.repetition import RepetitionDetector
+from app.core.engine.types import (
     ContextOverflowError,
     EngineError,
     Finished,
@@ -46,14 +53,7 @@ from app.core.engine.protocol import (
     SamplingSettings,
     TextDelta,
 )
-from app.core.engine.remote_http import (
-    Client,
-    Connection,
-    InFlightGate,
-    ServerError,
-    StreamBrokenError,
-)
-from app.core.repetition import RepetitionDetector
+from app.core.planning.frame import ServerTemplate
 from app.core.tokens import TiktokenCounter, TokenCounter, cl100k, scrub
 
 NOT_REPORTED = "not reported by this server"

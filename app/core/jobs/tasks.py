@@ -1,0 +1,1023 @@
+"""Jobs on a long document, as generators of plain events (the CLI prints them, the GUI shows them).
+
+A job plans with the input stage (chunks, strategies, budget), drives the engine host through the
+KV stage, and keeps a :class:`~app.core.jobs.ring.Ring` in step with what llama.cpp holds, so every
+piece of output is recorded with the ring version and the document spans that were resident
+when it was generated. Nothing here polls: each engine reply becomes events as it arrives.
+
+Jobs: ``summarize``, ``ask`` (several questions reuse the evaluated document), ``extract`` (an
+instruction per window, merged in document order) and ``compare`` (one job, several strategies).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from app.core.engine.chat_template import ChatTemplateError
+from app.core.engine.lanes import MAX_LANES
+from app.core.engine.types import (
+    CancelledError,
+    EngineError,
+    Finished,
+    GenerationStats,
+    KVState,
+    KVUsage,
+    LaneDelta,
+    LaneFinished,
+    LanesFinished,
+    LaneStarted,
+    SamplingSettings,
+    TextDelta,
+)
+from app.core.jobs.audit import Audit, CallRecord, LaidSegment, chunk_tokens
+from app.core.jobs.ring import Ring, Segment, SegmentKind
+from app.core.planning.chunking import Boundary, Chunk, sliding_windows
+from app.core.planning.frame import (
+    ASK,
+    ASK_PART,
+    COMBINE,
+    COMBINE_ANSWERS,
+    ROLLING,
+    SUMMARIZE,
+    SUMMARIZE_PART,
+    completion_frame,
+    document_messages,
+    frames_for_completion,
+    prompt_frame,
+    split_at_document,
+)
+from app.core.planning.plan import Plan
+from app.core.planning.strategies import MULTI_PASS, STRATEGIES, Planner
+from app.core.tokens import TokenCounter
+
+# The instructions (SUMMARIZE, ASK, ...) and their frames live in app.core.planning.frame.
+# The map phase's replies generated together (see app/core/engine/lanes.py). On 2 CPU cores and
+# 600-token windows four lanes generate 1.4x the tokens/s of one and eight no more, while each
+# lane holds a context's worth of cache (tests/benchmarks/bench_batched_map.py).
+DEFAULT_LANES = 4
+
+
+class Engine(Protocol):
+    """What a job needs from the engine host (tests may pass another implementation)."""
+
+    def tokenize(
+        self,
+        text: str,
+        *,
+        add_special: bool = ...,
+        parse_special: bool = ...,
+        continuation: bool = ...,
+    ) -> list[int]: ...
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = ...
+    ) -> str: ...
+
+    def generate(self, prompt: Sequence[int], **kwargs: Any) -> Iterator[Any]: ...
+
+    def generate_lanes(
+        self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], **kwargs: Any
+    ) -> Iterator[Any]: ...
+
+    def kv_usage(self) -> KVUsage: ...
+
+
+# ----- events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanReady:
+    strategy: str
+    budget: int
+    kept_tokens: int
+    total_tokens: int
+    passes: int
+    boundary_integrity: float
+    dropped_spans: int
+
+
+@dataclass(frozen=True)
+class ChunkQueued:
+    step: str
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ChunkEvaluated:
+    step: str
+    start: int
+    end: int
+    tokens: int
+    kv_start: int  # KV positions the chunk occupies
+    kv_end: int
+    ring_version: int
+    lane: int | None = None  # the sequence of a batched map phase; None: the one sequence
+
+
+@dataclass(frozen=True)
+class ChunkEvicted:
+    step: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    step: str
+    text: str
+    tokens: int
+    ring_version: int
+    sources: tuple[tuple[int, int], ...]  # document spans resident while this was generated
+    lane: int | None = None
+
+
+@dataclass(frozen=True)
+class KVStats:
+    cells_used: int
+    n_ctx: int
+    state_bytes: int
+    lane: int | None = None  # a lane's own figures (its sequence in the lanes' shared cache)
+    reported_by: str = "llama.cpp"  # a server's endpoint, or "": the server does not report KV
+
+
+@dataclass(frozen=True)
+class LanesStarted:
+    """A batched map phase begins: ``windows`` replies, ``lanes`` generated together as parallel
+    sequences of one llama.cpp context; each lane holds at most ``n_ctx`` positions."""
+
+    lanes: int
+    windows: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class PartialResult:
+    step: str
+    text: str
+    sources: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class OutputSpan:
+    step: str
+    text: str
+    source_spans: tuple[tuple[int, int], ...]
+    ring_version: int
+    finish_reason: str
+
+
+@dataclass
+class JobResult:
+    task: str
+    strategy: str
+    finish_reason: str  # stop, length, repetition (a loop was cut), cancelled, error
+    n_ctx: int
+    prompt_tokens: int = 0
+    evaluated_tokens: int = 0  # prompt tokens llama.cpp actually evaluated (not found cached)
+    completion_tokens: int = 0
+    kv_peak_cells: int = 0
+    ttft_s: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    outputs: list[OutputSpan] = field(default_factory=list)
+    truncated: bool = False  # some of the document never reached the model
+    refused: str | None = None
+    error: str | None = None
+    prompt_lengths: list[int] = field(default_factory=list)  # per model call, for the histogram
+    plan: dict[str, Any] = field(default_factory=dict)
+    lanes: int | None = None  # the map phase's replies ran this many at a time (None: one by one)
+    # The token ids of the last model call's prompt: with the KV state saved right after the job,
+    # a rollback can resume that call without evaluating it again. Not part of as_dict().
+    final_prompt: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def text(self) -> str:
+        return self.outputs[-1].text if self.outputs else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["final_prompt"]
+        d["outputs"] = [
+            {"step": o.step, "text": o.text, "source_spans": [list(s) for s in o.source_spans],
+             "finish_reason": o.finish_reason, "ring_version": o.ring_version}
+            for o in self.outputs
+        ]  # fmt: skip
+        return d
+
+
+@dataclass(frozen=True)
+class JobError:
+    """The engine failed mid-job; the outputs so far are kept in the result that follows."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    result: JobResult
+
+
+Event = (
+    PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | TokenBatch | KVStats
+    | LanesStarted | PartialResult | JobError | JobFinished
+)  # fmt: skip
+
+
+class CancelToken:
+    """Set from any thread; the job stops at its next step (the engine is cancelled separately)."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+# ----- one model call over segments ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Segment:
+    text: str
+    source: tuple[int, int] | None  # document span, for chunks
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One call of a map phase: its step name, what it holds, and the document spans its
+    partial result stands for (None: the spans the call held)."""
+
+    step: str
+    segments: Sequence[_Segment]
+    stands_for: tuple[tuple[int, int], ...] | None = None
+
+
+class _Frame:
+    """The chat template around the segments, for one instruction, as token lists; for a base
+    model the completion frame (the document, then a cue), as its plans are framed."""
+
+    def __init__(self, engine: Engine, instruction: str) -> None:
+        if frames_for_completion(getattr(engine, "model_info", None)):
+            frame = completion_frame(instruction)
+            before, after = frame.before, frame.after
+        else:
+            try:
+                rendered = engine.apply_chat_template(document_messages(instruction))
+                before, after = split_at_document(rendered)
+            except (ChatTemplateError, ValueError):  # no usable template: a plain prompt
+                plain = prompt_frame(None, task=instruction)
+                before, after = plain.before, plain.after
+        self.before = engine.tokenize(before, add_special=True, parse_special=True)
+        # The words after the document and each document chunk continue the prompt: tokenized
+        # without the space a Llama 2 / Mistral style vocabulary puts before a text's start.
+        self.after = engine.tokenize(after, add_special=False, parse_special=True,
+                                     continuation=True)  # fmt: skip
+
+    @property
+    def tokens(self) -> int:
+        return len(self.before) + len(self.after)
+
+
+class _Session:
+    """Calls the model over segments, mirrors the KV layout in a ring, gathers the figures."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        n_ctx: int,
+        result: JobResult,
+        cancel: CancelToken,
+        *,
+        audit: Audit | None = None,
+        lanes: int | None = None,
+        sampling: SamplingSettings | None = None,
+    ) -> None:
+        self.engine = engine
+        self.sampling = sampling or SamplingSettings()
+        self.ring = Ring(n_ctx)
+        self.result = result
+        self.cancel = cancel
+        self.audit = audit
+        self.lanes = lanes
+        self._frames: dict[str, _Frame] = {}
+
+    def frame(self, instruction: str) -> _Frame:
+        if instruction not in self._frames:
+            self._frames[instruction] = _Frame(self.engine, instruction)
+        return self._frames[instruction]
+
+    def call(
+        self, step: str, instruction: str, segments: Sequence[_Segment], max_tokens: int
+    ) -> Generator[Event, None, OutputSpan]:
+        frame = self.frame(instruction)
+        ring = self.ring
+        ring.clear()
+        system = ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
+        laid = [LaidSegment(system, tuple(frame.before))]
+        prompt = list(frame.before)
+        placed = []
+        for seg in segments:
+            tokens = chunk_tokens(self.engine, seg.text)
+            if not tokens:
+                continue
+            s = ring.append(SegmentKind.CHUNK, len(tokens), source=seg.source)
+            placed.append((seg, s))
+            laid.append(LaidSegment(s, tuple(tokens)))
+            prompt += tokens
+            if seg.source is not None:
+                yield ChunkQueued(step, seg.source[0], seg.source[1], len(tokens))
+        question = ring.append(SegmentKind.QUESTION, len(frame.after), pinned=True)
+        laid.append(LaidSegment(question, tuple(frame.after)))
+        prompt += frame.after
+        sources = tuple(ring.resident_sources())
+        self.result.final_prompt = tuple(prompt)
+        return (yield from self.stream(step, prompt, placed, sources, max_tokens, laid=laid))
+
+    def _count(self, stats: GenerationStats, cells: int) -> None:
+        """Add one model call's figures to the job's (``cells``: what its cache held)."""
+        result = self.result
+        result.prompt_tokens += stats.prompt_tokens
+        result.evaluated_tokens += stats.prompt_eval_tokens
+        result.prompt_lengths.append(stats.prompt_tokens)
+        result.completion_tokens += stats.completion_tokens
+        result.kv_peak_cells = max(result.kv_peak_cells, cells)
+
+    def map(
+        self, instruction: str, windows: Sequence[_Window], max_tokens: int
+    ) -> Generator[Event, None, list[OutputSpan]]:
+        """One reply to ``instruction`` per window, each followed by its :class:`PartialResult`.
+
+        With ``lanes`` the windows are parallel sequences of one batch (the instruction prefix
+        evaluated once); otherwise, or when the job is audited (the audit reads the cache of
+        the loaded context after each call) or there is one window, one call after another.
+        Stops early when cancelled; the outputs come in window order.
+        """
+        if self.lanes is None or self.audit is not None or len(windows) < 2:
+            outs: list[OutputSpan] = []
+            for win in windows:
+                if self.cancel.is_set():
+                    break
+                out = yield from self.call(win.step, instruction, win.segments, max_tokens)
+                outs.append(out)
+                yield PartialResult(out.step, out.text, win.stands_for or out.source_spans)
+            return outs
+        return (yield from self._map_in_lanes(instruction, windows, max_tokens))
+
+    def _map_in_lanes(
+        self, instruction: str, windows: Sequence[_Window], max_tokens: int
+    ) -> Generator[Event, None, list[OutputSpan]]:
+        assert self.lanes is not None
+        frame = self.frame(instruction)
+        result = self.result
+        suffixes: list[list[int]] = []
+        layouts: list[list[tuple[_Segment, int]]] = []
+        for win in windows:
+            suffix: list[int] = []
+            layout = []
+            for seg in win.segments:
+                tokens = chunk_tokens(self.engine, seg.text)
+                if not tokens:
+                    continue
+                layout.append((seg, len(tokens)))
+                suffix += tokens
+                if seg.source is not None:
+                    yield ChunkQueued(win.step, seg.source[0], seg.source[1], len(tokens))
+            suffixes.append(suffix + frame.after)
+            layouts.append(layout)
+        result.lanes = min(self.lanes, len(windows))
+        yield LanesStarted(result.lanes, len(windows), result.n_ctx)
+        rings: dict[int, Ring] = {}
+        replies: dict[int, Segment] = {}  # each lane's reply segment
+        sources: dict[int, tuple[tuple[int, int], ...]] = {}
+        parts: dict[int, list[str]] = {}
+        done: dict[int, OutputSpan] = {}
+        lane_free_at: dict[int, float] = {}
+        lane_of: dict[int, int] = {}  # window -> the lane it ran in
+        t0 = time.perf_counter()
+        try:
+            for ev in self.engine.generate_lanes(frame.before, suffixes, lanes=self.lanes,
+                                                 max_tokens=max_tokens,
+                                                 sampling=self.sampling):  # fmt: skip
+                if isinstance(ev, LaneStarted):
+                    i, lane = ev.index, ev.lane
+                    lane_of[i] = lane
+                    result.ttft_s.append(time.perf_counter() - lane_free_at.get(lane, t0))
+                    ring = rings.setdefault(lane, Ring(result.n_ctx))
+                    ring.clear()
+                    replies.pop(lane, None)
+                    ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
+                    for seg, n in layouts[i]:
+                        at = ring.append(SegmentKind.CHUNK, n, source=seg.source)
+                        if seg.source is not None:
+                            start, end = seg.source
+                            yield ChunkEvaluated(windows[i].step, start, end, n, at.pos, at.end,
+                                                 ring.version, lane)  # fmt: skip
+                    ring.append(SegmentKind.QUESTION, len(frame.after), pinned=True)
+                    sources[i], parts[i] = tuple(ring.resident_sources()), []
+                elif isinstance(ev, LaneDelta):
+                    i, lane, ring = ev.index, ev.lane, rings[ev.lane]
+                    parts[i].append(ev.text)
+                    grow = min(len(ev.token_ids), ring.free)
+                    if grow:
+                        replies[lane] = (
+                            ring.grow(replies[lane].id, grow)
+                            if lane in replies
+                            else ring.append(SegmentKind.OUTPUT, grow)
+                        )
+                    yield TokenBatch(windows[i].step, ev.text, len(ev.token_ids), ring.version,
+                                     sources[i], lane)  # fmt: skip
+                elif isinstance(ev, LaneFinished):
+                    i, lane, stats, ring = ev.index, ev.lane, ev.stats, rings[ev.lane]
+                    lane_free_at[lane] = time.perf_counter()
+                    ring.cut(min(stats.n_past, ring.used))
+                    self._count(stats, stats.n_past)
+                    yield KVStats(ev.cells[lane], result.n_ctx, 0, lane)
+                    done[i] = OutputSpan(windows[i].step, "".join(parts[i]).strip(), sources[i],
+                                         ring.version, stats.finish_reason)  # fmt: skip
+                    yield PartialResult(done[i].step, done[i].text,
+                                        windows[i].stands_for or sources[i])  # fmt: skip
+                elif isinstance(ev, LanesFinished) and ev.finish_reason == "cancelled":
+                    self.cancel.set()
+        except EngineError:
+            for i, texts in parts.items():  # the text so far of replies the failure cut short
+                if i not in done and (partial := "".join(texts).strip()):
+                    done[i] = OutputSpan(windows[i].step, partial, sources[i],
+                                         rings[lane_of[i]].version, "error")  # fmt: skip
+            result.outputs.extend(done[i] for i in sorted(done))
+            raise
+        outs = [done[i] for i in sorted(done)]
+        result.outputs.extend(outs)
+        return outs
+
+    def stream(
+        self,
+        step: str,
+        prompt: Sequence[int],
+        placed: Sequence[tuple[_Segment, Segment]],
+        sources: tuple[tuple[int, int], ...],
+        max_tokens: int,
+        *,
+        laid: Sequence[LaidSegment] = (),
+    ) -> Generator[Event, None, OutputSpan]:
+        """Generate after ``prompt`` (its segments already in the ring) and record the output.
+
+        When the engine fails mid-reply, the text so far is kept as an output with finish reason
+        ``error`` before the failure goes on to the job.
+        """
+        ring = self.ring
+        audit = self.audit
+        t0 = time.perf_counter()
+        parts: list[str] = []
+        generated: list[int] = []
+        finished: Finished | None = None
+        output = None
+        first = True
+        try:
+            for ev in self.engine.generate(prompt, max_tokens=max_tokens, sampling=self.sampling):
+                if first and isinstance(ev, TextDelta | Finished):  # the prompt is in the cache
+                    first = False
+                    self.result.ttft_s.append(time.perf_counter() - t0)
+                    for seg, s in placed:
+                        if seg.source is not None:
+                            yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens,
+                                                 s.pos, s.end, ring.version)  # fmt: skip
+                if isinstance(ev, TextDelta):
+                    parts.append(ev.text)
+                    generated += ev.token_ids
+                    grow = min(len(ev.token_ids), ring.free)
+                    if grow:
+                        output = (
+                            ring.append(SegmentKind.OUTPUT, grow)
+                            if output is None
+                            else ring.grow(output.id, grow)
+                        )
+                    if audit is not None:
+                        audit.batch(step, ring, sources, ring.version)
+                    yield TokenBatch(step, ev.text, len(ev.token_ids), ring.version, sources)
+                elif isinstance(ev, Finished):
+                    finished = ev
+        except EngineError:
+            partial = "".join(parts).strip()
+            if partial:
+                self.result.outputs.append(OutputSpan(step, partial, sources, ring.version,
+                                                      "error"))  # fmt: skip
+            if audit is not None:
+                audit.call_failed(step, sources)
+            raise
+        assert finished is not None
+        stats = finished.stats
+        # llama.cpp holds the prompt (all of it unless cancelled) and the reply but for its last
+        # sampled token, which is never evaluated: the ring lets go of what the cache does not hold
+        ring.cut(min(stats.n_past, ring.used))
+        if audit is not None:
+            audit.call_finished(CallRecord(step, ring, laid, prompt, generated, stats, sources))
+        usage = self.engine.kv_usage()
+        self._count(stats, max(usage.cells_used, stats.n_past))
+        yield KVStats(
+            usage.cells_used, usage.n_ctx, usage.state_bytes, reported_by=usage.reported_by
+        )
+        span = OutputSpan(step, "".join(parts).strip(), sources, ring.version,
+                          stats.finish_reason)  # fmt: skip
+        self.result.outputs.append(span)
+        if stats.finish_reason == "cancelled":
+            self.cancel.set()
+        return span
+
+
+# ----- summarize ----------------------------------------------------------------------------
+
+
+def _planned(
+    session: _Session,
+    planner: Planner,
+    strategy: str,
+    instruction: str,
+    *,
+    reserve: int,
+    later: Sequence[str] = (),
+) -> Generator[Event, None, Plan | None]:
+    """The plan for the document next to ``instruction`` with ``reserve`` tokens kept free;
+    None (and the refusal recorded) when nothing can be done. ``later``: the instructions of
+    the job's later calls (combining partial results), which need a token of room too."""
+    result = session.result
+    frame = session.frame(instruction)
+    budget = result.n_ctx - frame.tokens - reserve
+    widest = max((session.frame(i) for i in (instruction, *later)), key=lambda f: f.tokens)
+    if result.n_ctx - widest.tokens - reserve < 1:
+        result.finish_reason = "error"
+        result.refused = (
+            f"prompt needs {widest.tokens + 1:,} tokens, context is {result.n_ctx:,} "
+            f"(reply reserve {reserve:,})"
+        )
+        return None
+    plan = planner.plan(strategy, budget)
+    result.plan = {k: v for k, v in plan.as_dict().items() if k not in ("kept", "dropped")}
+    result.truncated = bool(plan.dropped)
+    passes = max(1, len(plan.windows))
+    yield PlanReady(strategy, budget, plan.kept_tokens, plan.total_tokens, passes,
+                    plan.boundary_integrity, len(plan.dropped))  # fmt: skip
+    if plan.refused:
+        result.finish_reason = "error"
+        result.refused = (
+            f"prompt needs {frame.tokens + plan.total_tokens:,} tokens, context is "
+            f"{result.n_ctx:,} (reply reserve {reserve:,}): {plan.refused}"
+        )
+        return None
+    if session.audit is not None:
+        session.audit.planned(plan.kept_chunks(), _passes(plan), dropped=bool(plan.dropped))
+    return plan
+
+
+def planning(
+    task: str,
+    strategy: str,
+    counter: TokenCounter,
+    *,
+    max_tokens: int,
+    questions: Sequence[str] = (),
+    instruction: str = "",
+) -> tuple[str, int]:
+    """(instruction, reserve): what the document is planned next to in ``task``'s first call.
+
+    A caller that plans ahead for a job (the window, in another process) asks for the same
+    budget with these, so the plans it hands to :func:`compare` are the ones the job uses.
+    """
+    multi = strategy in MULTI_PASS
+    if task == "ask":
+        return (ASK_PART if multi else ASK), max_tokens + _question_room(counter, questions)
+    if task == "extract":
+        return instruction, max_tokens
+    if strategy == "rolling":  # room for the running summary next to each window
+        return ROLLING, 2 * max_tokens + 16
+    return (SUMMARIZE_PART if multi else SUMMARIZE), max_tokens
+
+
+def _question_room(counter: TokenCounter, questions: Sequence[str]) -> int:
+    return max((counter.count(_question(q)) for q in questions), default=0) + 2
+
+
+def _job(
+    task: str,
+    strategy: str,
+    n_ctx: int,
+    engine: Engine,
+    cancel: CancelToken | None,
+    *,
+    audit: Audit | None = None,
+    text: str = "",
+    resumed: bool = False,
+    max_tokens: int = 1,
+    lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
+) -> tuple[JobResult, _Session]:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (choose one of {', '.join(STRATEGIES)})")
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
+    if lanes is not None and not 1 <= lanes <= MAX_LANES:
+        raise ValueError(f"lanes must be between 1 and {MAX_LANES} (or none: one call at a time)")
+    if sampling is not None:
+        sampling.validate()
+    result = JobResult(task, strategy, "stop", n_ctx)
+    if audit is not None:
+        audit.job_started(task, strategy, text, resumed=resumed)
+    return result, _Session(engine, n_ctx, result, cancel or CancelToken(), audit=audit,
+                           lanes=lanes, sampling=sampling)  # fmt: skip
+
+
+def _failed(result: JobResult, session: _Session, exc: EngineError) -> JobError:
+    """Record an engine failure; what was generated before it stays in the result."""
+    if isinstance(exc, CancelledError):
+        session.cancel.set()
+    else:
+        result.finish_reason = "error"
+        result.error = str(exc)
+    return JobError(str(exc))
+
+
+def _finish(result: JobResult, session: _Session, t0: float) -> JobFinished:
+    if result.outputs and result.refused is None and result.error is None:
+        result.finish_reason = result.outputs[-1].finish_reason
+    if session.cancel.is_set():
+        result.finish_reason = "cancelled"
+    result.seconds = time.perf_counter() - t0
+    if session.audit is not None:
+        session.audit.job_finished(result)
+    return JobFinished(result)
+
+
+def summarize(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    strategy: str,
+    n_ctx: int,
+    max_tokens: int = 256,
+    cancel: CancelToken | None = None,
+    planner: Planner | None = None,
+    audit: Audit | None = None,
+    lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
+) -> Iterator[Event]:
+    """Summarize ``text`` under ``strategy``; the last event is :class:`JobFinished`.
+
+    Single-pass strategies summarize what their plan keeps. ``map-reduce`` and ``semantic``
+    summarize each window of their plan, then combine the partial summaries (in groups, again,
+    while they do not fit). ``rolling`` carries a running summary through the document, window
+    by window. ``lanes``: the map phase's replies generated that many at a time as parallel
+    sequences (:meth:`_Session.map`); None, one call at a time.
+    """
+    t0 = time.perf_counter()
+    result, session = _job("summarize", strategy, n_ctx, engine, cancel, audit=audit, text=text,
+                           max_tokens=max_tokens, lanes=lanes, sampling=sampling)  # fmt: skip
+    planner = planner or Planner(text, counter)
+    try:
+        instruction, reserve = planning("summarize", strategy, counter, max_tokens=max_tokens)
+        later = (COMBINE,) if strategy in MULTI_PASS and strategy != "rolling" else ()
+        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve,
+                                   later=later)  # fmt: skip
+        if plan is None:
+            return
+        if strategy == "rolling":
+            yield from _rolling(session, text, plan, max_tokens)
+        elif plan.multi_pass:
+            yield from _map_reduce(session, text, plan, counter, n_ctx=n_ctx, max_tokens=max_tokens)
+        else:
+            kept = _chunk_segments(text, plan.kept_chunks())
+            yield from session.call("summary", SUMMARIZE, kept, max_tokens)
+    except EngineError as exc:
+        yield _failed(result, session, exc)
+    finally:
+        yield _finish(result, session, t0)
+
+
+def ask(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    questions: Sequence[str],
+    strategy: str,
+    n_ctx: int,
+    max_tokens: int = 256,
+    cancel: CancelToken | None = None,
+    planner: Planner | None = None,
+    audit: Audit | None = None,
+    lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
+) -> Iterator[Event]:
+    """Answer ``questions`` about ``text``, one output per question.
+
+    With a single-pass strategy the document comes first and the question after it, so every
+    question after the first reuses the evaluated document from the KV cache (only the question
+    is evaluated). Multi-pass strategies ask each window and then combine the answers.
+    """
+    t0 = time.perf_counter()
+    result, session = _job("ask", strategy, n_ctx, engine, cancel, audit=audit, text=text,
+                           max_tokens=max_tokens, lanes=lanes, sampling=sampling)  # fmt: skip
+    planner = planner or Planner(text, counter)
+    try:
+        if not questions or not all(q.strip() for q in questions):
+            raise ValueError("ask needs at least one question, and no empty ones")
+        instruction, reserve = planning("ask", strategy, counter, max_tokens=max_tokens,
+                                        questions=questions)  # fmt: skip
+        room = reserve - max_tokens  # the longest question, after the document
+        later = (COMBINE_ANSWERS,) if strategy in MULTI_PASS else ()
+        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve,
+                                   later=later)  # fmt: skip
+        if plan is None:
+            return
+        for i, q in enumerate(questions):
+            if session.cancel.is_set():
+                return
+            step = f"answer {i + 1}"
+            if not plan.multi_pass:
+                doc = _chunk_segments(text, plan.kept_chunks())
+                yield from session.call(step, ASK, [*doc, _Segment(_question(q), None)], max_tokens)
+                continue
+            windows = [
+                _Window(f"{step} part {w + 1}", [*_chunk_segments(text, chunks),
+                                                 _Segment(_question(q), None)])
+                for w, chunks in enumerate(_passes(plan))
+            ]  # fmt: skip
+            outs = yield from session.map(ASK_PART, windows, max_tokens)
+            if session.cancel.is_set():
+                return
+            partials = [_Segment(out.text, None) for out in outs]
+            fits = _fit(partials, counter, n_ctx - session.frame(COMBINE_ANSWERS).tokens
+                        - max_tokens - room)  # fmt: skip
+            yield from session.call(step, COMBINE_ANSWERS, [*fits, _Segment(_question(q), None)],
+                                    max_tokens)  # fmt: skip
+    except EngineError as exc:
+        yield _failed(result, session, exc)
+    finally:
+        yield _finish(result, session, t0)
+
+
+def extract(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    instruction: str,
+    strategy: str,
+    n_ctx: int,
+    max_tokens: int = 256,
+    cancel: CancelToken | None = None,
+    planner: Planner | None = None,
+    audit: Audit | None = None,
+    lanes: int | None = None,
+    sampling: SamplingSettings | None = None,
+) -> Iterator[Event]:
+    """Apply ``instruction`` to each window of the plan; the results merged in document order.
+    ``lanes``: the windows' replies generated that many at a time (see :func:`summarize`)."""
+    t0 = time.perf_counter()
+    result, session = _job("extract", strategy, n_ctx, engine, cancel, audit=audit, text=text,
+                           max_tokens=max_tokens, lanes=lanes, sampling=sampling)  # fmt: skip
+    planner = planner or Planner(text, counter)
+    try:
+        if not instruction.strip():
+            raise ValueError("extract needs an instruction")
+        task_instruction, reserve = planning(
+            "extract", strategy, counter, max_tokens=max_tokens, instruction=instruction
+        )
+        plan = yield from _planned(session, planner, strategy, task_instruction, reserve=reserve)
+        if plan is None:
+            return
+        windows = [_Window(f"part {w + 1}", _chunk_segments(text, chunks))
+                   for w, chunks in enumerate(_passes(plan))]  # fmt: skip
+        pieces = yield from session.map(instruction, windows, max_tokens)
+        if session.cancel.is_set():
+            return
+        if len(pieces) > 1:
+            merged = "\n".join(p.text for p in pieces if p.text)
+            sources = tuple(s for p in pieces for s in p.source_spans)
+            last = pieces[-1]
+            result.outputs.append(OutputSpan("merged", merged, sources, last.ring_version,
+                                             last.finish_reason))  # fmt: skip
+    except EngineError as exc:
+        yield _failed(result, session, exc)
+    finally:
+        yield _finish(result, session, t0)
+
+
+@dataclass(frozen=True)
+class StrategyStarted:
+    strategy: str
+
+
+@dataclass(frozen=True)
+class CompareFinished:
+    results: tuple[JobResult, ...]
+
+
+def compare(
+    engine: Engine,
+    text: str,
+    counter: TokenCounter,
+    *,
+    task: str,
+    strategies: Sequence[str],
+    planner: Planner | None = None,
+    **options: Any,
+) -> Iterator[Event | StrategyStarted | CompareFinished]:
+    """The same job under several strategies, one after another on one engine.
+
+    ``planner`` (for ``text`` and ``counter``) plans the document as its caller shows it, with
+    its structure and with any plans already made elsewhere; by default the bare text is planned.
+    """
+    jobs = {"summarize": summarize, "ask": ask, "extract": extract}
+    if task not in jobs:
+        raise ValueError(f"unknown task {task!r} (choose one of {', '.join(jobs)})")
+    if planner is None:
+        planner = Planner(text, counter)  # chunkings are shared between the strategies
+    elif planner.text is not text and planner.text != text:
+        raise ValueError("the planner was made for another text than the job's")
+    results: list[JobResult] = []
+    for strategy in strategies:
+        yield StrategyStarted(strategy)
+        for ev in jobs[task](engine, text, counter, strategy=strategy, planner=planner, **options):
+            if isinstance(ev, JobFinished):
+                results.append(ev.result)
+            yield ev
+        if results and results[-1].finish_reason == "cancelled":
+            break
+    yield CompareFinished(tuple(results))
+
+
+class ResumableEngine(Engine, Protocol):
+    def save_state(self) -> KVState: ...
+
+    def restore_state(self, state: KVState) -> int: ...
+
+
+def state_after(engine: ResumableEngine, result: JobResult) -> KVState | None:
+    """The KV state right after a job, holding its last prompt (what a rollback resumes), or
+    None when the job did not end with that prompt in the cache (refused, failed, cancelled,
+    shifted)."""
+    prompt = result.final_prompt
+    if not prompt or result.finish_reason not in ("stop", "length", "repetition"):
+        return None
+    state = engine.save_state()
+    return state if state.tokens[: len(prompt)] == prompt else None
+
+
+def resume(
+    engine: ResumableEngine,
+    state: KVState,
+    prompt_tokens: int,
+    *,
+    task: str,
+    strategy: str,
+    max_tokens: int = 256,
+    sources: Sequence[tuple[int, int]] = (),
+    cancel: CancelToken | None = None,
+    audit: Audit | None = None,
+    sampling: SamplingSettings | None = None,
+) -> Iterator[Event]:
+    """Generate again after a saved prompt without evaluating it: the KV state of a finished job
+    is put back and its last call's prompt (the first ``prompt_tokens`` of the state) is sent
+    once more, so llama.cpp finds it cached and evaluates one token. ``sources`` are the
+    document spans that prompt held, for the output's provenance."""
+    t0 = time.perf_counter()
+    result, session = _job(task, strategy, state.n_ctx, engine, cancel, audit=audit, resumed=True,
+                           sampling=sampling)  # fmt: skip
+    try:
+        if not 0 < prompt_tokens <= len(state.tokens):
+            raise ValueError("the saved KV state does not say which of its tokens are the prompt")
+        prompt = state.tokens[:prompt_tokens]
+        engine.restore_state(state)
+        system = session.ring.append(SegmentKind.SYSTEM, prompt_tokens, pinned=True)
+        result.final_prompt = tuple(prompt)
+        laid = [LaidSegment(system, tuple(prompt))]
+        yield from session.stream("resumed", prompt, (), tuple(sources), max_tokens,
+                                  laid=laid)  # fmt: skip
+    except EngineError as exc:
+        yield _failed(result, session, exc)
+    finally:
+        yield _finish(result, session, t0)
+
+
+def _question(q: str) -> str:
+    return f"\n\nQuestion: {q.strip()}"
+
+
+def _fit(segments: Sequence[_Segment], counter: TokenCounter, budget: int) -> list[_Segment]:
+    out, used = [], 0
+    for seg in segments:
+        n = counter.count(seg.text)
+        if used + n > budget:
+            break
+        out.append(seg)
+        used += n
+    return out
+
+
+def _passes(plan: Plan) -> list[Sequence[Chunk]]:
+    """The chunks each pass over the document evaluates: the kept ones in one pass, or one
+    window of the plan per pass."""
+    if not plan.multi_pass:
+        return [plan.kept_chunks()]
+    return [plan.chunks[first : last + 1] for first, last in _window_ranges(plan)]
+
+
+def _window_ranges(plan: Plan) -> list[tuple[int, int]]:
+    if plan.strategy == "rolling":
+        return _disjoint_windows(plan)
+    return [(w.first, w.last) for w in plan.windows]
+
+
+def _map_reduce(
+    session: _Session, text: str, plan: Plan, counter: TokenCounter, *, n_ctx: int, max_tokens: int
+) -> Generator[Event, None, None]:
+    # each part's reply must fit the room the plan kept free (``max_tokens``): a quarter of the
+    # window, at least 32 tokens, never more than that room
+    part_tokens = min(max_tokens, max(32, plan.budget // 4))
+    windows = [
+        _Window(f"part {i + 1}", _chunk_segments(text, plan.chunks[w.first : w.last + 1]),
+                ((w.start, w.end),))
+        for i, w in enumerate(plan.windows)
+    ]  # fmt: skip
+    outs = yield from session.map(SUMMARIZE_PART, windows, part_tokens)
+    if session.cancel.is_set():
+        return
+    partials = [(out.text, (w.start, w.end)) for out, w in zip(outs, plan.windows, strict=True)]
+    level = 1
+    frame = session.frame(COMBINE)
+    budget = max(1, n_ctx - frame.tokens - max_tokens)
+    while True:
+        if session.cancel.is_set():
+            return
+        sizes = [max(1, counter.count(p)) for p, _ in partials]
+        if sum(sizes) <= budget or len(partials) == 1:
+            break
+        # Too many partial summaries for one call: combine them in groups, then again.
+        pseudo = [Chunk(i, 0, 0, n, Boundary.END) for i, n in enumerate(sizes)]
+        groups = [partials[w.first : w.last + 1] for w in sliding_windows(pseudo, budget, 0.0)]
+        spans = [(group[0][1][0], group[-1][1][1]) for group in groups]
+        combines = [
+            _Window(f"combine {level}.{g + 1}", [_Segment(p, None) for p, _ in group], (span,))
+            for g, (group, span) in enumerate(zip(groups, spans, strict=True))
+        ]
+        outs = yield from session.map(COMBINE, combines, part_tokens)
+        if session.cancel.is_set():
+            return
+        merged = [(out.text, span) for out, span in zip(outs, spans, strict=True)]
+        if len(merged) >= len(partials):
+            break  # no progress: the final call keeps what fits
+        partials, level = merged, level + 1
+    fits = _fit([_Segment(p, None) for p, _ in partials], counter, budget)
+    if len(fits) < len(partials):
+        session.result.truncated = True
+    yield from session.call("summary", COMBINE, fits, max_tokens)
+    session.result.outputs[-1] = _with_sources(session.result.outputs[-1], [s for _, s in partials])
+
+
+def _chunk_segments(text: str, chunks: Sequence[Chunk]) -> list[_Segment]:
+    return [_Segment(text[c.start : c.end], (c.start, c.end)) for c in chunks]
+
+
+def _with_sources(span: OutputSpan, sources: Sequence[tuple[int, int]]) -> OutputSpan:
+    return OutputSpan(span.step, span.text, tuple(sources), span.ring_version, span.finish_reason)
+
+
+def _rolling(
+    session: _Session, text: str, plan: Plan, max_tokens: int
+) -> Generator[Event, None, None]:
+    """Windows of the document in order, each with the summary so far pinned in front of it."""
+    summary = ""
+    windows = _disjoint_windows(plan)
+    seen: list[tuple[int, int]] = []
+    for i, (first, last) in enumerate(windows):
+        if session.cancel.is_set():
+            return
+        chunks = plan.chunks[first : last + 1]
+        segs = [_Segment(f"Summary so far:\n{summary}\n\nNext part:\n", None)] if summary else []
+        segs += _chunk_segments(text, chunks)
+        instruction = ROLLING if summary else SUMMARIZE_PART
+        out = yield from session.call(f"window {i + 1}", instruction, segs, max_tokens)
+        if out.text:
+            summary = out.text
+        for c in plan.chunks[first : last + 1]:
+            yield ChunkEvicted(f"window {i + 1}", c.start, c.end)
+        seen.append((chunks[0].start, chunks[-1].end))
+        yield PartialResult(out.step, summary, (seen[-1],))
+    if session.result.outputs:
+        last = session.result.outputs[-1]
+        final = OutputSpan("summary", summary, tuple(seen), last.ring_version, last.finish_reason)
+        session.result.outputs.append(final)
+
+
+def _disjoint_windows(plan: Plan) -> list[tuple[int, int]]:
+    """Consecutive runs of chunks that fill the plan's budget, without overlap; a chunk that
+    alone exceeds the budget (the plan dropped it) is in none."""
+    windows = sliding_windows(plan.chunks, plan.budget, 0.0)
+    return [(w.first, w.last) for w in windows if w.tokens <= plan.budget]
