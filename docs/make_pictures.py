@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
-from app.core.strategies import STRATEGIES  # noqa: E402
+from app.core.planning.strategies import STRATEGIES  # noqa: E402
 
 N_CTX = 2048
 
