@@ -1,4 +1,5 @@
-"""Dependencies point one way: core and store never import Qt (also an import-linter contract)."""
+"""Dependencies point one way: core and store never import Qt (also an import-linter contract),
+and no import circle inside app/."""
 
 from __future__ import annotations
 
@@ -37,14 +38,6 @@ def test_import_linter_contracts_hold() -> None:
     assert "3 kept, 0 broken" in proc.stdout
 
 
-# Import circles inside `app/` still to be taken apart (issue 22): each is a pair of modules
-# whose shared part belongs elsewhere. The test fails on any other circle, and on one of these
-# once it is gone (then take it off this list).
-KNOWN_CIRCLES = [
-    ["app.core.engine.lanes", "app.core.engine.child"],  # lanes reach the engine's privates
-]
-
-
 def _circles(graph: object) -> list[list[str]]:
     """The strongly connected groups of more than one module (Tarjan), sorted."""
     index: dict[str, int] = {}
@@ -80,11 +73,13 @@ def _circles(graph: object) -> list[list[str]]:
     return sorted(found)
 
 
-def test_no_import_circles_inside_app_but_the_known_ones() -> None:
-    """Every import counts, deferred ones inside functions too: a deferred import hides a circle
-    from Python, not from the reader."""
+def test_no_import_circle_inside_app() -> None:
+    """No module of ``app/`` imports itself back through others (issue 22): two modules that
+    need each other share a part that belongs in a module of its own, which both import. Every
+    import counts, deferred ones inside functions and TYPE_CHECKING ones too: a deferred import
+    hides a circle from Python, not from the reader."""
     import grimp
 
     graph = grimp.build_graph("app", cache_dir=None)
     assert "app.core.planning.plan" in graph.modules
-    assert _circles(graph) == sorted(KNOWN_CIRCLES)
+    assert _circles(graph) == []

@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 
 from app.core.engine import chat_template as ct
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template, render_here
-from app.core.engine.child import StopMatcher
+from app.core.engine.reply_text import StopMatcher
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"

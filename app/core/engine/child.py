@@ -7,11 +7,15 @@ time over a pipe; this loop answers with ``("ok", result)``, a stream of ``("eve
 
 Cancel arrives through a shared flag, not the pipe, so it is seen while a request runs: between
 generated tokens, and inside a long prompt decode through llama.cpp's abort callback.
+
+What a single reply shares with the batched replies of the lanes (``lanes.py``) is in modules of
+its own that both import: decoding and cancel (``decoding.py``), the sampler chain
+(``sampler.py``), tokens to streamed text with stop strings and loops (``reply_text.py``). The
+lanes get the loaded model from here as :class:`LlamaHandles`, never this class.
 """
 
 from __future__ import annotations
 
-import codecs
 import collections
 import contextlib
 import ctypes
@@ -35,10 +39,18 @@ from app.core.engine.chat_template import (
     check_chat_template,
     render_chat_template,
 )
+from app.core.engine.decoding import (
+    DecodeCancelled,
+    LlamaHandles,
+    abort_armed,
+    check_token_ids,
+    decode_batch,
+)
 from app.core.engine.gguf import BASE_MODEL_NOTE, adds_space_prefix, base_model_reason, read_gguf
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.kv_alloc import parse_kv_log
-from app.core.engine.repetition import RepetitionDetector
+from app.core.engine.reply_text import STREAM_INTERVAL_S, ReplyText, token_bytes
+from app.core.engine.sampler import build_sampler
 from app.core.engine.types import (
     CancelledError,
     ContextOverflowError,
@@ -60,25 +72,8 @@ from app.core.engine.types import (
 )
 from app.core.textutil import utf8
 
-DECODE_OK, DECODE_ABORTED = 0, 2
 SLOW_TOKEN_S = 0.05  # a token decode longer than this arms llama.cpp's abort callback
-# Text goes to the parent at most this often: every wake-up of the parent takes CPU from
-# llama.cpp's threads, and 50 deltas a second is as smooth as reading gets.
-STREAM_INTERVAL_S = 0.02
 _LOG_LINES = 40
-# DRY does not count a repeat across these (llama.cpp's defaults): lines, "key:", quotes and
-# markdown emphasis repeat legitimately.
-DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
-
-
-def _piece(lc: Any, vocab: Any, tok: int, buf: Any, special: bool) -> bytes:
-    """The bytes of token ``tok``, whole: llama.cpp answers a buffer too small for the piece
-    with minus its length, and is asked again with one that fits."""
-    n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, special)
-    if n < 0:
-        buf = ctypes.create_string_buffer(-n)
-        n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, special)
-    return buf.raw[:n]
 
 
 # The KV state is saved for sequence -1 (every sequence: this context has one) and restored into
@@ -87,10 +82,6 @@ def _piece(lc: Any, vocab: Any, tok: int, buf: Any, special: bool) -> bytes:
 # restored cache could not serve a shorter prefix: a rollback's resumed reply differed from the
 # job's, and the cache's first position read 888 instead of 0.
 _STATE_SEQ = -1
-
-
-class _Cancelled(Exception):
-    pass
 
 
 class _SandboxedTemplateCheck:
@@ -190,39 +181,6 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-class StopMatcher:
-    """Hold back text that may be the start of a stop string; report a complete match."""
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.pending = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        """Return (text safe to emit now, whether a stop string was found)."""
-        self.pending += text
-        if not self.stops:
-            out, self.pending = self.pending, ""
-            return out, False
-        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            out = self.pending[: min(hits)]
-            self.pending = ""
-            return out, True
-        hold = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(self.pending)), hold, -1):
-                if s.startswith(self.pending[-k:]):
-                    hold = k
-                    break
-        cut = len(self.pending) - hold
-        out, self.pending = self.pending[:cut], self.pending[cut:]
-        return out, False
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
-
-
 class Engine:
     """llama.cpp behind a small, explicit API; lives only in the child process."""
 
@@ -296,33 +254,39 @@ class Engine:
         n_ctx = llm.n_ctx()
         if len(self.tokens) + len(tokens) > n_ctx:
             raise ContextOverflowError(len(self.tokens) + len(tokens), n_ctx, 0)
-        if abortable:
-            lc.llama_set_abort_callback(llm.ctx, self._abort_cb, None)
-        try:
+        with abort_armed(lc, llm.ctx, self._abort_cb, abortable):
             for i in range(0, len(tokens), llm.n_batch):
                 if prompt and self._fault is not None and self._fault.due("prompt"):
                     self._fault.fire()
                 piece = list(tokens[i : i + llm.n_batch])
                 n_past = len(self.tokens)
                 llm._batch.set_batch(batch=piece, n_past=n_past, logits_all=False)
-                rc = lc.llama_decode(llm.ctx, llm._batch.batch)
-                if rc == DECODE_ABORTED or (abortable and self._stopped()):
-                    # Drop whatever the interrupted batch left behind so tokens and KV agree.
+                try:
+                    decode_batch(lc, llm.ctx, llm._batch.batch, armed=abortable,
+                                 stopped=self._stopped, log=self.log)  # fmt: skip
+                except (DecodeCancelled, RuntimeError):
+                    # Drop whatever the failed batch left behind so tokens and KV agree.
                     lc.llama_memory_seq_rm(self._mem, -1, n_past, -1)
-                    raise _Cancelled
-                if rc != DECODE_OK:
-                    lc.llama_memory_seq_rm(self._mem, -1, n_past, -1)
-                    raise RuntimeError(self._decode_failure(rc))
+                    raise
                 self.tokens.extend(piece)
-        finally:
-            if abortable:
-                lc.llama_set_abort_callback(llm.ctx, lc.ggml_abort_callback(), None)
 
-    def _decode_failure(self, rc: int) -> str:
-        reasons = {1: "no KV cache slot was free for the batch", -1: "the batch was invalid"}
-        detail = reasons.get(rc, f"llama_decode returned {rc}")
-        last = self.log[-1] if self.log else ""
-        return f"llama.cpp could not evaluate the tokens: {detail}" + (f" ({last})" if last else "")
+    def _handles(self) -> LlamaHandles:
+        """The loaded model's handles and this engine's cancel check, for code that decodes
+        outside this class (the lanes)."""
+        llm = self._require()
+        assert self.settings is not None  # set with llm
+        return LlamaHandles(
+            lc=self._lc,
+            model=llm._model,
+            context_params=llm.context_params,
+            model_path=llm.model_path,
+            n_ctx=llm.n_ctx(),
+            n_batch=llm.n_batch,
+            settings=self.settings,
+            log=self.log,
+            stopped=self._stopped,
+            abort_callback=self._abort_cb,
+        )
 
     # ----- operations (each is one request from the parent) -----
 
@@ -564,7 +528,7 @@ class Engine:
         lc = self._lc
         vocab = self._vocab()
         buf = ctypes.create_string_buffer(256)
-        out = b"".join(_piece(lc, vocab, tok, buf, special) for tok in tokens)
+        out = b"".join(token_bytes(lc, vocab, tok, buf, special) for tok in tokens)
         if tokens and tokens[0] == lc.llama_vocab_bos(vocab) and out[:1] == b" ":
             out = out[1:]
         return out.decode("utf-8", "replace")
@@ -596,7 +560,7 @@ class Engine:
         t0 = time.perf_counter()
         try:
             self._decode(tokens, abortable=True, prompt=True)
-        except _Cancelled:
+        except DecodeCancelled:
             raise CancelledError("evaluation cancelled") from None
         return EvalResult(len(tokens), len(self.tokens), time.perf_counter() - t0)
 
@@ -727,57 +691,8 @@ class Engine:
         return KVEdit(end - start, len(rest), reevaluated, time.perf_counter() - t0,
                       len(self.tokens))  # fmt: skip
 
-    def piece_of(self, tok: int, buf: Any) -> bytes | None:
-        """The bytes of a sampled token (``buf``: a reused 256-byte buffer), or None for an
-        end-of-generation token."""
-        lc = self._lc
-        vocab = self._vocab()
-        if lc.llama_vocab_is_eog(vocab, tok):
-            return None
-        n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
-        return buf.raw[:n] if n >= 0 else _piece(lc, vocab, tok, buf, False)
-
     def _check_ids(self, tokens: Sequence[int]) -> None:
-        n_vocab = self._require().n_vocab()
-        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
-        if bad is not None:
-            raise ValueError(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
-
-    def _sampler(self, s: SamplingSettings, history: Sequence[int] = ()) -> Any:
-        """llama.cpp's sampler chain for ``s``, in llama.cpp's own order (repetition penalty,
-        DRY, top-k, top-p, min-p, temperature, the seeded draw; greedy at temperature 0), having
-        seen ``history`` (the prompt): the penalties' windows count the prompt's tokens too, as
-        llama-server's do, so a server and this engine sample alike."""
-        from llama_cpp._internals import LlamaSampler
-
-        llm = self._require()
-        n_ctx = llm.n_ctx()
-        sampler = LlamaSampler()
-        windows = []
-        if s.repeat_penalty != 1.0 and s.repeat_last_n != 0:
-            last_n = n_ctx if s.repeat_last_n < 0 else s.repeat_last_n
-            sampler.add_penalties(llm.n_vocab(), last_n, s.repeat_penalty, 0.0, 0.0)
-            windows.append(last_n)
-        if s.dry_multiplier > 0 and s.dry_last_n != 0:
-            last_n = n_ctx if s.dry_last_n < 0 else s.dry_last_n
-            sampler.add_dry(llm._model, s.dry_multiplier, s.dry_base, s.dry_allowed_length,
-                            last_n, list(DRY_SEQUENCE_BREAKERS))  # fmt: skip
-            windows.append(last_n)
-        if s.greedy:
-            sampler.add_greedy()
-        else:
-            if s.top_k > 0:
-                sampler.add_top_k(s.top_k)
-            if s.top_p < 1:
-                sampler.add_top_p(s.top_p, 1)
-            if s.min_p > 0:
-                sampler.add_min_p(s.min_p, 1)
-            sampler.add_temp(s.temperature)
-            sampler.add_dist(s.seed)
-        if windows:
-            for tok in list(history)[-max(windows):]:
-                sampler.accept(tok)
-        return sampler
+        check_token_ids(tokens, self._require().n_vocab())
 
     def generate(
         self,
@@ -829,7 +744,7 @@ class Engine:
         completion = 0
         try:
             self._decode(todo, abortable=True, prompt=True)
-        except _Cancelled:
+        except DecodeCancelled:
             reason = "cancelled"
         t_prompt = time.perf_counter() - t0
         evaluated = len(self.tokens) - reused
@@ -867,11 +782,9 @@ class Engine:
         With ``shift_keep`` a full context is shifted (keeping that many positions) instead of
         ending the reply.
         """
-        sampler = self._sampler(sampling, self.tokens)
-        looping = RepetitionDetector() if sampling.stop_on_repetition else None
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        stops = StopMatcher(stop)
-        piece_buf = ctypes.create_string_buffer(256)
+        out = ReplyText(self._lc, self._vocab(), stop,
+                        stop_on_repetition=sampling.stop_on_repetition)  # fmt: skip
+        sampler = build_sampler(llm._model, llm.n_ctx(), sampling, self.tokens)
         pending_ids: list[int] = []
         pending_text = ""
         last_emit = 0.0  # the first piece goes out at once: time to first token matters
@@ -888,23 +801,21 @@ class Engine:
                     reason = "cancelled"
                     break
                 tok = sampler.sample(llm._ctx, -1)
-                piece = self.piece_of(tok, piece_buf)
-                if piece is None:
+                fed = out.feed(tok)
+                if fed is None:  # end of generation
                     reason = "stop"
                     break
                 completion += 1
                 pending_ids.append(tok)
-                text, hit = stops.feed(decoder.decode(piece))
+                text, ended = fed
                 pending_text += text
                 now = time.perf_counter()
-                if pending_text and (now - last_emit >= STREAM_INTERVAL_S or hit):
+                # the text before a stop string goes out at once
+                if pending_text and (now - last_emit >= STREAM_INTERVAL_S or ended == "stop"):
                     emit(TextDelta(pending_text, tuple(pending_ids)))
                     pending_ids, pending_text, last_emit = [], "", now
-                if hit:
-                    reason = "stop"
-                    break
-                if looping is not None and looping.feed(text):
-                    reason = "repetition"
+                if ended:  # a stop string, or a loop
+                    reason = ended
                     break
                 if completion >= max_tokens:
                     reason = "length"
@@ -925,15 +836,13 @@ class Engine:
                 t_tok = time.perf_counter()
                 try:
                     self._decode([tok], abortable=slow)
-                except _Cancelled:
+                except DecodeCancelled:
                     reason = "cancelled"
                     break
                 slow = time.perf_counter() - t_tok > SLOW_TOKEN_S
         finally:
             sampler.close()
-        # Bytes of a character the model never finished (the reply was cut mid-character) are
-        # dropped rather than shown as U+FFFD: the stream holds whole characters only.
-        tail = pending_text + (stops.flush() if reason != "stop" else "")
+        tail = pending_text + out.tail(reason)
         if tail or pending_ids:
             emit(TextDelta(tail, tuple(pending_ids)))
         return reason, completion
@@ -953,7 +862,7 @@ class Engine:
         :mod:`app.core.engine.lanes`). The loaded context and its cache are left as they were."""
         from app.core.engine.lanes import generate_lanes
 
-        generate_lanes(self, prefix, suffixes, lanes=lanes, max_tokens=max_tokens,
+        generate_lanes(self._handles(), prefix, suffixes, lanes=lanes, max_tokens=max_tokens,
                        sampling=sampling, stop=stop, emit=emit)  # fmt: skip
 
     # ----- fault injection (tests of crash isolation use this; nothing else does) -----

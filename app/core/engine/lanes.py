@@ -15,12 +15,13 @@ so the copy is followed by removing what the source held past the prefix.
 
 llama-cpp-python's ``Llama`` creates its context with one sequence, so the lanes get their own
 context through the low-level API, with ``n_seq_max`` lanes and a stream's room for each; it lives
-for one request. Lives only in the engine child (it drives llama.cpp directly).
+for one request. Lives only in the engine child (it drives llama.cpp directly), which hands it
+the loaded model as :class:`~app.core.engine.decoding.LlamaHandles`; decoding, sampling and the
+reply's text are the single reply's own (decoding.py, sampler.py, reply_text.py).
 """
 
 from __future__ import annotations
 
-import codecs
 import collections
 import contextlib
 import ctypes
@@ -28,8 +29,17 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.core.engine.decoding import (
+    DecodeCancelled,
+    LlamaHandles,
+    abort_armed,
+    check_token_ids,
+    decode_batch,
+)
+from app.core.engine.reply_text import STREAM_INTERVAL_S, ReplyText
+from app.core.engine.sampler import build_sampler
 from app.core.engine.types import (
     ContextOverflowError,
     GenerationStats,
@@ -40,19 +50,11 @@ from app.core.engine.types import (
     SamplingSettings,
 )
 
-if TYPE_CHECKING:
-    from app.core.engine.child import Engine
-
 CELL_ROUNDING = 256  # llama.cpp pads the cache to this many cells anyway
 MAX_LANES = 64
-STREAM_INTERVAL_S = 0.02  # as for one reply: text goes to the parent at most this often
 # Cancel is seen between steps; a step longer than this also arms llama.cpp's abort callback
 # (a Python call per graph node: a few % of a step, so not for steps of a few tens of ms).
 SLOW_STEP_S = 0.25
-
-
-class LanesCancelled(Exception):
-    pass
 
 
 @dataclass
@@ -66,9 +68,7 @@ class _Reply:
     evaluated: int
     prompt_seconds: float
     sampler: Any
-    stops: Any
-    looping: Any = None  # the reply's RepetitionDetector (None: loops are not stopped)
-    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    out: ReplyText
     t0: float = field(default_factory=time.perf_counter)
     completion: int = 0
     token: int = -1  # sampled, waiting to be evaluated
@@ -78,7 +78,7 @@ class _Reply:
 
 
 def generate_lanes(
-    engine: Engine,
+    llama: LlamaHandles,
     prefix: Sequence[int],
     suffixes: Sequence[Sequence[int]],
     *,
@@ -92,12 +92,12 @@ def generate_lanes(
 
     Emits :class:`LaneStarted` when a prompt is in its lane's cache, :class:`LaneDelta` text
     (whole characters), :class:`LaneFinished` per prompt and :class:`LanesFinished` last. Each
-    reply is the one :meth:`Engine.generate` would give with ``on_full="stop"``: with one lane
-    the very same decodes in the same order (the first prompt whole, then each suffix after the
-    cached prefix); with more, greedy replies may differ from it by floating-point rounding.
+    reply is the one the engine's single reply (``Engine.generate``) would give with
+    ``on_full="stop"``: with one lane the very same decodes in the same order (the first prompt
+    whole, then each suffix after the cached prefix); with more, greedy replies may differ from
+    it by floating-point rounding.
     """
-    llm = engine._require()
-    lc = engine._lc
+    lc = llama.lc
     prefix = list(prefix)
     suffixes = [list(s) for s in suffixes]
     if not prefix or not suffixes or not all(suffixes):
@@ -107,31 +107,32 @@ def generate_lanes(
     if lanes < 1:
         raise ValueError("lanes must be at least 1")
     sampling.validate()
-    engine._check_ids(prefix)
+    n_vocab = llama.model.n_vocab()
+    check_token_ids(prefix, n_vocab)
     for s in suffixes:
-        engine._check_ids(s)
-    n_ctx = llm.n_ctx()  # what one reply may hold, as for a single one
+        check_token_ids(s, n_vocab)
+    n_ctx = llama.n_ctx  # what one reply may hold, as for a single one
     longest = max(len(s) for s in suffixes)
     if len(prefix) + longest + max_tokens > n_ctx:
         raise ContextOverflowError(len(prefix) + longest, n_ctx, max_tokens)
     t_setup = time.perf_counter()
     per_lane = -(-(len(prefix) + longest + max_tokens) // CELL_ROUNDING) * CELL_ROUNDING
     lanes = min(lanes, len(suffixes), lc.llama_max_parallel_sequences(),
-                _lanes_that_fit(engine, per_lane))  # fmt: skip
+                _lanes_that_fit(llama, per_lane))  # fmt: skip
     with contextlib.ExitStack() as stack:
-        ctx, lanes = _lane_context(engine, lanes, per_lane)
+        ctx, lanes = _lane_context(llama, lanes, per_lane)
         cells = lanes * per_lane
         stack.enter_context(contextlib.closing(ctx))
-        batch_size = max(llm.n_batch, lanes)
+        batch_size = max(llama.n_batch, lanes)
         batch = lc.llama_batch_init(batch_size, 0, 1)
         stack.callback(lc.llama_batch_free, batch)
-        run = _Run(engine, ctx, batch, batch_size, emit)
+        run = _Run(llama, ctx, batch, batch_size, emit)
         setup_s = time.perf_counter() - t_setup
         reason = "stop"
         try:
             run.go(prefix, suffixes, lanes=lanes, max_tokens=max_tokens, sampling=sampling,
                    stop=stop)  # fmt: skip
-        except LanesCancelled:
+        except DecodeCancelled:
             reason = "cancelled"
             for reply in run.active.values():
                 reply.reason = "cancelled"
@@ -143,16 +144,16 @@ def generate_lanes(
                            reason))  # type: ignore[arg-type]  # fmt: skip
 
 
-def _lanes_that_fit(engine: Engine, per_lane: int) -> int:
+def _lanes_that_fit(llama: LlamaHandles, per_lane: int) -> int:
     """How many lanes' caches fit in half the free memory (at least one: the request then
     fails as any context would). With layers on a GPU the cache is there, and llama.cpp's own
     refusal decides (:func:`_lane_context` halves the lanes until one fits)."""
     import psutil
 
-    settings = engine.settings
-    if settings is None or settings.n_gpu_layers != 0:
+    settings = llama.settings
+    if settings.n_gpu_layers != 0:
         return MAX_LANES
-    per_cell = _kv_bytes_per_cell(engine._require().model_path, settings.kv_cache_type)
+    per_cell = _kv_bytes_per_cell(llama.model_path, settings.kv_cache_type)
     if not per_cell:
         return MAX_LANES
     free = int(psutil.virtual_memory().available) // 2
@@ -170,28 +171,27 @@ def _kv_bytes_per_cell(model_path: str, kv_cache_type: str) -> int | None:
         return None
 
 
-def _lane_context(engine: Engine, lanes: int, per_lane: int) -> tuple[Any, int]:
+def _lane_context(llama: LlamaHandles, lanes: int, per_lane: int) -> tuple[Any, int]:
     """A context like the loaded one with a stream of ``per_lane`` cells for each lane, and the
     number of lanes it has: where llama.cpp cannot allocate them all, half as many, down to one."""
     from llama_cpp._internals import LlamaContext
 
-    llm = engine._require()
-    lc = engine._lc
+    lc = llama.lc
     while True:
         params = lc.llama_context_params()
-        ctypes.pointer(params)[0] = llm.context_params  # a copy: the loaded context's settings
+        ctypes.pointer(params)[0] = llama.context_params  # a copy: the loaded context's settings
         params.n_ctx = lanes * per_lane
         params.n_seq_max = lanes
         params.kv_unified = False  # a stream per lane: each attends over its own cells only
         params.n_batch = max(params.n_batch, lanes)
         params.n_ubatch = max(params.n_ubatch, min(lanes, params.n_batch))
         try:
-            return LlamaContext(model=llm._model, params=params, verbose=False), lanes
+            return LlamaContext(model=llama.model, params=params, verbose=False), lanes
         except ValueError:
             if lanes > 1:
                 lanes //= 2
                 continue
-            last = engine.log[-1] if engine.log else "it could not allocate the cache"
+            last = llama.log[-1] if llama.log else "it could not allocate the cache"
             raise RuntimeError(
                 f"llama.cpp could not create a context for a lane of {per_lane:,} cells ({last})"
             ) from None
@@ -201,17 +201,21 @@ class _Run:
     """The state of one batched request: which lane holds which prompt, and the shared batch."""
 
     def __init__(
-        self, engine: Engine, ctx: Any, batch: Any, batch_size: int, emit: Callable[[Any], None]
+        self,
+        llama: LlamaHandles,
+        ctx: Any,
+        batch: Any,
+        batch_size: int,
+        emit: Callable[[Any], None],
     ) -> None:
-        self.engine = engine
-        self.lc = engine._lc
+        self.llama = llama
+        self.lc = llama.lc
         self.ctx = ctx
         self.mem = self.lc.llama_get_memory(ctx.ctx)
         self.batch = batch
         self.batch_size = batch_size
         self.emit = emit
         self.active: dict[int, _Reply] = {}
-        self.piece_buf = ctypes.create_string_buffer(256)
         self.last_emit = 0.0
         self.prefix_len = 0
         self.has_prefix: set[int] = set()  # lanes holding the prefix; empty: none evaluated yet
@@ -222,10 +226,8 @@ class _Run:
 
     def _decode(self, entries: Sequence[tuple[int, int, int, bool]], *, abortable: bool) -> None:
         """Decode (token, position, lane, wants logits) entries, ``batch_size`` at a time."""
-        lc, engine = self.lc, self.engine
-        if abortable:
-            lc.llama_set_abort_callback(self.ctx.ctx, engine._abort_cb, None)
-        try:
+        lc, llama = self.lc, self.llama
+        with abort_armed(lc, self.ctx.ctx, llama.abort_callback, abortable):
             for i in range(0, len(entries), self.batch_size):
                 piece = entries[i : i + self.batch_size]
                 b = self.batch
@@ -233,20 +235,14 @@ class _Run:
                 for j, (tok, pos, lane, logits) in enumerate(piece):
                     b.token[j], b.pos[j], b.n_seq_id[j], b.logits[j] = tok, pos, 1, logits
                     b.seq_id[j][0] = lane
-                rc = lc.llama_decode(self.ctx.ctx, b)
-                if rc == 2 or (abortable and engine._stopped()):
-                    raise LanesCancelled
-                if rc != 0:
-                    raise RuntimeError(engine._decode_failure(rc))
-        finally:
-            if abortable:
-                lc.llama_set_abort_callback(self.ctx.ctx, lc.ggml_abort_callback(), None)
+                decode_batch(lc, self.ctx.ctx, b, armed=abortable, stopped=llama.stopped,
+                             log=llama.log)  # fmt: skip
 
     def _prompt(self, tokens: Sequence[int], start: int, lane: int) -> None:
         """Evaluate a prompt's tokens into ``lane`` from position ``start``; logits for the
         last, in n_batch slices as a single reply's prompt is."""
         entries = [(t, start + k, lane, False) for k, t in enumerate(tokens)]
-        n_batch = self.engine._require().n_batch
+        n_batch = self.llama.n_batch
         for i in range(0, len(entries), n_batch):
             *head, (tok, pos, _, _) = entries[i : i + n_batch]
             self._decode([*head, (tok, pos, lane, True)], abortable=True)
@@ -263,9 +259,6 @@ class _Run:
         sampling: SamplingSettings,
         stop: Sequence[str],
     ) -> None:
-        from app.core.engine.child import StopMatcher
-        from app.core.engine.repetition import RepetitionDetector
-
         waiting = collections.deque(enumerate(suffixes))
         self.prefix_len = len(prefix)
         free = list(range(lanes))
@@ -286,11 +279,13 @@ class _Run:
                 self._prompt(suffix, self.prefix_len, lane)
                 evaluated = len(suffix)
             held = self.prefix_len + len(suffix)
-            looping = RepetitionDetector() if sampling.stop_on_repetition else None
+            llama = self.llama
+            sampler = build_sampler(llama.model, llama.n_ctx, sampling, prefix + suffix)
+            out = ReplyText(llama.lc, llama.vocab, stop,
+                            stop_on_repetition=sampling.stop_on_repetition)  # fmt: skip
             reply = _Reply(index=index, lane=lane, pos=held, prompt_tokens=held,
                            evaluated=evaluated, prompt_seconds=time.perf_counter() - t0,
-                           sampler=self.engine._sampler(sampling, prefix + suffix),
-                           stops=StopMatcher(stop), looping=looping)  # fmt: skip
+                           sampler=sampler, out=out)  # fmt: skip
             self.active[lane] = reply
             self.emit(LaneStarted(index, lane, evaluated, reply.pos))
             self._take(reply, reply.sampler.sample(self.ctx, -1), max_tokens)
@@ -304,8 +299,8 @@ class _Run:
 
         fill()
         while self.active:
-            if self.engine._stopped():
-                raise LanesCancelled
+            if self.llama.stopped():
+                raise DecodeCancelled
             order = sorted(self.active.values(), key=lambda r: r.lane)
             t_step = time.perf_counter()
             self._decode([(r.token, r.pos, r.lane, True) for r in order], abortable=self._slow)
@@ -320,20 +315,17 @@ class _Run:
 
     def _take(self, reply: _Reply, tok: int, max_tokens: int) -> None:
         """One sampled token of ``reply``: its text, or the end of the reply."""
-        engine = self.engine
-        piece = engine.piece_of(tok, self.piece_buf)
-        if piece is None:
+        fed = reply.out.feed(tok)
+        if fed is None:  # end of generation
             reply.reason = "stop"
             return
         reply.completion += 1
         reply.ids.append(tok)
-        text, hit = reply.stops.feed(reply.decoder.decode(piece))
+        text, ended = fed
         reply.text += text
-        if hit:
-            reply.reason = "stop"
-        elif reply.looping is not None and reply.looping.feed(text):
-            reply.reason = "repetition"
-        elif reply.completion >= max_tokens or reply.pos >= engine._require().n_ctx():
+        if ended:
+            reply.reason = ended
+        elif reply.completion >= max_tokens or reply.pos >= self.llama.n_ctx:
             reply.reason = "length"
         else:
             reply.token = tok
@@ -352,7 +344,7 @@ class _Run:
         """Finish the replies that ended (their last text, their record); the lanes freed."""
         done = [r for r in self.active.values() if r.reason]
         for reply in done:
-            tail = reply.text + (reply.stops.flush() if reply.reason != "stop" else "")
+            tail = reply.text + reply.out.tail(reply.reason)
             if tail or reply.ids:
                 self.emit(LaneDelta(reply.index, reply.lane, tail, tuple(reply.ids)))
             reply.text, reply.ids = "", []
