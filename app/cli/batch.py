@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.common import (
     EXIT_BAD_INPUT,
@@ -28,7 +28,10 @@ from app.cli.common import (
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
     BadInput,
+    db_path,
     fail,
+    sentence,
+    sigint_cancels,
 )
 from app.cli.documents import model_path_or_default, read_document
 from app.cli.engine import (
@@ -36,11 +39,14 @@ from app.cli.engine import (
     add_engine_options,
     check_remote_args,
     open_engine,
-    sigint_cancels,
 )
-from app.cli.jobs import check_job_args, job_options
+from app.cli.jobs import job_spec
 from app.cli.sampling import add_sampling_options
-from app.cli.snapshots import check_writable, version_content
+from app.services.errors import BadRequest
+
+if TYPE_CHECKING:
+    from app.services.engine_session import EngineSession
+    from app.services.jobs import JobSpec
 
 MAX_CONCURRENCY = 64
 
@@ -70,16 +76,15 @@ def documents_in(folder: Path, pattern: str, recursive: bool) -> list[Path]:
     return files
 
 
-def _check(args: argparse.Namespace) -> None:
-    from app.core.planning.strategies import STRATEGIES
-
-    check_job_args(args, [args.strategy], STRATEGIES)
+def _check(args: argparse.Namespace) -> JobSpec:
+    spec = job_spec(args, [args.strategy])
     if not 1 <= args.concurrency <= MAX_CONCURRENCY:
         raise BadInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
     if args.concurrency > 1 and not args.engine:
         raise BadInput("--concurrency above 1 needs --engine URL: the local engine runs one "
                        "request at a time")  # fmt: skip
     check_remote_args(args)
+    return spec
 
 
 class _Progress:
@@ -122,31 +127,33 @@ class _Progress:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     from app.core.engine.types import EngineError, LoadSettings
+    from app.services import versions
 
     try:
-        _check(args)
+        spec = _check(args)
         paths = documents_in(Path(args.folder).expanduser(), args.glob, args.recursive)
         settings = LoadSettings(n_ctx=args.n_ctx or LOCAL_N_CTX)
         settings.validate()
         if args.model:
             model_path_or_default(args.model)
-        check_writable(args.db)
-    except (BadInput, ValueError) as exc:
-        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+        versions.check_writable(db_path(args.db))
+    except (BadRequest, ValueError) as exc:
+        return fail(EXIT_BAD_INPUT, sentence(exc), args.json)
 
     stop = threading.Event()
     try:
         with (
             sigint_cancels(stop) as watch,
-            open_engine(args, settings, n_ctx_given=args.n_ctx) as opened,
+            open_engine(args, settings, n_ctx_given=args.n_ctx) as session,
         ):
-            watch(opened.engine)
-            for warning in opened.warnings:
+            watch(session)
+            assert session.loaded is not None
+            for warning in session.loaded.warnings:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
-            args.concurrency = _in_flight(args.concurrency, opened.server)
-            return _run(args, paths, opened, stop)
-    except BadInput as exc:
-        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+            args.concurrency = _in_flight(args.concurrency, session.server)
+            return _run(args, spec, paths, session, stop)
+    except BadRequest as exc:
+        return fail(EXIT_BAD_INPUT, sentence(exc), args.json)
     except EngineError as exc:
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
     except ValueError as exc:
@@ -167,24 +174,25 @@ def _in_flight(concurrency: int, server: Any) -> int:
     return slots
 
 
-def _run(args: argparse.Namespace, paths: list[Path], opened: Any, stop: threading.Event) -> int:
-    from app.cli.snapshots import _open
-    from app.core.jobs.tasks import CancelToken, JobFinished, compare
+def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: EngineSession,
+         stop: threading.Event) -> int:  # fmt: skip
+    """Every document through ``spec``, ``args.concurrency`` at a time; each result recorded
+    by this thread as it comes (the store's one writer)."""
+    from app.core.jobs.tasks import CancelToken, JobFinished
     from app.core.planning.strategies import Planner
-    from app.store.repository import Entry
+    from app.services import versions
 
-    content = version_content(args, args.task, args.strategy, n_ctx=opened.n_ctx,
-                              model=opened.model_label,
-                              model_sha256=opened.model_sha256)  # fmt: skip
-    db, repo = _open(args.db)
+    facts = session.facts()
     progress = _Progress(len(paths))
     todo: queue.Queue[Path] = queue.Queue()
     for path in paths:
         todo.put(path)
     done_q: queue.Queue[_Outcome | None] = queue.Queue()
-    cancel = CancelToken()
-    options = job_options(args, opened.n_ctx, cancel)
     engine_gone = threading.Event()
+    cancel = CancelToken()  # one for every document in flight
+    h = versions.open_history(db_path(args.db))
+    if h.notice:
+        print(f"note: {h.notice}", flush=True, file=sys.stderr)
 
     def one(path: Path) -> _Outcome:
         t0 = time.perf_counter()
@@ -192,15 +200,14 @@ def _run(args: argparse.Namespace, paths: list[Path], opened: Any, stop: threadi
             doc = read_document(str(path))
         except BadInput as exc:
             return _Outcome(path, "unreadable", message=str(exc))
-        found = repo.finished_version(doc.sha256, content)
+        found = versions.done_before(h.repo, doc, spec, session.n_ctx, facts)
         if found is not None:
             return _Outcome(path, "skipped", message=f"done before as version #{found}",
                             version=found)  # fmt: skip
-        counter = opened.counter
+        counter = session.counter
         result = None
-        for ev in compare(opened.engine, doc.text, counter, task=args.task,
-                          strategies=[args.strategy], planner=Planner(doc, counter),
-                          **options):  # fmt: skip
+        assert counter is not None
+        for ev in session.run(doc.text, spec, planner=Planner(doc, counter), cancel=cancel):
             if isinstance(ev, JobFinished):
                 result = ev.result
         seconds = time.perf_counter() - t0
@@ -238,12 +245,12 @@ def _run(args: argparse.Namespace, paths: list[Path], opened: Any, stop: threadi
                 cancel.set()
             if outcome.result is not None and outcome.status in ("done", "failed"):
                 # the one writer: results are recorded here, as each document ends
-                outcome.version = repo.record(outcome.doc, outcome.doc.name,
-                                              [Entry(content, outcome.result)])[0]  # fmt: skip
+                recorded = versions.record_result(h.repo, outcome.doc, spec, outcome.result, facts)
+                outcome.version = recorded.versions[0]
             if (
                 outcome.status == "failed"
                 and outcome.result is not None
-                and not (outcome.result.refused or _engine_answers(opened))
+                and not (outcome.result.refused or _engine_answers(session))
             ):
                 engine_gone.set()  # the engine itself is gone: stop, keep what is done
                 cancel.set()
@@ -254,18 +261,17 @@ def _run(args: argparse.Namespace, paths: list[Path], opened: Any, stop: threadi
         for t in threads:
             t.join(timeout=60)
         progress.end()
-        repo.close()
-        db.close()
+        h.close()
     return _summary(args, progress, len(paths), stop.is_set() and not engine_gone.is_set(),
                     engine_gone.is_set())  # fmt: skip
 
 
-def _engine_answers(opened: Any) -> bool:
+def _engine_answers(session: EngineSession) -> bool:
     """After a failed document: is the engine still there for the next one?"""
-    check = getattr(opened.engine, "reachable", None)
+    check = getattr(session.engine, "reachable", None)
     if check is not None:
         return bool(check())
-    return bool(getattr(opened.engine, "alive", True))
+    return bool(getattr(session.engine, "alive", True))
 
 
 def _document_line(o: _Outcome) -> dict[str, Any]:

@@ -57,7 +57,7 @@ class Outcome:
 
 def default_bench_dir() -> Path:
     """tests/benchmarks of the checkout this package was imported from (absent when installed)."""
-    return Path(__file__).resolve().parents[1] / "tests" / "benchmarks"
+    return Path(__file__).resolve().parents[2] / "tests" / "benchmarks"
 
 
 def discover(folder: Path) -> list[Path]:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import signal
 import sys
+import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from app.cli.common import (
@@ -24,6 +23,7 @@ from app.cli.common import (
     EXIT_OK,
     BadInput,
     fail,
+    sigint_cancels,
 )
 from app.cli.documents import model_path_or_default
 
@@ -43,29 +43,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         sha = sha256_of(Path(model))
     except (BadInput, ValueError, OSError) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    stop = False
-
-    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-        nonlocal stop
-        stop = True
+    stop = threading.Event()  # the trial under way ends first
 
     def progress(done: int, total: int) -> None:
         print(f"\rcalibrating: {done}/{total} settings tried", end="", file=sys.stderr,
               flush=True)  # fmt: skip
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        with EngineHost() as host:
+        with sigint_cancels(stop), EngineHost() as host:
             machine = machine_key(host.start())
             was_cached = not args.fresh and cached(sha, machine, base.kv_cache_type) is not None
             result = calibrate(host, Path(model), sha, base, progress=progress,
-                               cancelled=lambda: stop, use_cache=not args.fresh)  # fmt: skip
-    except CalibrationCancelled:
+                               cancelled=stop.is_set, use_cache=not args.fresh)  # fmt: skip
+    except (CalibrationCancelled, KeyboardInterrupt):  # a second Ctrl+C does not wait
         return fail(EXIT_CANCELLED, "cancelled", args.json)
     except (EngineError, ValueError) as exc:
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
     finally:
-        signal.signal(signal.SIGINT, previous)
         print(file=sys.stderr)
     _report(result, was_cached, args.json)
     return EXIT_OK

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
 from typing import Any
+
+from app.services.errors import BadOption, BadRequest
 
 # A contract: 0 done, 2 bad input, 3 engine crashed, 4 refused (does not fit), 5 the audit found
 # a mismatch (``run --audit``), 130 cancelled.
@@ -12,8 +19,20 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_CONTEXT, EXIT_CANCELLED = 0, 
 EXIT_AUDIT = 5
 
 
-class BadInput(Exception):
+class BadInput(BadRequest):
     """One sentence for the person; the command exits with code 2."""
+
+
+def sentence(exc: BaseException) -> str:
+    """An error as the command line says it: a job option by its flag (``--max-tokens``)."""
+    if isinstance(exc, BadOption):
+        return f"--{exc.option.replace('_', '-')} {exc.problem}"
+    return str(exc)
+
+
+def db_path(arg: str | None) -> Path | None:
+    """``--db``: the history database given, or None for the user's."""
+    return Path(arg).expanduser() if arg else None
 
 
 def fail(code: int, message: str, as_json: bool) -> int:
@@ -49,3 +68,22 @@ def done_record(result: Any) -> dict[str, Any]:
             for o in data["outputs"]
         ],
     }
+
+
+@contextlib.contextmanager
+def sigint_cancels(token: Any) -> Iterator[Callable[[Any], None]]:
+    """While inside, Ctrl+C sets ``token`` (a CancelToken or an Event) and cancels the engine
+    handed to the function this yields, once there is one; a second Ctrl+C quits hard."""
+    engines: list[Any] = []
+
+    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
+        token.set()
+        for engine in engines:
+            engine.cancel()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield engines.append
+    finally:
+        signal.signal(signal.SIGINT, previous)

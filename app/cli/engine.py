@@ -10,31 +10,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_OK, BadInput, fail
 from app.cli.documents import model_path_or_default
 
+if TYPE_CHECKING:
+    from app.services.engine_session import EngineSession, ServerSpec
+
 LOCAL_N_CTX = 2048  # the local engine's context when --n-ctx is not given (run, compare, batch)
-
-
-@dataclass
-class OpenEngine:
-    """An engine ready for jobs, and what the history records about it."""
-
-    engine: Any  # EngineHost or RemoteEngine: the jobs need only their common methods
-    n_ctx: int
-    counter: Any  # TokenCounter
-    model_label: str  # the GGUF's path, or "URL model" for a server (never with a key)
-    model_sha256: str  # the GGUF's sha256; a server's model: the local GGUF's when given, or ""
-    warnings: list[str] = field(default_factory=list)
-    server: Any = None  # ServerInfo when remote
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -84,41 +71,33 @@ def check_remote_args(args: argparse.Namespace) -> None:
         raise BadInput("--retries cannot be negative")
 
 
-@contextlib.contextmanager
-def sigint_cancels(token: Any) -> Iterator[Callable[[Any], None]]:
-    """While inside, Ctrl+C sets ``token`` (a CancelToken or an Event) and cancels the engine
-    handed to the function this yields, once there is one; a second Ctrl+C quits hard."""
-    engines: list[Any] = []
+def server_spec(args: argparse.Namespace, n_ctx: int | None) -> ServerSpec:
+    """The server ``--engine`` names, with its key (keyring, or the environment for the one host
+    it is meant for). Before anything is sent, stderr says when that key would go over plain
+    HTTP to another machine, or why ``$CONTEXTLENS_API_KEY`` is not sent to this server."""
+    from app.core.credentials import api_key, env_key_note
+    from app.core.engine.remote_http import key_in_clear, normalize_url
+    from app.services.engine_session import ServerSpec
 
-    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-        token.set()
-        for engine in engines:
-            engine.cancel()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield engines.append
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    key = api_key(args.engine)
+    url = normalize_url(args.engine)
+    for note in (env_key_note(url), key_in_clear(url, key)):
+        if note:
+            print(f"warning: {note}", file=sys.stderr, flush=True)
+    model = str(Path(args.model).expanduser()) if getattr(args, "model", None) else None
+    return ServerSpec(args.engine, api_key=key, n_ctx=n_ctx, model=args.server_model,
+                      model_path=model, timeout_s=args.timeout, retries=args.retries)  # fmt: skip
 
 
 def connect_remote(args: argparse.Namespace, n_ctx: int | None) -> Any:
-    """A RemoteEngine connected to ``--engine`` (ServerError / ValueError when it cannot be).
-    Before anything is sent, stderr says when the API key would go over plain HTTP to another
-    machine, or why ``$CONTEXTLENS_API_KEY`` is not sent to this server."""
-    from app.core.credentials import api_key, env_key_note
+    """A RemoteEngine connected to ``--engine`` (ServerError / ValueError when it cannot be)."""
     from app.core.engine.remote import RemoteEngine
-    from app.core.engine.remote_http import Connection, key_in_clear
+    from app.core.engine.remote_http import Connection
 
-    key = api_key(args.engine)
-    connection = Connection(args.engine, api_key=key, timeout_s=args.timeout,
-                            retries=args.retries)  # fmt: skip
-    for note in (env_key_note(connection.url), key_in_clear(connection.url, key)):
-        if note:
-            print(f"warning: {note}", file=sys.stderr, flush=True)
-    model = Path(args.model).expanduser() if getattr(args, "model", None) else None
-    engine = RemoteEngine(connection, model=args.server_model, model_path=model, n_ctx=n_ctx)
+    spec = server_spec(args, n_ctx)
+    connection = Connection(spec.url, api_key=spec.api_key, timeout_s=spec.timeout_s,
+                            retries=spec.retries)  # fmt: skip
+    engine = RemoteEngine(connection, model=spec.model, model_path=spec.model_path, n_ctx=n_ctx)
     try:
         engine.connect()
     except BaseException:
@@ -129,35 +108,22 @@ def connect_remote(args: argparse.Namespace, n_ctx: int | None) -> Any:
 
 @contextlib.contextmanager
 def open_engine(args: argparse.Namespace, settings: Any, *, n_ctx_given: int | None
-                ) -> Iterator[OpenEngine]:  # fmt: skip
+                ) -> Iterator[EngineSession]:  # fmt: skip
     """The engine the command's options name, loaded or connected; closed afterwards.
 
     ``settings`` are the local engine's LoadSettings; ``n_ctx_given`` the --n-ctx the person
     gave (None: the server's own)."""
-    from app.core.default_model import sha256_of
+    from app.services.engine_session import EngineSession
 
-    if args.engine:
-        engine = connect_remote(args, n_ctx_given)
-        info = engine.info
-        try:
-            model = Path(args.model).expanduser() if args.model else None
-            yield OpenEngine(engine, info.n_ctx, engine.counter(), f"{info.url} {info.model}",
-                             sha256_of(model) if model else "", list(info.warnings),
-                             server=info)  # fmt: skip
-        finally:
-            engine.close()
-        return
-    from app.core.engine.host import EngineHost
-    from app.core.tokens import host_counter
-
-    model = model_path_or_default(args.model)
-    if model is None:
-        raise BadInput("no model: pass --model or fetch the default one (`make`)")
-    with EngineHost() as host:
-        loaded = host.load(Path(model), settings)
-        counter = host_counter(model, host)
-        yield OpenEngine(host, loaded.n_ctx, counter, str(model), sha256_of(Path(model)),
-                         list(loaded.warnings))  # fmt: skip
+    with EngineSession() as session:
+        if args.engine:
+            session.connect(server_spec(args, n_ctx_given))
+        else:
+            model = model_path_or_default(args.model)
+            if model is None:
+                raise BadInput("no model: pass --model or fetch the default one (`make`)")
+            session.load(Path(model), settings)
+        yield session
 
 
 # ----- contextlens-cli remote ------------------------------------------------------------------

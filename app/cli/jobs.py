@@ -13,7 +13,8 @@ import dataclasses
 import json
 import re
 import sys
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 from app.cli.common import (
     EXIT_AUDIT,
@@ -22,9 +23,11 @@ from app.cli.common import (
     EXIT_CONTEXT,
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
-    BadInput,
+    db_path,
     done_record,
     fail,
+    sentence,
+    sigint_cancels,
 )
 from app.cli.documents import model_path_or_default, read_document
 from app.cli.engine import (
@@ -32,16 +35,30 @@ from app.cli.engine import (
     add_engine_options,
     check_remote_args,
     open_engine,
-    sigint_cancels,
 )
 from app.cli.sampling import add_sampling_options, sampling_from_args
-from app.cli.snapshots import check_writable, record_runs, stored_runs
+from app.cli.snapshots import history
+from app.services.errors import BadRequest
 
-TASKS = ("summarize", "ask", "extract")
+if TYPE_CHECKING:
+    from app.services.jobs import JobSpec
 
 
 def _type_name(event: object) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", type(event).__name__).lower()
+
+
+def job_spec(args: argparse.Namespace, strategies: list[str]) -> JobSpec:
+    """The job the flags ask for (run, compare, batch), checked: BadRequest in one sentence."""
+    from app.services.jobs import JobSpec
+
+    spec = JobSpec(args.task, tuple(strategies), questions=tuple(args.question or ()),
+                   instruction=args.instruction or "", max_tokens=args.max_tokens,
+                   lanes=args.lanes, sampling=sampling_from_args(args),
+                   keep_kv=bool(getattr(args, "keep_kv", False)),
+                   audit=bool(getattr(args, "audit", False)))  # fmt: skip
+    spec.check()
+    return spec
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -51,72 +68,57 @@ def cmd_run(args: argparse.Namespace) -> int:
         InsufficientMemoryError,
         LoadSettings,
     )
-    from app.core.jobs.audit import Audit
     from app.core.jobs.tasks import (
-        CancelToken,
-        CompareFinished,
         JobFinished,
         PartialResult,
+        StrategiesFinished,
         StrategyStarted,
         TokenBatch,
-        compare,
-        state_after,
     )
-    from app.core.planning.strategies import STRATEGIES, Planner
+    from app.core.planning.strategies import Planner
+    from app.services import versions
+    from app.store.db import StoreError
 
     try:
         strategies = args.strategies.split(",") if args.command == "compare" else [args.strategy]
-        check_job_args(args, strategies, STRATEGIES)
+        spec = job_spec(args, strategies)
         check_remote_args(args)
         settings = LoadSettings(n_ctx=args.n_ctx or LOCAL_N_CTX)
         settings.validate()
         doc = read_document(args.document)
         if args.model:
             model_path_or_default(args.model)  # a --model that is not there: said now
-        check_writable(args.db)  # now, not after a long run that could not be recorded
-    except (BadInput, ValueError) as exc:
-        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+        versions.check_writable(db_path(args.db))  # now, not after a run it could not record
+    except (BadRequest, ValueError) as exc:
+        return fail(EXIT_BAD_INPUT, sentence(exc), args.json)
 
-    cancel = CancelToken()
-    audit: Audit | None = None
+    stop = threading.Event()
     try:
         with (
-            sigint_cancels(cancel) as watch,
-            open_engine(args, settings, n_ctx_given=args.n_ctx) as opened,
+            sigint_cancels(stop) as watch,
+            open_engine(args, settings, n_ctx_given=args.n_ctx) as session,
         ):
-            engine = opened.engine
-            watch(engine)
-            for warning in opened.warnings:  # past the training context, an unusable template
+            watch(session)
+            assert session.loaded is not None and session.counter is not None
+            for warning in session.loaded.warnings:  # past the training context, a template
                 if args.json:
                     print(json.dumps({"type": "warning", "message": warning}), flush=True)
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
-            if opened.server is not None and args.json:
-                print(json.dumps({"type": "server", **opened.server.as_dict()}), flush=True)
-            options = job_options(args, opened.n_ctx, cancel)
-            if args.audit:  # the counter is this model's own tokenizer: counts must match too
-                audit = options["audit"] = Audit(engine, exact_counts=True)
+            if session.server is not None and args.json:
+                print(json.dumps({"type": "server", **session.server.as_dict()}), flush=True)
             # the Document, with its structure: the chunks `plan` shows are the ones that run
-            counter = opened.counter
-            events = compare(engine, doc.text, counter, task=args.task, strategies=strategies,
-                             planner=Planner(doc, counter), **options)  # fmt: skip
-            results = []
-            states: dict[int, Any] = {}  # results' index -> the KV state right after its job
+            run = session.run(doc.text, spec, planner=Planner(doc, session.counter))
             in_lanes: dict[str, list[str]] = {}  # replies generated in lanes, by step
-            for ev in events:
+            lost = ""
+            for ev in run:
+                if run.outcome.lost_state != lost:  # the run stands; its KV state is lost
+                    lost = run.outcome.lost_state
+                    print(f"warning: the KV state was not kept: {lost}", file=sys.stderr,
+                          flush=True)  # fmt: skip
                 if isinstance(ev, JobFinished):
-                    results.append(ev.result)
-                    if args.keep_kv:
-                        try:
-                            state = state_after(engine, ev.result)
-                        except EngineCrashedError as exc:  # the run stands; its state is lost
-                            state = None
-                            print(f"warning: the KV state was not kept: {exc}", file=sys.stderr,
-                                  flush=True)  # fmt: skip
-                        if state is not None:
-                            states[len(results) - 1] = state
                     if args.command == "compare" and args.json:
                         print(json.dumps({**done_record(ev.result), "type": "result"}), flush=True)
-                elif isinstance(ev, CompareFinished) or (
+                elif isinstance(ev, StrategiesFinished) or (
                     isinstance(ev, StrategyStarted) and args.command == "run"
                 ):
                     pass  # one strategy: the plan_ready event says which
@@ -133,33 +135,34 @@ def cmd_run(args: argparse.Namespace) -> int:
                     _print_event(ev)
                 else:
                     _print_event(ev)
-            model_label, model_sha = opened.model_label, opened.model_sha256
-    except BadInput as exc:
-        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+            outcome = run.outcome
+    except BadRequest as exc:
+        return fail(EXIT_BAD_INPUT, sentence(exc), args.json)
     except InsufficientMemoryError as exc:
         return fail(EXIT_CONTEXT, f"does not fit: {exc}", args.json)
     except EngineCrashedError as exc:
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
     except EngineError as exc:
-        if cancel.is_set():
+        if stop.is_set():
             return fail(EXIT_CANCELLED, "cancelled", args.json)
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
     except ValueError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    from app.store.db import StoreError
 
+    audit = outcome.audit
     try:
-        versions = record_runs(args.db, doc, args, results, model=model_label,
-                               model_sha256=model_sha, states=states)  # fmt: skip
-        if audit is not None:
-            for result, run in zip(results, stored_runs(args.db, versions), strict=True):
-                audit.check_stored(result, run)
-    except (BadInput, ValueError, StoreError, OSError) as exc:
+        with history(args.db) as h:
+            recorded = versions.record_outcome(h.repo, doc, outcome)
+            if audit is not None:
+                runs = versions.stored_runs(h.repo, recorded.versions)
+                for result, stored in zip(outcome.results, runs, strict=True):
+                    audit.check_stored(result, stored)
+    except (BadRequest, ValueError, StoreError, OSError) as exc:
         # the run itself succeeded: say so, keep its output
         print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)
         if audit is not None:
             audit.fail("store", "store", f"the run was not recorded: {exc}")
-    code = _report(args, results)
+    code = _report(args, outcome.results)
     if audit is None:
         return code
     _report_audit(audit, args.json)
@@ -198,37 +201,6 @@ def _report(args: argparse.Namespace, results: list[Any]) -> int:
     return EXIT_OK
 
 
-def job_options(args: argparse.Namespace, n_ctx: int, cancel: Any) -> dict[str, Any]:
-    """The keyword arguments of a job the command line asks for (run, compare, batch)."""
-    options: dict[str, Any] = {"n_ctx": n_ctx, "max_tokens": args.max_tokens, "cancel": cancel,
-                               "lanes": args.lanes or None,
-                               "sampling": sampling_from_args(args)}  # fmt: skip
-    if args.task == "ask":
-        options["questions"] = args.question
-    if args.task == "extract":
-        options["instruction"] = args.instruction
-    return options
-
-
-def check_job_args(args: argparse.Namespace, strategies: list[str], known: Any) -> None:
-    from app.core.jobs.tasks import MAX_LANES
-
-    if args.task not in TASKS:
-        raise BadInput(f"unknown task {args.task!r} (choose one of {', '.join(TASKS)})")
-    for name in strategies:
-        if name not in known:
-            raise BadInput(f"unknown strategy {name!r} (choose from {', '.join(known)})")
-    if args.max_tokens < 1:
-        raise BadInput("--max-tokens must be at least 1")
-    sampling_from_args(args)  # a bad sampling value: said now, before anything loads
-    if not 0 <= args.lanes <= MAX_LANES:
-        raise BadInput(f"--lanes must be between 0 (one call at a time) and {MAX_LANES}")
-    if args.task == "ask" and not (args.question and all(q.strip() for q in args.question)):
-        raise BadInput("--task ask needs at least one --question")
-    if args.task == "extract" and not (args.instruction or "").strip():
-        raise BadInput("--task extract needs an --instruction")
-
-
 def _report_compare(results: list[Any], as_json: bool) -> int:
     rows = [done_record(r) for r in results]
     if as_json:
@@ -264,7 +236,7 @@ def _print_event(ev: object) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    from app.core.jobs.tasks import DEFAULT_LANES
+    from app.core.jobs.tasks import DEFAULT_LANES, TASKS
     from app.core.planning.strategies import STRATEGIES
 
     for name in ("run", "compare"):

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from app import __version__
@@ -28,6 +27,7 @@ from app.cli.common import (
     EXIT_OK,
     BadInput,
     fail,
+    sigint_cancels,
 )
 from app.cli.documents import add_commands
 from app.cli.engine import add_commands as add_remote_commands
@@ -234,30 +234,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, BadInput) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
-    cancelled = False
-    host: Any = None
+    cancelled = threading.Event()
     with contextlib.ExitStack() as stack:
-
-        def on_sigint(_sig: int, _frame: FrameType | None) -> None:
-            nonlocal cancelled
-            cancelled = True
-            if host is not None:
-                host.cancel()
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl+C quits hard
-
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        watch = stack.enter_context(sigint_cancels(cancelled))
         try:
             if args.engine:  # a server: the same stream, from /v1/completions
                 host = stack.enter_context(contextlib.closing(connect_remote(args, args.n_ctx)))
+                watch(host)
                 warnings, has_template = host.info.warnings, bool(host.info.chat_template)
             else:
                 host = stack.enter_context(EngineHost())
+                watch(host)
                 loaded = host.load(model_path, settings)
                 warnings = loaded.warnings  # a context past the training one, no GPU offload
                 has_template = bool(host.model_info and host.model_info.has_chat_template)
             for warning in warnings:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
-            if cancelled:
+            if cancelled.is_set():
                 return fail(EXIT_CANCELLED, "cancelled", args.json)
             if not args.raw and has_template:
                 messages = []
@@ -294,7 +287,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             out.flush()
-            if stats.finish_reason == "cancelled" or cancelled:
+            if stats.finish_reason == "cancelled" or cancelled.is_set():
                 return EXIT_CANCELLED
             return EXIT_OK
         except (ContextOverflowError, InsufficientMemoryError) as exc:
@@ -304,13 +297,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         except (ModelLoadError, ChatTemplateError, ValueError) as exc:
             return fail(EXIT_BAD_INPUT, str(exc), args.json)
         except EngineError as exc:
-            if cancelled:
+            if cancelled.is_set():
                 return fail(EXIT_CANCELLED, "cancelled", args.json)
             return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)
         except KeyboardInterrupt:
             return fail(EXIT_CANCELLED, "cancelled", args.json)
-        finally:
-            signal.signal(signal.SIGINT, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,89 +23,25 @@ from app.cli.common import (
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
     BadInput,
+    db_path,
     done_record,
     fail,
 )
-from app.core.default_model import sha256_of
+from app.services.errors import BadRequest
 
 ACTIONS = ("list", "show", "diff", "rollback", "export", "import")
 
 
-def _open(path: str | None) -> Any:
-    from app.store.db import StoreError, default_db_path, open_database
-    from app.store.repository import Repository
+@contextmanager
+def history(db_arg: str | None) -> Iterator[Any]:
+    """The history ``--db`` names (default: the user's), closed afterwards; what the person
+    should know about it (a damaged file set aside) on stderr first."""
+    from app.services import versions
 
-    try:
-        db = open_database(Path(path) if path else default_db_path())
-    except StoreError as exc:
-        raise BadInput(str(exc)) from None
-    if db.notice:
-        print(f"note: {db.notice}", flush=True, file=sys.stderr)
-    return db, Repository(db)
-
-
-def check_writable(db_path: str | None) -> None:
-    """BadInput now, before a long run, when its results could not be recorded."""
-    db, repo = _open(db_path)
-    repo.close()
-    db.close()
-    if db.read_only:
-        raise BadInput(f"{db.path.name} is read-only; the run could not be recorded")
-
-
-def record_runs(
-    db_path: str | None,
-    doc: Any,
-    args: argparse.Namespace,
-    results: list[Any],
-    *,
-    model: str,
-    model_sha256: str,
-    states: dict[int, Any] | None = None,
-) -> list[int]:
-    """One session per command, one version per strategy with its run (and KV state), all in
-    one transaction; the version ids. ``model`` is the GGUF's path, or a server's "URL model"
-    (``--engine``; the address only, never a key)."""
-    from app.store.repository import Entry
-
-    entries = []
-    for i, result in enumerate(results):
-        content = version_content(args, result.task, result.strategy, n_ctx=result.n_ctx,
-                                  model=model, model_sha256=model_sha256)  # fmt: skip
-        state = (states or {}).get(i)
-        entries.append(Entry(content, result, state, len(result.final_prompt)))
-    db, repo = _open(db_path)
-    try:
-        return repo.record(doc, doc.name, entries)
-    finally:
-        repo.close()
-        db.close()
-
-
-def version_content(args: argparse.Namespace, task: str, strategy: str, *, n_ctx: int,
-                    model: str, model_sha256: str) -> dict[str, Any]:  # fmt: skip
-    """What a version of a command's job records; two runs with equal content did the same job
-    (a batch skips a document it finds done so). The engine: "local", or the server's address;
-    the sampling: every field (app.core.sampling.stored), so a run sampled otherwise differs."""
-    from app.cli.sampling import sampling_from_args
-    from app.core.sampling import stored
-
-    return {"task": task, "strategy": strategy,
-            "prompt": "\n".join(args.question or []) or (args.instruction or ""),
-            "model_path": model, "model_sha256": model_sha256,
-            "settings": {"n_ctx": n_ctx, "max_tokens": args.max_tokens,
-                         "engine": getattr(args, "engine", None) or "local",
-                         "sampling": stored(sampling_from_args(args))}}  # fmt: skip
-
-
-def stored_runs(db_path: str | None, version_ids: list[int]) -> list[dict[str, Any]]:
-    """The last run recorded under each version, read back from the store (for ``--audit``)."""
-    db, repo = _open(db_path)
-    try:
-        return [repo.runs(v)[-1] for v in version_ids]
-    finally:
-        repo.close()
-        db.close()
+    with versions.history(db_path(db_arg)) as opened:
+        if opened.notice:
+            print(f"note: {opened.notice}", flush=True, file=sys.stderr)
+        yield opened
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
@@ -112,16 +50,10 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     from app.store.repository import RepositoryError
 
     try:
-        db, repo = _open(args.db)
-    except BadInput as exc:
+        with history(args.db) as opened:
+            return _act(opened.repo, args)
+    except (BadRequest, RepositoryError, ArchiveError, StoreError) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    try:
-        return _act(repo, args)
-    except (BadInput, RepositoryError, ArchiveError, StoreError) as exc:
-        return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    finally:
-        repo.close()
-        db.close()
 
 
 def _act(repo: Any, args: argparse.Namespace) -> int:
@@ -215,63 +147,52 @@ def _ids(values: list[str], n: int) -> list[int]:
 
 
 def _rollback(repo: Any, args: argparse.Namespace) -> int:
+    from app.core.default_model import sha256_of
+    from app.services import versions
+
     [old_id] = _ids(args.args, 1)
     if not args.resume:
         v = repo.rollback(old_id)
         print(json.dumps(v.as_dict()) if args.json else f"new version #{v.id} (v{v.number})")
         return EXIT_OK
     old = repo.get_version(old_id)
-    server = old.settings.get("engine", "local")
-    if server != "local":
-        raise BadInput(
-            f"version {old_id} ran on the server {server}, which keeps no KV state to resume "
-            "from; roll back without --resume, then run it again (with --engine)"
-        )
     model = Path(args.model or old.model_path)
-    if not model.is_file():
+    if old.settings.get("engine", "local") == "local" and not model.is_file():
         raise BadInput(f"the model of version {old_id} is not at {model}; pass --model")
-    saved = repo.kv_state(old_id, model_sha256=sha256_of(model), model_path=str(model))
-    if saved is None:
+    spec = versions.resume_spec(repo, old, model_sha256=sha256_of(model) if model.is_file() else "",
+                                model_path=str(model), max_tokens=args.max_tokens)  # fmt: skip
+    if spec is None:
         raise BadInput(
             f"version {old_id} has no saved KV state for {model.name} "
             "(run it with --keep-kv to save one); nothing was changed"
         )
     new = repo.rollback(old_id)
-    sources = repo.output_sources(saved.version)
-    max_tokens = args.max_tokens or int(old.settings.get("max_tokens", 256))
-    result, code = _resume(saved, old, sources, max_tokens, args.json)
+    result, code = _resume(spec, args.json)
     if result is not None:
-        repo.save_run(new.id, result)
+        versions.record_resumed(repo, new, result)
         if args.json:
             print(json.dumps({**done_record(result), "version": new.as_dict(),
-                              "resumed_from": saved.version}), flush=True)  # fmt: skip
+                              "resumed_from": spec.saved_version}), flush=True)  # fmt: skip
         else:
             print(f"\n[{result.finish_reason}] new version #{new.id} (v{new.number}) resumed "
-                  f"from the KV state of #{saved.version}: {result.evaluated_tokens} of "
+                  f"from the KV state of #{spec.saved_version}: {result.evaluated_tokens} of "
                   f"{result.prompt_tokens:,} prompt tokens evaluated, first token after "
                   f"{result.ttft_s[0] * 1000:.0f} ms", file=sys.stderr)  # fmt: skip
     return code
 
 
-def _resume(saved: Any, old: Any, sources: tuple[tuple[int, int], ...], max_tokens: int,
-            as_json: bool) -> tuple[Any, int]:  # fmt: skip
+def _resume(spec: Any, as_json: bool) -> tuple[Any, int]:
     """Load the model with the state's settings, restore it and stream the reply."""
-    from app.core.engine.host import EngineHost
-    from app.core.engine.types import EngineError, InsufficientMemoryError, LoadSettings
-    from app.core.jobs.tasks import JobFinished, TokenBatch, resume
-    from app.core.sampling import from_version
+    from app.core.engine.types import EngineError, InsufficientMemoryError
+    from app.core.jobs.tasks import JobFinished, TokenBatch
+    from app.services import versions
+    from app.services.engine_session import EngineSession
 
-    cache = saved.state.kv_cache_type
-    settings = LoadSettings(n_ctx=saved.state.n_ctx, kv_cache_type=cache,
-                            flash_attn=cache not in ("f16", "f32", "bf16"))  # fmt: skip
     result = None
     try:
-        with EngineHost() as host:
-            host.load(Path(saved.state.model_path), settings)
-            events = resume(host, saved.state, saved.prompt_tokens, task=old.task,
-                            strategy=old.strategy, max_tokens=max_tokens, sources=sources,
-                            sampling=from_version(old.settings))  # fmt: skip
-            for ev in events:
+        with EngineSession() as session:
+            session.load(Path(spec.state.model_path), versions.resume_settings(spec))
+            for ev in session.resume(spec):
                 if isinstance(ev, TokenBatch) and not as_json:
                     print(ev.text, end="", flush=True)
                 elif isinstance(ev, JobFinished):

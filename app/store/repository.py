@@ -372,10 +372,13 @@ class Repository:
         ended with ``stop``, ``length`` or ``repetition``, without an error or a refusal); None
         when there is none. A batch run again skips what it finds (resumable batches); the
         sampling settings are part of ``content["settings"]``, so a run sampled otherwise is
-        not the same run."""
+        not the same run. The model is matched by its sha256 when known (its path may be
+        written relative by one face, absolute by the other)."""
+        by_sha = bool(content.get("model_sha256"))
+        matched = [k for k in _MATCHED if k in content and not (by_sha and k == "model_path")]
 
         def action(s: OrmSession) -> int | None:
-            same = [getattr(PromptVersion, k) == content[k] for k in _MATCHED if k in content]
+            same = [getattr(PromptVersion, k) == content[k] for k in matched]
             query = (
                 select(PromptVersion)
                 .join(Session, PromptVersion.session_id == Session.id)
@@ -385,7 +388,7 @@ class Repository:
                 .order_by(PromptVersion.id.desc())
             )
             for v in s.scalars(query):
-                if (v.settings or {}) != content.get("settings", {}):
+                if not _same_settings(v.settings or {}, content.get("settings", {})):
                     continue
                 last = s.scalars(select(Run).where(Run.version_id == v.id)
                                  .order_by(Run.id.desc()).limit(1)).first()  # fmt: skip
@@ -467,6 +470,14 @@ class Entry:
     result: Any  # app.core.jobs.tasks.JobResult
     state: KVState | None = None
     prompt_tokens: int = 0
+
+
+def _same_settings(recorded: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Equal settings; a local run recorded before the KV cache type was part of them ran with
+    the default cache (f16)."""
+    if "kv_cache_type" not in recorded and wanted.get("engine") == "local":
+        recorded = {**recorded, "kv_cache_type": "f16"}
+    return recorded == wanted
 
 
 @dataclass(frozen=True)

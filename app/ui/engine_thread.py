@@ -43,8 +43,8 @@ from app.core.jobs.tasks import (
     JobResult,
     KVStats,
     PartialResult,
-    compare,
     resume,
+    run_strategies,
     state_after,
 )
 from app.core.planning.strategies import Planner
@@ -306,7 +306,7 @@ class EngineWorker(QObject):
         self.status.emit(self.tr("Running…"))
         counter = self._counter
         planner = spec.planner if spec.planner and spec.planner.counter is counter else None
-        self._execute(lambda: compare(engine, spec.text, counter, task=spec.task,
+        self._execute(lambda: run_strategies(engine, spec.text, counter, task=spec.task,
                                       strategies=list(spec.strategies), planner=planner,
                                       **options),
                       outcome)  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app import cli
+from app.cli import main as cli
 from app.cli.common import EXIT_AUDIT
 from app.core.engine.host import EngineHost
 from tests.cli.runner import run

@@ -87,7 +87,7 @@ def test_the_same_run_sends_the_same_prompt_locally_and_on_the_server(
     assert resume.returncode == EXIT_BAD_INPUT
     assert resume.stderr.strip() == (
         f"error: version 2 ran on the server {server.url}, which keeps no KV state to resume "
-        "from; roll back without --resume, then run it again (with --engine)"
+        "from; roll back without resuming, then run it again on the server"
     )
 
 

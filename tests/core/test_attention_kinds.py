@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from app.cli import main as cli
 from app.core.engine.gguf import (
     BASE_MODEL_NOTE,
     GGUFError,
@@ -24,6 +25,7 @@ from app.core.engine.gguf import (
 )
 from app.core.engine.host import EngineHost
 from app.core.engine.kv_alloc import MIB_PRECISION, parse_kv_log
+from app.core.engine.lanes import _kv_bytes_per_cell
 from app.core.engine.types import LoadSettings
 from app.core.telemetry import estimate_memory
 from tests.core import gguf_cases as gc
@@ -199,8 +201,6 @@ def test_gemma3_kv_bytes_per_token_times_cells_is_what_llama_cpp_allocated(
     assert caches[1].layers == info.n_swa_layers == 15
     # the memory preflight and the lanes count the same bytes
     assert estimate_memory(info, settings).kv_bytes == loaded.kv_cache_bytes
-    from app.core.engine.lanes import _kv_bytes_per_cell
-
     assert _kv_bytes_per_cell(str(gemma_path), "f16") == per_token
     # what else the engine read back at load
     assert loaded.sliding_window == info.sliding_window == 512
@@ -248,8 +248,6 @@ def test_the_smaller_window_cache_as_llama_cpp_logs_it(gemma_path: Path) -> None
 def test_the_cli_card_names_the_window_and_the_base_model(
     gemma_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from app import cli
-
     assert cli.main(["info", str(gemma_path)]) == 0
     out = capsys.readouterr().out
     assert f"model: {BASE_MODEL_NOTE} (it has no chat template)" in out

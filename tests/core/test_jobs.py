@@ -2,25 +2,40 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.core.engine.host import EngineHost
-from app.core.engine.types import LoadSettings
+from app.core.engine.types import EngineCrashedError, LoadSettings
 from app.core.jobs.tasks import (
+    ASK,
+    ASK_PART,
+    ROLLING,
+    SUMMARIZE,
+    SUMMARIZE_PART,
     ChunkEvaluated,
+    JobError,
     JobFinished,
     JobResult,
     KVStats,
     PartialResult,
     PlanReady,
+    StrategiesFinished,
+    StrategyStarted,
     TokenBatch,
+    ask,
+    extract,
+    planning,
+    run_strategies,
     summarize,
 )
 from app.core.paths import sample_document
-from app.core.planning.strategies import STRATEGIES
+from app.core.planning.strategies import STRATEGIES, Planner
 from app.core.tokens import exact_counter, host_tokenize
 
 N_CTX = 512
@@ -117,10 +132,6 @@ def test_refuse_refuses_with_the_numbers(host: EngineHost, counter: object) -> N
 def test_every_strategy_through_the_cli_on_a_document_ten_times_the_context(
     tmp_path: Path, counter: object, strategy: str
 ) -> None:
-    import json
-    import subprocess
-    import sys
-
     text = _text(24_000)
     assert counter.count(text) >= 10 * N_CTX  # type: ignore[attr-defined]
     doc = tmp_path / "long.txt"
@@ -142,8 +153,6 @@ def test_every_strategy_through_the_cli_on_a_document_ten_times_the_context(
 
 
 def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter: object) -> None:
-    from app.core.jobs.tasks import ask
-
     text = _text(6000)
     questions = ["Who edited the Jargon File?", "What is a hacker?"]
     events = list(ask(host, text, counter, questions=questions, strategy="head",  # type: ignore[arg-type]
@@ -156,8 +165,6 @@ def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter
 
 
 def test_extract_merges_parts_in_document_order(host: EngineHost, counter: object) -> None:
-    from app.core.jobs.tasks import extract
-
     text = _text(5000)
     events = list(extract(host, text, counter, instruction="List the names in this text.",  # type: ignore[arg-type]
                           strategy="map-reduce", n_ctx=N_CTX, max_tokens=24))  # fmt: skip
@@ -168,31 +175,26 @@ def test_extract_merges_parts_in_document_order(host: EngineHost, counter: objec
     assert starts == sorted(starts) and starts[0] == 0
 
 
-def test_compare_runs_each_strategy_on_one_engine(host: EngineHost, counter: object) -> None:
-    from app.core.jobs.tasks import CompareFinished, StrategyStarted, compare
-
-    events = list(compare(host, _text(6000), counter, task="summarize",  # type: ignore[arg-type]
-                          strategies=["head", "tail"], n_ctx=N_CTX, max_tokens=16))  # fmt: skip
+def test_run_strategies_runs_each_strategy_on_one_engine(host: EngineHost, counter: object) -> None:
+    events = list(run_strategies(host, _text(6000), counter, task="summarize",  # type: ignore[arg-type]
+                                 strategies=["head", "tail"], n_ctx=N_CTX,
+                                 max_tokens=16))  # fmt: skip
     assert [e.strategy for e in events if isinstance(e, StrategyStarted)] == ["head", "tail"]
     done = events[-1]
-    assert isinstance(done, CompareFinished)
+    assert isinstance(done, StrategiesFinished)
     assert [r.strategy for r in done.results] == ["head", "tail"]
     assert all(r.kv_peak_cells <= N_CTX and r.outputs for r in done.results)
 
 
-def test_compare_refuses_a_planner_made_for_another_text(host: EngineHost, counter: object) -> None:
-    from app.core.jobs.tasks import compare
-    from app.core.planning.strategies import Planner
-
+def test_run_strategies_refuses_a_planner_for_another_text(host: EngineHost,
+                                                           counter: object) -> None:
     planner = Planner(_text(3000), counter)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="another text"):
-        next(compare(host, _text(4000), counter, task="summarize", strategies=["head"],  # type: ignore[arg-type]
-                     planner=planner, n_ctx=N_CTX))  # fmt: skip
+        next(run_strategies(host, _text(4000), counter, task="summarize", strategies=["head"],  # type: ignore[arg-type]
+                            planner=planner, n_ctx=N_CTX))  # fmt: skip
 
 
 def test_planning_names_the_instruction_and_reserve_of_each_job(counter: object) -> None:
-    from app.core.jobs.tasks import ASK, ASK_PART, ROLLING, SUMMARIZE, SUMMARIZE_PART, planning
-
     def ask(strategy: str) -> tuple[str, int]:
         return planning("ask", strategy, counter, max_tokens=64, questions=["Why?", "And who?"])  # type: ignore[arg-type]
 
@@ -208,9 +210,6 @@ def test_planning_names_the_instruction_and_reserve_of_each_job(counter: object)
 def test_an_engine_failure_mid_job_keeps_the_outputs_so_far(
     host: EngineHost, counter: object
 ) -> None:
-    from app.core.engine.types import EngineCrashedError
-    from app.core.jobs.tasks import JobError
-
     class Failing:
         """The real engine until its second generation, which fails as a crash would."""
 

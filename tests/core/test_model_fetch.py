@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from app.cli import main as cli
+from app.core import default_model
 from app.core.default_model import (
     DEFAULT_MODEL,
     GEMMA_3_270M,
@@ -512,9 +514,6 @@ def test_the_known_models_and_the_command_line(
     index: LoopbackIndex, split: Split, folder: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from app import cli
-    from app.core import default_model
-
     assert known_model(None) is DEFAULT_MODEL and known_model("Gemma-3-270M") is GEMMA_3_270M
     assert known_model("gemma-3-270m-q4_k_m.gguf") is GEMMA_3_270M
     with pytest.raises(ValueError, match="unknown model 'gemma' \\(known: smollm2-135m, gemma-3"):

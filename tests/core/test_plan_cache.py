@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from app.core.documents import Document, document_from_text, load_document
 from app.core.paths import sample_document
+from app.core.planning import cache as plan_cache
 from app.core.planning.cache import BoundedLru, PlanCache, doc_id
 from app.core.planning.strategies import STRATEGIES, Planner, PlanOptions
 from app.core.tokens import LlamaCounter, TiktokenCounter, cl100k, gguf_encoding
@@ -264,3 +265,12 @@ def test_plans_from_the_cache_equal_plans_made_fresh(
         reused = Planner(doc, counter, cache=cache).plan(strategy, budget)
         assert reused == fresh and reused.chunks == fresh.chunks
         assert cache.stats.plans_reused >= 1
+
+
+def test_the_disk_key_hashes_the_sources_that_decide_plans() -> None:
+    """Plans on disk are keyed by a hash of the code that made them; were a source missing
+    (a module moved), the key would fall back to the version string and keep stale plans."""
+    core = Path(plan_cache.__file__).resolve().parents[1]
+    assert all((core / name).exists() for name in plan_cache._CODE), plan_cache._CODE
+    version = plan_cache.code_version()
+    assert len(version) == 64 and ":" not in version

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from app.core.planning import strategies as strategies_module
 from app.core.default_model import default_model_path
 from app.core.documents import Document, DocumentError, document_from_text, load_document
-from app.core.jobs.tasks import CompareFinished, JobFinished, PlanReady, compare, planning
+from app.core.jobs.tasks import JobFinished, PlanReady, StrategiesFinished, planning, run_strategies
 from app.core.paths import sample_document
+from app.core.planning import strategies as strategies_module
 from app.core.planning.process import DocumentChanged, PlanProcess, PlanProcessError, Superseded
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import (
@@ -378,10 +378,10 @@ def test_a_job_given_the_childs_plans_runs_them_without_planning_again(
 
     monkeypatch.setattr(strategies_module, "chunk_document", spy)
 
-    jobs = compare(engine, doc.text, counter, task=task, strategies=strategies,  # type: ignore[arg-type]
+    jobs = run_strategies(engine, doc.text, counter, task=task, strategies=strategies,  # type: ignore[arg-type]
                    planner=seeded, n_ctx=n_ctx, max_tokens=max_tokens, **options)  # fmt: skip
     events = list(jobs)
-    assert isinstance(events[-1], CompareFinished)
+    assert isinstance(events[-1], StrategiesFinished)
     ready = [e for e in events if isinstance(e, PlanReady)]
     results = [e.result for e in events if isinstance(e, JobFinished)]
     assert [r.strategy for r in ready] == strategies

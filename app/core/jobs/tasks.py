@@ -58,6 +58,7 @@ from app.core.tokens import TokenCounter
 # 600-token windows four lanes generate 1.4x the tokens/s of one and eight no more, while each
 # lane holds a context's worth of cache (tests/benchmarks/bench_batched_map.py).
 DEFAULT_LANES = 4
+TASKS = ("summarize", "ask", "extract")  # what a job does with the document
 
 
 class Engine(Protocol):
@@ -815,11 +816,11 @@ class StrategyStarted:
 
 
 @dataclass(frozen=True)
-class CompareFinished:
+class StrategiesFinished:
     results: tuple[JobResult, ...]
 
 
-def compare(
+def run_strategies(
     engine: Engine,
     text: str,
     counter: TokenCounter,
@@ -828,15 +829,15 @@ def compare(
     strategies: Sequence[str],
     planner: Planner | None = None,
     **options: Any,
-) -> Iterator[Event | StrategyStarted | CompareFinished]:
-    """The same job under several strategies, one after another on one engine.
+) -> Iterator[Event | StrategyStarted | StrategiesFinished]:
+    """The task under each strategy in turn, on one engine (one strategy: a single run).
 
     ``planner`` (for ``text`` and ``counter``) plans the document as its caller shows it, with
     its structure and with any plans already made elsewhere; by default the bare text is planned.
     """
     jobs = {"summarize": summarize, "ask": ask, "extract": extract}
     if task not in jobs:
-        raise ValueError(f"unknown task {task!r} (choose one of {', '.join(jobs)})")
+        raise ValueError(f"unknown task {task!r} (choose one of {', '.join(TASKS)})")
     if planner is None:
         planner = Planner(text, counter)  # chunkings are shared between the strategies
     elif planner.text is not text and planner.text != text:
@@ -850,7 +851,7 @@ def compare(
             yield ev
         if results and results[-1].finish_reason == "cancelled":
             break
-    yield CompareFinished(tuple(results))
+    yield StrategiesFinished(tuple(results))
 
 
 class ResumableEngine(Engine, Protocol):
