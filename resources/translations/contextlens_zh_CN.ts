@@ -739,38 +739,30 @@
     </message>
 </context>
 <context>
-    <name>MainWindow</name>
-    <message>
-        <source>Model</source>
-        <translation>模型</translation>
-    </message>
-    <message>
-        <source>Sampling</source>
-        <translation>采样</translation>
-    </message>
-    <message>
-        <source>&amp;Buffers</source>
-        <translation>缓冲区(&amp;B)</translation>
-    </message>
-    <message>
-        <source>Comp&amp;are</source>
-        <translation>比较(&amp;A)</translation>
-    </message>
-    <message>
-        <source>Histor&amp;y</source>
-        <translation>历史(&amp;Y)</translation>
-    </message>
-    <message>
-        <source>Three-stage buffer</source>
-        <translation>三级缓冲区</translation>
-    </message>
-    <message>
-        <source>Gauges</source>
-        <translation>仪表盘</translation>
-    </message>
+    <name>MainActions</name>
     <message>
         <source>Job</source>
         <translation>作业</translation>
+    </message>
+    <message>
+        <source>Go to the &amp;Document</source>
+        <translation>转到文档(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Go to the &amp;Model</source>
+        <translation>转到模型(&amp;M)</translation>
+    </message>
+    <message>
+        <source>Go to the &amp;Three-Stage Buffer</source>
+        <translation>转到三级缓冲区(&amp;T)</translation>
+    </message>
+    <message>
+        <source>&amp;Help</source>
+        <translation>帮助(&amp;H)</translation>
+    </message>
+    <message>
+        <source>&amp;About ContextLens</source>
+        <translation>关于 ContextLens(&amp;A)</translation>
     </message>
     <message>
         <source>&amp;File</source>
@@ -861,20 +853,24 @@
         <translation>取消</translation>
     </message>
     <message>
+        <source>Map Phase in Parallel &amp;Lanes</source>
+        <translation>map 阶段并行通道(&amp;L)</translation>
+    </message>
+    <message>
+        <source>&amp;One Window at a Time</source>
+        <translation>一次一个窗口(&amp;O)</translation>
+    </message>
+    <message>
+        <source>&amp;{0} Lanes</source>
+        <translation>&amp;{0} 个通道</translation>
+    </message>
+    <message>
+        <source>Generate the replies of a map phase this many at a time; each lane holds a context of its own</source>
+        <translation>map 阶段同时生成这么多个回复；每个通道有自己的上下文</translation>
+    </message>
+    <message>
         <source>&amp;View</source>
         <translation>视图(&amp;V)</translation>
-    </message>
-    <message>
-        <source>Go to the &amp;Document</source>
-        <translation>转到文档(&amp;D)</translation>
-    </message>
-    <message>
-        <source>Go to the &amp;Model</source>
-        <translation>转到模型(&amp;M)</translation>
-    </message>
-    <message>
-        <source>Go to the &amp;Three-Stage Buffer</source>
-        <translation>转到三级缓冲区(&amp;T)</translation>
     </message>
     <message>
         <source>T&amp;heme</source>
@@ -892,153 +888,48 @@
         <source>&amp;Dark</source>
         <translation>深色(&amp;D)</translation>
     </message>
+</context>
+<context>
+    <name>MainWindow</name>
     <message>
-        <source>&amp;Help</source>
-        <translation>帮助(&amp;H)</translation>
+        <source>Model</source>
+        <translation>模型</translation>
     </message>
     <message>
-        <source>&amp;About ContextLens</source>
-        <translation>关于 ContextLens(&amp;A)</translation>
+        <source>Sampling</source>
+        <translation>采样</translation>
+    </message>
+    <message>
+        <source>&amp;Buffers</source>
+        <translation>缓冲区(&amp;B)</translation>
+    </message>
+    <message>
+        <source>Comp&amp;are</source>
+        <translation>比较(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Histor&amp;y</source>
+        <translation>历史(&amp;Y)</translation>
+    </message>
+    <message>
+        <source>Three-stage buffer</source>
+        <translation>三级缓冲区</translation>
+    </message>
+    <message>
+        <source>Gauges</source>
+        <translation>仪表盘</translation>
     </message>
     <message>
         <source>Open Document</source>
         <translation>打开文档</translation>
     </message>
     <message>
-        <source>Opening {0}…</source>
-        <translation>正在打开 {0}…</translation>
-    </message>
-    <message>
         <source>{0} cannot be imported: {1}</source>
         <translation>无法导入 {0}：{1}</translation>
     </message>
     <message>
-        <source>Planning {0}…</source>
-        <translation>正在规划 {0}…</translation>
-    </message>
-    <message>
-        <source>Counting tokens…</source>
-        <translation>正在统计 token…</translation>
-    </message>
-    <message>
-        <source>Loading {0}…</source>
-        <translation>正在加载 {0}…</translation>
-    </message>
-    <message>
-        <source>Connecting to {0}…</source>
-        <translation>正在连接 {0}…</translation>
-    </message>
-    <message>
-        <source>Connected to {0} ({1}), context {2:,} tokens</source>
-        <translation>已连接到 {0}（{1}），上下文 {2:,} 个 token</translation>
-    </message>
-    <message>
-        <source>Calibrating: {0}/{1} settings tried…</source>
-        <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
-    </message>
-    <message>
-        <source>Model loaded in {0:.2f} s</source>
-        <translation>模型已加载，用时 {0:.2f} 秒</translation>
-    </message>
-    <message>
-        <source>Ready</source>
-        <translation>就绪</translation>
-    </message>
-    <message>
-        <source>Map Phase in Parallel &amp;Lanes</source>
-        <translation>map 阶段并行通道(&amp;L)</translation>
-    </message>
-    <message>
-        <source>&amp;One Window at a Time</source>
-        <translation>一次一个窗口(&amp;O)</translation>
-    </message>
-    <message>
-        <source>&amp;{0} Lanes</source>
-        <translation>&amp;{0} 个通道</translation>
-    </message>
-    <message>
-        <source>Generate the replies of a map phase this many at a time; each lane holds a context of its own</source>
-        <translation>map 阶段同时生成这么多个回复；每个通道有自己的上下文</translation>
-    </message>
-    <message>
-        <source>Open a document first.</source>
-        <translation>请先打开文档。</translation>
-    </message>
-    <message>
-        <source>Load a model first.</source>
-        <translation>请先加载模型。</translation>
-    </message>
-    <message>
-        <source>Type the question (or the extract instruction) first.</source>
-        <translation>请先输入问题（或提取指令）。</translation>
-    </message>
-    <message>
         <source>Choose two to four strategies to compare (Compare menu).</source>
         <translation>请选择二至四个策略进行比较（“比较”菜单）。</translation>
-    </message>
-    <message>
-        <source>None of the needles occurs in the document.</source>
-        <translation>文档中没有出现任何一根针。</translation>
-    </message>
-    <message>
-        <source>Planning…</source>
-        <translation>正在规划…</translation>
-    </message>
-    <message>
-        <source>Cancelling…</source>
-        <translation>正在取消…</translation>
-    </message>
-    <message>
-        <source>Planning cancelled; the plan shown is the last one made.</source>
-        <translation>规划已取消；所示计划为最近一次生成的计划。</translation>
-    </message>
-    <message>
-        <source>Opening cancelled.</source>
-        <translation>打开已取消。</translation>
-    </message>
-    <message>
-        <source>Cancelling the calibration…</source>
-        <translation>正在取消校准…</translation>
-    </message>
-    <message>
-        <source>Running…</source>
-        <translation>正在运行…</translation>
-    </message>
-    <message>
-        <source>Refused: {0}</source>
-        <translation>已拒绝：{0}</translation>
-    </message>
-    <message>
-        <source>nothing</source>
-        <translation>无</translation>
-    </message>
-    <message>
-        <source>Done: {0}</source>
-        <translation>完成：{0}</translation>
-    </message>
-    <message>
-        <source>The run was not recorded: {0}</source>
-        <translation>本次运行未被记录：{0}</translation>
-    </message>
-    <message>
-        <source>Rolled back to a new version #{0}; run it to see its output.</source>
-        <translation>已回滚为新版本 #{0}；运行它以查看输出。</translation>
-    </message>
-    <message>
-        <source>No KV state for the loaded model and context; run it again.</source>
-        <translation>没有与当前模型和上下文匹配的 KV 状态；请重新运行。</translation>
-    </message>
-    <message>
-        <source>Resuming from the saved KV state…</source>
-        <translation>正在从已保存的 KV 状态继续…</translation>
-    </message>
-    <message>
-        <source>Engine restarted</source>
-        <translation>引擎已重启</translation>
-    </message>
-    <message>
-        <source>The engine stopped: {0}. Starting it again…</source>
-        <translation>引擎已停止：{0}。正在重新启动…</translation>
     </message>
     <message>
         <source>ContextLens</source>
@@ -1666,6 +1557,121 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Start &amp;Fresh</source>
         <translation>重新开始(&amp;F)</translation>
+    </message>
+</context>
+<context>
+    <name>SessionModel</name>
+    <message>
+        <source>Opening {0}…</source>
+        <translation>正在打开 {0}…</translation>
+    </message>
+    <message>
+        <source>Planning {0}…</source>
+        <translation>正在规划 {0}…</translation>
+    </message>
+    <message>
+        <source>Counting tokens…</source>
+        <translation>正在统计 token…</translation>
+    </message>
+    <message>
+        <source>Loading {0}…</source>
+        <translation>正在加载 {0}…</translation>
+    </message>
+    <message>
+        <source>Connecting to {0}…</source>
+        <translation>正在连接 {0}…</translation>
+    </message>
+    <message>
+        <source>Connected to {0} ({1}), context {2:,} tokens</source>
+        <translation>已连接到 {0}（{1}），上下文 {2:,} 个 token</translation>
+    </message>
+    <message>
+        <source>Calibrating: {0}/{1} settings tried…</source>
+        <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
+    </message>
+    <message>
+        <source>Model loaded in {0:.2f} s</source>
+        <translation>模型已加载，用时 {0:.2f} 秒</translation>
+    </message>
+    <message>
+        <source>Ready</source>
+        <translation>就绪</translation>
+    </message>
+    <message>
+        <source>Open a document first.</source>
+        <translation>请先打开文档。</translation>
+    </message>
+    <message>
+        <source>Load a model first.</source>
+        <translation>请先加载模型。</translation>
+    </message>
+    <message>
+        <source>Type the question (or the extract instruction) first.</source>
+        <translation>请先输入问题（或提取指令）。</translation>
+    </message>
+    <message>
+        <source>None of the needles occurs in the document.</source>
+        <translation>文档中没有出现任何一根针。</translation>
+    </message>
+    <message>
+        <source>Planning…</source>
+        <translation>正在规划…</translation>
+    </message>
+    <message>
+        <source>Cancelling…</source>
+        <translation>正在取消…</translation>
+    </message>
+    <message>
+        <source>Planning cancelled; the plan shown is the last one made.</source>
+        <translation>规划已取消；所示计划为最近一次生成的计划。</translation>
+    </message>
+    <message>
+        <source>Opening cancelled.</source>
+        <translation>打开已取消。</translation>
+    </message>
+    <message>
+        <source>Cancelling the calibration…</source>
+        <translation>正在取消校准…</translation>
+    </message>
+    <message>
+        <source>Running…</source>
+        <translation>正在运行…</translation>
+    </message>
+    <message>
+        <source>Refused: {0}</source>
+        <translation>已拒绝：{0}</translation>
+    </message>
+    <message>
+        <source>nothing</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>Done: {0}</source>
+        <translation>完成：{0}</translation>
+    </message>
+    <message>
+        <source>The run was not recorded: {0}</source>
+        <translation>本次运行未被记录：{0}</translation>
+    </message>
+    <message>
+        <source>Rolled back to a new version #{0}; run it to see its output.</source>
+        <translation>已回滚为新版本 #{0}；运行它以查看输出。</translation>
+    </message>
+    <message>
+        <source>No KV state for the loaded model and context; run it again.</source>
+        <translation>没有与当前模型和上下文匹配的 KV 状态；请重新运行。</translation>
+    </message>
+    <message>
+        <source>Resuming from the saved KV state…</source>
+        <translation>正在从已保存的 KV 状态继续…</translation>
+    </message>
+    <message>
+        <source>Engine restarted</source>
+        <translation>引擎已重启</translation>
+    </message>
+    <message>
+        <source>The engine stopped: {0}. Starting it again…</source>
+        <translation>引擎已停止：{0}。正在重新启动…</translation>
     </message>
 </context>
 <context>

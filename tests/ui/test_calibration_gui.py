@@ -45,7 +45,7 @@ def open_window(
                        settings=settings)  # fmt: skip
         qtbot.addWidget(w)
         made.append(w)
-        w.calibration_trials = (SLOW, QUICK)
+        w.session.calibration_trials = (SLOW, QUICK)
         with qtbot.waitSignal(w.model_panel.info_ready, timeout=10_000):
             w.model_panel.select_model(model_path)
         w.model_panel.n_ctx.setValue(N_CTX)
@@ -111,7 +111,7 @@ def test_the_first_load_calibrates_and_later_loads_use_the_cache(
     assert again.model_panel.tuned_text().startswith("Tuned for this machine: ")
     assert loaded_settings(again) == used
 
-    again.calibration_trials = (QUICK,)  # "Calibrate again" measures anew
+    again.session.calibration_trials = (QUICK,)  # "Calibrate again" measures anew
     load(qtbot, again, again.model_panel.tuning.again_button)
     assert seen == ["calibrating: 0/1 settings", "calibrating: 1/1 settings"]
     fresh = again.model_panel.tuning.calibration
@@ -123,7 +123,7 @@ def test_cancel_stops_the_calibration_and_loads_the_persons_values(
     qtbot, open_window: Factory, model_path: Path
 ) -> None:
     w = open_window()
-    w.calibration_trials = (SLOW, QUICK, SLOW)
+    w.session.calibration_trials = (SLOW, QUICK, SLOW)
     w.model_panel.threads.setValue(1)
     w.model_panel.batch.setValue(128)
     w.model_panel.ubatch.setValue(64)

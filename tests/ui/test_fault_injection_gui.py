@@ -82,7 +82,7 @@ def _history(w: MainWindow) -> list[dict]:
 
 def _crash_mid_run(qtbot, w: MainWindow, fault: Draw, config: pytest.Config) -> None:
     pid = w.engine.worker.engine_pid
-    doc, shown = w._doc, w.document_view.text.toPlainText()
+    doc, shown = w.session.document, w.document_view.text.toPlainText()
     outcome = _run(qtbot, w, crash=True)
     tally_of(config).add(fault)
 
@@ -98,7 +98,7 @@ def _crash_mid_run(qtbot, w: MainWindow, fault: Draw, config: pytest.Config) -> 
     assert out.text in w.buffers.output_text()
 
     # The document is intact, and the history holds the run with its partial output and error.
-    assert w._doc is doc and w.document_view.text.toPlainText() == shown
+    assert w.session.document is doc and w.document_view.text.toPlainText() == shown
     [stored] = _history(w)
     assert stored["finish_reason"] == "error" and stored["error"] == result.error
     assert [o["text"] for o in stored["outputs"]] == [out.text]
@@ -107,7 +107,7 @@ def _crash_mid_run(qtbot, w: MainWindow, fault: Draw, config: pytest.Config) -> 
     assert w.history.item_for(version.id).text(5).startswith("error")
 
     # A new engine has the model, and the next run works.
-    assert w._loaded is not None and w.engine.worker.engine_pid not in (None, pid)
+    assert w.session.loaded is not None and w.engine.worker.engine_pid not in (None, pid)
     again = _run(qtbot, w)
     [ok] = again.results
     assert ok.finish_reason in ("stop", "length") and ok.error is None
@@ -144,9 +144,9 @@ def test_a_crash_while_loading_leaves_no_model_and_the_window_works(
     assert fault.signal in w.last_error
     # A file that killed llama.cpp while loading would do so again: the window does not load it
     # by itself. The person loads it again, on the new engine.
-    assert w._loaded is None and w._doc is not None
+    assert w.session.loaded is None and w.session.document is not None
     with qtbot.waitSignal(w.ready, timeout=120_000):
-        w.load_model(w._model_path, LoadSettings(n_ctx=N_CTX))
+        w.load_model(w.session.model_path, LoadSettings(n_ctx=N_CTX))
     w.max_tokens.setValue(MAX_TOKENS)
     [ok] = _run(qtbot, w).results
     assert ok.finish_reason in ("stop", "length") and ok.text

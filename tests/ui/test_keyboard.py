@@ -134,7 +134,7 @@ def test_the_theme_menu_switches_light_and_dark_and_is_remembered(
     assert set(choices) == {"system", "light", "dark"}
     try:
         window.open_document(sample_document())
-        qtbot.waitUntil(lambda: window._doc is not None, timeout=60_000)
+        qtbot.waitUntil(lambda: window.session.document is not None, timeout=60_000)
         lightness = {}
         for name in ("dark", "light"):
             choices[name].trigger()
@@ -192,13 +192,14 @@ def test_esc_cancels_planning_and_the_next_plan_works(qtbot, window: MainWindow,
     window.plan_shown.connect(shown.append)
     window.open_document(big_file)
     qtbot.waitUntil(lambda: "plan" in window.waiting_for, timeout=30_000)
-    qtbot.waitUntil(lambda: window.plans.pid is not None, timeout=30_000)
-    child = window.plans.pid
-    assert window._progress_cancel.isVisible() and window.cancel_action.isEnabled()
+    plans = window.session.plans
+    qtbot.waitUntil(lambda: plans.pid is not None, timeout=30_000)
+    child = plans.pid
+    assert window.controls.cancel_button.isVisible() and window.cancel_action.isEnabled()
     QTest.keyClick(window, Qt.Key.Key_Escape)
-    assert "plan" not in window.waiting_for and not window._progress_cancel.isVisible()
+    assert "plan" not in window.waiting_for and not window.controls.cancel_button.isVisible()
     assert "Planning cancelled" in window.statusBar().currentMessage()
-    qtbot.waitUntil(lambda: window.plans.pid != child, timeout=10_000)  # the child was stopped
+    qtbot.waitUntil(lambda: plans.pid != child, timeout=10_000)  # the child was stopped
     qtbot.wait(300)
     assert shown == []  # nothing half-made is shown
     with qtbot.waitSignal(window.plan_shown, timeout=120_000) as done:
@@ -213,5 +214,5 @@ def test_esc_while_a_file_is_read_leaves_the_window_as_it_was(qtbot, window: Mai
     QTest.keyClick(window, Qt.Key.Key_Escape)
     assert not window.waiting_for
     qtbot.wait(2000)  # the read finishes in the background and is dropped
-    assert window._doc is None and window.windowTitle() == "ContextLens"
+    assert window.session.document is None and window.windowTitle() == "ContextLens"
     assert not window.waiting_for

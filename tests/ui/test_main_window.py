@@ -50,7 +50,7 @@ def _run(qtbot, w: MainWindow, strategy: str) -> object:
 
 
 def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWindow) -> None:
-    assert window._loaded is not None and window._loaded.n_ctx == N_CTX
+    assert window.session.loaded is not None and window.session.loaded.n_ctx == N_CTX
     with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
         window.strategy_box.setCurrentIndex(window.strategy_box.findData("tail"))
     tail = shown.args[0]
@@ -58,7 +58,7 @@ def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWi
         window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
     head = shown.args[0]
     assert (tail.strategy, head.strategy) == ("tail", "head")
-    assert head.kept[0].start == 0 and tail.kept[-1].end == len(window._doc.text)
+    assert head.kept[0].start == 0 and tail.kept[-1].end == len(window.session.document.text)
     assert head.dropped and tail.dropped  # the document is several times the context
 
 
@@ -66,15 +66,15 @@ def test_plans_and_counts_come_from_the_planning_process(qtbot, window: MainWind
     from app.core.jobs.tasks import SUMMARIZE
     from app.core.planning.strategies import Planner, plan_for
 
-    pid = window.plans.pid
+    pid = window.session.plans.pid
     assert pid is not None, "the window planned in its own process"
     with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
         window.strategy_box.setCurrentIndex(window.strategy_box.findData("entropy"))
     counter = window.engine.worker.counter
-    here = plan_for(Planner(window._doc, counter), "entropy", window._model_path,
+    here = plan_for(Planner(window.session.document, counter), "entropy", window.session.model_path,
                     instruction=SUMMARIZE, n_ctx=N_CTX, reserve=8)  # fmt: skip
     assert shown.args[0] == here
-    assert window._doc_tokens == counter.count(window._doc.text)
+    assert window.session.document_tokens == counter.count(window.session.document.text)
     window.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # closing the window ended the child
@@ -121,7 +121,7 @@ def test_an_audited_run_holds_exactly_the_spans_the_document_view_shows_kept(
     assert audit is not None and audit.ok, audit.findings
     assert audit.counts.calls == 1 and audit.counts.chunks >= 2
     assert window.statusBar().currentMessage().startswith("audit passed: 1 job(s)")
-    view, text = window.document_view, window._doc.text
+    view, text = window.document_view, window.session.document.text
     evaluated = audit.evaluated
     for a, b in evaluated:  # every chunk llama.cpp held is painted kept...
         assert view.span_at(a)[1] and view.span_at(b - 1)[1], (a, b)
@@ -135,17 +135,17 @@ def test_an_audited_run_holds_exactly_the_spans_the_document_view_shows_kept(
 
 
 def test_a_map_phase_runs_in_the_lanes_chosen_in_the_job_menu(qtbot, window: MainWindow) -> None:
-    assert window.lanes() == DEFAULT_LANES  # the default, until the person chooses
-    window.lanes_actions[2].trigger()
-    assert window.lanes() == 2 and window.settings.value("lanes", type=int) == 2
+    assert window.controls.lanes() == DEFAULT_LANES  # the default, until the person chooses
+    window.controls.lanes_actions[2].trigger()
+    assert window.controls.lanes() == 2 and window.settings.value("lanes", type=int) == 2
     outcome = _run(qtbot, window, "map-reduce")
     [result] = outcome.results
     assert result.lanes == 2 and result.finish_reason in ("stop", "length")
     assert [o.step for o in result.outputs][-1] == "summary"
     for out in result.outputs:  # each lane's reply reached the output stage whole
         assert out.text in window.buffers.output_text()
-    window.lanes_actions[0].trigger()
-    assert window.lanes() is None and window.settings.value("lanes", type=int) == 0
+    window.controls.lanes_actions[0].trigger()
+    assert window.controls.lanes() is None and window.settings.value("lanes", type=int) == 0
     outcome = _run(qtbot, window, "map-reduce")
     assert outcome.results[0].lanes is None  # one window at a time
 
@@ -186,7 +186,7 @@ def test_an_engine_crash_mid_job_restarts_the_engine_and_keeps_the_window(
 
 
 def test_compare_runs_three_strategies_side_by_side(qtbot, window: MainWindow) -> None:
-    text = window._doc.text
+    text = window.session.document.text
     first, last = text[200:240], text[-300:-260]  # a fact near the start, one near the end
     window.needles.setText(f"{first} | {last}")
     with qtbot.waitSignal(window.job_finished, timeout=600_000) as done:

@@ -27,7 +27,7 @@ def test_a_failure_quoting_markup_shows_it_as_text(qtbot, tmp_path: Path) -> Non
     with qtbot.waitSignal(w.failed, timeout=30_000) as blocker:
         w.show()
     assert "<h1>bad<img src=x>" in blocker.args[0]
-    w._on_failed(f"cannot import: the member {MARKUP} is not part of an export")
+    w.session.fail(f"cannot import: the member {MARKUP} is not part of an export")
     for quoted in ("<h1>bad<img src=x>", MARKUP):
         boxes = [b for b in w.findChildren(QMessageBox) if quoted in b.text()]
         assert boxes and all(b.textFormat() == Qt.TextFormat.PlainText for b in boxes)

@@ -25,6 +25,6 @@ def test_the_gui_thread_keeps_ticking_while_opening_and_generating(
     print()
     report("opening a 10 MB document", opening)
     report("generating 48 tokens", generating)
-    assert window._plan is not None and window._plan.total_tokens > 1_000_000
+    assert window.session.plan is not None and window.session.plan.total_tokens > 1_000_000
     assert len(generating) > 10 and window.buffers.output_text().strip()
     window.close()

@@ -98,8 +98,8 @@ def test_a_job_runs_on_the_server_and_the_window_says_what_it_reports(
     assert "KV figures: not reported by this server" in details
     assert "Token counts: the server (/extras/tokenize)" in details
     assert window.model_panel.status.text().startswith(f"Connected to {server.url}")
-    assert window.engine.worker.server is not None and window._loaded.n_ctx == N_CTX
-    assert window._doc_tokens > N_CTX  # counted by the server: the document overflows
+    assert window.engine.worker.server is not None and window.session.loaded.n_ctx == N_CTX
+    assert window.session.document_tokens > N_CTX  # counted by the server: the document overflows
 
     with qtbot.waitSignal(window.plan_shown, timeout=WAIT) as shown:
         window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
@@ -131,7 +131,7 @@ def test_loading_a_model_here_ends_the_server_connection(
     with qtbot.waitSignal(window.ready, timeout=WAIT):
         window.load_model(model_path, LoadSettings(n_ctx=512))
     assert window.engine.worker.server is None and not window.model_panel.server.connected
-    assert window._loaded is not None and window._loaded.path == str(model_path)
+    assert window.session.loaded is not None and window.session.loaded.path == str(model_path)
     assert window.engine.worker.engine_pid is not None  # the local engine runs the jobs again
 
 
@@ -200,7 +200,7 @@ def test_after_a_crash_the_last_session_connects_to_its_server_again(
     qtbot.waitUntil(lambda: box.connected and after.document_path == window.document_path
                     and not after.waiting_for, timeout=WAIT)  # fmt: skip
     assert after.engine.worker.server is not None and after.engine.worker.server.url == server.url
-    assert after._loaded is not None and after._loaded.n_ctx == N_CTX
+    assert after.session.loaded is not None and after.session.loaded.n_ctx == N_CTX
     assert after.strategy_box.currentData() == "tail" and after.model_path is None
     after.close()
     assert not lock_path.exists()

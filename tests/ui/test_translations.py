@@ -175,7 +175,7 @@ def test_the_window_shows_chinese_throughout(qtbot, tmp_path: Path, chinese: Non
 
 def test_the_language_setting(qapp: QApplication, compiled: Path, tmp_path: Path) -> None:
     def file_menu() -> str:
-        return QCoreApplication.translate("MainWindow", "&File")
+        return QCoreApplication.translate("MainActions", "&File")
 
     before = QLocale()
     try:

@@ -1,0 +1,290 @@
+"""The window's menus, its job toolbar and the status bar's Cancel.
+
+Built apart from the window so that the window reads as its panels and their wiring: here are
+the actions and controls with their shortcuts, mnemonics and remembered choices (recent files,
+theme, audit, lanes), and the toolbar's choices read as one plain :class:`JobChoices` for the
+session model. What Open, Run, Compare and Cancel do is connected by the window.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QSettings, Qt, Signal
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QDockWidget,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMenu,
+    QPushButton,
+    QSpinBox,
+    QToolBar,
+    QToolButton,
+    QWidget,
+)
+
+from app.core.engine.types import SamplingSettings
+from app.core.jobs.tasks import DEFAULT_LANES
+from app.core.planning.strategies import STRATEGIES
+from app.ui.i18n import language_menu, task_label
+from app.ui.session_model import JobChoices
+from app.ui.theme import apply_theme, current_theme
+
+MAX_RECENT = 8
+# a View menu entry that puts the focus into a part of the window: text, keys, part, its dock
+GoTo = tuple[str, str, QWidget, QDockWidget | None]
+TASKS = ("summarize", "ask", "extract")
+
+
+class MainActions(QObject):
+    """The File, Compare, Job, View and Help menus and the job toolbar of ``window``.
+
+    ``docks`` are the window's docks (the View menu shows and hides them); ``document``,
+    ``model`` and ``stages`` are where Ctrl+1, Ctrl+2 and Ctrl+3 put the focus."""
+
+    open_recent = Signal(object)  # the Path chosen in File ▸ Open Recent
+
+    def __init__(self, window: QMainWindow, settings: QSettings, docks: list[QDockWidget], *,
+                 document: QWidget, model: QWidget, stages: QWidget) -> None:  # fmt: skip
+        super().__init__(window)
+        self._window, self._settings = window, settings
+        bar = QToolBar(self.tr("Job"))
+        bar.setObjectName("toolbar-job")
+        window.addToolBar(bar)
+        self._file_menu(bar)
+        self._job_controls(bar)
+        self._job_menu(bar)
+        by_name = {d.objectName(): d for d in docks}
+        go_to = (
+            (self.tr("Go to the &Document"), "Ctrl+1", document, None),
+            (self.tr("Go to the &Model"), "Ctrl+2", model, by_name["dock-model"]),
+            (self.tr("Go to the &Three-Stage Buffer"), "Ctrl+3", stages, by_name["dock-stages"]),
+        )
+        self._view_menu(docks, go_to)
+        help_menu = window.menuBar().addMenu(self.tr("&Help"))
+        self.about_action = QAction(self.tr("&About ContextLens"), window)
+        help_menu.addAction(self.about_action)
+
+    def _file_menu(self, bar: QToolBar) -> None:
+        window = self._window
+        file_menu = window.menuBar().addMenu(self.tr("&File"))
+        self.open_action = QAction(self.tr("&Open Document…"), window)
+        self.open_action.setShortcut(QKeySequence.StandardKey.Open)
+        file_menu.addAction(self.open_action)
+        self.recent_menu = file_menu.addMenu(self.tr("Open &Recent"))
+        self._fill_recent()
+        self.get_model_action = file_menu.addAction(self.tr("Get the &Default Model…"))
+        file_menu.addSeparator()
+        quit_action = QAction(self.tr("&Quit"), window)
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(window.close)
+        file_menu.addAction(quit_action)
+        bar.addAction(self.open_action)
+
+    def _job_controls(self, bar: QToolBar) -> None:
+        """The task, the question, the strategy and the reply's room; Run and Compare."""
+        window = self._window
+        self.task_box = QComboBox()
+        for task in TASKS:
+            self.task_box.addItem(task_label(task), task)
+        self.task_box.setToolTip(self.tr("What the model does with the document"))
+        self.task_box.currentIndexChanged.connect(self._on_task_changed)
+        bar.addWidget(_buddy(self.tr(" &Task "), self.task_box))
+        bar.addWidget(self.task_box)
+        self.question = QLineEdit()
+        self.question.setPlaceholderText(self.tr("Question, or instruction for extract"))
+        self.question.setMinimumWidth(240)
+        self.question.setEnabled(False)
+        bar.addWidget(self.question)
+
+        self.strategy_box = QComboBox()
+        for name in STRATEGIES:
+            self.strategy_box.addItem(name, name)
+        self.strategy_box.setCurrentIndex(self.strategy_box.findData("head"))
+        self.strategy_box.setToolTip(self.tr("What to do with a document longer than the context"))
+        bar.addWidget(_buddy(self.tr(" &Strategy "), self.strategy_box))
+        bar.addWidget(self.strategy_box)
+
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 8192)
+        self.max_tokens.setValue(256)
+        self.max_tokens.setToolTip(self.tr("Longest reply, in tokens (kept free in the context)"))
+        bar.addWidget(_buddy(self.tr(" Rep&ly "), self.max_tokens))
+        bar.addWidget(self.max_tokens)
+
+        self.run_action = QAction(self.tr("&Run"), window)
+        self.run_action.setShortcut(QKeySequence("Ctrl+R"))
+        bar.addAction(self.run_action)
+
+        self.compare_button = QToolButton()
+        self.compare_button.setText(self.tr("Com&pare"))
+        self.compare_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        menu = window.menuBar().addMenu(self.tr("&Compare"))
+        self.compare_choices: dict[str, QAction] = {}
+        for name in STRATEGIES:
+            choice = QAction(name, window, checkable=True)
+            choice.setChecked(name in ("head", "entropy", "map-reduce"))
+            menu.addAction(choice)
+            self.compare_choices[name] = choice
+        self.compare_button.setMenu(menu)
+        bar.addWidget(self.compare_button)
+
+        self.needles = QLineEdit()
+        self.needles.setPlaceholderText(self.tr("Needles: facts to track, separated by |"))
+        self.needles.setToolTip(
+            self.tr("Texts from the document; Compare shows the share that reaches the model")
+        )
+        self.needles.setMaximumWidth(220)
+        bar.addWidget(self.needles)
+
+    def _job_menu(self, bar: QToolBar) -> None:
+        """Cancel (Esc, the toolbar's and the status bar's), the audit and the lanes."""
+        window = self._window
+        self.cancel_action = QAction(self.tr("&Cancel"), window)
+        self.cancel_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.cancel_action.setEnabled(False)
+        bar.addAction(self.cancel_action)
+        job_menu = window.menuBar().addMenu(self.tr("&Job"))
+        job_menu.addAction(self.run_action)
+        job_menu.addAction(self.cancel_action)
+        job_menu.addSeparator()
+        self.audit_action = QAction(self.tr("&Audit Each Run Against llama.cpp"), window,
+                                    checkable=True)  # fmt: skip
+        self.audit_action.setToolTip(
+            self.tr("Check after each model call that llama.cpp holds exactly the plan shown")
+        )
+        self.audit_action.setChecked(self._settings.value("audit", False, type=bool))
+        self.audit_action.toggled.connect(lambda on: self._settings.setValue("audit", on))
+        job_menu.addAction(self.audit_action)
+        self._lanes_menu(job_menu)
+        self.cancel_button = QPushButton(self.tr("Cancel"))
+        self.cancel_button.hide()
+        window.statusBar().addPermanentWidget(self.cancel_button)
+
+    def _lanes_menu(self, job_menu: QMenu) -> None:
+        """How many of a map phase's replies are generated together, as parallel sequences."""
+        menu = job_menu.addMenu(self.tr("Map Phase in Parallel &Lanes"))
+        menu.setToolTipsVisible(True)
+        group = QActionGroup(self)
+        chosen = self._settings.value("lanes", DEFAULT_LANES, type=int)
+        self.lanes_actions: dict[int, QAction] = {}
+        for n in (0, 2, 4, 8):
+            label = self.tr("&One Window at a Time") if n == 0 else self.tr("&{0} Lanes").format(n)
+            action = QAction(label, self._window, checkable=True)
+            action.setToolTip(self.tr("Generate the replies of a map phase this many at a time; "
+                                      "each lane holds a context of its own"))  # fmt: skip
+            action.setChecked(n == chosen)
+            action.triggered.connect(lambda _on, n=n: self._settings.setValue("lanes", n))
+            group.addAction(action)
+            menu.addAction(action)
+            self.lanes_actions[n] = action
+
+    def _view_menu(self, docks: list[QDockWidget], go_to: tuple[GoTo, ...]) -> None:
+        """The docks, the keyboard's way into each part of the window, theme and language."""
+        window = self._window
+        view_menu = window.menuBar().addMenu(self.tr("&View"))
+        for dock in docks:
+            view_menu.addAction(dock.toggleViewAction())
+        view_menu.addSeparator()
+        for text, keys, target, dock in go_to:
+            go = QAction(text, window)
+            go.setShortcut(QKeySequence(keys))
+            go.triggered.connect(lambda _c=False, t=target, d=dock: _focus_into(t, d))
+            view_menu.addAction(go)
+        view_menu.addSeparator()
+        theme_menu = view_menu.addMenu(self.tr("T&heme"))
+        themes = QActionGroup(window)
+        current = current_theme(
+            QApplication.instance(), str(self._settings.value("theme", "system"))
+        )
+        for name, text in (("system", self.tr("&System")), ("light", self.tr("&Light")),
+                           ("dark", self.tr("&Dark"))):  # fmt: skip
+            choice = QAction(text, window, checkable=True)
+            choice.setData(name)
+            choice.setChecked(name == current)
+            themes.addAction(choice)
+            theme_menu.addAction(choice)
+        themes.triggered.connect(self._set_theme)
+        view_menu.addMenu(language_menu(window, self._settings, window.statusBar().showMessage))
+
+    def _set_theme(self, choice: QAction) -> None:
+        name = str(choice.data())
+        self._settings.setValue("theme", name)
+        apply_theme(QApplication.instance(), name)
+
+    def _on_task_changed(self, _index: int) -> None:
+        self.question.setEnabled(self.task_box.currentData() != "summarize")
+
+    # ----- what the controls hold -----
+
+    def lanes(self) -> int | None:
+        """The lanes chosen for a map phase (None: one window at a time)."""
+        n = next((n for n, a in self.lanes_actions.items() if a.isChecked()), DEFAULT_LANES)
+        return n or None
+
+    def compared(self) -> list[str]:
+        """The strategies ticked in the Compare menu."""
+        return [n for n, a in self.compare_choices.items() if a.isChecked()]
+
+    def choices(self, sampling: SamplingSettings) -> JobChoices:
+        """What the toolbar and the Job menu hold now, with ``sampling`` (the Sampling box's)."""
+        needles = tuple(n.strip() for n in self.needles.text().split("|") if n.strip())
+        return JobChoices(self.task_box.currentData(), self.question.text().strip(),
+                          self.strategy_box.currentData(), self.max_tokens.value(),
+                          audit=self.audit_action.isChecked(), lanes=self.lanes(),
+                          sampling=sampling, needles=needles)  # fmt: skip
+
+    # ----- recent files -----
+
+    def remember(self, path: Path | None) -> None:
+        """``path`` first in File ▸ Open Recent, and its folder the next Open's."""
+        if path is None:
+            return
+        recent = [str(path)] + [p for p in self._recent() if p != str(path)]
+        self._settings.setValue("recent", recent[:MAX_RECENT])
+        self._settings.setValue("last_folder", str(path.parent))
+        self._fill_recent()
+
+    def _recent(self) -> list[str]:
+        value = self._settings.value("recent", [])
+        return [value] if isinstance(value, str) else list(value or [])
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        for entry in self._recent():
+            action = self.recent_menu.addAction(entry)
+            action.triggered.connect(lambda _c=False, p=entry: self.open_recent.emit(Path(p)))
+        self.recent_menu.setEnabled(bool(self._recent()))
+
+
+def _buddy(text: str, widget: QWidget) -> QLabel:
+    """A label whose mnemonic (Alt + the underlined letter) puts the focus on ``widget``."""
+    label = QLabel(text)
+    label.setBuddy(widget)
+    return label
+
+
+def _takes_tab(widget: QWidget) -> bool:
+    policy = widget.focusPolicy()
+    tab = (policy & Qt.FocusPolicy.TabFocus) == Qt.FocusPolicy.TabFocus
+    return tab and widget.isVisible() and widget.isEnabled()
+
+
+def _focus_into(widget: QWidget, dock: QDockWidget | None) -> None:
+    """Show ``dock`` if it was closed, then focus the first control of ``widget`` that takes
+    the keyboard (the keyboard's way into each part of the window)."""
+    if dock is not None:
+        dock.show()
+        dock.raise_()
+    candidate = widget
+    while True:  # the focus chain is a ring through every widget of the window
+        if _takes_tab(candidate) and (candidate is widget or widget.isAncestorOf(candidate)):
+            candidate.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            return
+        candidate = candidate.nextInFocusChain()
+        if candidate is widget:
+            return

@@ -1,0 +1,145 @@
+"""The session model without a window, offscreen: it opens a real document, counts and plans it
+for the choices it is given, refuses a job it cannot run in words, and on the real default model
+loads, counts, runs, records and resumes a job from its KV state, saying each change with a
+signal. The tests read only its public state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core.engine.types import LoadSettings
+from app.core.jobs.tasks import planning
+from app.core.planning.strategies import Planner, plan_for
+from app.core.tokens import cl100k
+from app.store.db import open_database
+from app.store.repository import Repository
+from app.ui.session_model import JobChoices, SessionModel, StartedJob
+from tests.conftest import DATA
+
+DOC = DATA / "sample.md"  # ~350 tokens: more than the context holds
+N_CTX = 256
+WAIT = 120_000
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[Repository]:
+    db = open_database(tmp_path / "h.db")
+    repository = Repository(db)
+    yield repository
+    repository.close()
+    db.close()
+
+
+@pytest.fixture
+def session(qtbot, repo: Repository) -> Iterator[SessionModel]:
+    model = SessionModel(repo, n_ctx=N_CTX)
+    model.choose(JobChoices(max_tokens=32))  # room for the reply in the small context
+    yield model
+    model.close()
+
+
+def _open(qtbot, session: SessionModel) -> None:
+    with qtbot.waitSignal(session.plan_changed, timeout=WAIT):
+        session.open_document(DOC)
+
+
+def test_a_document_is_opened_counted_and_planned_without_a_model(
+    qtbot, session: SessionModel
+) -> None:
+    waits: list[frozenset[str]] = []
+    counts: list[tuple[object, ...]] = []
+    session.waits_changed.connect(waits.append)
+    session.counts_changed.connect(lambda *args: counts.append(args))
+    opened: list[object] = []
+    session.document_changed.connect(opened.append)
+    with qtbot.waitSignal(session.plan_changed, timeout=WAIT) as shown:
+        session.open_document(DOC)
+        assert session.waiting_for == {"open"} and session.cancellable
+    doc, plan = session.document, shown.args[0]
+    assert doc is not None and doc.path == DOC and waits[0] == {"open"}
+    assert opened == [doc] and plan is session.plan and plan.strategy == "head"
+    assert plan.kept[0].start == 0 and plan.dropped  # the document overflows the context
+    qtbot.waitUntil(lambda: bool(counts) and not session.waiting_for, timeout=WAIT)
+    assert counts[-1] == (len(doc.text), None, cl100k().count(doc.text), None)  # no model
+    assert session.document_estimate == counts[-1][2] and session.document_tokens is None
+    assert session.loaded is None and session.model_path is None and not session.running
+
+
+def test_the_plan_is_made_for_the_choices_given(qtbot, session: SessionModel) -> None:
+    _open(qtbot, session)
+    chosen = JobChoices(task="ask", question="Which words come first?", strategy="tail",
+                        max_tokens=64)  # fmt: skip
+    with qtbot.waitSignal(session.plan_changed, timeout=WAIT) as shown:
+        session.update_plan(chosen)
+    plan = shown.args[0]
+    assert session.choices == chosen and session.plan is plan
+    doc = session.document
+    assert doc is not None and plan.kept[-1].end == len(doc.text)
+    counter = cl100k()  # no model: the window's estimate frames the plan
+    instruction, reserve = planning("ask", "tail", counter, max_tokens=64,
+                                    questions=(chosen.question,))  # fmt: skip
+    here = plan_for(Planner(doc, counter), "tail", None, instruction=instruction, n_ctx=N_CTX,
+                    reserve=reserve)  # fmt: skip
+    assert plan == here  # the plan of the job the same choices would run
+
+
+def test_a_job_it_cannot_run_is_refused_in_words(qtbot, session: SessionModel) -> None:
+    told: list[str] = []
+    started: list[StartedJob] = []
+    session.failed.connect(told.append)
+    session.job_started.connect(started.append)
+    session.run_job(JobChoices())
+    assert told == ["Open a document first."]
+    _open(qtbot, session)
+    session.run_job(JobChoices())
+    session.run_compare(JobChoices(), ("head", "tail"))
+    assert told[1:] == ["Load a model first.", "Load a model first."]
+    assert started == [] and not session.running and "run" not in session.waiting_for
+
+
+def test_a_job_on_the_real_model_is_recorded_and_resumes_from_its_kv_state(
+    qtbot, session: SessionModel, repo: Repository, model_path: Path
+) -> None:
+    _open(qtbot, session)
+    loaded: list[object] = []
+    session.model_loaded.connect(lambda _info, model, _caps: loaded.append(model))
+    with qtbot.waitSignal(session.ready, timeout=WAIT):
+        session.load_model(model_path, LoadSettings(n_ctx=N_CTX))
+    assert loaded == [session.loaded] and session.loaded is not None
+    assert session.loaded.n_ctx == N_CTX and session.model_path == model_path
+    counter = session.engine.worker.counter
+    doc = session.document
+    assert counter is not None and doc is not None
+    assert session.document_tokens == counter.count(doc.text)  # exact, by the model
+    qtbot.waitUntil(lambda: len(session.model_sha256) == 64, timeout=WAIT)
+
+    started: list[StartedJob] = []
+    running: list[bool] = []
+    recorded: list[int] = []
+    session.job_started.connect(started.append)
+    session.running_changed.connect(running.append)
+    session.recorded.connect(recorded.append)
+    choices = JobChoices(strategy="head", max_tokens=8)
+    with qtbot.waitSignal(session.job_finished, timeout=300_000) as done:
+        session.run_job(choices)
+    [result] = done.args[0].results
+    assert result.finish_reason in ("stop", "length") and result.text
+    assert started == [StartedJob(N_CTX, ("head",))] and running == [True, False]
+    assert not session.running and "run" not in session.waiting_for
+    [version] = repo.history()
+    assert recorded == [version.session] and version.strategy == "head"
+    assert version.model_sha256 == session.model_sha256 and repo.kv_states(version.id)
+
+    restored: list[object] = []
+    session.sampling_restored.connect(restored.append)
+    rolled_back = repo.rollback(version.id)  # what the history panel does, then tells it
+    with qtbot.waitSignal(session.job_finished, timeout=300_000) as done:
+        session.resume_rollback(rolled_back, True)
+    [resumed] = done.args[0].results
+    assert resumed.evaluated_tokens == 1  # the prompt came from the saved state
+    assert resumed.text == result.text and restored == [choices.sampling]
+    assert started[-1] == StartedJob(N_CTX, ("head",), resumed=True)
+    assert repo.runs(rolled_back.id)[0]["outputs"][0]["text"] == result.text
