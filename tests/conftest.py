@@ -32,6 +32,8 @@ os.environ.pop("CONTEXTLENS_ENGINE_FAULT", None)
 
 from app.core.default_model import GEMMA_3_270M, default_model_path
 from app.core.default_model import model_path as known_path
+from app.core.engine.host import EngineHost
+from app.core.engine.types import LoadSettings
 from tests.edge_cases import EDGE_KEY, EdgeTally, edge_tally
 
 DATA = Path(__file__).parent / "data"
@@ -58,9 +60,6 @@ def gemma_path() -> Path:
 @pytest.fixture(scope="module")
 def engine(model_path: Path) -> Iterator[object]:
     """One engine child per test module, loaded with the default model."""
-    from app.core.engine.host import EngineHost
-    from app.core.engine.types import LoadSettings
-
     host = EngineHost()
     host.load(model_path, LoadSettings(n_ctx=2048))
     yield host

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.core.engine.types import EngineCapabilities, LoadSettings, SamplingSettings
+from app.core.engine.types import EngineCapabilities, EngineError, LoadSettings, SamplingSettings
 from app.core.paths import cache_dir
 
 PROMPT_TOKENS = 256  # prompt evaluation timed on this many tokens
@@ -206,8 +206,6 @@ def calibrate(
     ``progress(done, total)`` is called after each trial; ``cancelled()`` is asked before each
     (CalibrationCancelled then). A candidate llama.cpp refuses is skipped.
     """
-    from app.core.engine.types import EngineError
-
     machine = machine_key(host.start())  # the build is part of the key: the engine must run
     if use_cache and (found := cached(model_sha256, machine, base.kv_cache_type)) is not None:
         host.load(model, found.settings_for(base))

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import app
+
 
 def is_frozen() -> bool:
     """True in the packaged build, where ``sys.executable`` is the app, not Python."""
@@ -34,8 +36,6 @@ def module_command(module: str, *args: str) -> list[str]:
 
 def package_root() -> str:
     """The folder that holds the ``app`` package this process runs."""
-    import app
-
     return str(Path(app.__file__).resolve().parent.parent)
 
 

@@ -25,13 +25,13 @@ class CredentialError(RuntimeError):
 
 
 def _keyring():  # type: ignore[no-untyped-def]
-    import keyring
+    import keyring  # noqa: PLC0415 (keyring takes ~60 ms: only when a key is used)
 
     return keyring
 
 
 def _failed(doing: str, exc: Exception) -> CredentialError:
-    from keyring.errors import NoKeyringError
+    from keyring.errors import NoKeyringError  # noqa: PLC0415 (see _keyring)
 
     if isinstance(exc, NoKeyringError):
         return CredentialError(
@@ -65,7 +65,7 @@ def api_key(url: str) -> str | None:
     """The key for the server at ``url``: ``$CONTEXTLENS_API_KEY`` when ``$CONTEXTLENS_API_HOST``
     names this server, else the keyring's, else None. A keyring that cannot be read counts as no
     key (the server will say if it needs one)."""
-    from keyring.errors import KeyringError
+    from keyring.errors import KeyringError  # noqa: PLC0415 (see _keyring)
 
     env = _env_key_for(url)
     if env:
@@ -78,7 +78,7 @@ def api_key(url: str) -> str | None:
 
 def save_api_key(url: str, key: str) -> None:
     """Keep ``key`` for the server at ``url`` in the keyring (replacing an earlier one)."""
-    from keyring.errors import KeyringError
+    from keyring.errors import KeyringError  # noqa: PLC0415 (see _keyring)
 
     if not key.strip():
         raise CredentialError("the API key is empty")
@@ -90,7 +90,7 @@ def save_api_key(url: str, key: str) -> None:
 
 def forget_api_key(url: str) -> bool:
     """Remove the key kept for ``url``; False when there was none."""
-    from keyring.errors import KeyringError, PasswordDeleteError
+    from keyring.errors import KeyringError, PasswordDeleteError  # noqa: PLC0415 (see _keyring)
 
     try:
         _keyring().delete_password(SERVICE, normalize_url(url))

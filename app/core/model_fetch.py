@@ -105,7 +105,7 @@ def _ssl_context() -> ssl.SSLContext:
     often finds no system bundle for OpenSSL, and a company's own CA lives in the system one."""
     context = ssl.create_default_context()
     try:
-        import certifi
+        import certifi  # noqa: PLC0415 (optional: not a dependency)
 
         context.load_verify_locations(certifi.where())
     except (ImportError, OSError):

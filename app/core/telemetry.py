@@ -47,7 +47,7 @@ NO_GPU = "no GPU found"
 def gpu_state() -> GPUState:
     """VRAM used and total per NVIDIA GPU, or why there are no figures."""
     try:
-        import pynvml  # nvidia-ml-py, optional
+        import pynvml  # noqa: PLC0415 (nvidia-ml-py, the optional `gpu` extra)
     except ImportError:
         return GPUState(reason=NO_NVML)
     try:

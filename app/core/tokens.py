@@ -31,6 +31,7 @@ import numpy as np
 import tiktoken
 
 from app.core.engine.gguf import GGUFError, GGUFFile
+from app.core.paths import cache_dir
 from app.core.spm_tiktoken import SpmTiktoken
 from app.core.textutil import scrub
 from app.core.vocab_tokenizer import (
@@ -785,8 +786,6 @@ def _known_attrs(fingerprint: str) -> tuple[int, ...] | None:
 
 
 def _attrs_file(fingerprint: str) -> Path:
-    from app.core.paths import cache_dir
-
     return cache_dir() / "token-attrs" / f"{fingerprint[:32]}.u32"
 
 

@@ -187,7 +187,7 @@ def run_contextlens(text: str, counter: TiktokenCounter, max_tokens: int, info: 
 
 
 def run_semchunk(text: str, counter: TiktokenCounter, max_tokens: int, info: dict) -> Spans:
-    import semchunk
+    import semchunk  # noqa: PLC0415 (the optional `bench` extra)
 
     count = functools.lru_cache(maxsize=None)(counter.count)  # what memoize=True does, fresh
     _chunks, offsets = semchunk.chunk(text, max_tokens, count, memoize=False, offsets=True)
@@ -197,7 +197,9 @@ def run_semchunk(text: str, counter: TiktokenCounter, max_tokens: int, info: dic
 
 
 def run_langchain(text: str, counter: TiktokenCounter, max_tokens: int, info: dict) -> Spans:
-    from langchain_text_splitters import RecursiveCharacterTextSplitter
+    from langchain_text_splitters import (  # noqa: PLC0415 (the optional `bench` extra)
+        RecursiveCharacterTextSplitter,
+    )
 
     splitter = RecursiveCharacterTextSplitter(
         chunk_size=max_tokens,

@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from llama_cpp import Llama  # noqa: E402
+
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
 from app.core.engine.types import Finished, LoadSettings, TextDelta  # noqa: E402
@@ -117,8 +119,6 @@ def main() -> int:
     parser.add_argument("--cancel-trials", type=int, default=10)
     quick = {"rounds": 3, "prompt_tokens": 256, "gen_tokens": 32, "cancel_trials": 3}
     args = parse_args(parser, quick)
-
-    from llama_cpp import Llama
 
     model = default_model_path()
     n_ctx = 2048

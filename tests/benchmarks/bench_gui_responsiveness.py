@@ -34,6 +34,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
+from app.ui.main_window import MainWindow  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 
 INTERVAL_MS = 10
@@ -169,8 +170,6 @@ def main() -> int:
     parser.add_argument("--load-tokens", type=int, default=1024,
                         help="the generation that runs while the document is counted")  # fmt: skip
     args = parse_args(parser, {"megabytes": 2, "max_tokens": 16, "n_ctx": 512, "load_tokens": 96})
-    from app.ui.main_window import MainWindow
-
     app = QApplication.instance() or QApplication(sys.argv[:1])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

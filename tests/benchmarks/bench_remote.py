@@ -34,6 +34,8 @@ import platformdirs
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import httpx  # noqa: E402
+
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.host import EngineHost  # noqa: E402
 from app.core.engine.remote import RemoteEngine  # noqa: E402
@@ -113,7 +115,6 @@ def start_llama_server(binary: Path, model: Path, log: Path) -> tuple[subprocess
         stdout=out, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    import httpx
 
     for _ in range(600):
         if proc.poll() is not None:

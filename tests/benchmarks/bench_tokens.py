@@ -32,9 +32,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from llama_cpp import Llama  # noqa: E402
+from llama_cpp import llama_cpp as lc  # noqa: E402
+
 from app.core.default_model import default_model_path  # noqa: E402
+from app.core.paths import models_dir, sample_document  # noqa: E402
 from app.core.textutil import utf8  # noqa: E402
-from app.core.tokens import cl100k, gguf_encoding  # noqa: E402
+from app.core.tokens import cl100k, counter_method, exact_counter, gguf_encoding  # noqa: E402
 from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
 from tests.core.token_corpus import corpus  # noqa: E402
 
@@ -77,8 +81,6 @@ def main() -> int:
                         help="skip the every-family comparison")  # fmt: skip
     # --quick leaves the every-family part out: llama.cpp alone takes a minute on Gemma 3.
     args = parse_args(parser, {"mb": 1.0, "rounds": 2, "families": False})
-
-    from llama_cpp import Llama
 
     model = default_model_path()
     llm = Llama(str(model), vocab_only=True, verbose=False)
@@ -163,12 +165,6 @@ def main() -> int:
 
 def families(args: Any, rows: list[Any]) -> int:
     """The exact counter of every family against llama.cpp, one text each, side by side."""
-    from llama_cpp import Llama
-    from llama_cpp import llama_cpp as lc
-
-    from app.core.paths import models_dir, sample_document
-    from app.core.tokens import counter_method, exact_counter
-
     gemma = models_dir() / "gemma-3-270m-q4_k_m.gguf"
     jargon = sample_document().read_text(encoding="utf-8")
     mixed = "".join(scaled(corpus(args.seed), args.family_mb).values())

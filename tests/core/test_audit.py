@@ -16,8 +16,8 @@ import pytest
 
 from app.core.documents import Document, document_from_text, load_document
 from app.core.engine.host import EngineHost
-from app.core.engine.types import KVUsage, LoadSettings
-from app.core.jobs.audit import Audit, AuditFailed, LaidSegment
+from app.core.engine.types import GenerationStats, KVUsage, LoadSettings
+from app.core.jobs.audit import Audit, AuditFailed, CallRecord, LaidSegment
 from app.core.jobs.ring import Ring, SegmentKind
 from app.core.jobs.tasks import (
     JobFinished,
@@ -292,9 +292,6 @@ def test_a_store_that_disagrees_with_the_run_is_found(bench: Bench) -> None:
 
 def test_segments_at_the_wrong_positions_are_found(host: EngineHost) -> None:
     """A ring that puts a segment where the cache holds something else."""
-    from app.core.engine.types import GenerationStats
-    from app.core.jobs.audit import CallRecord
-
     host.reset()
     tokens = host.tokenize("One two three four five six.", add_special=False)
     host.evaluate(tokens)

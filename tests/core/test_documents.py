@@ -16,6 +16,7 @@ import threading
 import zipfile
 from pathlib import Path
 
+import pypdf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -555,8 +556,6 @@ def test_docx_counts_the_bytes_actually_inflated() -> None:
 
 
 def test_pdf_caps_apply_only_during_the_read() -> None:
-    import pypdf
-
     before = pypdf.get_configuration()
     with pytest.raises(DocumentError, match=r"^sample\.pdf has 3 pages; the limit is 2\.$"):
         load_document(DATA / "sample.pdf", limits=Limits(pdf_max_pages=2))

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,8 +23,11 @@ import zipfile
 import zlib
 from pathlib import Path
 
+import docx
 import psutil
 import pytest
+from docx.enum.style import WD_STYLE_TYPE
+from pypdf import PdfReader
 
 from app.core.documents import (
     BlockKind,
@@ -32,7 +36,11 @@ from app.core.documents import (
     document_from_text,
     load_document,
 )
+from app.core.documents.docx import _STYLE_DEPTH, _StyleKinds, paragraph_text, parse_docx
+from app.core.documents.html import parse_html
 from app.core.documents.isolated import ReadCancelled, needs_child, read_document
+from tests.cli.runner import assert_one_line_error, run
+from tests.core import html_reference
 from tests.core.test_documents import DATA, GOOD, check_invariants
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,9 +112,6 @@ HTML_TEXT = ("x", "hello world", " ", "\n", "\t", "  \n  ", "&amp;", "&lt;", "&n
 def test_the_streaming_reader_reads_as_beautifulsoup_did() -> None:
     """The same text and blocks as the tree walk it replaced (tests/core/html_reference.py), on
     the samples, deep nesting and 2,000 random pages of tags, text, comments and entities."""
-    from app.core.documents.html import parse_html
-    from tests.core import html_reference
-
     pages = [(DATA / name).read_bytes().decode("gbk" if "gbk" in name else "utf-8")
              for name in ("sample.html", "chinese-gbk-meta.html")]  # fmt: skip
     pages.append("<body>" + "<div>" * 5000 + "deep" + "</div>" * 5000 + "<table>" * 300 + "x")
@@ -133,8 +138,6 @@ def test_a_million_elements_read_in_seconds_and_little_memory(tmp_path: Path) ->
 
 
 def load_html(text: str, limits: Limits):
-    from app.core.documents.html import parse_html
-
     return parse_html(text, name="page.html", limits=limits)
 
 
@@ -238,8 +241,6 @@ def test_giant_spans_and_long_vertical_merges_cost_one_pass() -> None:
         "</w:r></w:p></w:tc></w:tr>"
         for i in range(1, 3000)
     )
-    from app.core.documents.docx import parse_docx
-
     start = time.perf_counter()
     parsed = parse_docx(make_docx(span + f"<w:tbl>{first}{rows}</w:tbl>" + END), name="t.docx",
                         limits=Limits())  # fmt: skip
@@ -252,11 +253,6 @@ def test_giant_spans_and_long_vertical_merges_cost_one_pass() -> None:
 
 def test_styles_resolve_as_python_docx_resolves_them(tmp_path: Path) -> None:
     """The cached lookup gives each paragraph the kind python-docx's own style objects give."""
-    import docx
-    from docx.enum.style import WD_STYLE_TYPE
-
-    from app.core.documents.docx import _STYLE_DEPTH, _StyleKinds, paragraph_text
-
     made = docx.Document()
     made.add_heading("A title", 0)
     for level in range(1, 10):
@@ -284,8 +280,6 @@ def test_styles_resolve_as_python_docx_resolves_them(tmp_path: Path) -> None:
 
 def _kind_by_python_docx(paragraph, depth: int) -> tuple[BlockKind, int]:
     """The classification the reader made before, through python-docx's style objects."""
-    import re
-
     style = paragraph.style
     for _ in range(depth):
         if style is None:
@@ -396,8 +390,6 @@ def test_pages_drawing_the_same_way_are_read_once(tmp_path: Path) -> None:
 def test_a_form_drawn_everywhere_is_read_once(tmp_path: Path) -> None:
     """A letterhead drawn by every page is read once for the document (pypdf reads it at each
     draw), with the same text as pypdf gives page by page."""
-    from pypdf import PdfReader
-
     data = shared_form_pdf(40, 200, 1)
     doc = load_document(_write(tmp_path / "letters.pdf", data))
     reader = PdfReader(io.BytesIO(data))
@@ -444,7 +436,6 @@ def test_forms_nested_to_draw_one_another_twice_are_refused_in_seconds(tmp_path:
     outcome = bounded(f"load_document({str(path)!r})", memory=2 * GIB)
     assert "would take too long to read" in outcome["refused"]
     assert outcome["seconds"] < 30
-    from pypdf import PdfReader
 
     data = nested_forms_pdf(4, 200)
     small = load_document(_write(tmp_path / "small.pdf", data))
@@ -590,8 +581,6 @@ def test_random_markup_never_escapes_as_anything_but_one_sentence() -> None:
 
 
 def test_the_cli_refuses_a_hostile_page_in_one_sentence(tmp_path: Path) -> None:
-    from tests.cli.runner import assert_one_line_error, run
-
     page = tmp_path / "bold.html"
     page.write_bytes(b"<b>" * 2_000_000)
     start = time.perf_counter()

@@ -6,10 +6,13 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import pytest
+from llama_cpp import Llama
 
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.host import EngineHost, describe_exit
@@ -112,9 +115,6 @@ def test_streaming_never_splits_a_multibyte_character(engine: EngineHost) -> Non
 
 
 def test_greedy_output_matches_in_process_llama_cpp(engine: EngineHost, model_path: Path) -> None:
-    import llama_cpp
-    from llama_cpp import Llama
-
     tokens = chat_tokens(engine, "Write a haiku about rivers.")
     deltas, _ = collect(engine, tokens, max_tokens=32)
     ours = [t for d in deltas for t in d.token_ids]
@@ -233,8 +233,6 @@ def test_kv_state_save_and_restore_resumes_without_re_evaluation(engine: EngineH
 
 
 def test_restore_refuses_a_state_from_other_settings(engine: EngineHost) -> None:
-    from dataclasses import replace
-
     state = engine.save_state()
     with pytest.raises(ValueError, match="n_ctx"):
         engine.restore_state(replace(state, n_ctx=state.n_ctx * 2))

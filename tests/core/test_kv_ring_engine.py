@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import random
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from app.core.engine.child import Engine
 from app.core.engine.host import EngineHost
+from app.core.engine.ipc import SharedFlag
 from app.core.engine.types import (
     ContextOverflowError,
     Finished,
     LoadSettings,
+    SamplingSettings,
     Shifted,
     TextDelta,
 )
@@ -153,12 +157,6 @@ def test_where_llama_cpp_cannot_shift_the_rest_is_evaluated_again(
     (Every cache type of the default model can shift, so the path is forced here; re-evaluation
     is exact, so the result must equal evaluating the remaining tokens from scratch.)
     """
-    import types
-
-    from app.core.engine.child import Engine
-    from app.core.engine.ipc import SharedFlag
-    from app.core.engine.types import SamplingSettings
-
     engine = Engine(SharedFlag(tmp_path / "flag", create=True))
     engine.load(str(model_path), LoadSettings(n_ctx=N_CTX))
     real = engine._lc

@@ -4,6 +4,8 @@ jobs' map phase in lanes with its events."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from app.core.engine.types import (
 )
 from app.core.jobs.tasks import (
     ChunkEvaluated,
+    JobError,
     JobFinished,
     JobResult,
     KVStats,
@@ -222,11 +225,6 @@ def test_lanes_out_of_range_is_refused(host: EngineHost, counter: object) -> Non
 
 
 def test_an_engine_crash_mid_lanes_keeps_the_text_so_far(model_path: Path, counter: object) -> None:
-    import os
-    import signal
-
-    from app.core.jobs.tasks import JobError
-
     text = sample_document().read_text(encoding="utf-8")[:5000]
     crashing = EngineHost()
     try:

@@ -19,7 +19,10 @@ from app.core.engine.host import EngineHost
 from app.core.engine.remote import RemoteEngine
 from app.core.engine.remote_http import Connection
 from app.core.engine.types import ContextOverflowError, LaneFinished, TextDelta
+from app.core.jobs.tasks import JobFinished, summarize
 from app.core.paths import sample_document
+from app.core.planning.frame import ServerTemplate
+from app.core.planning.strategies import Planner, plan_for
 from tests.benchmarks.bench_remote import llama_server, start_llama_server
 
 SLOTS, N_CTX = 4, 1024  # start_llama_server: --parallel 4, 1,024 tokens per slot
@@ -59,10 +62,6 @@ def test_the_server_reports_context_slots_template_and_kv(remote: RemoteEngine) 
 
 def test_a_plan_made_elsewhere_is_framed_by_the_servers_template(remote: RemoteEngine) -> None:
     """The window plans with ServerInfo.frame: the budget must be the one the job computes."""
-    from app.core.jobs.tasks import JobFinished, summarize
-    from app.core.planning.frame import ServerTemplate
-    from app.core.planning.strategies import Planner, plan_for
-
     assert isinstance(remote.info.frame, ServerTemplate)
     text = sample_document().read_text(encoding="utf-8")[:8000]
     counter = remote.counter()

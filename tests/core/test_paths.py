@@ -14,6 +14,7 @@ import pytest
 
 from app.core import paths
 from app.core.paths import Layout
+from app.store.db import default_db_path
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = "samples/jargon-file-4.4.7.txt"
@@ -70,8 +71,6 @@ def test_frozen_build_finds_resources_in_the_bundle_and_models_in_user_data(
 def test_user_data_is_the_folder_the_history_database_lives_in(
     user_dirs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.store.db import default_db_path
-
     monkeypatch.delenv("CONTEXTLENS_DB")
     assert default_db_path().parent == paths.user_data_dir() == user_dirs / "data" / "ContextLens"
 

@@ -32,6 +32,7 @@ from app.core.engine.remote_http import (
     normalize_url,
     same_server,
 )
+from app.core.engine.repetition import ends_in_loop
 from app.core.engine.types import (
     ContextOverflowError,
     Finished,
@@ -44,7 +45,8 @@ from app.core.engine.types import (
 from app.core.jobs.tasks import JobFinished, TokenBatch, ask, summarize
 from app.core.paths import sample_document
 from app.core.planning.strategies import Planner
-from app.core.tokens import gguf_encoding
+from app.core.tokens import _unicode_to_byte, gguf_encoding
+from tests.core.gguf_cases import ARRAY, INT32, STRING, UINT32, build_gguf, kv, tiny_tensors
 from tests.remote_server import ALIAS, Server, free_port, running_server, start_server
 
 N_CTX = 1024
@@ -136,9 +138,6 @@ def test_a_local_gguf_gives_its_template_and_fast_counts_checked_against_the_ser
 
 def _other_vocabulary_gguf(path: Path) -> Path:
     """A small, valid GGUF whose byte-level vocabulary numbers the bytes another way."""
-    from app.core.tokens import _unicode_to_byte
-    from tests.core.gguf_cases import ARRAY, INT32, STRING, UINT32, build_gguf, kv, tiny_tensors
-
     chars = sorted(_unicode_to_byte(), reverse=True)
     kvs = [
         kv("general.architecture", STRING, "llama"),
@@ -489,8 +488,6 @@ def test_bad_connection_settings_are_refused() -> None:
 
 def test_a_looping_reply_from_the_server_ends_with_repetition(remote: RemoteEngine) -> None:
     """The loop stop works on a server's stream too: the stream is closed, the server stops."""
-    from app.core.engine.repetition import ends_in_loop
-
     prompt = _chat(remote, "Write a poem about hackers.")  # greedy: "a master of the cyber realm"…
     text, done = _reply(remote.generate(prompt, max_tokens=100))
     assert done.stats.finish_reason == "repetition", text

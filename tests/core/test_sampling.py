@@ -11,6 +11,8 @@ from dataclasses import replace
 import pytest
 
 from app.core.engine.host import EngineHost
+from app.core.engine.remote import RemoteEngine, ServerInfo, UnsupportedRemotelyError
+from app.core.engine.remote_http import Connection
 from app.core.engine.repetition import ends_in_loop
 from app.core.engine.types import (
     FINISH_REASONS,
@@ -144,9 +146,6 @@ def test_presets_and_what_a_version_stores() -> None:
 
 @pytest.mark.parametrize("kind", ["llama-server", "llama-cpp-python", "vllm"])
 def test_a_server_gets_every_sampling_field_it_knows_or_a_refusal(kind: str) -> None:
-    from app.core.engine.remote import RemoteEngine, ServerInfo, UnsupportedRemotelyError
-    from app.core.engine.remote_http import Connection
-
     remote = RemoteEngine(Connection("http://127.0.0.1:9"))
     remote._info = ServerInfo(url="http://127.0.0.1:9", kind=kind, model="m", n_ctx=512,
                               n_ctx_source="given", n_ctx_train=None, tokenizer="",

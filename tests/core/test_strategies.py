@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from app.core.documents import document_from_text, load_document
 from app.core.engine.types import ContextOverflowError
+from app.core.paths import sample_document
+from app.core.planning import strategies as strategies_module
 from app.core.planning.frame import compute_budget, model_frame, preflight, prompt_frame
 from app.core.planning.strategies import (
     MULTI_PASS,
@@ -87,8 +89,6 @@ def test_zero_budget_keeps_nothing(counter: TiktokenCounter) -> None:
 
 @pytest.fixture(scope="module")
 def jargon_planner(counter: TiktokenCounter) -> Planner:
-    from app.core.paths import sample_document
-
     text = sample_document().read_text(encoding="utf-8")[:200_000]
     return Planner(document_from_text(text), counter)
 
@@ -170,8 +170,6 @@ def test_plans_on_real_documents(counter: TiktokenCounter) -> None:
 def test_a_remembered_plan_is_returned_without_chunking_again(
     jargon_planner: Planner, counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.core.planning.strategies as strategies_module
-
     made = {name: jargon_planner.plan(name, 1200) for name in ("head", "entropy")}
     other_budget = jargon_planner.plan("head", 1100)
     chunked: list[int] = []

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.core.engine.gguf import inspect_model
+from app.core.engine.host import EngineHost
 from app.core.engine.types import InsufficientMemoryError, LoadSettings
 from app.core.telemetry import (
     PromptHistogram,
@@ -54,8 +55,6 @@ def test_preflight_refuses_with_the_numbers(model_path: Path) -> None:
 
 
 def test_host_refuses_a_context_larger_than_memory(model_path: Path) -> None:
-    from app.core.engine.host import EngineHost
-
     with EngineHost() as host, pytest.raises(InsufficientMemoryError, match="of memory is free"):
         host.load(model_path, LoadSettings(n_ctx=200_000_000))
     assert host.model is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import gguf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -147,8 +148,6 @@ def test_scrub_replaces_lone_surrogates_only() -> None:
 
 
 def _write_gguf(path: Path, *, model: str, pre: str, tokens: list[str], merges: list[str]) -> None:
-    import gguf
-
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_tokenizer_model(model)
     writer.add_tokenizer_pre(pre)

@@ -24,7 +24,7 @@ from app.core.jobs.tasks import JobResult, OutputSpan
 from app.store import archive
 from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import unpack
-from app.store.models import Base, DocumentText, KVStateRow, PromptVersion
+from app.store.models import Base, DocumentText, KVStateRow, PromptVersion, Session
 from app.store.repository import Repository
 from tests.store.kv_states import engine_state
 
@@ -107,8 +107,6 @@ def kv_rows(repo: Repository, sid: int) -> list[tuple[Any, ...]]:
 
 def session_document(repo: Repository, sid: int) -> str:
     def action(s: Any) -> int:
-        from app.store.models import Session
-
         return s.get(Session, sid).document_id
 
     return repo.document_text(repo.read(action))

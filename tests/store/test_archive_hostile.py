@@ -37,7 +37,8 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.documents import document_from_text
-from app.core.engine.types import KVState
+from app.core.engine.host import EngineHost
+from app.core.engine.types import KVState, LoadSettings
 from app.store import archive
 from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import pack, pack_tokens, unpack
@@ -746,9 +747,6 @@ def test_real_states_walk_import_and_restore_and_mutations_stop_at_both_doors(
 
 def test_real_sliding_window_states_walk(gemma_path: Path) -> None:
     """Gemma 3 keeps its sliding-window layers in a second cache: both caches walk."""
-    from app.core.engine.host import EngineHost
-    from app.core.engine.types import LoadSettings
-
     with EngineHost() as host:
         host.load(gemma_path, LoadSettings(n_ctx=512))
         for name, state in real_states(host).items():

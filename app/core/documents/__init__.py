@@ -81,7 +81,7 @@ def document_from_text(text: str, *, name: str = "untitled", format: str = "text
     clean, lossy = strip_surrogates(text)
     data = clean.encode("utf-8")
     if format == "html":
-        from app.core.documents.html import parse_html
+        from app.core.documents.html import parse_html  # noqa: PLC0415 (bs4, lxml: HTML only)
 
         parsed = parse_html(clean, name=name)
     else:
@@ -102,7 +102,7 @@ def document_from_text(text: str, *, name: str = "untitled", format: str = "text
 def _parse_container(data: bytes, fmt: str, *, name: str, limits: Limits) -> Parsed:
     """HTML, PDF and DOCX: their libraries are imported only when such a file is opened."""
     if fmt == "html":
-        from app.core.documents.html import decode_html, parse_html
+        from app.core.documents.html import decode_html, parse_html  # noqa: PLC0415 (bs4, lxml)
 
         text, encoding, lossy = decode_html(data, name=name)
         try:
@@ -115,9 +115,9 @@ def _parse_container(data: bytes, fmt: str, *, name: str, limits: Limits) -> Par
             raise DocumentError(f"{name} has no visible text.")
         return Parsed(parsed.text, parsed.blocks, encoding, lossy)
     if fmt == "pdf":
-        from app.core.documents.pdf import parse_pdf
+        from app.core.documents.pdf import parse_pdf  # noqa: PLC0415 (pypdf: PDF only)
 
         return parse_pdf(data, name=name, limits=limits)
-    from app.core.documents.docx import parse_docx
+    from app.core.documents.docx import parse_docx  # noqa: PLC0415 (python-docx: DOCX only)
 
     return parse_docx(data, name=name, limits=limits)

@@ -8,6 +8,7 @@ parent rebuilds it quickly (see :func:`pack`), and exits. The parent kills it to
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gc
 import signal
@@ -15,8 +16,10 @@ import sys
 from array import array
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Final
 
+from app.core.documents import DocumentError, load_document
 from app.core.documents.model import Block, BlockKind, Document
 
 KINDS: Final = tuple(BlockKind)
@@ -43,8 +46,6 @@ def pack(doc: Document) -> dict[str, Any]:
 
 
 def unpack(packed: dict[str, Any]) -> Document:
-    from pathlib import Path
-
     starts, ends, pages = array("q"), array("q"), array("q")
     starts.frombytes(packed["starts"])
     ends.frombytes(packed["ends"])
@@ -68,7 +69,7 @@ def unpack(packed: dict[str, Any]) -> Document:
 def limit_memory(limit: int) -> None:
     """Cap this process's address space (where the platform has RLIMIT_AS)."""
     try:
-        import resource
+        import resource  # noqa: PLC0415 (POSIX only)
     except ImportError:  # Windows: no rlimits
         return
     if not hasattr(resource, "RLIMIT_AS"):
@@ -82,8 +83,6 @@ def limit_memory(limit: int) -> None:
 
 
 def serve(conn: Connection) -> None:
-    from app.core.documents import DocumentError, load_document
-
     try:
         request = conn.recv()
     except (EOFError, OSError):
@@ -111,8 +110,6 @@ def serve(conn: Connection) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="contextlens-reader")
     parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
     parser.add_argument("--memory", type=int, required=True, help="address-space cap in bytes")

@@ -13,6 +13,10 @@ import re
 import zipfile
 from typing import Any, Final
 
+import docx
+from docx.oxml.ns import qn
+from docx.oxml.table import CT_Tbl
+
 from app.core.documents.builder import BlockBuilder
 from app.core.documents.messages import human_size, short_reason
 from app.core.documents.model import BlockKind, DocumentError, Limits, Parsed
@@ -27,9 +31,6 @@ _STYLE_DEPTH: Final = 8  # how far up the base-style chain a heading or list sty
 
 def parse_docx(data: bytes, *, name: str, limits: Limits) -> Parsed:
     check_container(data, name=name, limits=limits)
-    import docx
-    from docx.oxml.table import CT_Tbl
-
     try:
         document = docx.Document(io.BytesIO(data))
         styles = _StyleKinds(document.styles.element)
@@ -210,8 +211,6 @@ class _StyleKinds:
     """
 
     def __init__(self, styles: Any) -> None:
-        from docx.oxml.ns import qn
-
         self._qn = qn
         self._by_id: dict[str, Any] = {}
         self._default: Any = None

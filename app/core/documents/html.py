@@ -12,6 +12,7 @@ import re
 from typing import Any, Final
 
 from bs4.dammit import EncodingDetector
+from lxml import etree
 
 from app.core.documents.builder import BlockBuilder
 from app.core.documents.decoding import canonical_encoding, decode_bytes, strip_surrogates
@@ -107,8 +108,6 @@ def parse_html(text: str, *, name: str = "the page", limits: Limits | None = Non
     compares the two on every sample and on random markup), at a tenth of the time and without
     the tree's ~1 KB per element."""
     check_elements(text, name=name, limit=(limits or Limits()).html_max_elements)
-    from lxml import etree
-
     reader = _Reader()
     try:
         _feed(etree.HTMLParser(target=reader, recover=True, huge_tree=False), text)

@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
+import app
 from app.core.documents import load_document
 from app.core.documents.child import unpack
 from app.core.documents.formats import FORMATS, format_for_name, resolve_format
@@ -97,8 +98,6 @@ def _format_from_head(path: Path, name: str) -> str:
 
 
 def _package_root() -> str:
-    import app
-
     return str(Path(app.__file__).resolve().parent.parent)
 
 

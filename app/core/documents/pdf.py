@@ -13,6 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pypdf import PasswordType, PdfReader, apply_configuration
+from pypdf.errors import DependencyError, LimitReachedError
+from pypdf.generic import ArrayObject, IndirectObject, StreamObject
+
 from app.core.documents.decoding import strip_surrogates
 from app.core.documents.messages import human_size, short_reason
 from app.core.documents.model import Block, BlockKind, DocumentError, Limits, Parsed
@@ -45,7 +49,6 @@ def parse_pdf(data: bytes, *, name: str, limits: Limits) -> Parsed:
     # The PDF standard lets the header start anywhere in the first kilobyte.
     if b"%PDF-" not in data[:1024]:
         raise DocumentError(f"{name} is not a PDF file (it does not start with %PDF-).")
-    from pypdf.errors import DependencyError, LimitReachedError
 
     try:
         with _pdf_limits(limits):
@@ -68,8 +71,6 @@ def parse_pdf(data: bytes, *, name: str, limits: Limits) -> Parsed:
 
 
 def _page_texts(data: bytes, name: str, limits: Limits) -> list[str]:
-    from pypdf import PasswordType, PdfReader
-
     reader = PdfReader(io.BytesIO(data), strict=False)
     if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
         raise DocumentError(f"{name} is password-protected; remove the password and open it again.")
@@ -220,8 +221,6 @@ def _resolved(value: Any) -> Any:
 
 def _contents_key(raw: Any) -> object:
     """The streams a page draws, by object number: pages naming the same ones draw the same."""
-    from pypdf.generic import ArrayObject, IndirectObject
-
     if isinstance(raw, IndirectObject):
         target = _resolved(raw)
         if isinstance(target, ArrayObject):
@@ -248,9 +247,6 @@ def _stream_work(stream: Any) -> int:
 
 
 def _stream_data(stream: Any) -> bytes:
-    from pypdf.errors import LimitReachedError
-    from pypdf.generic import StreamObject
-
     if not isinstance(stream, StreamObject):
         return b""
     try:
@@ -263,15 +259,13 @@ def _stream_data(stream: Any) -> bytes:
 
 def _draws_text(data: bytes) -> bool:
     try:
-        from pypdf._text_extraction import _has_text_operator
+        from pypdf._text_extraction import _has_text_operator  # noqa: PLC0415 (private: may move)
     except ImportError:  # pypdf moved it: count every stream as parsed
         return True
     return _has_text_operator(data)
 
 
 def _forms(resources: Any) -> list[Any]:
-    from pypdf.generic import StreamObject
-
     xobjects = _resolved(_get(resources, "/XObject"))
     if not isinstance(xobjects, dict):
         return []
@@ -356,8 +350,6 @@ def _assemble(page_texts: list[str]) -> Parsed:
 @contextmanager
 def _pdf_limits(limits: Limits) -> Iterator[None]:
     """pypdf's decompression caps set from ``limits``; restored when the block ends."""
-    from pypdf import apply_configuration
-
     cap = limits.pdf_max_stream_bytes
     with apply_configuration(
         maximum_declared_stream_length=cap,

@@ -25,6 +25,7 @@ It is foreign code, held by two fences:
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import functools
@@ -56,6 +57,7 @@ from jinja2.runtime import markup_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace, pass_context
 
+from app.core.child_process import child_env, module_command
 from app.core.engine.types import CancelledError
 
 DEFAULT_TIME_LIMIT_S = 2.0
@@ -596,8 +598,6 @@ _ENV_KEPT_PREFIXES = ("LC_", "_PYI", "_MEI")
 
 
 def _renderer_env() -> dict[str, str]:
-    from app.core.child_process import child_env
-
     return {k: v for k, v in child_env().items()
             if k in _ENV_KEPT or k.startswith(_ENV_KEPT_PREFIXES)}  # fmt: skip
 
@@ -678,8 +678,6 @@ class _Renderer:
         if self._proc is not None and self._conn is not None and self._proc.poll() is None:
             return self._conn, self._proc
         self._kill()
-        from app.core.child_process import module_command
-
         ours, theirs = socket.socketpair()
         with theirs:
             try:
@@ -933,8 +931,6 @@ def serve(fd: int, parent: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the renderer: ``python -P -m app.core.engine.chat_template --fd N``."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="contextlens-chat-template")
     parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
     parser.add_argument("--parent", type=int, required=True, help="the process to die with")

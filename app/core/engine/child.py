@@ -16,6 +16,7 @@ lanes get the loaded model from here as :class:`LlamaHandles`, never this class.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import ctypes
@@ -23,6 +24,7 @@ import json
 import mmap
 import os
 import re
+import resource
 import signal
 import sys
 import time
@@ -32,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
+from gguf.constants import GGMLQuantizationType
 from jinja2 import TemplateError
 
 from app.core.engine.chat_template import (
@@ -49,6 +52,7 @@ from app.core.engine.decoding import (
 from app.core.engine.gguf import BASE_MODEL_NOTE, adds_space_prefix, base_model_reason, read_gguf
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.kv_alloc import parse_kv_log
+from app.core.engine.lanes import generate_lanes
 from app.core.engine.reply_text import STREAM_INTERVAL_S, ReplyText, token_bytes
 from app.core.engine.sampler import build_sampler
 from app.core.engine.types import (
@@ -154,8 +158,6 @@ class Fault:
         return self.steps == self.after + 1
 
     def fire(self) -> NoReturn:
-        import resource
-
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a planned crash leaves no core
         sys.stderr.flush()
@@ -185,8 +187,8 @@ class Engine:
     """llama.cpp behind a small, explicit API; lives only in the child process."""
 
     def __init__(self, cancel_flag: SharedFlag) -> None:
-        import llama_cpp
-        import llama_cpp.llama_chat_format as chat_format
+        import llama_cpp  # noqa: PLC0415 (llama.cpp only in the engine process, not importers)
+        import llama_cpp.llama_chat_format as chat_format  # noqa: PLC0415
 
         chat_format.Jinja2ChatFormatter = _SandboxedTemplateCheck  # type: ignore[misc,assignment]
         _SandboxedTemplateCheck.stopped = self._stopped
@@ -294,8 +296,6 @@ class Engine:
         return build_capabilities(self._lc)
 
     def load(self, path: str, settings: LoadSettings) -> LoadedModel:
-        from gguf.constants import GGMLQuantizationType
-
         settings.validate()
         self.unload()
         self.tokenizer_path = path
@@ -315,7 +315,7 @@ class Engine:
         self.first_error = ""
         t0 = time.perf_counter()
         try:
-            from llama_cpp import Llama
+            from llama_cpp import Llama  # noqa: PLC0415 (llama.cpp: engine process only)
 
             self._loading = True
             self.llm = Llama(
@@ -409,7 +409,10 @@ class Engine:
         """Why the model's chat template cannot frame a document, or "" when it can (or when
         there is none: a plain prompt is then the expected thing). Jobs fall back to a plain
         prompt on the same failure; this says so once, at load."""
-        from app.core.planning.frame import document_messages, split_at_document
+        from app.core.planning.frame import (  # noqa: PLC0415 (tiktoken: not at engine start)
+            document_messages,
+            split_at_document,
+        )
 
         if not self.llm.metadata.get("tokenizer.chat_template"):
             return ""
@@ -443,7 +446,7 @@ class Engine:
 
     def _vocab_only(self, path: str, overrides: dict[str, bool] | None = None) -> Any:
         """A vocabulary-only llama.cpp model of ``path``, with metadata ``overrides``."""
-        from llama_cpp import _internals
+        from llama_cpp import _internals  # noqa: PLC0415 (llama.cpp: engine process only)
 
         lc = self._lc
         params = lc.llama_model_default_params()
@@ -860,16 +863,12 @@ class Engine:
     ) -> None:
         """Reply to ``prefix + suffix`` for each suffix, ``lanes`` at a time in one batch (see
         :mod:`app.core.engine.lanes`). The loaded context and its cache are left as they were."""
-        from app.core.engine.lanes import generate_lanes
-
         generate_lanes(self._handles(), prefix, suffixes, lanes=lanes, max_tokens=max_tokens,
                        sampling=sampling, stop=stop, emit=emit)  # fmt: skip
 
     # ----- fault injection (tests of crash isolation use this; nothing else does) -----
 
     def crash(self, kind: str) -> None:
-        import signal
-
         if kind == "segfault":
             ctypes.string_at(0)
         elif kind == "abort":
@@ -930,8 +929,6 @@ def serve(conn: Connection, cancel_flag: SharedFlag) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the child: ``python -m app.core.engine.child --fd N --flag PATH``."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="contextlens-engine")
     parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
     parser.add_argument("--flag", required=True, help="file holding the shared cancel byte")

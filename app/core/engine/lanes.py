@@ -38,6 +38,7 @@ from app.core.engine.decoding import (
     check_token_ids,
     decode_batch,
 )
+from app.core.engine.gguf import inspect_model
 from app.core.engine.reply_text import STREAM_INTERVAL_S, ReplyText
 from app.core.engine.sampler import build_sampler
 from app.core.engine.types import (
@@ -148,7 +149,7 @@ def _lanes_that_fit(llama: LlamaHandles, per_lane: int) -> int:
     """How many lanes' caches fit in half the free memory (at least one: the request then
     fails as any context would). With layers on a GPU the cache is there, and llama.cpp's own
     refusal decides (:func:`_lane_context` halves the lanes until one fits)."""
-    import psutil
+    import psutil  # noqa: PLC0415 (only when lanes run: the CLI imports this module at start)
 
     settings = llama.settings
     if settings.n_gpu_layers != 0:
@@ -163,8 +164,6 @@ def _lanes_that_fit(llama: LlamaHandles, per_lane: int) -> int:
 @functools.lru_cache(maxsize=4)
 def _kv_bytes_per_cell(model_path: str, kv_cache_type: str) -> int | None:
     """From the GGUF card, read once per model (not at every map phase); None if unknown."""
-    from app.core.engine.gguf import inspect_model
-
     try:
         return inspect_model(model_path).kv_bytes_per_token(kv_cache_type)
     except (OSError, ValueError):
@@ -174,7 +173,7 @@ def _kv_bytes_per_cell(model_path: str, kv_cache_type: str) -> int | None:
 def _lane_context(llama: LlamaHandles, lanes: int, per_lane: int) -> tuple[Any, int]:
     """A context like the loaded one with a stream of ``per_lane`` cells for each lane, and the
     number of lanes it has: where llama.cpp cannot allocate them all, half as many, down to one."""
-    from llama_cpp._internals import LlamaContext
+    from llama_cpp._internals import LlamaContext  # noqa: PLC0415 (llama.cpp: engine process only)
 
     lc = llama.lc
     while True:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
+from app.core.engine.gguf import GGUFError, inspect_model
 from app.core.engine.remote_http import (
     Client,
     Connection,
@@ -54,7 +55,15 @@ from app.core.engine.types import (
     TextDelta,
 )
 from app.core.planning.frame import ServerTemplate
-from app.core.tokens import TiktokenCounter, TokenCounter, cl100k, scrub
+from app.core.tokens import (
+    TiktokenCounter,
+    TokenCounter,
+    TokenizerUnsupported,
+    cl100k,
+    gguf_encoding,
+    probe_text,
+    scrub,
+)
 
 NOT_REPORTED = "not reported by this server"
 NO_KV_STATE = (
@@ -417,8 +426,6 @@ class RemoteEngine:
         return reported, source
 
     def _choose_tokenizer(self, has_server: bool, warnings: list[str]) -> tuple[str, bool]:
-        from app.core.tokens import TokenizerUnsupported, gguf_encoding
-
         if self._model_path is not None:
             try:
                 local = gguf_encoding(self._model_path)
@@ -452,8 +459,6 @@ class RemoteEngine:
     def _choose_template(self, server_template: str | None, props: Any,
                          warnings: list[str]) -> str:  # fmt: skip
         if self._model_path is not None and self._local is not None:
-            from app.core.engine.gguf import GGUFError, inspect_model
-
             try:
                 card = inspect_model(self._model_path)
             except GGUFError as exc:
@@ -947,8 +952,6 @@ def _same_tokens(local: TiktokenCounter, server: _ServerTokenizer) -> str | None
     """Where the local GGUF's encoding and the server's tokenizer disagree, or None. Special
     tokens are parsed on both sides: servers parse them in the text of a prompt (llama-cpp-
     python's cannot do otherwise), so that is what a prompt sent as text becomes."""
-    from app.core.tokens import probe_text
-
     text = probe_text()
     for piece in [*text.splitlines(keepends=True)[:40], text]:
         mine, theirs = local.encode_special(piece), server.encode(piece, True)

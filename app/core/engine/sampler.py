@@ -25,7 +25,7 @@ def build_sampler(
     min-p, temperature, the seeded draw; greedy at temperature 0), having seen ``history`` (the
     prompt): the penalties' windows count the prompt's tokens too, as llama-server's do, so a
     server and this engine sample alike. The caller closes it."""
-    from llama_cpp._internals import LlamaSampler
+    from llama_cpp._internals import LlamaSampler  # noqa: PLC0415 (llama.cpp: engine process only)
 
     sampler = LlamaSampler()
     windows = []

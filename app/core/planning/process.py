@@ -21,6 +21,7 @@ another. Requests and replies travel as pickles over a socket pair, as the engin
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import os
@@ -408,8 +409,6 @@ def _serve(conn: Connection) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the child: ``python -P -m app.core.planning.process --fd N``."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="contextlens-planner")
     parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
     args = parser.parse_args(argv)
