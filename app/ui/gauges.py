@@ -48,10 +48,10 @@ from app.core import telemetry
 from app.core.jobs.tasks import (
     ChunkEvaluated,
     ChunkQueued,
-    CompareFinished,
     JobFinished,
     KVStats,
     LanesStarted,
+    StrategiesFinished,
     TokenBatch,
 )
 from app.core.telemetry import GPUState, PromptHistogram
@@ -246,7 +246,7 @@ class GaugesPanel(QWidget):
                 self._prompt_tokens = 0
             case JobFinished():
                 self._finished(ev)
-            case CompareFinished():
+            case StrategiesFinished():
                 self._running = False
             case _:
                 return
