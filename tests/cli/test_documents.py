@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from app.core.jobs.tasks import SUMMARIZE
+from app.core.paths import sample_document
 from app.core.tokens import gguf_encoding
 from tests.cli.runner import assert_one_line_error, run
 
@@ -158,8 +160,6 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
 
 
 def test_run_summarize_json_contract(tmp_path: Path, model_path: Path) -> None:
-    from app.core.paths import sample_document
-
     doc = tmp_path / "part.txt"
     doc.write_text(sample_document().read_text(encoding="utf-8")[:9000], encoding="utf-8")
     proc = run("run", str(doc), "--task", "summarize", "--strategy", "tail", "--n-ctx", "512",
@@ -180,7 +180,6 @@ def test_run_summarize_json_contract(tmp_path: Path, model_path: Path) -> None:
 
 def test_run_executes_the_plan_that_plan_shows(tmp_path: Path, model_path: Path) -> None:
     """Both plan the Document with its structure (here: code, never cut inside a line)."""
-    from app.core.jobs.tasks import SUMMARIZE
 
     doc = str(DATA / "sample.py")
     shown = run("plan", doc, "--n-ctx", "256", "--strategy", "head", "--reserve", "8",
@@ -197,8 +196,6 @@ def test_run_executes_the_plan_that_plan_shows(tmp_path: Path, model_path: Path)
 
 
 def test_compare_json_has_a_result_per_strategy(tmp_path: Path, model_path: Path) -> None:
-    from app.core.paths import sample_document
-
     doc = tmp_path / "part.txt"
     doc.write_text(sample_document().read_text(encoding="utf-8")[:6000], encoding="utf-8")
     proc = run("compare", str(doc), "--task", "ask", "--question", "What is this?",

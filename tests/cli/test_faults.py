@@ -20,6 +20,9 @@ import pytest
 
 from app.cli.common import EXIT_ENGINE_CRASHED, EXIT_OK
 from app.core.engine.child import FAULT_ENV
+from app.store.archive import export_session, import_session
+from app.store.db import open_database
+from app.store.repository import Repository
 from tests.conftest import DATA
 from tests.fault_injection import Draw, check_crash_sentence, draw, tally_of
 
@@ -48,9 +51,6 @@ def write_fault(folder: Path, fault: Draw) -> Path:
 def stored_runs(db: Path, copy_to: Path | None = None) -> list[dict[str, Any]]:
     """Every run in the history at ``db`` (or in a copy of its first session, exported and
     imported into ``copy_to``), oldest first, with whether each has a KV state."""
-    from app.store.archive import export_session, import_session
-    from app.store.db import open_database
-    from app.store.repository import Repository
 
     database = open_database(db)
     repo = Repository(database)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -305,7 +306,6 @@ def test_the_api_key_comes_from_the_keyring_and_is_never_stored(
 
 def _own_address() -> str | None:
     """This machine's address on its network (not loopback), or None when it has none."""
-    import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from app.cli.jobs import job_spec
+from app.cli.main import build_parser, main
+from app.core.documents import document_from_text
+from app.core.jobs.tasks import JobResult
 from app.core.paths import sample_document
+from app.services.jobs import EngineFacts
+from app.services.versions import version_content
+from app.store.db import open_database
+from app.store.repository import Entry, Repository
 from tests.cli.runner import assert_one_line_error, run
 
 SAMPLED = ["--temperature", "0.7", "--repeat-penalty", "1.15", "--seed", "1"]
@@ -25,7 +33,6 @@ def _doc(folder: Path, chars: int = 2000) -> Path:
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     """A quick command in this process (no model): its output; it must succeed."""
-    from app.cli.main import main
 
     capsys.readouterr()
     code = main(list(args))
@@ -79,17 +86,11 @@ def test_a_batch_takes_a_run_sampled_otherwise_for_another_run(tmp_path: Path) -
     """What a batch asks the history before running a document (``finished_version`` with the
     command's version content): done the same way, it is skipped; sampled otherwise, it runs.
     A reply stopped in a loop (``repetition``) is a finished run like ``stop`` and ``length``."""
-    from app.cli.main import build_parser
-    from app.cli.snapshots import version_content
-    from app.core.documents import document_from_text
-    from app.core.jobs.tasks import JobResult
-    from app.store.db import open_database
-    from app.store.repository import Entry, Repository
 
     def content(*flags: str) -> dict[str, object]:
         args = build_parser().parse_args(["batch", str(tmp_path), "--strategy", "head", *flags])
-        return version_content(args, "summarize", "head", n_ctx=512, model="m.gguf",
-                               model_sha256="ab")  # fmt: skip
+        return version_content(job_spec(args, ["head"]), "head", 512,
+                               EngineFacts("m.gguf", "ab", "local", "f16"))  # fmt: skip
 
     doc = document_from_text("A document the batch has done once.", name="d.txt")
     greedy, sampled = content(), content("--temperature", "0.5", "--seed", "5")
@@ -134,7 +135,6 @@ def test_bad_sampling_values_exit_2_with_one_sentence(
     message: str,
 ) -> None:
     """In process (the refusal comes before anything loads); the real command once below."""
-    from app.cli.main import main
 
     doc = _doc(tmp_path)
     where = {

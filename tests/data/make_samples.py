@@ -16,6 +16,11 @@ import zipfile
 import zlib
 from pathlib import Path
 
+import docx
+from pypdf import PdfWriter
+from PySide6.QtCore import QMarginsF, QSizeF
+from PySide6.QtGui import QFont, QGuiApplication, QPageLayout, QPageSize, QPdfWriter, QTextDocument
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 BAD = HERE / "bad"
@@ -156,15 +161,6 @@ def make_encoded_texts() -> None:
 def make_pdf(path: Path) -> None:
     """Typeset with Qt's PDF engine (PySide6): a real, font-embedding PDF producer."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QMarginsF, QSizeF
-    from PySide6.QtGui import (
-        QFont,
-        QGuiApplication,
-        QPageLayout,
-        QPageSize,
-        QPdfWriter,
-        QTextDocument,
-    )
 
     app = QGuiApplication.instance() or QGuiApplication([])
     writer = QPdfWriter(str(path))
@@ -187,8 +183,6 @@ def make_pdf(path: Path) -> None:
 
 
 def make_docx(path: Path) -> None:
-    import docx
-
     document = docx.Document()
     document.core_properties.created = FIXED_TIME
     document.core_properties.modified = FIXED_TIME
@@ -268,8 +262,6 @@ def _png_1x1() -> bytes:
 
 
 def _write_encrypted_pdf(path: Path) -> None:
-    from pypdf import PdfWriter
-
     writer = PdfWriter(clone_from=HERE / "sample.pdf")
     writer.encrypt(user_password="contextlens", algorithm="RC4-128")
     with path.open("wb") as out:
@@ -277,8 +269,6 @@ def _write_encrypted_pdf(path: Path) -> None:
 
 
 def _write_blank_pdf(path: Path) -> None:
-    from pypdf import PdfWriter
-
     writer = PdfWriter()
     writer.add_blank_page(width=595, height=842)
     with path.open("wb") as out:
