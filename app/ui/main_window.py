@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from types import TracebackType
 
+from PySide6 import __version__ as pyside_version
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
@@ -435,8 +436,6 @@ class MainWindow(QMainWindow):
             kind.__name__, exc))  # fmt: skip
 
     def _about(self) -> None:
-        from PySide6 import __version__ as pyside_version
-
         caps = self.session.capabilities
         QMessageBox.about(
             self,
