@@ -109,7 +109,7 @@ def main() -> int:
     window.task_box.setCurrentIndex(window.task_box.findData("summarize"))
     window.max_tokens.setValue(48)
     window.run_compare(["head", "middle", "entropy"])
-    wait(app, lambda: not window._running, "the comparison")
+    wait(app, lambda: not window.session.running, "the comparison")
     save(window.tabs, args.out / "compare.png")
     window.close()
     return 0

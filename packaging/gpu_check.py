@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from app.core.jobs.audit import Audit
 from app.core.default_model import DEFAULT_MODEL, GEMMA_3_270M, model_path
 from app.core.engine.gguf import inspect_model
 from app.core.engine.host import EngineHost
 from app.core.engine.kv_alloc import MIB, MIB_PRECISION
 from app.core.engine.types import LoadSettings
+from app.core.jobs.audit import Audit
 from app.core.jobs.tasks import JobFinished, summarize
 from app.core.paths import sample_document
 from app.core.telemetry import gpu_state

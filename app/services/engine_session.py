@@ -104,6 +104,11 @@ class EngineSession:
         return self._loaded
 
     @property
+    def settings(self) -> LoadSettings | None:
+        """What the local model was loaded with (None: no model here, or a server)."""
+        return self._model[1] if self._model is not None else None
+
+    @property
     def server(self) -> ServerInfo | None:
         """The server jobs run on, or None: the local engine."""
         return self._remote.info if self._remote is not None else None

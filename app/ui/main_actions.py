@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.engine.types import SamplingSettings
-from app.core.jobs.tasks import DEFAULT_LANES
+from app.core.jobs.tasks import DEFAULT_LANES, TASKS
 from app.core.planning.strategies import STRATEGIES
 from app.ui.i18n import language_menu, task_label
 from app.ui.session_model import JobChoices
@@ -37,7 +37,6 @@ from app.ui.theme import apply_theme, current_theme
 MAX_RECENT = 8
 # a View menu entry that puts the focus into a part of the window: text, keys, part, its dock
 GoTo = tuple[str, str, QWidget, QDockWidget | None]
-TASKS = ("summarize", "ask", "extract")
 
 
 class MainActions(QObject):

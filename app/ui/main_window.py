@@ -307,7 +307,7 @@ class MainWindow(QMainWindow):
     def load_model(self, path: Path, settings: LoadSettings, *, fresh: bool = False) -> None:
         """Load ``path``, with the settings tuned for this machine when the panel says so
         (measured now when there are none yet, or when ``fresh``)."""
-        if self.session.server is not None:  # the worker lets the server go before it loads
+        if self.session.server is not None:  # the engine lets the server go before it loads
             self.model_panel.server.show_disconnected()
         self.model_panel.n_ctx.setValue(settings.n_ctx)
         self.model_panel.set_busy(True)
@@ -334,7 +334,7 @@ class MainWindow(QMainWindow):
         self.model_panel.show_loaded(loaded)
         if caps is not None:
             self.model_panel.set_capabilities(caps)
-        self.gauges.set_engine_pid(self.engine.worker.engine_pid)
+        self.gauges.set_engine_pid(self.engine.driver.engine_pid)
 
     def _on_server_connected(self, info: ServerInfo) -> None:
         self.model_panel.show_server(info)

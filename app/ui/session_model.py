@@ -26,7 +26,6 @@ from PySide6.QtCore import QObject, QThreadPool, Signal
 from shiboken6 import isValid
 
 from app.core import calibrate
-from app.core.default_model import sha256_of
 from app.core.documents import Document
 from app.core.documents.isolated import ReadCancelled, read_document
 from app.core.engine.gguf import ModelInfo
@@ -43,18 +42,14 @@ from app.core.planning.frame import FrameSource
 from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess, Superseded
 from app.core.planning.strategies import Planner, needle_spans, plan_for
-from app.core.sampling import from_version, stored
+from app.core.sampling import from_version
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
-from app.store.repository import Entry, Repository, VersionInfo
+from app.services import versions
+from app.services.engine_session import ResumeSpec, ServerSpec
+from app.services.jobs import JobOutcome, JobSpec
+from app.store.repository import Repository, VersionInfo
 from app.ui.background import run_in_background
-from app.ui.engine_thread import (
-    EngineThread,
-    JobOutcome,
-    JobSpec,
-    ResumeSpec,
-    ServerSpec,
-    TuneSpec,
-)
+from app.ui.engine_thread import EngineThread, JobRequest, TuneSpec
 from app.ui.plan_index import PlanIndex, index_plan
 
 log = logging.getLogger(__name__)
@@ -145,17 +140,16 @@ class SessionModel(QObject):
         self._starting: JobSpec | None = None  # a job whose plans are being made
         self._cancel_start = False
         self._comparing = False
-        self._resuming: int | None = None  # the version a rollback is generating for
-        self._resuming_session = 0
+        self._resuming: VersionInfo | None = None  # the version a rollback is generating for
         # The candidates a first load measures (None: calibrate's own); fewer make it quicker.
         self.calibration_trials: tuple[LoadSettings, ...] | None = None
         self._engine = EngineThread(self)
         self._wire_engine()
 
     def _wire_engine(self) -> None:
-        # Bound methods only: a lambda connected to the worker's signals would run on the
+        # Bound methods only: a lambda connected to the driver's signals would run on the
         # engine thread; a method of this object is queued to the GUI thread.
-        w = self._engine.worker
+        w = self._engine.driver
         w.model_loaded.connect(self._on_model_loaded)
         w.server_connected.connect(self._on_server_connected)
         w.server_failed.connect(self._on_server_failed)
@@ -341,7 +335,7 @@ class SessionModel(QObject):
     def _planning(self) -> tuple[PlanProcess | Planner, str | None]:
         """(PlanProcess or Planner, child key): where the plans the window shows are made, with
         the loaded model's counter, else cl100k."""
-        counter = self._engine.worker.counter
+        counter = self._engine.driver.counter
         key = self._child_key(counter)
         if key is not None:
             return self._plans, key
@@ -358,7 +352,7 @@ class SessionModel(QObject):
         generation = self._plan_generation
         strategy = self._choices.strategy
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
-        model, framing, counter = self._frame_source(), self._framing(), self._engine.worker.counter
+        model, framing, counter = self._frame_source(), self._framing(), self._engine.driver.counter
         doc, (where, key) = self._doc, self._planning()
         ticket = self._plans.ticket() if key is not None else None
 
@@ -412,7 +406,7 @@ class SessionModel(QObject):
 
     def _count_exact(self) -> None:
         """The document's tokens by the loaded model, then ``ready``."""
-        doc, counter = self._doc, self._engine.worker.counter
+        doc, counter = self._doc, self._engine.driver.counter
         if doc is None or counter is None:
             return
         key = self._child_key(counter)
@@ -437,12 +431,13 @@ class SessionModel(QObject):
         comes first: it keys the calibration, measured now when this machine has none (or
         when ``fresh``)."""
         self._model_path = Path(path)
-        self._server = None  # the worker lets the server go before it loads
+        self._server = None  # the engine lets the server go before it loads
         self._model_sha = ""
         self._wait("load", True, self.tr("Loading {0}…").format(Path(path).name))
         if not (tuned and calibrate.automatic()):
             self._engine.request_load.emit(str(path), settings)
-            run_in_background(lambda: sha256_of(Path(path)), self._set_model_sha, lambda _m: None)
+            run_in_background(lambda: self._sha256(Path(path)), self._set_model_sha,
+                              lambda _m: None)  # fmt: skip
             return
         tune = (fresh, self.calibration_trials)
 
@@ -456,7 +451,7 @@ class SessionModel(QObject):
         def unreadable(_message: str) -> None:  # the load says what is wrong with the file
             self._engine.request_load.emit(str(path), settings)
 
-        run_in_background(lambda: sha256_of(Path(path)), hashed, unreadable)
+        run_in_background(lambda: self._sha256(Path(path)), hashed, unreadable)
 
     def connect_server(self, spec: ServerSpec, local: Path | None = None) -> None:
         """Run jobs on the server ``spec`` names; with ``local``, the same model's GGUF here
@@ -465,9 +460,14 @@ class SessionModel(QObject):
             spec = replace(spec, model_path=str(local))
         self._model_sha = ""
         if local is not None:
-            run_in_background(lambda: sha256_of(local), self._set_model_sha, lambda _m: None)
+            run_in_background(lambda: self._sha256(local), self._set_model_sha, lambda _m: None)
         self._wait("load", True, self.tr("Connecting to {0}…").format(spec.url))
         self._engine.request_connect.emit(spec)
+
+    def _sha256(self, path: Path) -> str:
+        """The model file's sha256, read off the GUI thread into the engine session's memory,
+        so the history has it when a job ends (the session would otherwise read it then)."""
+        return self._engine.driver.session.model_sha256(path)
 
     def unload(self) -> None:
         """Unload the model, or let the server go."""
@@ -553,11 +553,11 @@ class SessionModel(QObject):
         if task != "summarize" and not text:
             self.fail(self.tr("Type the question (or the extract instruction) first."))
             return None
-        return JobSpec(task, strategies, self._doc.text,
-                       questions=(text,) if task == "ask" else (),
+        return JobSpec(task, strategies, questions=(text,) if task == "ask" else (),
                        instruction=text if task == "extract" else "",
-                       max_tokens=choices.max_tokens, audit=choices.audit, lanes=choices.lanes,
-                       sampling=choices.sampling)  # fmt: skip
+                       max_tokens=choices.max_tokens, lanes=choices.lanes,
+                       sampling=choices.sampling, keep_kv=True,
+                       audit=choices.audit)  # fmt: skip
 
     def run_job(self, choices: JobChoices, strategy: str | None = None) -> None:
         """Run the task under ``strategy`` (None: the one chosen)."""
@@ -581,7 +581,7 @@ class SessionModel(QObject):
         wanted = list(self._choices.needles)
         if not wanted or self._doc is None:
             return
-        model, framing, counter = self._frame_source(), self._framing(), self._engine.worker.counter
+        model, framing, counter = self._frame_source(), self._framing(), self._engine.driver.counter
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
         doc, (where, key) = self._doc, self._planning()
 
@@ -614,14 +614,15 @@ class SessionModel(QObject):
         self._running, self._comparing = True, comparing
         self.job_started.emit(StartedJob(self._loaded.n_ctx, spec.strategies, comparing))
         self._set_running(True)
-        counter = self._engine.worker.counter
-        if counter is None:  # the model is being loaded again: the worker says what is wrong
-            self._engine.request_job.emit(spec)
+        counter = self._engine.driver.counter
+        doc = self._doc
+        if counter is None:  # the model is being loaded again: the engine says what is wrong
+            self._engine.request_job.emit(JobRequest(spec, doc.text))
             return
-        doc, key = self._doc, self._child_key(counter)
+        key = self._child_key(counter)
         planner = Planner(doc, counter)
         if key is None:
-            self._engine.request_job.emit(replace(spec, planner=planner))
+            self._engine.request_job.emit(JobRequest(spec, doc.text, planner))
             return
         plans, model, n_ctx = self._plans, self._frame_source(), self._loaded.n_ctx
         asks = [(strategy, *planning(spec.task, strategy, counter, max_tokens=spec.max_tokens,
@@ -645,7 +646,7 @@ class SessionModel(QObject):
             if made is None or self._cancel_start:  # closing, or cancelled while planning
                 self._on_job_done(JobOutcome(spec))
                 return
-            self._engine.request_job.emit(replace(spec, planner=planner))
+            self._engine.request_job.emit(JobRequest(spec, doc.text, planner))
 
         def failed(message: str) -> None:
             self._starting = None
@@ -711,39 +712,23 @@ class SessionModel(QObject):
     # ----- recording a finished job -----
 
     def _record(self, outcome: JobOutcome) -> None:
-        """Store the job as a session with a version (and run, and KV state) per strategy."""
-        repo, doc, loaded = self._repo, self._doc, self._loaded
+        """Store the job through the service the command line records with (one session, a
+        version per strategy with its run and KV state), or a resumed reply under the version
+        the rollback made."""
+        repo, doc = self._repo, self._doc
         resumed, self._resuming = self._resuming, None
-        resumed_session = self._resuming_session
-        if repo is None or doc is None or loaded is None or not outcome.results:
+        if repo is None or doc is None or not outcome.results:
             self.job_finished.emit(outcome)
             return
-        if resumed is not None:  # a rollback: its run belongs to the version the panel made
+        if resumed is not None:
             result = outcome.results[0]
-            run_in_background(lambda: repo.save_run(resumed, result),
-                              lambda _id: self._recorded(resumed_session, outcome),
-                              lambda m: self._record_failed(m, outcome))  # fmt: skip
-            return
-        spec, sha, server = outcome.spec, self._model_sha, self._server
-        # a server's model is recorded as "URL model" (never with a key); its sha256 is the
-        # local GGUF's when one was given for the counts, else unknown
-        model = loaded.path if server is not None else str(self._model_path or "")
-        engine = server.url if server is not None else "local"
-        prompt = "\n".join(spec.questions) or spec.instruction
 
-        def work() -> int:
-            model_sha = sha or ("" if server is not None else sha256_of(Path(model)))
-            entries = [
-                Entry({"task": r.task, "strategy": r.strategy, "prompt": prompt,
-                       "model_path": model, "model_sha256": model_sha,
-                       "settings": {"n_ctx": r.n_ctx, "max_tokens": spec.max_tokens,
-                                    "kv_cache_type": loaded.kv_cache_type, "engine": engine,
-                                    "sampling": stored(spec.sampling)}},
-                      r, outcome.states.get(i), len(r.final_prompt))
-                for i, r in enumerate(outcome.results)
-            ]  # fmt: skip
-            ids = repo.record(doc, doc.name, entries)
-            return repo.get_version(ids[0]).session if ids else 0
+            def work() -> int:
+                return versions.record_resumed(repo, resumed, result).session
+        else:
+
+            def work() -> int:
+                return versions.record_outcome(repo, doc, outcome).session
 
         run_in_background(work, lambda session: self._recorded(session, outcome),
                           lambda m: self._record_failed(m, outcome))  # fmt: skip
@@ -776,14 +761,8 @@ class SessionModel(QObject):
         sha = self._model_sha
 
         def work() -> ResumeSpec | None:
-            saved = repo.kv_state(version.id, model_sha256=sha, n_ctx=loaded.n_ctx,
-                                  cache_type=loaded.kv_cache_type)  # fmt: skip
-            if saved is None:
-                return None
-            sources = repo.output_sources(saved.version)
-            max_tokens = int(version.settings.get("max_tokens", 256))
-            return ResumeSpec(saved.state, saved.prompt_tokens, version.task, version.strategy,
-                              max_tokens, sources, sampling)  # fmt: skip
+            return versions.resume_spec(repo, version, model_sha256=sha, n_ctx=loaded.n_ctx,
+                                        cache_type=loaded.kv_cache_type)  # fmt: skip
 
         def done(spec: ResumeSpec | None) -> None:
             if spec is None:
@@ -795,7 +774,7 @@ class SessionModel(QObject):
             self.job_started.emit(StartedJob(loaded.n_ctx, (version.strategy,), resumed=True))
             self._set_running(True)
             self.status.emit(self.tr("Resuming from the saved KV state…"), 0)
-            self._resuming, self._resuming_session = version.id, version.session
+            self._resuming = version
             self._engine.request_resume.emit(spec)
 
         run_in_background(work, done, self.fail)

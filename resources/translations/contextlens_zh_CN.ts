@@ -272,7 +272,7 @@
     </message>
 </context>
 <context>
-    <name>EngineWorker</name>
+    <name>EngineDriver</name>
     <message>
         <source>Loading model…</source>
         <translation>正在加载模型…</translation>
@@ -302,24 +302,8 @@
         <translation>正在统计 token…</translation>
     </message>
     <message>
-        <source>Load a model or connect to a server first.</source>
-        <translation>请先加载模型或连接服务器。</translation>
-    </message>
-    <message>
-        <source>The audit needs the local engine: {0}</source>
-        <translation>审计需要本地引擎：{0}</translation>
-    </message>
-    <message>
         <source>Running…</source>
         <translation>正在运行…</translation>
-    </message>
-    <message>
-        <source>A rollback cannot resume instantly on a server: {0}</source>
-        <translation>在服务器上回滚无法立即恢复：{0}</translation>
-    </message>
-    <message>
-        <source>the engine process ended</source>
-        <translation>引擎进程已结束</translation>
     </message>
 </context>
 <context>

@@ -155,7 +155,7 @@ def measure_under_load(window: object, doc: Path, max_tokens: int) -> tuple[list
     meter.start()
     wait_for(window.job_finished, window.run_job, 600)
     window.job_events.disconnect(open_once)
-    if window._waits:  # the document is still being opened or counted
+    if window.waiting_for:  # the document is still being opened or counted
         wait_for(window.plan_shown, lambda: None, 600)
     gaps = meter.stop()
     rate = (window.gauges.redraw_count - redraws0) / (time.perf_counter() - t0)

@@ -8,6 +8,8 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QHelpEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QToolTip
 
+from app.core.engine.host import EngineHost
+from app.core.engine.types import LoadSettings
 from app.core.jobs.ring import Ring, SegmentKind
 from app.core.jobs.tasks import (
     ChunkEvaluated,
@@ -16,12 +18,17 @@ from app.core.jobs.tasks import (
     JobFinished,
     JobResult,
     KVStats,
+    LanesStarted,
     OutputSpan,
     PartialResult,
     PlanReady,
     TokenBatch,
+    summarize,
 )
+from app.core.paths import sample_document
+from app.core.tokens import exact_counter, host_tokenize
 from app.ui.buffer_panel import BarSegment, BufferPanel, ChunkState
+from app.ui.gauges import GaugesPanel
 
 N_CTX = 512
 WINDOW_1 = [(0, 317, 102), (317, 724, 96), (724, 1102, 99), (1102, 1670, 101)]
@@ -287,13 +294,6 @@ def test_a_call_without_document_chunks_takes_its_sources_from_the_result(qtbot)
 
 
 def test_a_real_rolling_job_through_both_panels(qtbot, model_path: Path) -> None:
-    from app.core.engine.host import EngineHost
-    from app.core.engine.types import LoadSettings
-    from app.core.jobs.tasks import summarize
-    from app.core.paths import sample_document
-    from app.core.tokens import exact_counter, host_tokenize
-    from app.ui.gauges import GaugesPanel
-
     panel = _panel(qtbot)
     gauges = GaugesPanel(N_CTX)
     qtbot.addWidget(gauges)
@@ -332,13 +332,6 @@ def test_a_real_rolling_job_through_both_panels(qtbot, model_path: Path) -> None
 
 
 def test_a_real_map_phase_in_lanes_through_both_panels(qtbot, model_path: Path) -> None:
-    from app.core.engine.host import EngineHost
-    from app.core.engine.types import LoadSettings
-    from app.core.jobs.tasks import LanesStarted, summarize
-    from app.core.paths import sample_document
-    from app.core.tokens import exact_counter, host_tokenize
-    from app.ui.gauges import GaugesPanel
-
     panel = _panel(qtbot)
     gauges = GaugesPanel(N_CTX)
     qtbot.addWidget(gauges)

@@ -74,10 +74,10 @@ def load(qtbot, w: MainWindow, button: object | None = None) -> None:
 
 
 def loaded_settings(w: MainWindow) -> LoadSettings:
-    """What the engine loaded the model with (the worker keeps it to reload after a crash)."""
-    model = w.engine.worker._model
-    assert model is not None
-    return model[1]
+    """What the engine loaded the model with (the session keeps it to reload after a crash)."""
+    settings = w.engine.driver.session.settings
+    assert settings is not None
+    return settings
 
 
 def test_the_first_load_calibrates_and_later_loads_use_the_cache(
@@ -145,7 +145,7 @@ def test_cancel_stops_the_calibration_and_loads_the_persons_values(
         "Calibration cancelled: loading with the values above. Not calibrated yet"
     )
     assert not w.model_panel.tuning.cancel_button.isVisibleTo(w.model_panel)
-    machine = machine_key(w.engine.worker._host.capabilities)
+    machine = machine_key(w.engine.driver.session.capabilities)
     assert cached(sha256_of(model_path), machine) is None  # the next load calibrates again
     assert w.model_panel.load_button.isEnabled()
 

@@ -81,7 +81,7 @@ def _history(w: MainWindow) -> list[dict]:
 
 
 def _crash_mid_run(qtbot, w: MainWindow, fault: Draw, config: pytest.Config) -> None:
-    pid = w.engine.worker.engine_pid
+    pid = w.engine.driver.engine_pid
     doc, shown = w.session.document, w.document_view.text.toPlainText()
     outcome = _run(qtbot, w, crash=True)
     tally_of(config).add(fault)
@@ -107,7 +107,7 @@ def _crash_mid_run(qtbot, w: MainWindow, fault: Draw, config: pytest.Config) -> 
     assert w.history.item_for(version.id).text(5).startswith("error")
 
     # A new engine has the model, and the next run works.
-    assert w.session.loaded is not None and w.engine.worker.engine_pid not in (None, pid)
+    assert w.session.loaded is not None and w.engine.driver.engine_pid not in (None, pid)
     again = _run(qtbot, w)
     [ok] = again.results
     assert ok.finish_reason in ("stop", "length") and ok.error is None
@@ -158,7 +158,7 @@ def test_a_crash_while_saving_the_kv_state_keeps_the_finished_run(
 ) -> None:
     fault = Draw("save", "SIGKILL", 0)  # the state saved right after the job, for rollback
     w = open_window(fault)
-    pid = w.engine.worker.engine_pid
+    pid = w.engine.driver.engine_pid
     outcome = _run(qtbot, w, crash=True)
     tally_of(pytestconfig).add(fault)
     [result] = outcome.results
@@ -167,7 +167,7 @@ def test_a_crash_while_saving_the_kv_state_keeps_the_finished_run(
     assert stored["outputs"][-1]["text"] == result.text and not w.repo.kv_states(
         stored["version"].id
     )
-    assert w.isVisible() and w.engine.worker.engine_pid not in (None, pid)
+    assert w.isVisible() and w.engine.driver.engine_pid not in (None, pid)
     [ok] = _run(qtbot, w).results
     assert ok.finish_reason in ("stop", "length") and ok.text == result.text
     assert w.last_error.startswith("The engine stopped: ")

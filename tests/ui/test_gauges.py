@@ -17,6 +17,7 @@ from app.core.jobs.tasks import (
     JobFinished,
     JobResult,
     KVStats,
+    LanesStarted,
     TokenBatch,
 )
 from app.core.telemetry import GPUMemory, GPUState
@@ -156,8 +157,6 @@ def test_the_timer_runs_only_while_started_and_shown(qtbot, gauges) -> None:
 
 
 def test_one_kv_bar_per_lane_while_lanes_run(qtbot, gauges) -> None:
-    from app.core.jobs.tasks import LanesStarted
-
     gauges.start()
     gauges.on_event(LanesStarted(lanes=3, windows=7, n_ctx=N_CTX))
     gauges.on_event(ChunkEvaluated("part 1", 0, 100, 90, 30, 120, 1, lane=0))

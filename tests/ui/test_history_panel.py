@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QFileDialog, QProgressBar, QPushButton
 from app.core.documents import document_from_text
 from app.core.engine.types import KVState
 from app.core.jobs.tasks import JobResult, OutputSpan
+from app.store.archive import export_session
 from app.store.db import Database, open_database
 from app.store.repository import Entry, Repository, VersionInfo
 from app.ui import history_panel
@@ -212,7 +213,6 @@ def test_export_then_import_through_the_panel(
 def test_a_truncated_file_is_refused_and_changes_nothing(
     qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.store.archive import export_session
 
     good = tmp_path / "good.ctxlens"
     export_session(history.repo, history.session, good)
@@ -294,7 +294,6 @@ def test_cancel_an_export_in_the_dialog_writes_nothing(
 def test_cancel_an_import_in_the_dialog_adds_nothing(
     qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.store.archive import export_session
 
     source = tmp_path / "in.ctxlens"
     export_session(history.repo, history.session, source, include_kv=True)

@@ -14,8 +14,9 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QImage
 
-from app.core.jobs.tasks import DEFAULT_LANES, TokenBatch
+from app.core.jobs.tasks import DEFAULT_LANES, SUMMARIZE, TokenBatch
 from app.core.paths import sample_document
+from app.core.planning.strategies import Planner, plan_for
 from app.ui.main_window import REPLAN_DELAY_MS, MainWindow
 
 N_CTX = 512
@@ -63,14 +64,11 @@ def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWi
 
 
 def test_plans_and_counts_come_from_the_planning_process(qtbot, window: MainWindow) -> None:
-    from app.core.jobs.tasks import SUMMARIZE
-    from app.core.planning.strategies import Planner, plan_for
-
     pid = window.session.plans.pid
     assert pid is not None, "the window planned in its own process"
     with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
         window.strategy_box.setCurrentIndex(window.strategy_box.findData("entropy"))
-    counter = window.engine.worker.counter
+    counter = window.engine.driver.counter
     here = plan_for(Planner(window.session.document, counter), "entropy", window.session.model_path,
                     instruction=SUMMARIZE, n_ctx=N_CTX, reserve=8)  # fmt: skip
     assert shown.args[0] == here
@@ -171,7 +169,7 @@ def test_an_engine_crash_mid_job_restarts_the_engine_and_keeps_the_window(
     window.max_tokens.setValue(400)
 
     def kill_on_first_text(events: list) -> None:
-        pid = window.engine.worker.engine_pid
+        pid = window.engine.driver.engine_pid
         if pid and any(isinstance(ev, TokenBatch) for ev in events):
             os.kill(pid, signal.SIGKILL)
 

@@ -11,6 +11,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QDialog
 
 from app.core.default_model import DEFAULT_MODEL, is_verified
+from app.ui.main_window import MainWindow
 from app.ui.model_fetch_dialog import ModelFetchDialog
 from app.ui.model_panel import ModelPanel
 from tests.core.test_model_fetch import (  # the loopback index and its wheels
@@ -88,8 +89,6 @@ def test_cancel_mid_download_leaves_nothing(
 
 
 def test_the_file_menu_offers_it(qtbot, tmp_path: Path) -> None:
-    from app.ui.main_window import MainWindow
-
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(None, None, n_ctx=2048, db_path=tmp_path / "h.db", settings=settings)
     qtbot.addWidget(window)

@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.engine.types import LoadSettings
 from app.core.paths import sample_document
-from app.ui.engine_thread import JobSpec
+from app.services.jobs import JobSpec
+from app.ui.engine_thread import JobRequest
 from app.ui.main_window import MainWindow
 from app.ui.server_box import URL_KEY
 from app.ui.session_guard import LastSession, SessionGuard, SessionLock
@@ -98,7 +99,7 @@ def test_a_job_runs_on_the_server_and_the_window_says_what_it_reports(
     assert "KV figures: not reported by this server" in details
     assert "Token counts: the server (/extras/tokenize)" in details
     assert window.model_panel.status.text().startswith(f"Connected to {server.url}")
-    assert window.engine.worker.server is not None and window.session.loaded.n_ctx == N_CTX
+    assert window.engine.driver.server is not None and window.session.loaded.n_ctx == N_CTX
     assert window.session.document_tokens > N_CTX  # counted by the server: the document overflows
 
     with qtbot.waitSignal(window.plan_shown, timeout=WAIT) as shown:
@@ -118,10 +119,10 @@ def test_a_job_runs_on_the_server_and_the_window_says_what_it_reports(
     assert model == f"{server.url} {ALIAS}" and json.loads(settings)["engine"] == server.url
 
     assert box.disconnect_button.isEnabled()
-    with qtbot.waitSignal(on_gui_thread(window.engine.worker.unloaded, window), timeout=WAIT):
+    with qtbot.waitSignal(on_gui_thread(window.engine.driver.unloaded, window), timeout=WAIT):
         box.disconnect_button.click()
     qtbot.waitUntil(lambda: not box.connected, timeout=5_000)
-    assert window.engine.worker.server is None and box.connect_button.isEnabled()
+    assert window.engine.driver.server is None and box.connect_button.isEnabled()
 
 
 def test_loading_a_model_here_ends_the_server_connection(
@@ -130,17 +131,18 @@ def test_loading_a_model_here_ends_the_server_connection(
     _connect(qtbot, window, server.url)
     with qtbot.waitSignal(window.ready, timeout=WAIT):
         window.load_model(model_path, LoadSettings(n_ctx=512))
-    assert window.engine.worker.server is None and not window.model_panel.server.connected
+    assert window.engine.driver.server is None and not window.model_panel.server.connected
     assert window.session.loaded is not None and window.session.loaded.path == str(model_path)
-    assert window.engine.worker.engine_pid is not None  # the local engine runs the jobs again
+    assert window.engine.driver.engine_pid is not None  # the local engine runs the jobs again
 
 
 def test_the_audit_is_refused_on_a_server_with_the_reason(qtbot, window: MainWindow,
                                                           server: Server) -> None:  # fmt: skip
     _connect(qtbot, window, server.url)
-    failed_here = on_gui_thread(window.engine.worker.failed, window)
+    failed_here = on_gui_thread(window.engine.driver.failed, window)
     with qtbot.waitSignal(failed_here, timeout=WAIT) as failed:
-        window.engine.request_job.emit(JobSpec("summarize", ("head",), "text", audit=True))
+        window.engine.request_job.emit(JobRequest(JobSpec("summarize", ("head",), audit=True),
+                                                  "text"))
     assert failed.args[0][0].startswith("The audit needs the local engine: the faithfulness audit")
 
 
@@ -151,7 +153,7 @@ def test_bad_and_unreachable_addresses_are_one_sentence(qtbot, window: MainWindo
     assert box.message.text() == "'ftp://example.org' is not an http:// or https:// address"
     port = free_port()
     box.url.setText(f"127.0.0.1:{port}")
-    with qtbot.waitSignal(on_gui_thread(window.engine.worker.server_failed, window), timeout=WAIT):
+    with qtbot.waitSignal(on_gui_thread(window.engine.driver.server_failed, window), timeout=WAIT):
         box.connect_button.click()
     qtbot.waitUntil(lambda: box.message.text() != "", timeout=5_000)
     assert box.message.text().startswith(f"cannot reach the server at http://127.0.0.1:{port}")
@@ -199,7 +201,7 @@ def test_after_a_crash_the_last_session_connects_to_its_server_again(
     box = after.model_panel.server
     qtbot.waitUntil(lambda: box.connected and after.document_path == window.document_path
                     and not after.waiting_for, timeout=WAIT)  # fmt: skip
-    assert after.engine.worker.server is not None and after.engine.worker.server.url == server.url
+    assert after.engine.driver.server is not None and after.engine.driver.server.url == server.url
     assert after.session.loaded is not None and after.session.loaded.n_ctx == N_CTX
     assert after.strategy_box.currentData() == "tail" and after.model_path is None
     after.close()

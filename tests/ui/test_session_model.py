@@ -110,7 +110,7 @@ def test_a_job_on_the_real_model_is_recorded_and_resumes_from_its_kv_state(
         session.load_model(model_path, LoadSettings(n_ctx=N_CTX))
     assert loaded == [session.loaded] and session.loaded is not None
     assert session.loaded.n_ctx == N_CTX and session.model_path == model_path
-    counter = session.engine.worker.counter
+    counter = session.engine.driver.counter
     doc = session.document
     assert counter is not None and doc is not None
     assert session.document_tokens == counter.count(doc.text)  # exact, by the model

@@ -14,6 +14,7 @@ import pytest
 from PySide6.QtNetwork import QLocalSocket
 
 from app.core.paths import project_root
+from app.ui.main import parse_args
 from app.ui.single_instance import Handover, InstanceServer, claim, send_paths, server_name
 
 WAIT = 20_000
@@ -147,8 +148,6 @@ def test_contextlens_with_a_file_while_running_hands_it_over_and_exits_0(
 
 
 def test_the_command_line_names_what_a_second_launch_hands_over() -> None:
-    from app.ui.main import parse_args
-
     assert parse_args(["--new-instance", "a.txt"]).new_instance
     args = parse_args(["b.txt"])
     assert not args.new_instance and args.given == [Path("b.txt")]
