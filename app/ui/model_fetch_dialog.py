@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.core.default_model import DEFAULT_MODEL, ModelFetchError
-from app.core.model_fetch import FetchCancelled, fetch_default_model, index_host
+from app.core.model_fetch import FetchCancelled, index_host
+from app.services import models
 from app.ui.background import Progress, run_in_background
 from app.ui.widgets import MessageLine
 
@@ -110,7 +111,7 @@ class ModelFetchDialog(QDialog):
 
         def work() -> Path | str | None:  # plain values only: see run_in_background
             try:
-                return fetch_default_model(folder, transfer.report, transfer.cancel)
+                return models.fetch(DEFAULT_MODEL, folder, transfer.report, transfer.cancel)
             except FetchCancelled:
                 return None
             except ModelFetchError as exc:  # expected (offline, a bad mirror): not logged
