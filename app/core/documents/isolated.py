@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
-import app
+from app.core.child_process import package_root
 from app.core.documents import load_document
 from app.core.documents.child import unpack
 from app.core.documents.formats import FORMATS, format_for_name, resolve_format
@@ -97,10 +97,6 @@ def _format_from_head(path: Path, name: str) -> str:
     return resolve_format(head, by_name, name=name)
 
 
-def _package_root() -> str:
-    return str(Path(app.__file__).resolve().parent.parent)
-
-
 def _in_child(
     path: Path, name: str, *, limits: Limits, format: str | None, cancel: threading.Event | None
 ) -> Document:
@@ -108,7 +104,7 @@ def _in_child(
     ours, theirs = socket.socketpair()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (_package_root(), env.get("PYTHONPATH", "")) if p
+        p for p in (package_root(), env.get("PYTHONPATH", "")) if p
     )
     proc: subprocess.Popen[bytes] | None = None
     conn = Connection(ours.detach())
