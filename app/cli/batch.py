@@ -127,7 +127,6 @@ class _Progress:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     from app.core.engine.types import EngineError, LoadSettings
-    from app.services import versions
 
     try:
         spec = _check(args)
@@ -136,6 +135,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         settings.validate()
         if args.model:
             model_path_or_default(args.model)
+        from app.services import versions  # the store: only once the input is good
+
         versions.check_writable(db_path(args.db))
     except (BadRequest, ValueError) as exc:
         return fail(EXIT_BAD_INPUT, sentence(exc), args.json)

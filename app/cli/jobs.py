@@ -76,8 +76,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         TokenBatch,
     )
     from app.core.planning.strategies import Planner
-    from app.services import versions
-    from app.store.db import StoreError
 
     try:
         strategies = args.strategies.split(",") if args.command == "compare" else [args.strategy]
@@ -88,6 +86,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc = read_document(args.document)
         if args.model:
             model_path_or_default(args.model)  # a --model that is not there: said now
+        from app.services import versions  # the store: only once the input is good
+        from app.store.db import StoreError
+
         versions.check_writable(db_path(args.db))  # now, not after a run it could not record
     except (BadRequest, ValueError) as exc:
         return fail(EXIT_BAD_INPUT, sentence(exc), args.json)

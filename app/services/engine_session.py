@@ -30,14 +30,13 @@ from app.core.engine.types import (
     KVState,
     LoadedModel,
     LoadSettings,
-    SamplingSettings,
 )
 from app.core.jobs.audit import Audit
 from app.core.jobs.tasks import CancelToken, JobResult, resume, run_strategies, state_after
 from app.core.planning.strategies import Planner
 from app.core.tokens import LlamaCounter, TokenCounter, host_counter
 from app.services.errors import BadRequest
-from app.services.jobs import EngineFacts, JobOutcome, JobRun, JobSpec
+from app.services.jobs import EngineFacts, JobOutcome, JobRun, JobSpec, ResumeSpec
 
 
 @dataclass(frozen=True)
@@ -51,20 +50,6 @@ class ServerSpec:
     model_path: str | None = None  # the same model's GGUF here, for exact counts and template
     timeout_s: float = DEFAULT_TIMEOUT_S
     retries: int = DEFAULT_RETRIES
-
-
-@dataclass(frozen=True)
-class ResumeSpec:
-    """A rollback that resumes: the saved state, how much of it is the prompt, what it was."""
-
-    state: KVState
-    prompt_tokens: int
-    task: str
-    strategy: str
-    max_tokens: int = 256
-    sources: tuple[tuple[int, int], ...] = ()
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # the version's
-    saved_version: int = 0  # the version whose run saved the state
 
 
 class EngineSession:

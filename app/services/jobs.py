@@ -79,6 +79,20 @@ class EngineFacts:
     kv_cache_type: str | None  # the local cache's type (None on a server: it does not say)
 
 
+@dataclass(frozen=True)
+class ResumeSpec:
+    """A rollback that resumes: the saved state, how much of it is the prompt, what it was."""
+
+    state: KVState
+    prompt_tokens: int
+    task: str
+    strategy: str
+    max_tokens: int = 256
+    sources: tuple[tuple[int, int], ...] = ()
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # the version's
+    saved_version: int = 0  # the version whose run saved the state
+
+
 @dataclass
 class JobOutcome:
     """A job's end: a result per strategy, the KV state after each (when kept), its audit."""

@@ -18,9 +18,8 @@ from app.core.documents import Document
 from app.core.engine.types import LoadSettings
 from app.core.jobs.tasks import JobResult
 from app.core.sampling import from_version, stored
-from app.services.engine_session import ResumeSpec
 from app.services.errors import BadRequest
-from app.services.jobs import EngineFacts, JobOutcome, JobSpec
+from app.services.jobs import EngineFacts, JobOutcome, JobSpec, ResumeSpec
 from app.store.db import Database, StoreError, default_db_path, open_database
 from app.store.repository import Entry, Repository, VersionInfo
 

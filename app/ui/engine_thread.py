@@ -25,9 +25,9 @@ from app.core.engine.types import EngineCrashedError, EngineError, LoadSettings
 from app.core.jobs.tasks import JobFinished, KVStats, PartialResult
 from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter
-from app.services.engine_session import EngineSession, ResumeSpec, ServerSpec
+from app.services.engine_session import EngineSession, ServerSpec
 from app.services.errors import BadRequest
-from app.services.jobs import JobOutcome, JobRun, JobSpec
+from app.services.jobs import JobOutcome, JobRun, JobSpec, ResumeSpec
 
 BATCH_SECONDS = 0.05
 

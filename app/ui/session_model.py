@@ -45,8 +45,8 @@ from app.core.planning.strategies import Planner, needle_spans, plan_for
 from app.core.sampling import from_version
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.services import versions
-from app.services.engine_session import ResumeSpec, ServerSpec
-from app.services.jobs import JobOutcome, JobSpec
+from app.services.engine_session import ServerSpec
+from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.store.repository import Repository, VersionInfo
 from app.ui.background import run_in_background
 from app.ui.engine_thread import EngineThread, JobRequest, TuneSpec
