@@ -42,6 +42,7 @@ from app.cli.engine import (
 )
 from app.cli.jobs import job_spec
 from app.cli.sampling import add_sampling_options
+from app.cli.snapshots import open_history
 from app.services.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -191,9 +192,7 @@ def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: En
     done_q: queue.Queue[_Outcome | None] = queue.Queue()
     engine_gone = threading.Event()
     cancel = CancelToken()  # one for every document in flight
-    h = versions.open_history(db_path(args.db))
-    if h.notice:
-        print(f"note: {h.notice}", flush=True, file=sys.stderr)
+    h = open_history(args.db)
 
     def one(path: Path) -> _Outcome:
         t0 = time.perf_counter()

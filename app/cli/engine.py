@@ -91,19 +91,9 @@ def server_spec(args: argparse.Namespace, n_ctx: int | None) -> ServerSpec:
 
 def connect_remote(args: argparse.Namespace, n_ctx: int | None) -> Any:
     """A RemoteEngine connected to ``--engine`` (ServerError / ValueError when it cannot be)."""
-    from app.core.engine.remote import RemoteEngine
-    from app.core.engine.remote_http import Connection
+    from app.services.engine_session import connect_remote as connect
 
-    spec = server_spec(args, n_ctx)
-    connection = Connection(spec.url, api_key=spec.api_key, timeout_s=spec.timeout_s,
-                            retries=spec.retries)  # fmt: skip
-    engine = RemoteEngine(connection, model=spec.model, model_path=spec.model_path, n_ctx=n_ctx)
-    try:
-        engine.connect()
-    except BaseException:
-        engine.close()
-        raise
-    return engine
+    return connect(server_spec(args, n_ctx))
 
 
 @contextlib.contextmanager

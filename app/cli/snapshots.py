@@ -32,16 +32,25 @@ from app.services.errors import BadRequest
 ACTIONS = ("list", "show", "diff", "rollback", "export", "import")
 
 
-@contextmanager
-def history(db_arg: str | None) -> Iterator[Any]:
-    """The history ``--db`` names (default: the user's), closed afterwards; what the person
-    should know about it (a damaged file set aside) on stderr first."""
+def open_history(db_arg: str | None) -> Any:
+    """The history ``--db`` names (default: the user's); what the person should know about it
+    (a damaged file set aside) on stderr first. The caller closes it."""
     from app.services import versions
 
-    with versions.history(db_path(db_arg)) as opened:
-        if opened.notice:
-            print(f"note: {opened.notice}", flush=True, file=sys.stderr)
+    opened = versions.open_history(db_path(db_arg))
+    if opened.notice:
+        print(f"note: {opened.notice}", flush=True, file=sys.stderr)
+    return opened
+
+
+@contextmanager
+def history(db_arg: str | None) -> Iterator[Any]:
+    """:func:`open_history`, closed afterwards."""
+    opened = open_history(db_arg)
+    try:
         yield opened
+    finally:
+        opened.close()
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:

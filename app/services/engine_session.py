@@ -52,6 +52,21 @@ class ServerSpec:
     retries: int = DEFAULT_RETRIES
 
 
+def connect_remote(spec: ServerSpec) -> RemoteEngine:
+    """A RemoteEngine connected to the server ``spec`` names (closed again if it cannot be):
+    what a session runs jobs on, or what ``generate`` and ``remote info`` talk to directly."""
+    connection = Connection(spec.url, api_key=spec.api_key, timeout_s=spec.timeout_s,
+                            retries=spec.retries)  # fmt: skip
+    model_path = Path(spec.model_path).expanduser() if spec.model_path else None
+    remote = RemoteEngine(connection, model=spec.model, n_ctx=spec.n_ctx, model_path=model_path)
+    try:
+        remote.connect()
+    except BaseException:
+        remote.close()
+        raise
+    return remote
+
+
 class EngineSession:
     """The engine jobs run on now, and what is known about it."""
 
@@ -190,21 +205,16 @@ class EngineSession:
         """Run jobs on the server ``spec`` names; the local engine's model is let go once the
         server answers (one engine at a time). What is known of its context, as a LoadedModel."""
         t0 = time.perf_counter()
-        connection = Connection(spec.url, api_key=spec.api_key, timeout_s=spec.timeout_s,
-                                retries=spec.retries)  # fmt: skip
-        model_path = Path(spec.model_path).expanduser() if spec.model_path else None
-        remote = RemoteEngine(connection, model=spec.model, n_ctx=spec.n_ctx,
-                              model_path=model_path)  # fmt: skip
+        remote = connect_remote(spec)
         try:
-            info = remote.connect()
-            counter = remote.counter()
+            info, counter = remote.info, remote.counter()
         except BaseException:
             remote.close()
             raise
         self._replace_host()
         self._disconnect()
         self._remote, self._counter, self._model = remote, counter, None
-        self._server_gguf = model_path
+        self._server_gguf = Path(spec.model_path).expanduser() if spec.model_path else None
         self._loaded = LoadedModel(f"{info.url} {info.model}", info.n_ctx, info.n_ctx_train or 0,
                                    0, 0, 0, 0, False, "", False, time.perf_counter() - t0,
                                    info.warnings)  # fmt: skip
