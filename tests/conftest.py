@@ -57,6 +57,17 @@ def gemma_path() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def qapp(qapp: object) -> object:
+    """pytest-qt's application, collecting cycles on the GUI thread as the app does
+    (app/ui/gui_gc.py): a window left over from one test must not be freed on a later test's
+    pool thread."""
+    from app.ui.gui_gc import collect_on_gui_thread  # noqa: PLC0415 (Qt only for Qt tests)
+
+    collect_on_gui_thread(qapp)
+    return qapp
+
+
 @pytest.fixture(scope="module")
 def engine(model_path: Path) -> Iterator[object]:
     """One engine child per test module, loaded with the default model."""

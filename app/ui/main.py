@@ -93,12 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.ui import single_instance
+    from app.ui.gui_gc import collect_on_gui_thread
     from app.ui.main_window import MainWindow
     from app.ui.session_guard import SessionGuard
     from app.ui.theme import apply_theme
 
     _log_to_file()
     app = QApplication(sys.argv[:1])
+    collect_on_gui_thread(app)  # a Qt object must never be freed on a pool thread
     app.setApplicationName("ContextLens")
     app.setOrganizationName("ContextLens")
     _install_translation(app, args.lang)
