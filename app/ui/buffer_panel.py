@@ -51,8 +51,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QGridLayout,
     QGroupBox,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QSizePolicy,
@@ -458,10 +458,13 @@ class KVBar(QWidget):
 class _Legend(QWidget):
     """A swatch and a name per segment kind; the names use the palette's own text colour."""
 
+    COLUMNS = 3  # two short rows: a narrow dock keeps the whole legend
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(4)
         entries = (
             (KIND_COLOURS[SegmentKind.SYSTEM], self.tr("pinned prefix")),
             (KIND_COLOURS[SegmentKind.CHUNK], self.tr("document chunks")),
@@ -470,15 +473,15 @@ class _Legend(QWidget):
             (KIND_COLOURS[SegmentKind.OUTPUT], self.tr("output")),
             (None, self.tr("free")),
         )
-        for colour, name in entries:
+        for i, (colour, name) in enumerate(entries):
             swatch = QLabel()
             pixmap = QPixmap(12, 12)
             pixmap.fill(colour or self.palette().color(QPalette.ColorRole.Base))
             swatch.setPixmap(pixmap)
-            row.addWidget(swatch)
-            row.addWidget(QLabel(name))
-            row.addSpacing(8)
-        row.addStretch(1)
+            row, column = divmod(i, self.COLUMNS)
+            grid.addWidget(swatch, row, 2 * column)
+            grid.addWidget(QLabel(name), row, 2 * column + 1)
+        grid.setColumnStretch(2 * self.COLUMNS - 1, 1)
 
 
 # ----- stage 3: the output ----------------------------------------------------------------------
@@ -578,6 +581,10 @@ class BufferPanel(QWidget):
         self.plan_label.setText(self.tr("No run yet"))
         self._reset_run_state()
         self._show_kv()
+
+    def clear(self) -> None:
+        """Empty every stage, keeping the context size (another document was opened)."""
+        self.reset(self.kv.n_ctx)
 
     def set_sliding_window(self, window: int, windowed_layers: int, layers: int) -> None:
         """The loaded model's attention: ``windowed_layers`` of ``layers`` see the last

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QResizeEvent, QTextCursor
 from PySide6.QtWidgets import (
     QGridLayout,
     QGroupBox,
@@ -27,6 +27,7 @@ from app.core.jobs.tasks import JobFinished, JobResult, PlanReady, StrategyStart
 from app.ui.widgets import fixed_font, plain_label
 
 MAX_PANES = 4
+MIN_PANE_WIDTH = 220  # px: narrower, a pane's streaming text wraps every few words
 
 
 class StrategyPane(QGroupBox):
@@ -52,6 +53,9 @@ class StrategyPane(QGroupBox):
                            ev.boundary_integrity)  # fmt: skip
         if needle_retention is not None:
             text += self.tr(", needles {0:.0%}").format(needle_retention)
+            self.plan_label.setToolTip(self.tr(
+                "Needles: the share of the facts typed in the Needles box whose text lies in "
+                "the spans this plan keeps"))  # fmt: skip
         self.plan_label.setText(text)
 
     def append(self, text: str) -> None:
@@ -83,15 +87,39 @@ class CompareView(QWidget):
         QT_TRANSLATE_NOOP("CompareView", "finish"),
     )
 
+    # what each column means, for its header's tooltip (same order as COLUMNS)
+    COLUMN_TIPS = (
+        QT_TRANSLATE_NOOP("CompareView", "The overflow strategy that chose what reaches the model"),
+        QT_TRANSLATE_NOOP("CompareView", "Document tokens the plan keeps, of all its tokens"),
+        QT_TRANSLATE_NOOP("CompareView", "Model calls the strategy makes (map-reduce and rolling "
+                                         "make one per window, then combine)"),
+        QT_TRANSLATE_NOOP("CompareView", "Share of the cuts between kept spans that fall on a "
+                                         "sentence boundary or better"),
+        QT_TRANSLATE_NOOP("CompareView", "Share of the needles (the facts typed in the Needles "
+                                         "box) whose text lies in the kept spans"),
+        QT_TRANSLATE_NOOP("CompareView", "Prompt tokens the model evaluated, all calls together"),
+        QT_TRANSLATE_NOOP("CompareView", "Tokens the model generated, all calls together"),
+        QT_TRANSLATE_NOOP("CompareView", "The most KV cache cells the job held at once"),
+        QT_TRANSLATE_NOOP("CompareView", "Wall time of the strategy's run, in seconds"),
+        QT_TRANSLATE_NOOP("CompareView", "Why the reply ended: stop (the model finished), "
+                                         "length (the reply's room ran out), cancelled, or the "
+                                         "error"),
+    )  # fmt: skip
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.panes: dict[str, StrategyPane] = {}
+        self._columns = 0  # panes per row, as the width allows
         self._current: StrategyPane | None = None
         self._needles: dict[str, float] = {}
         self._grid_host = QWidget()
         self._grid = QGridLayout(self._grid_host)
         self.table = QTableWidget(0, len(self.COLUMNS))
-        self.table.setHorizontalHeaderLabels([self.tr(c) for c in self.COLUMNS])
+        for column, (title, tip) in enumerate(zip(self.COLUMNS, self.COLUMN_TIPS, strict=True)):
+            header = QTableWidgetItem(self.tr(title))
+            header.setToolTip(self.tr(tip))
+            self.table.setHorizontalHeaderItem(column, header)
+        self.table.setHorizontalScrollMode(QTableWidget.ScrollMode.ScrollPerPixel)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -108,20 +136,47 @@ class CompareView(QWidget):
         needle retention, when the person set needles."""
         if not 2 <= len(strategies) <= MAX_PANES:
             raise ValueError(f"compare two to {MAX_PANES} strategies")
-        for pane in self.panes.values():
-            pane.deleteLater()
-        self.panes = {}
-        self._plans = {}
+        self.clear()
         self._needles = dict(needles or {})
-        self._current = None
-        self.table.setRowCount(0)
-        columns = 2 if len(strategies) == 4 else len(strategies)
-        for i, name in enumerate(strategies):
+        for name in strategies:
             pane = StrategyPane(name)
             self.panes[name] = pane
-            self._grid.addWidget(pane, i // columns, i % columns)
             # the system's fixed font: the family "monospace" may resolve to a proportional one
             pane.output.setFont(fixed_font())
+        self._columns = 0
+        self._arrange()
+
+    def pane_columns(self) -> int:
+        """Panes per row: as many as the width gives each at least MIN_PANE_WIDTH, so that
+        three strategies in a narrow dock stack rather than shrink to a word per line; four
+        make two rows of two rather than three and one."""
+        n = len(self.panes)
+        columns = max(1, min(n, self.width() // MIN_PANE_WIDTH))
+        return 2 if n == 4 and columns == 3 else columns
+
+    def _arrange(self) -> None:
+        columns = self.pane_columns()
+        if columns == self._columns:
+            return
+        self._columns = columns
+        for i, pane in enumerate(self.panes.values()):
+            self._grid.addWidget(pane, i // columns, i % columns)  # moves it if placed before
+        for column in range(MAX_PANES):
+            self._grid.setColumnStretch(column, 1 if column < columns else 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._arrange()
+
+    def clear(self) -> None:
+        """No panes and an empty table (another document was opened)."""
+        for pane in self.panes.values():
+            self._grid.removeWidget(pane)
+            pane.hide()
+            pane.deleteLater()
+        self.panes, self._plans, self._needles, self._current = {}, {}, {}, None
+        self._columns = 0
+        self.table.setRowCount(0)
 
     def set_needle_retention(self, strategy: str, retention: float) -> None:
         """The share of the person's needles this strategy's plan lets reach the model."""
@@ -164,7 +219,9 @@ class CompareView(QWidget):
         row = self.table.rowCount()
         self.table.insertRow(row)
         for col, text in enumerate(cells):
-            self.table.setItem(row, col, QTableWidgetItem(text))
+            item = QTableWidgetItem(text)
+            item.setToolTip(text)  # a cell narrower than its text still says all of it
+            self.table.setItem(row, col, item)
         self.table.resizeColumnsToContents()
 
     def summary(self) -> list[list[str]]:

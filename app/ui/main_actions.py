@@ -31,6 +31,7 @@ from app.core.engine.types import SamplingSettings
 from app.core.jobs.tasks import DEFAULT_LANES, TASKS
 from app.core.planning.strategies import STRATEGIES
 from app.ui.i18n import language_menu, task_label
+from app.ui.menus import ChecklistMenu
 from app.ui.session_model import JobChoices
 from app.ui.theme import apply_theme, current_theme
 
@@ -122,7 +123,8 @@ class MainActions(QObject):
         self.compare_button = QToolButton()
         self.compare_button.setText(self.tr("Com&pare"))
         self.compare_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
-        menu = window.menuBar().addMenu(self.tr("&Compare"))
+        menu = ChecklistMenu(self.tr("&Compare"), window)  # stays open while ticking
+        window.menuBar().addMenu(menu)
         self.compare_choices: dict[str, QAction] = {}
         for name in STRATEGIES:
             choice = QAction(name, window, checkable=True)
