@@ -61,10 +61,12 @@ def gemma_path() -> Path:
 def qapp(qapp: object) -> object:
     """pytest-qt's application, collecting cycles on the GUI thread as the app does
     (app/ui/gui_gc.py): a window left over from one test must not be freed on a later test's
-    pool thread."""
+    pool thread. The app's wheel guard is installed too (app/ui/widgets.py)."""
     from app.ui.gui_gc import collect_on_gui_thread  # noqa: PLC0415 (Qt only for Qt tests)
+    from app.ui.widgets import install_wheel_guard  # noqa: PLC0415
 
     collect_on_gui_thread(qapp)
+    install_wheel_guard(qapp)  # as main() does: the wheel changes only a focused value
     return qapp
 
 

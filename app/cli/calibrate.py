@@ -26,6 +26,7 @@ from app.cli.common import (
     sigint_cancels,
 )
 from app.cli.documents import model_path_or_default
+from app.core.engine.types import DEFAULT_N_CTX
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -83,7 +84,8 @@ def _report(result: Any, was_cached: bool, as_json: bool) -> None:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="find the fastest llama.cpp settings on this machine")
     p.add_argument("--model", help="GGUF model (default: the default model)")
-    p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
+    p.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX,
+                   help=f"context size (default {DEFAULT_N_CTX})")  # fmt: skip
     p.add_argument("--fresh", action="store_true", help="measure again, ignoring the cache")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_calibrate)

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_OK, BadInput, fail
 from app.cli.documents import model_path_or_default
+from app.core.engine.types import DEFAULT_N_CTX
 
 if TYPE_CHECKING:
     from app.services.engine_session import EngineSession, ServerSpec
 
-LOCAL_N_CTX = 2048  # the local engine's context when --n-ctx is not given (run, compare, batch)
+LOCAL_N_CTX = DEFAULT_N_CTX  # the local engine's context without --n-ctx (run, compare, batch)
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:

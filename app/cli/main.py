@@ -35,9 +35,10 @@ from app.cli.engine import add_engine_options
 from app.cli.jobs import add_commands as add_job_commands
 from app.cli.sampling import add_sampling_options, sampling_from_args
 from app.cli.snapshots import add_commands as add_snapshot_commands
+from app.core.engine.types import DEFAULT_N_CTX
 from app.services.errors import BadRequest
 
-GENERATE_N_CTX = 4096  # the local engine's context for `generate` when --n-ctx is not given
+GENERATE_N_CTX = DEFAULT_N_CTX  # the local engine's context for `generate` without --n-ctx
 
 
 class _Parser(argparse.ArgumentParser):

@@ -21,13 +21,22 @@ DEMO_SAMPLING = "balanced"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The options; ``model`` is the default model when none is given (it may be missing),
+    ``explicit`` says whether the command line chose what to open."""
     from app.core.default_model import default_model_path
+    from app.core.engine.types import DEFAULT_N_CTX
     from app.core.paths import sample_document
 
     parser = argparse.ArgumentParser(prog="contextlens", description=__doc__)
-    parser.add_argument("document", nargs="?", type=Path, help="document to open")
-    parser.add_argument("--model", type=Path, help="GGUF model (default: the default model)")
-    parser.add_argument("--n-ctx", type=int, default=8192, help="context size (default 8192)")
+    parser.add_argument("document", nargs="?", type=Path,
+                        help="document to open (default: the sample text, when no --model is "
+                             "given either)")  # fmt: skip
+    parser.add_argument("--model", type=Path,
+                        help="GGUF model to load at start (default: the default model in the "
+                             "models folder, loaded at start when it is there)")  # fmt: skip
+    parser.add_argument("--n-ctx", type=int,
+                        help=f"context size the model loads with (default {DEFAULT_N_CTX}, or "
+                             f"the model's training context when smaller)")  # fmt: skip
     parser.add_argument("--demo", action="store_true",
                         help="summarize the sample document with the default model")  # fmt: skip
     parser.add_argument("--screenshot", type=Path,
@@ -43,10 +52,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(by default the running window opens the files)")  # fmt: skip
     args = parser.parse_args(argv)
     args.given = [p for p in (args.document, args.model) if p is not None]  # for a handover
+    # the command line chose what to open: the last session is not offered over it
+    args.explicit = bool(args.given) or args.n_ctx is not None
+    args.model_given = args.model is not None
     if args.demo or (args.document is None and args.model is None):
         args.document = args.document or sample_document()
-        args.model = args.model or default_model_path()
+    args.model = args.model or default_model_path()
     return args
+
+
+def start_options(args: argparse.Namespace) -> tuple[Path | None, int]:
+    """(the model to load at start, or None when its file is missing; the context to load it
+    with): --n-ctx, else the default context bounded by the model's training context."""
+    from app.core.engine.gguf import GGUFError, inspect_model
+    from app.core.engine.types import DEFAULT_N_CTX, default_context
+
+    model = args.model if args.model is not None and args.model.is_file() else None
+    if args.n_ctx is not None or model is None:
+        return model, args.n_ctx or DEFAULT_N_CTX
+    try:  # the metadata only (~0.1 s); a bad file is the load's to explain
+        return model, default_context(inspect_model(model).n_ctx_train)
+    except (GGUFError, OSError):
+        return model, DEFAULT_N_CTX
+
+
+def missing_model_message(args: argparse.Namespace) -> str:
+    """One sentence for the status bar when the model to load at start is not there ("": it
+    is)."""
+    from PySide6.QtWidgets import QApplication
+
+    if args.model is None or args.model.is_file():
+        return ""
+    if args.model_given:
+        return QApplication.translate(
+            "main", "Model not found: {0} — run `make` to fetch the default model"
+        ).format(args.model)
+    return QApplication.translate(
+        "main", "No model yet: Get the Default Model… in the model panel fetches it (about 98 MB)."
+    )
 
 
 def _log_to_file() -> None:
@@ -97,10 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.ui.main_window import MainWindow
     from app.ui.session_guard import SessionGuard
     from app.ui.theme import apply_theme
+    from app.ui.widgets import install_wheel_guard
 
     _log_to_file()
     app = QApplication(sys.argv[:1])
     collect_on_gui_thread(app)  # a Qt object must never be freed on a pool thread
+    install_wheel_guard(app)  # the wheel changes a spin box's value only when it has the focus
     app.setApplicationName("ContextLens")
     app.setOrganizationName("ContextLens")
     _install_translation(app, args.lang)
@@ -112,22 +157,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         handover, server = single_instance.claim(args.given)
         if handover is single_instance.Handover.TAKEN:
             return 0  # the running window opened the files
-    model = args.model if args.model and args.model.exists() else None
+    model, n_ctx = start_options(args)
     scratch = tempfile.TemporaryDirectory() if args.screenshot else None
     guard = None
     if scratch is not None:  # a scripted picture: the default layout and an empty history; the
         # person's own settings and history are left as they are
         folder = Path(scratch.name)
         settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
-        window = MainWindow(model, args.document, n_ctx=args.n_ctx, settings=settings,
+        window = MainWindow(model, args.document, n_ctx=n_ctx, settings=settings,
                             db_path=folder / "history.db")  # fmt: skip
     else:
         guard = SessionGuard(QSettings())  # reads the last session before the window changes it
         guard.start()
-        window = MainWindow(model, args.document, n_ctx=args.n_ctx)
+        window = MainWindow(model, args.document, n_ctx=n_ctx)
     window.show()
-    if guard is not None:
-        guard.attach(window, offer=not args.demo)  # the demo chooses what it opens
+    if guard is not None:  # the demo and the command line choose what they open
+        guard.attach(window, offer=not (args.demo or args.explicit))
     if server is not None:
         server.paths_received.connect(lambda paths: single_instance.open_in(window, paths))
     elif handover is single_instance.Handover.NO_ANSWER:
@@ -137,12 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     sys.excepthook = window.report_unexpected
-    if args.model is not None and model is None:
-        window.statusBar().showMessage(
-            QApplication.translate(
-                "main", "Model not found: {0} — run `make` to fetch the default model"
-            ).format(args.model)
-        )
+    if missing := missing_model_message(args):
+        window.statusBar().showMessage(missing)
     exit_code = 0
 
     def shoot() -> None:

@@ -33,7 +33,7 @@ from app.core import calibrate
 from app.core.documents import Document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
-from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
+from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
 from app.core.paths import models_dir
 from app.core.planning.plan import Plan
 from app.store.db import Database, StoreError, open_database
@@ -46,6 +46,7 @@ from app.ui.gauges import GaugesPanel
 from app.ui.history_panel import SUFFIX as SESSION_SUFFIX
 from app.ui.history_panel import HistoryPanel
 from app.ui.main_actions import MainActions
+from app.ui.model_offer import ModelOffer
 from app.ui.model_panel import ModelPanel
 from app.ui.plan_index import PlanIndex
 from app.ui.sampling_box import SamplingBox
@@ -70,7 +71,7 @@ class MainWindow(QMainWindow):
         self,
         model: Path | None,
         document: Path | None,
-        n_ctx: int = 8192,
+        n_ctx: int = DEFAULT_N_CTX,
         *,
         db_path: Path | None = None,
         settings: QSettings | None = None,
@@ -93,6 +94,7 @@ class MainWindow(QMainWindow):
         self._restore_layout()
         self.session.choose(self.choices())
 
+        self.model_panel.n_ctx.setValue(n_ctx)  # what Load uses, --n-ctx included
         if document is not None:
             self.open_path(document)
         if model is not None:
@@ -225,6 +227,8 @@ class MainWindow(QMainWindow):
         s.ready.connect(self.ready)
         s.job_finished.connect(self.job_finished)
         s.engine_restarted.connect(self.engine_restarted)
+        self.model_offer = ModelOffer(self)  # a Run without a model offers one
+        s.model_needed.connect(self.model_offer.offer)
 
     def choices(self) -> JobChoices:
         """What the toolbar, the Job menu and the Sampling box hold now."""

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThreadPool, Signal
+from PySide6.QtCore import QMetaMethod, QObject, QThreadPool, Signal
 from shiboken6 import isValid
 
 from app.core import calibrate
@@ -31,6 +31,7 @@ from app.core.documents.isolated import ReadCancelled, read_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import (
+    DEFAULT_N_CTX,
     EngineCapabilities,
     LoadedModel,
     LoadSettings,
@@ -111,8 +112,11 @@ class SessionModel(QObject):
     engine_restarted = Signal()  # llama.cpp died and a new engine has the model loaded again
     status = Signal(str, int)  # a status line, milliseconds to show it (0: until the next)
     failed = Signal(str)  # something the person must be told about went wrong
+    # a Run without a model: the window offers to load one, then calls the callable to run
+    # what was asked (unconnected: "Load a model first.")
+    model_needed = Signal(object)
 
-    def __init__(self, repo: Repository | None, n_ctx: int = 8192,
+    def __init__(self, repo: Repository | None, n_ctx: int = DEFAULT_N_CTX,
                  parent: QObject | None = None) -> None:  # fmt: skip
         super().__init__(parent)
         self._repo = repo
@@ -542,12 +546,16 @@ class SessionModel(QObject):
 
     # ----- jobs -----
 
-    def _spec(self, choices: JobChoices, strategies: tuple[str, ...]) -> JobSpec | None:
+    def _spec(self, choices: JobChoices, strategies: tuple[str, ...],
+              retry: Callable[[], None]) -> JobSpec | None:  # fmt: skip
         if self._doc is None:
             self.fail(self.tr("Open a document first."))
             return None
         if self._loaded is None:
-            self.fail(self.tr("Load a model first."))
+            if self.isSignalConnected(QMetaMethod.fromSignal(self.model_needed)):
+                self.model_needed.emit(retry)  # the window offers a model, then runs it
+            else:
+                self.fail(self.tr("Load a model first."))
             return None
         task, text = choices.task, choices.question
         if task != "summarize" and not text:
@@ -562,7 +570,8 @@ class SessionModel(QObject):
     def run_job(self, choices: JobChoices, strategy: str | None = None) -> None:
         """Run the task under ``strategy`` (None: the one chosen)."""
         self._choices = choices
-        spec = self._spec(choices, (strategy or choices.strategy,))
+        spec = self._spec(choices, (strategy or choices.strategy,),
+                          lambda: self.run_job(choices, strategy))  # fmt: skip
         if spec is not None:
             self._start(spec, comparing=False)
 
@@ -570,7 +579,7 @@ class SessionModel(QObject):
         """Run the task under each of ``strategies``, side by side, and measure how much of
         the needles each keeps."""
         self._choices = choices
-        spec = self._spec(choices, strategies)
+        spec = self._spec(choices, strategies, lambda: self.run_compare(choices, strategies))
         if spec is not None:
             self._measure_needles(strategies)
             self._start(spec, comparing=True)

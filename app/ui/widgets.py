@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
 from PySide6.QtGui import QFont, QFontDatabase, QFontInfo
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QStyle, QWidget
+from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QAbstractSpinBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QSlider,
+    QStyle,
+    QWidget,
+)
+
+# Value widgets the mouse wheel changes only once they have the focus (QScrollBar, also a slider,
+# is left alone: turning the wheel over it is how a panel scrolls).
+WHEEL_GUARDED = (QAbstractSpinBox, QComboBox, QSlider)
 
 
 def still_plot(minimum_height: int) -> pg.PlotWidget:
@@ -86,3 +100,40 @@ class MessageLine(QWidget):
     def clear(self) -> None:
         self.label.clear()
         self.hide()
+
+
+class WheelGuard(QObject):
+    """An application-wide event filter: the wheel over a spin box, combo box or slider that
+    does not have the focus scrolls the panel around it instead of changing the value. A person
+    scrolling a long panel once turned the context size from 2,048 to 16 without noticing."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if not (event.type() == QEvent.Type.Wheel and isinstance(watched, WHEEL_GUARDED)
+                and not watched.hasFocus()):  # fmt: skip
+            return False
+        area = _scroll_area_around(watched)
+        if area is None:  # ignored: Qt may still offer it to the parents
+            event.ignore()
+            return True
+        # Handed to the panel's scroll area and accepted there, so it scrolls once (Qt offers a
+        # wheel event to the parents only when it comes from the system, never one sent).
+        QCoreApplication.sendEvent(area.viewport(), event)
+        event.accept()
+        return True
+
+
+def _scroll_area_around(widget: QWidget) -> QAbstractScrollArea | None:
+    parent = widget.parentWidget()
+    while parent is not None and not isinstance(parent, QAbstractScrollArea):
+        parent = parent.parentWidget()
+    return parent
+
+
+def install_wheel_guard(app: QCoreApplication) -> WheelGuard:
+    """Install one :class:`WheelGuard` on ``app`` (again: the one already there)."""
+    found = app.findChild(WheelGuard)
+    if isinstance(found, WheelGuard):
+        return found
+    guard = WheelGuard(app)
+    app.installEventFilter(guard)
+    return guard

@@ -21,6 +21,17 @@ FINISH_REASONS = ("stop", "length", "cancelled", "error", "repetition")
 KV_CACHE_TYPE_NAMES = ("f16", "f32", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 
 
+# The context a model loads with when none is asked for: the window (its --n-ctx, the model
+# panel), the CLI's run, compare, batch, generate and calibrate, and LoadSettings agree on it.
+# 4,096 holds a useful slice of a document and a reply, and its KV cache stays small on a laptop.
+DEFAULT_N_CTX = 4096
+
+
+def default_context(n_ctx_train: int | None) -> int:
+    """DEFAULT_N_CTX, or the model's training context when that is smaller (0/None: unknown)."""
+    return min(DEFAULT_N_CTX, n_ctx_train) if n_ctx_train else DEFAULT_N_CTX
+
+
 def default_threads() -> int:
     """All physical-ish cores: llama-cpp-python's own default (cpu_count // 2) is 1 on 2 cores."""
     return max(1, os.cpu_count() or 1)
@@ -30,7 +41,7 @@ def default_threads() -> int:
 class LoadSettings:
     """How to create the llama.cpp model and context. Every field is explicit on purpose."""
 
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_N_CTX
     n_threads: int = field(default_factory=default_threads)
     n_threads_batch: int | None = None  # None: same as n_threads
     n_batch: int = 512
