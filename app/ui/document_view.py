@@ -79,6 +79,7 @@ from app.ui.plan_index import (
     index_plan,
 )
 from app.ui.plan_map import NOTHING, PlanMap
+from app.ui.plot_ticks import count_axis
 from app.ui.widgets import fixed_font, plain_label, still_plot
 
 FULL_CHARS = 1 << 19  # texts up to this size are in the pane whole (~40 ms to build)
@@ -86,6 +87,7 @@ WINDOW_CHARS = 1 << 18  # of a longer text, about this much is in the pane (~25 
 EDGE_CHARS = 1 << 15  # the window moves when the screen comes this close to one of its edges
 LINE_SLACK = 1 << 12  # how far a window edge may move to fall at the start of a line
 MAX_MARKS = 400  # chunk marks painted per frame at most
+BUDGET_ON_SCALE = 4  # the budget line is drawn when it is at most this many longest chunks
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 _NON_SPACE = re.compile(r"\S")
 
@@ -722,10 +724,20 @@ class DocumentView(QWidget):
         self.kept_bars.setOpts(x=hist.centres, height=hist.kept, width=hist.width)
         self.dropped_bars.setOpts(x=hist.centres, height=hist.dropped, y0=hist.kept,
                                   width=hist.width)  # fmt: skip
-        self.budget_line.setVisible(True)  # first: a hidden line does not update its label
+        # The axis spans the chunks: a budget far beyond the longest chunk would squeeze every
+        # bar into one at 0, so it is then named under the axis instead of drawn.
+        on_scale = plan.budget <= BUDGET_ON_SCALE * max(1, hist.top)
+        self.budget_line.setVisible(on_scale)  # first: a hidden line does not update its label
         self.budget_line.setValue(plan.budget)
-        self.histogram.setXRange(0, max(hist.top, plan.budget) * 1.05, padding=0)
-        self.histogram.setYRange(0, int((hist.kept + hist.dropped).max()) * 1.1 + 1, padding=0)
+        label = self.tr("tokens per chunk")
+        if not on_scale:
+            label = self.tr("tokens per chunk (budget {0:,}, off the scale)").format(plan.budget)
+        self.histogram.setLabel("bottom", label)
+        top_x = max(hist.top, plan.budget) if on_scale else hist.top
+        self.histogram.setXRange(0, max(1, top_x) * 1.05, padding=0)
+        top_y = int((hist.kept + hist.dropped).max())
+        self.histogram.setYRange(0, top_y * 1.1 + 1, padding=0)
+        count_axis(self.histogram.getAxis("left"), top_y)
 
     def _update_plan_info(self) -> None:
         plan = self._plan

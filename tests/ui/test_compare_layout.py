@@ -60,3 +60,4 @@ def test_every_column_of_the_table_says_what_it_means(qtbot) -> None:
     tips = [view.table.horizontalHeaderItem(c).toolTip() for c in range(view.table.columnCount())]
     assert len(tips) == len(CompareView.COLUMNS) and all(len(t) > 20 for t in tips)
     assert "Needles box" in tips[CompareView.COLUMNS.index("needles")]
+
