@@ -10,6 +10,8 @@ MODEL  := models/SmolLM2-135M-Instruct.Q4_1.gguf
 GEMMA  := models/gemma-3-270m-q4_k_m.gguf
 # llama.cpp's vocabulary-only test models, one per tokenizer family (the differential token tests)
 VOCABS := models/vocab/.fetched
+# Xvfb, xdotool, ImageMagick and Qt's xcb libraries: the real-display test and the app on X11
+XTOOLS := $(VENV)/.xtools
 TS     := $(wildcard resources/translations/contextlens_*.ts)
 QM     := $(TS:.ts=.qm)
 # Offscreen only on a Linux machine without a display (macOS and Windows always have one).
@@ -20,7 +22,7 @@ export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)
 
 all: setup
 
-setup: $(VENV)/.installed $(MODEL) $(GEMMA) $(VOCABS) $(QM)
+setup: $(VENV)/.installed $(MODEL) $(GEMMA) $(VOCABS) $(QM) $(XTOOLS)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ContextLens needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -48,6 +50,12 @@ $(GEMMA): | $(VENV)/.installed
 
 $(VOCABS): packaging/fetch-llama-vocabs.sh | $(PY)
 	PYTHON=$(PY) bash packaging/fetch-llama-vocabs.sh models/vocab
+
+# Installed when missing and run as root (apt-get); otherwise named, and the real-display test
+# is skipped with that reason.
+$(XTOOLS): packaging/x-test-tools.sh | $(PY)
+	bash packaging/x-test-tools.sh
+	touch $@
 
 # UI translations: the .ts sources are committed, the .qm files the app loads are compiled here
 # (pyside6-lrelease comes with pyside6-essentials). `make translations` refreshes the .ts files

@@ -132,6 +132,11 @@ def _install_translation(app: QApplication, choice: str | None = None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from app.ui.x11_libraries import problem
+
+    if missing := problem():  # Qt would abort with a line about plugins instead
+        print(missing, file=sys.stderr)
+        return 1
     from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
