@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.core.engine.types import SamplingSettings
 from app.core.jobs.tasks import DEFAULT_LANES, TASKS
 from app.core.planning.strategies import STRATEGIES
+from app.ui.help import guide_dialog, shortcuts_dialog
 from app.ui.i18n import language_menu, task_label
 from app.ui.menus import ChecklistMenu
 from app.ui.session_model import JobChoices
@@ -66,6 +67,13 @@ class MainActions(QObject):
         )
         self._view_menu(docks, go_to)
         help_menu = window.menuBar().addMenu(self.tr("&Help"))
+        guide = help_menu.addAction(self.tr("ContextLens &User Guide"))
+        guide.setShortcut(QKeySequence.StandardKey.HelpContents)
+        guide.triggered.connect(lambda: guide_dialog(window).open())
+        keys = help_menu.addAction(self.tr("&Keyboard Shortcuts"))
+        keys.setShortcut(QKeySequence("Ctrl+/"))
+        keys.triggered.connect(lambda: shortcuts_dialog(window).open())
+        help_menu.addSeparator()
         self.about_action = QAction(self.tr("&About ContextLens"), window)
         help_menu.addAction(self.about_action)
 

@@ -1,0 +1,85 @@
+"""Help: the user guide, the keyboard shortcuts and About.
+
+The guide is a Markdown file shipped in resources/help (in the UI's language when there is a
+translation of it); the shortcuts are read from the window's own actions when the dialog opens,
+so the list cannot drift from the keys that work.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QLocale, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHeaderView,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.paths import resources_dir
+
+
+def guide_text(language: str | None = None) -> str:
+    """The user guide in ``language`` (e.g. "zh_CN"; default: the UI's), else in English."""
+    folder = resources_dir() / "help"
+    language = language or QLocale().name()
+    for path in (folder / f"guide.{language}.md", folder / "guide.md"):
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    return ""
+
+
+def shortcuts(window: QWidget) -> list[tuple[str, str]]:
+    """(what, keys) for every action of ``window`` that has a shortcut, in menu order, as the
+    person's platform writes keys."""
+    found: dict[str, str] = {}
+    for action in window.findChildren(QAction):
+        keys = [k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts()]
+        text = action.text().replace("&&", "\0").replace("&", "").replace("\0", "&").rstrip("…")
+        if keys and text and text not in found:
+            found[text] = ", ".join(keys)
+    return list(found.items())
+
+
+class _Dialog(QDialog):
+    def __init__(self, title: str, body: QWidget, parent: QWidget | None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(body, 1)
+        layout.addWidget(buttons)
+
+
+def guide_dialog(parent: QWidget) -> QDialog:
+    """The user guide, rendered from its Markdown."""
+    browser = QTextBrowser()
+    browser.setOpenExternalLinks(True)
+    browser.setMarkdown(guide_text() or parent.tr("The user guide is missing from this build."))
+    dialog = _Dialog(parent.tr("ContextLens User Guide"), browser, parent)
+    dialog.resize(640, 560)
+    return dialog
+
+
+def shortcuts_dialog(window: QWidget) -> QDialog:
+    """A table of the window's shortcuts."""
+    rows = shortcuts(window)
+    table = QTableWidget(len(rows), 2)
+    table.setHorizontalHeaderLabels([window.tr("Action"), window.tr("Keys")])
+    table.verticalHeader().setVisible(False)
+    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    for row, (text, keys) in enumerate(rows):
+        table.setItem(row, 0, QTableWidgetItem(text))
+        item = QTableWidgetItem(keys)
+        item.setTextAlignment(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft)
+        table.setItem(row, 1, item)
+    table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+    dialog = _Dialog(window.tr("Keyboard Shortcuts"), table, window)
+    dialog.resize(480, 520)
+    return dialog
