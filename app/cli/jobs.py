@@ -2,8 +2,13 @@
 
 ``--json`` prints one JSON line per event (``type`` is the event's name in snake case) and a last
 line of type ``done`` with the finish reason, token counts, ``kv_peak_cells`` (from llama.cpp),
-``n_ctx``, ``ttft_s``, ``seconds`` and ``outputs`` (each ``{text, source_spans}``). ``compare``
+``n_ctx``, ``ttft_s``, ``seconds``, ``outputs`` (each ``{text, source_spans}``) and
+``recorded`` (``{session, versions, parent}``, null when the run was not recorded). ``compare``
 prints a ``result`` line per strategy and a last ``done`` line with all of them.
+
+A run's versions start a new history session, or with ``--session ID`` / ``--parent VERSION``
+join that session's tree (same document) as children of its newest version / of VERSION: one
+child per strategy of a ``compare``.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from app.store.db import StoreError
 
         versions.check_writable(db_path(args.db))  # now, not after a run it could not record
+        target = _target(args, doc)
     except (BadRequest, ValueError) as exc:
         return fail(EXIT_BAD_INPUT, sentence(exc), args.json)
 
@@ -151,9 +157,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
     audit = outcome.audit
+    recorded = None
     try:
         with history(args.db) as h:
-            recorded = versions.record_outcome(h.repo, doc, outcome)
+            recorded = versions.record_outcome(h.repo, doc, outcome, target)
             if audit is not None:
                 runs = versions.stored_runs(h.repo, recorded.versions)
                 for result, stored in zip(outcome.results, runs, strict=True):
@@ -163,11 +170,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)
         if audit is not None:
             audit.fail("store", "store", f"the run was not recorded: {exc}")
-    code = _report(args, outcome.results)
+    code = _report(args, outcome.results, recorded)
     if audit is None:
         return code
     _report_audit(audit, args.json)
     return EXIT_AUDIT if audit.findings else code
+
+
+def _target(args: argparse.Namespace, doc: Any) -> Any:
+    """Where the run's versions go (``--session``, ``--parent``; neither: a new session),
+    checked now against the history: BadRequest in one sentence before anything runs."""
+    from app.services import versions
+
+    target = versions.Target(args.session, args.parent)
+    if target.session is not None or target.parent is not None:
+        with history(args.db) as h:
+            versions.check_target(h.repo, doc, target)
+    return target
+
+
+def _recorded(recorded: Any) -> dict[str, Any] | None:
+    """Where a run was recorded, for ``--json`` (None: it was not)."""
+    if recorded is None or not recorded.session:
+        return None
+    return {"session": recorded.session, "versions": list(recorded.versions),
+            "parent": recorded.parent}  # fmt: skip
 
 
 def _report_audit(audit: Any, as_json: bool) -> None:
@@ -179,12 +206,13 @@ def _report_audit(audit: Any, as_json: bool) -> None:
         print(f"  - {finding}", file=sys.stderr)
 
 
-def _report(args: argparse.Namespace, results: list[Any]) -> int:
-    """Print the last record of a run or compare; the exit code its results call for."""
+def _report(args: argparse.Namespace, results: list[Any], recorded: Any = None) -> int:
+    """Print the last record of a run or compare (with where it was recorded: ``recorded``
+    holds its session, versions and their parent); the exit code its results call for."""
     if args.command == "compare":
-        return _report_compare(results, args.json)
+        return _report_compare(results, args.json, _recorded(recorded))
     result = results[-1]
-    done = done_record(result)
+    done = {**done_record(result), "recorded": _recorded(recorded)}
     if args.json:
         print(json.dumps(done), flush=True)
     else:
@@ -202,10 +230,11 @@ def _report(args: argparse.Namespace, results: list[Any]) -> int:
     return EXIT_OK
 
 
-def _report_compare(results: list[Any], as_json: bool) -> int:
+def _report_compare(results: list[Any], as_json: bool,
+                    recorded: dict[str, Any] | None = None) -> int:  # fmt: skip
     rows = [done_record(r) for r in results]
     if as_json:
-        print(json.dumps({"type": "done", "results": rows}), flush=True)
+        print(json.dumps({"type": "done", "results": rows, "recorded": recorded}), flush=True)
     else:
         print(f"\n{'strategy':12s} {'finish':9s} {'prompt':>8s} {'reply':>6s} {'kv peak':>8s} "
               f"{'seconds':>8s}  kept/total tokens")  # fmt: skip
@@ -257,6 +286,12 @@ def add_commands(sub: Any) -> None:
                             f"server's)")  # fmt: skip
         p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
         p.add_argument("--db", help="history database (default: the user's)")
+        p.add_argument("--session", type=int, metavar="ID",
+                       help="add the new version(s) to this session of the same document, "
+                            "under its newest version (default: a new session)")  # fmt: skip
+        p.add_argument("--parent", type=int, metavar="VERSION",
+                       help="make the new version(s) children of this version (in its "
+                            "session)")  # fmt: skip
         p.add_argument("--keep-kv", action="store_true",
                        help="save the KV state with the run, so a rollback resumes instantly "
                             "(tens of MB per run)")  # fmt: skip

@@ -69,15 +69,15 @@ def _act(repo: Any, args: argparse.Namespace) -> int:
     from app.store.archive import export_session, import_session
 
     if args.action == "list":
+        if args.session is not None:
+            repo.session_info(args.session)  # one sentence when there is no such session
         versions = [v.as_dict() for v in repo.history(args.session)]
         if args.json:
             print(json.dumps(versions))
-        for v in [] if args.json else versions:
-            parent = f" (from {v['parent']})" if v["parent"] else ""
-            print(
-                f"#{v['id']:<5} session {v['session']:<4} v{v['number']:<3} "
-                f"{v['created'][:19]}  {v['task']:9s} {v['strategy']:10s}{parent}"
-            )
+        else:
+            sessions = {s["id"]: s for s in repo.sessions()}
+            for line in tree_lines(versions, sessions):
+                print(line)
     elif args.action == "show":
         v = repo.get_version(_ids(args.args, 1)[0])
         data = {**v.as_dict(), "runs": repo.runs(v.id), "kv_states": repo.kv_states(v.id)}
@@ -108,6 +108,49 @@ def _act(repo: Any, args: argparse.Namespace) -> int:
                 f"imported as session {got.session_id} ({got.versions} versions, {got.runs} runs, "
                 f"{got.kv_states} KV states)", args.json)  # fmt: skip
     return EXIT_OK
+
+
+def tree_lines(versions: list[dict[str, Any]], sessions: dict[int, dict[str, Any]]) -> list[str]:
+    """Each session's versions as a tree (├─ └─ under the version each was made from), a
+    session heading first; the newest version of each session is marked "◀ newest": that is
+    where ``run --session`` adds the next one."""
+    lines: list[str] = []
+    by_session: dict[int, list[dict[str, Any]]] = {}
+    for v in versions:
+        by_session.setdefault(v["session"], []).append(v)
+    for session, members in by_session.items():
+        info = sessions.get(session, {})
+        lines.append(f"session {session}: {info.get('name', '')} "
+                     f"({_count(len(members), 'version')}, {info.get('document') or ''})")
+        by_id = {v["id"]: v for v in members}
+        newest = max(members, key=lambda v: v["number"])["id"]
+        roots = [v for v in members if v["parent"] not in by_id]
+        for i, root in enumerate(roots):
+            lines += _branch(root, by_id, newest, indent="", last=i == len(roots) - 1)
+    return lines
+
+
+def _branch(v: dict[str, Any], by_id: dict[int, dict[str, Any]], newest: int, *, indent: str,
+            last: bool) -> list[str]:  # fmt: skip
+    """``v``'s line and, below it, its children's, indented one step further."""
+    prompt = next((s.strip() for s in v["prompt"].splitlines() if s.strip()), "")
+    prompt = prompt if len(prompt) <= 40 else prompt[:39] + "…"
+    settings = v.get("settings") or {}
+    mark = "  ◀ newest" if v["id"] == newest else ""
+    lines = [
+        f"{indent}{'└─' if last else '├─'} #{v['id']} v{v['number']}  {v['created'][:16]}  "
+        f"{v['task']} · {v['strategy']} · n_ctx {settings.get('n_ctx', '?')} · max "
+        f"{settings.get('max_tokens', '?')}" + (f"  “{prompt}”" if prompt else "") + mark
+    ]
+    children = [by_id[c] for c in v["children"] if c in by_id]
+    for i, child in enumerate(children):
+        lines += _branch(child, by_id, newest, indent=indent + ("   " if last else "│  "),
+                         last=i == len(children) - 1)  # fmt: skip
+    return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _import(repo: Any, path: Path, import_session: Any) -> Any:
@@ -226,7 +269,7 @@ def add_commands(sub: Any) -> None:
         nargs="*",
         help="show ID | diff A B | rollback ID | export SESSION FILE | import FILE",
     )
-    p.add_argument("--session", type=int, help="list only this session")
+    p.add_argument("--session", type=int, help="list only this session (as a tree)")
     p.add_argument("--resume", action="store_true",
                    help="rollback: restore the saved KV state and generate without "
                         "re-evaluating the prompt")  # fmt: skip

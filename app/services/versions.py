@@ -17,20 +17,44 @@ from typing import Any
 from app.core.documents import Document
 from app.core.engine.types import LoadSettings
 from app.core.jobs.tasks import JobResult
+from app.core.planning.plan import Plan, PlanWindow, Span
 from app.core.sampling import from_version, stored
 from app.services.errors import BadRequest
 from app.services.jobs import EngineFacts, JobOutcome, JobSpec, ResumeSpec
 from app.store.db import Database, StoreError, default_db_path, open_database
-from app.store.repository import Entry, Repository, VersionInfo
+from app.store.repository import Entry, Repository, RepositoryError, VersionInfo
 
 
 @dataclass(frozen=True)
 class Recorded:
     """What a write changed: the session it went to and its new versions (or the version a
-    resumed run was saved under)."""
+    resumed run was saved under), and the version they are children of (None: roots)."""
 
     session: int
     versions: tuple[int, ...]
+    parent: int | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run's versions go: a new session (``session`` None), or a session's line of work
+    under ``parent`` (None: under its newest version)."""
+
+    session: int | None = None
+    parent: int | None = None
+
+
+@dataclass(frozen=True)
+class OpenedVersion:
+    """An old version as the window shows it again: its last run's outputs (step, text,
+    source spans), finish reason and plan (None: none recorded), and whether it was made on the
+    text of ``document_sha256`` (so its plan may be painted on that document only)."""
+
+    version: VersionInfo
+    outputs: tuple[dict[str, Any], ...]
+    finish_reason: str
+    plan: Plan | None
+    document_sha256: str | None
 
 
 @dataclass
@@ -89,9 +113,13 @@ def version_content(spec: JobSpec, strategy: str, n_ctx: int,
             "settings": settings}  # fmt: skip
 
 
-def record_outcome(repo: Repository, doc: Document, outcome: JobOutcome) -> Recorded:
-    """A finished job as one session with a version per strategy, each with its run and (when
-    kept) its KV state, in one transaction."""
+def record_outcome(repo: Repository, doc: Document, outcome: JobOutcome,
+                   target: Target | None = None) -> Recorded:  # fmt: skip
+    """A finished job, in one transaction: a version per strategy, each with its run and (when
+    kept) its KV state. Without a ``target`` (or with an empty one) they start a new session;
+    with one they join that session as children of the same parent (one per strategy of a
+    comparison). RepositoryError (a ValueError, one sentence) when the target is gone or on
+    another document; nothing is written then."""
     engine = outcome.engine
     if engine is None:  # the job never started: nothing ran to record
         return Recorded(0, ())
@@ -102,8 +130,74 @@ def record_outcome(repo: Repository, doc: Document, outcome: JobOutcome) -> Reco
     ]  # fmt: skip
     if not entries:
         return Recorded(0, ())
-    ids = repo.record(doc, doc.name, entries)
-    return Recorded(repo.get_version(ids[0]).session, tuple(ids))
+    session, parent = _resolve(repo, target or Target())
+    ids = repo.record(doc, doc.name, entries, session=session, parent=parent)
+    first = repo.get_version(ids[0])
+    return Recorded(first.session, tuple(ids), first.parent)
+
+
+def _resolve(repo: Repository, target: Target) -> tuple[int | None, int | None]:
+    """(session, parent) of a target whose parent implies its session (RepositoryError when
+    the parent is in another session than the one named)."""
+    if target.parent is None:
+        return target.session, None
+    session = repo.get_version(target.parent).session
+    if target.session is not None and target.session != session:
+        raise RepositoryError(f"version {target.parent} is in session {session}, "
+                              f"not in session {target.session}")  # fmt: skip
+    return session, target.parent
+
+
+def check_target(repo: Repository, doc: Document, target: Target) -> None:
+    """BadRequest in one sentence, before a long run, when its versions could not go where
+    ``target`` says: the session or version is not there, the version is in another session,
+    or the session is on another document."""
+    try:
+        if target.parent is not None:
+            version = repo.get_version(target.parent)
+            if target.session is not None and version.session != target.session:
+                raise BadRequest(f"version {target.parent} is in session {version.session}, "
+                                 f"not in session {target.session}")  # fmt: skip
+            session = repo.session_info(version.session)
+        elif target.session is not None:
+            session = repo.session_info(target.session)
+        else:
+            return
+    except RepositoryError as exc:
+        raise BadRequest(str(exc)) from None
+    if session["document_sha256"] != doc.sha256:
+        name = Path(session["document"] or "").name or "no document"
+        raise BadRequest(f"session {session['id']} is on another document ({name}), "
+                         f"not on {doc.name}")  # fmt: skip
+
+
+def latest_line(repo: Repository, doc: Document) -> tuple[int, int | None] | None:
+    """The newest session on this document's text and its newest version, or None."""
+    return repo.latest_session(doc.sha256)
+
+
+def open_version(repo: Repository, version_id: int) -> OpenedVersion:
+    """What the window needs to show an old version again (RepositoryError when it is gone)."""
+    version = repo.get_version(version_id)
+    runs = repo.runs(version_id)
+    last = runs[-1] if runs else {}
+    session = repo.session_info(version.session)
+    plan = repo.last_plan(version_id) if runs else {}
+    return OpenedVersion(version, tuple(last.get("outputs") or ()),
+                         str(last.get("finish_reason", "")),
+                         plan_from_dict(plan) if plan.get("kept") is not None else None,
+                         session["document_sha256"])  # fmt: skip
+
+
+def plan_from_dict(data: dict[str, Any]) -> Plan:
+    """A recorded plan (``Plan.as_dict``) back as a Plan, without its chunks (not recorded)."""
+    return Plan(strategy=str(data.get("strategy", "")), budget=int(data.get("budget", 0)),
+                total_tokens=int(data.get("total_tokens", 0)),
+                kept=tuple(Span(**s) for s in data.get("kept", ())),
+                dropped=tuple(Span(**s) for s in data.get("dropped", ())),
+                windows=tuple(PlanWindow(**w) for w in data.get("windows", ())),
+                refused=data.get("refused"),
+                boundary_integrity=float(data.get("boundary_integrity", 1.0)))  # fmt: skip
 
 
 def record_result(repo: Repository, doc: Document, spec: JobSpec, result: JobResult,
@@ -159,4 +253,4 @@ def resume_settings(spec: ResumeSpec) -> LoadSettings:
 def record_resumed(repo: Repository, version: VersionInfo, result: JobResult) -> Recorded:
     """A resumed reply, saved as a run of the version it was resumed for."""
     repo.save_run(version.id, result)
-    return Recorded(version.session, (version.id,))
+    return Recorded(version.session, (version.id,), version.parent)

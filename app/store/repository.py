@@ -253,13 +253,16 @@ class Repository:
         return self.branch(version_id)
 
     def diff(self, a: int, b: int) -> str:
-        """Unified diff of two versions: task, strategy, model, prompt and settings."""
+        """Unified diff of two versions: task, strategy, model, prompt, settings, and what
+        their last runs answered (finish reason and reply): a rollback copy equals its version
+        in everything it asked, and differs in what came back."""
         va, vb = self.get_version(a), self.get_version(b)
 
         def lines(v: VersionInfo) -> list[str]:
             head = [f"task: {v.task}", f"strategy: {v.strategy}", f"model: {v.model_path}"]
             settings = json.dumps(v.settings, indent=2, sort_keys=True).splitlines()
-            return [*head, "prompt:", *v.prompt.splitlines(), "settings:", *settings]
+            return [*head, "prompt:", *v.prompt.splitlines(), "settings:", *settings,
+                    *_reply_lines(self.runs(v.id))]  # fmt: skip
 
         return "\n".join(difflib.unified_diff(lines(va), lines(vb), f"version {va.number}",
                                               f"version {vb.number}", lineterm=""))  # fmt: skip
@@ -323,6 +326,16 @@ class Repository:
 
         return self.read(action)
 
+    def last_plan(self, version_id: int) -> dict[str, Any]:
+        """The plan (``Plan.as_dict``) of the version's last run; {} when it has none."""
+
+        def action(s: OrmSession) -> dict[str, Any]:
+            plan = s.scalar(select(Run.plan).where(Run.version_id == version_id)
+                            .order_by(Run.id.desc()).limit(1))  # fmt: skip
+            return dict(plan or {})
+
+        return self.read(action)
+
     def output_sources(self, version_id: int) -> tuple[tuple[int, int], ...]:
         """The document spans the last output of the version's last run came from (a resumed
         prompt holds the same ones)."""
@@ -344,10 +357,16 @@ class Repository:
         packed = _PackedKV.of(state, model_sha256, prompt_tokens, ring)
         return self.write(lambda s: _save_kv(s, version_id, packed))
 
-    def record(self, doc: CoreDocument, name: str, entries: Sequence[Entry]) -> list[int]:
-        """What one command or click produced, in ONE transaction: the document, a session, a
-        version per entry with its run and (when given) its KV state. The version ids."""
-        blob = self._text_blob(doc)
+    def record(self, doc: CoreDocument, name: str, entries: Sequence[Entry], *,
+               session: int | None = None, parent: int | None = None) -> list[int]:  # fmt: skip
+        """What one command or click produced, in ONE transaction: a version per entry with its
+        run and (when given) its KV state. The version ids.
+
+        Without ``session``: the document and a new session, whose first versions they are
+        (siblings at the root). With ``session``: added to that line of work on the same
+        document, all children of ``parent`` (None: of the session's newest version), so a
+        comparison of strategies branches once per strategy from where the person was."""
+        blob = None if session is not None else self._text_blob(doc)
         packed = [
             None if e.state is None
             else _PackedKV.of(e.state, e.content.get("model_sha256", ""), e.prompt_tokens)
@@ -355,10 +374,13 @@ class Repository:
         ]  # fmt: skip
 
         def action(s: OrmSession) -> list[int]:
-            session = _create_session(s, name, _add_document(s, doc, blob))
+            if session is None:
+                into, under = _create_session(s, name, _add_document(s, doc, blob)), None
+            else:
+                into, under = session, _parent_in(s, session, parent, doc)
             ids = []
             for entry, kv in zip(entries, packed, strict=True):
-                v = _save_version(s, session, None, dict(entry.content))
+                v = _save_version(s, into, under, dict(entry.content), root=under is None)
                 _save_run(s, v.id, entry.result.as_dict())
                 if kv is not None:
                     _save_kv(s, v.id, kv)
@@ -366,6 +388,36 @@ class Repository:
             return ids
 
         return self.write(action)
+
+    def session_info(self, session_id: int) -> dict[str, Any]:
+        """One session that is not deleted: id, name, its document's path and sha256, its
+        newest version (None: none yet); RepositoryError when there is none."""
+
+        def action(s: OrmSession) -> dict[str, Any]:
+            row = _session(s, session_id)
+            doc = s.get(Document, row.document_id) if row.document_id is not None else None
+            return {"id": row.id, "name": row.name,
+                    "document": doc.path if doc is not None else None,
+                    "document_sha256": doc.sha256 if doc is not None else None,
+                    "newest": _newest(s, row.id)}  # fmt: skip
+
+        return self.read(action)
+
+    def latest_session(self, document_sha256: str) -> tuple[int, int | None] | None:
+        """The newest session on a document with this text and its newest version (None: the
+        document has no session), so reopening a document goes on with its line of work."""
+
+        def action(s: OrmSession) -> tuple[int, int | None] | None:
+            found = s.scalar(
+                select(Session.id)
+                .join(Document, Session.document_id == Document.id)
+                .where(Document.sha256 == document_sha256, Session.deleted.is_(None))
+                .order_by(Session.id.desc())
+                .limit(1)
+            )
+            return None if found is None else (found, _newest(s, found))
+
+        return self.read(action)
 
     def finished_version(self, document_sha256: str, content: dict[str, Any]) -> int | None:
         """A version that already did exactly this to this document and finished (its last run
@@ -472,6 +524,23 @@ class Entry:
     prompt_tokens: int = 0
 
 
+def _reply_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """What a version's last run answered, as diff lines (a version never run says so)."""
+    if not runs:
+        return ["finish: (not run)", "reply:"]
+    last = runs[-1]
+    lines = [f"finish: {last['finish_reason']}"]
+    if last.get("error") or last.get("refused"):
+        lines.append(f"error: {last.get('error') or last.get('refused')}")
+    lines.append("reply:")
+    outputs = last.get("outputs") or []
+    for out in outputs:
+        if len(outputs) > 1:
+            lines.append(f"[{out.get('step', '')}]")
+        lines.extend(str(out.get("text", "")).splitlines())
+    return lines
+
+
 def _same_settings(recorded: dict[str, Any], wanted: dict[str, Any]) -> bool:
     """Equal settings; a local run recorded before the KV cache type was part of them ran with
     the default cache (f16)."""
@@ -553,20 +622,18 @@ def _create_session(s: OrmSession, name: str, document_id: int | None) -> int:
 
 
 def _save_version(
-    s: OrmSession, session_id: int, parent_id: int | None, content: dict[str, Any]
+    s: OrmSession, session_id: int, parent_id: int | None, content: dict[str, Any], *,
+    root: bool = False,
 ) -> PromptVersion:
+    """A new version numbered after the session's last, child of ``parent_id`` (None: of the
+    session's newest version, or none at all when ``root``)."""
     session = s.get(Session, session_id)
     if session is None or session.deleted is not None:
         raise RepositoryError(f"there is no session {session_id}")
     parent = parent_id
-    if parent is None:
-        parent = s.scalar(
-            select(PromptVersion.id)
-            .where(PromptVersion.session_id == session_id, PromptVersion.deleted.is_(None))
-            .order_by(PromptVersion.number.desc())
-            .limit(1)
-        )
-    elif _version(s, parent).session_id != session_id:
+    if parent is None and not root:
+        parent = _newest(s, session_id)
+    elif parent is not None and _version(s, parent).session_id != session_id:
         raise RepositoryError(f"version {parent} belongs to another session")
     highest = select(func.max(PromptVersion.number)).where(PromptVersion.session_id == session_id)
     number = (s.scalar(highest) or 0) + 1
@@ -606,6 +673,34 @@ def _session(s: OrmSession, session_id: int) -> Session:
     if row is None or row.deleted is not None:
         raise RepositoryError(f"there is no session {session_id}")
     return row
+
+
+def _newest(s: OrmSession, session_id: int) -> int | None:
+    """The session's newest version that is not deleted (None: it has none)."""
+    return s.scalar(
+        select(PromptVersion.id)
+        .where(PromptVersion.session_id == session_id, PromptVersion.deleted.is_(None))
+        .order_by(PromptVersion.number.desc())
+        .limit(1)
+    )
+
+
+def _parent_in(s: OrmSession, session_id: int, parent: int | None,
+               doc: CoreDocument) -> int | None:  # fmt: skip
+    """Where new versions of a document go in a session: under ``parent`` (None: the newest
+    version). RepositoryError, before anything is written, when the session is gone or on
+    another document, or the parent is not one of its versions."""
+    row = _session(s, session_id)
+    on = s.get(Document, row.document_id) if row.document_id is not None else None
+    if on is None or on.sha256 != doc.sha256:
+        name = Path(on.path).name if on is not None else "no document"
+        raise RepositoryError(f"session {session_id} is on another document ({name}), not on "
+                              f"{doc.name}")  # fmt: skip
+    if parent is None:
+        return _newest(s, session_id)
+    if _version(s, parent).session_id != session_id:
+        raise RepositoryError(f"version {parent} belongs to another session, not {session_id}")
+    return parent
 
 
 def _visible_parent(s: OrmSession, v: PromptVersion) -> int | None:

@@ -51,12 +51,13 @@ def history(tmp_path: Path) -> Iterator[History]:
                "settings": {"n_ctx": 512}}  # fmt: skip
     state = KVState((1, 2, 3, 4), engine_state(4), 512, "f16", "/m.gguf")  # as llama.cpp lays it
     doc = document_from_text("The harbour at dawn. " * 50, name="harbour.txt")
-    v1, v2 = repo.record(doc, "harbour", [
-        Entry(content, result, state, prompt_tokens=3),
+    [v1] = repo.record(doc, "harbour", [Entry(content, result, state, prompt_tokens=3)])
+    session = repo.sessions()[0]["id"]
+    [v2] = repo.record(doc, "harbour", [
         Entry({**content, "strategy": "tail"}, JobResult("summarize", "tail", "length", 512)),
-    ])  # fmt: skip
+    ], session=session, parent=v1)  # fmt: skip
     v3 = repo.branch(v1, prompt="Summarize in French.").id
-    yield History(db, repo, repo.sessions()[0]["id"], v1, v2, v3)
+    yield History(db, repo, session, v1, v2, v3)
     QThreadPool.globalInstance().waitForDone(WAIT)  # no read still running on a closed store
     repo.close()
     db.close()

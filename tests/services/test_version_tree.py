@@ -1,0 +1,108 @@
+"""A session is one document's line of work: runs recorded into it are children of the version
+they were made from (a comparison: one child per strategy), a target that does not fit is one
+sentence with nothing written, a diff shows what the runs answered, and an old version comes
+back with its reply and plan. Real SQLite file, no model (the results are made here)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core.documents import document_from_text
+from app.core.jobs.tasks import JobResult, OutputSpan
+from app.core.planning.plan import Plan, Span
+from app.services import versions
+from app.services.errors import BadRequest
+from app.services.jobs import EngineFacts, JobOutcome, JobSpec
+from app.store.repository import Repository, RepositoryError
+
+FACTS = EngineFacts("/m.gguf", "m" * 64, "local", "f16")
+DOC = document_from_text("The harbour at dawn. The boats go out. " * 20, name="harbour.txt")
+OTHER = document_from_text("A different text altogether.", name="other.txt")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[Repository]:
+    with versions.history(tmp_path / "h.db") as h:
+        yield h.repo
+
+
+def outcome(*strategies: str, reply: str = "A reply.", max_tokens: int = 8) -> JobOutcome:
+    """A finished job as the engine would hand it over, one result per strategy."""
+    plan = Plan(strategies[0], 100, 200, (Span(0, 40, 10, "head"),), (Span(40, 80, 10, "cut"),))
+    results = [
+        JobResult("summarize", s, "stop", 512, prompt_tokens=50, completion_tokens=3,
+                  outputs=[OutputSpan("summary", f"{reply}\nMore.", ((0, 40),), 1, "stop")],
+                  plan=plan.as_dict())
+        for s in strategies
+    ]  # fmt: skip
+    spec = JobSpec("summarize", strategies, max_tokens=max_tokens)
+    return JobOutcome(spec, results=results, engine=FACTS)
+
+
+def test_runs_into_a_session_make_a_tree(repo: Repository) -> None:
+    first = versions.record_outcome(repo, DOC, outcome("head"))
+    assert first.parent is None and len(first.versions) == 1
+    [v1] = first.versions
+    second = versions.record_outcome(repo, DOC, outcome("tail"),
+                                     versions.Target(first.session, v1))  # fmt: skip
+    [v2] = second.versions
+    assert (second.session, second.parent) == (first.session, v1)
+    # --session alone: under the session's newest version
+    third = versions.record_outcome(repo, DOC, outcome("middle"), versions.Target(first.session))
+    [v3] = third.versions
+    assert third.parent == v2
+    # a comparison from v1: one child per strategy, all under v1 (a branch)
+    compared = versions.record_outcome(repo, DOC, outcome("head", "entropy"),
+                                       versions.Target(None, v1))  # fmt: skip
+    assert compared.session == first.session and compared.parent == v1
+    tree = {v.id: v for v in repo.history(first.session)}
+    assert tree[v1].children == (v2, *compared.versions)
+    assert tree[v2].children == (v3,) and len(repo.sessions()) == 1
+    # no target: a new session, as before
+    assert versions.record_outcome(repo, DOC, outcome("head")).session != first.session
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    (versions.Target(99), "there is no session 99"),
+    (versions.Target(None, 99), "there is no version 99"),
+    (versions.Target("other"), "is on another document \\(other.txt\\), not on harbour.txt"),
+    (versions.Target(1, "other"), "is in session 2, not in session 1"),
+])  # fmt: skip
+def test_a_target_that_does_not_fit_is_one_sentence_and_writes_nothing(
+    repo: Repository, target: versions.Target, message: str
+) -> None:
+    mine = versions.record_outcome(repo, DOC, outcome("head"))
+    other = versions.record_outcome(repo, OTHER, outcome("head"))
+    if target.parent == "other":
+        target = versions.Target(mine.session, other.versions[0])
+    elif target.session == "other":
+        target = versions.Target(other.session)
+    before = repo.history()
+    with pytest.raises(BadRequest, match=message):
+        versions.check_target(repo, DOC, target)
+    with pytest.raises(RepositoryError, match=message):  # recording says so too
+        versions.record_outcome(repo, DOC, outcome("tail"), target)
+    assert repo.history() == before
+
+
+def test_diff_shows_the_replies_and_an_old_version_opens(repo: Repository) -> None:
+    first = versions.record_outcome(repo, DOC, outcome("head", reply="The boats go out."))
+    [v1] = first.versions
+    copy = repo.rollback(v1)  # asks the same; answers once run
+    again = versions.record_resumed(repo, copy, outcome("head", reply="Dawn.").results[0])
+    assert again.parent == v1
+    diff = repo.diff(v1, copy.id)
+    assert "-The boats go out." in diff and "+Dawn." in diff and "strategy" not in diff
+    never = repo.branch(v1, prompt="Other.")
+    assert "+finish: (not run)" in repo.diff(v1, never.id)
+    opened = versions.open_version(repo, v1)
+    assert opened.version.id == v1 and opened.finish_reason == "stop"
+    assert opened.outputs[0]["text"] == "The boats go out.\nMore."
+    assert opened.document_sha256 == DOC.sha256
+    assert opened.plan is not None and opened.plan.kept == (Span(0, 40, 10, "head"),)
+    assert opened.plan.dropped == (Span(40, 80, 10, "cut"),)
+    assert versions.latest_line(repo, DOC) == (first.session, never.id)
+    assert versions.latest_line(repo, OTHER) is None
