@@ -77,6 +77,7 @@ from app.core.jobs.tasks import (
     StrategyStarted,
     TokenBatch,
 )
+from app.ui.i18n import finish_label
 from app.ui.widgets import plain_label
 
 Span = tuple[int, int]
@@ -586,6 +587,21 @@ class BufferPanel(QWidget):
         """Empty every stage, keeping the context size (another document was opened)."""
         self.reset(self.kv.n_ctx)
 
+    def set_caption(self, text: str) -> None:
+        """The line above the stages (a resumed rollback has no plan event to fill it)."""
+        self.plan_label.setText(text)
+
+    def show_outputs(self, caption: str,
+                     outputs: Sequence[tuple[str, str, tuple[Span, ...]]]) -> None:  # fmt: skip
+        """An old version's recorded reply: ``caption`` above, each (step, text, sources)
+        output as a run shows it, its sources clickable; the queue and cache are emptied."""
+        self.clear()
+        self.plan_label.setText(caption)
+        for step, text, sources in outputs:
+            self._spans.append(_OutputSpanView(step, tuple(sources), [text]))
+            self._heading(step)
+            self._append(text, self._span_format(len(self._spans) - 1))
+
     def set_sliding_window(self, window: int, windowed_layers: int, layers: int) -> None:
         """The loaded model's attention: ``windowed_layers`` of ``layers`` see the last
         ``window`` positions only (0: full attention). The cache bar hatches what lies behind
@@ -802,7 +818,7 @@ class BufferPanel(QWidget):
             "Finished: {0} · {1:,} prompt tokens ({2:,} evaluated) · {3:,} generated · "
             "KV peak {4:,} of {5:,} · {6:.1f} s"
         )
-        summary = summary.format(result.finish_reason, result.prompt_tokens,
+        summary = summary.format(finish_label(result.finish_reason), result.prompt_tokens,
                                  result.evaluated_tokens, result.completion_tokens,
                                  result.kv_peak_cells, result.n_ctx, result.seconds)  # fmt: skip
         self._line(summary)

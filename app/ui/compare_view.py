@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.jobs.tasks import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
+from app.ui.i18n import finish_label, strategy_label
 from app.ui.widgets import fixed_font, plain_label
 
 MAX_PANES = 4
@@ -34,7 +35,7 @@ class StrategyPane(QGroupBox):
     """One strategy: its plan, its streaming output, its figures."""
 
     def __init__(self, strategy: str, parent: QWidget | None = None) -> None:
-        super().__init__(strategy, parent)
+        super().__init__(strategy_label(strategy), parent)
         self.strategy = strategy
         self.plan_label = plain_label(self.tr("waiting…"))
         self.plan_label.setWordWrap(True)
@@ -185,7 +186,7 @@ class CompareView(QWidget):
         if pane is not None and plan is not None:
             pane.show_plan(plan, retention)
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).text() == strategy:
+            if self.table.item(row, 0).text() == strategy_label(strategy):
                 self.table.setItem(row, self.COLUMNS.index("needles"),
                                    QTableWidgetItem(f"{retention:.0%}"))  # fmt: skip
 
@@ -201,7 +202,8 @@ class CompareView(QWidget):
             self._current.append(ev.text)
         elif isinstance(ev, JobFinished):
             r = ev.result
-            self._current.finish(r.seconds, r.refused or r.error or r.finish_reason, r.text)
+            reason = r.refused or r.error or finish_label(r.finish_reason)
+            self._current.finish(r.seconds, reason, r.text)
             self._add_row(r)
 
     def _add_row(self, r: JobResult) -> None:
@@ -209,12 +211,12 @@ class CompareView(QWidget):
         needle = self._needles.get(r.strategy)
         kept = f"{plan.kept_tokens:,} / {plan.total_tokens:,}" if plan else "–"
         cells = (
-            r.strategy, kept, str(plan.passes) if plan else "–",
+            strategy_label(r.strategy), kept, str(plan.passes) if plan else "–",
             f"{plan.boundary_integrity:.0%}" if plan else "–",
             f"{needle:.0%}" if needle is not None else "–",
             f"{r.prompt_tokens:,}", f"{r.completion_tokens:,}",
             f"{r.kv_peak_cells:,}", f"{r.seconds:.1f}",
-            r.refused or r.error or r.finish_reason,
+            r.refused or r.error or finish_label(r.finish_reason),
         )  # fmt: skip
         row = self.table.rowCount()
         self.table.insertRow(row)

@@ -79,6 +79,7 @@ from app.ui.plan_index import (
     index_plan,
 )
 from app.ui.plan_map import NOTHING, PlanMap
+from app.ui.plan_reasons import reason_label
 from app.ui.plot_ticks import count_axis
 from app.ui.widgets import fixed_font, plain_label, still_plot
 
@@ -558,7 +559,7 @@ class DocumentView(QWidget):
         span, kept = found
         head = self.tr("Kept: {0}") if kept else self.tr("Dropped: {0}")
         lines = [
-            head.format(span.reason),
+            head.format(reason_label(span.reason)),
             self.tr("{0:,} tokens, characters {1:,}–{2:,}").format(
                 span.tokens, span.start, span.end
             ),

@@ -40,6 +40,27 @@ TASK_NAMES = {
     "extract": QT_TRANSLATE_NOOP("Task", "extract"),
 }
 
+# Strategy identifiers (stored in the history, typed on the command line) and their names here.
+STRATEGY_NAMES = {
+    "refuse": QT_TRANSLATE_NOOP("Strategy", "refuse"),
+    "head": QT_TRANSLATE_NOOP("Strategy", "head"),
+    "tail": QT_TRANSLATE_NOOP("Strategy", "tail"),
+    "middle": QT_TRANSLATE_NOOP("Strategy", "middle"),
+    "rolling": QT_TRANSLATE_NOOP("Strategy", "rolling"),
+    "semantic": QT_TRANSLATE_NOOP("Strategy", "semantic"),
+    "entropy": QT_TRANSLATE_NOOP("Strategy", "entropy"),
+    "map-reduce": QT_TRANSLATE_NOOP("Strategy", "map-reduce"),
+}
+# Why a reply ended, as the engine and the jobs record it, and what the window says.
+FINISH_NAMES = {
+    "stop": QT_TRANSLATE_NOOP("Finish", "stop"),
+    "length": QT_TRANSLATE_NOOP("Finish", "length"),
+    "cancelled": QT_TRANSLATE_NOOP("Finish", "cancelled"),
+    "error": QT_TRANSLATE_NOOP("Finish", "error"),
+    "repetition": QT_TRANSLATE_NOOP("Finish", "repetition"),
+    "abort": QT_TRANSLATE_NOOP("Finish", "abort"),
+}
+
 _installed: list[QTranslator] = []  # what install_translator put on the app, to take it off
 
 
@@ -64,6 +85,18 @@ def language_name(code: str) -> str:
 def task_label(task: str) -> str:
     """The translated name of a task identifier (an unknown one is shown as it is)."""
     return QCoreApplication.translate("Task", TASK_NAMES.get(task, task))
+
+
+def strategy_label(strategy: str) -> str:
+    """The translated name of a strategy identifier (an unknown one is shown as it is)."""
+    return QCoreApplication.translate("Strategy", STRATEGY_NAMES.get(strategy, strategy))
+
+
+def finish_label(reason: str) -> str:
+    """The translated finish reason; anything else (an error's own sentence) as it is."""
+    if reason not in FINISH_NAMES:
+        return reason
+    return QCoreApplication.translate("Finish", FINISH_NAMES[reason])
 
 
 def resolve(choice: str, locale: QLocale | None = None, folder: Path | None = None) -> str:

@@ -31,7 +31,7 @@ from app.core.engine.types import SamplingSettings
 from app.core.jobs.tasks import DEFAULT_LANES, TASKS
 from app.core.planning.strategies import STRATEGIES
 from app.ui.help import guide_dialog, shortcuts_dialog
-from app.ui.i18n import language_menu, task_label
+from app.ui.i18n import language_menu, strategy_label, task_label
 from app.ui.menus import ChecklistMenu
 from app.ui.session_model import JobChoices
 from app.ui.theme import apply_theme, current_theme
@@ -111,7 +111,7 @@ class MainActions(QObject):
 
         self.strategy_box = QComboBox()
         for name in STRATEGIES:
-            self.strategy_box.addItem(name, name)
+            self.strategy_box.addItem(strategy_label(name), name)
         self.strategy_box.setCurrentIndex(self.strategy_box.findData("head"))
         self.strategy_box.setToolTip(self.tr("What to do with a document longer than the context"))
         bar.addWidget(_buddy(self.tr(" &Strategy "), self.strategy_box))
@@ -135,7 +135,7 @@ class MainActions(QObject):
         window.menuBar().addMenu(menu)
         self.compare_choices: dict[str, QAction] = {}
         for name in STRATEGIES:
-            choice = QAction(name, window, checkable=True)
+            choice = QAction(strategy_label(name), window, checkable=True)
             choice.setChecked(name in ("head", "entropy", "map-reduce"))
             menu.addAction(choice)
             self.compare_choices[name] = choice

@@ -1,0 +1,74 @@
+"""The reasons a plan gives for each span, in the window's language.
+
+The planner (core, no Qt) writes each span's reason in English, with its figures in it; those
+reasons are also what the command line prints and the history keeps. The window matches each
+against the planner's sentence shapes below and shows the translation with the same figures; a
+reason of another shape is shown as it is. tests/ui/test_plan_reasons.py plans real documents
+with every strategy and checks that each reason they give has its shape here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication
+
+_N = r"([\d,]+)"  # a figure as the planner writes it (1,755), kept as written
+_P = r"(\d+%)"
+SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(f"^{pattern}$"), template)
+    for pattern, template in (
+        ("fits the budget", QT_TRANSLATE_NOOP("PlanReason", "fits the budget")),
+        (f"the document needs {_N} tokens; the budget is {_N}",
+         QT_TRANSLATE_NOOP("PlanReason", "the document needs {0} tokens; the budget is {1}")),
+        (f"after the first {_N} tokens \\(head\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "after the first {0} tokens (head)")),
+        ("the start of the document", QT_TRANSLATE_NOOP("PlanReason", "the start of the document")),
+        (f"before the last {_N} tokens \\(tail\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "before the last {0} tokens (tail)")),
+        ("the end of the document", QT_TRANSLATE_NOOP("PlanReason", "the end of the document")),
+        ("the middle of the document, dropped to keep its start and end",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "the middle of the document, dropped to keep its start and end")),
+        ("the start or end of the document",
+         QT_TRANSLATE_NOOP("PlanReason", "the start or end of the document")),
+        ("passes through the rolling window",
+         QT_TRANSLATE_NOOP("PlanReason", "passes through the rolling window")),
+        ("in a sliding window over semantic chunks",
+         QT_TRANSLATE_NOOP("PlanReason", "in a sliding window over semantic chunks")),
+        ("mapped in its own pass, then reduced",
+         QT_TRANSLATE_NOOP("PlanReason", "mapped in its own pass, then reduced")),
+        ("more informative than what was dropped",
+         QT_TRANSLATE_NOOP("PlanReason", "more informative than what was dropped")),
+        ("whitespace only", QT_TRANSLATE_NOOP("PlanReason", "whitespace only")),
+        (f"boilerplate: the same line recurs {_N} times",
+         QT_TRANSLATE_NOOP("PlanReason", "boilerplate: the same line recurs {0} times")),
+        (f"repeats the text at characters {_N}–{_N}",
+         QT_TRANSLATE_NOOP("PlanReason", "repeats the text at characters {0}–{1}")),
+        (f"mostly whitespace \\({_P}\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "mostly whitespace ({0})")),
+        (f"low information: {_P} new after compression",
+         QT_TRANSLATE_NOOP("PlanReason", "low information: {0} new after compression")),
+        (f"nothing of the document fits: the budget is {_N} tokens",
+         QT_TRANSLATE_NOOP("PlanReason", "nothing of the document fits: the budget is {0} tokens")),
+        (f"a single character here needs {_N} tokens, over the budget",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "a single character here needs {0} tokens, over the budget")),
+    )
+)  # fmt: skip
+
+
+def shape_of(reason: str) -> str | None:
+    """The English template ``reason`` was written from, or None."""
+    for pattern, template in SHAPES:
+        if pattern.match(reason):
+            return template
+    return None
+
+
+def reason_label(reason: str) -> str:
+    """``reason`` in the window's language, its figures unchanged."""
+    for pattern, template in SHAPES:
+        if found := pattern.match(reason):
+            return QCoreApplication.translate("PlanReason", template).format(*found.groups())
+    return reason
