@@ -5,14 +5,15 @@ The best thread count, batch and micro-batch sizes and flash-attention setting d
 threads on a busy two-core machine ran several times slower than one). A calibration loads the
 model under each candidate, times a prompt evaluation and a short greedy generation, and keeps the
 candidate with the best combined time. The result is cached per model (sha256) and machine, so
-it costs seconds once; the person can see the table and override the choice.
+it is measured once: the window does it in an engine of its own after a model's first load
+(the model is usable meanwhile) and offers the result; the person can see the table and override
+the choice.
 
 Pure core: the engine host is passed in, progress and cancel are plain callables.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,6 +40,7 @@ TRIAL_TEXT = "The quick brown fox jumps over the lazy dog. " * 64  # what every 
 # "0" turns automatic calibration off (the window then loads with the settings as chosen): for
 # scripted runs whose timing or engine faults must not meet a calibration first.
 AUTO_ENV = "CONTEXTLENS_CALIBRATE"
+RETRIES = 2  # a trial something else ran alongside is measured again, this many times at most
 
 
 class CalibrationCancelled(Exception):
@@ -198,13 +200,17 @@ def calibrate(
     progress: Callable[[int, int], None] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
     use_cache: bool = True,
+    disturbed: Callable[[], bool] = lambda: False,
 ) -> Calibration:
     """Time each candidate (``trials``, by default :func:`candidates` of ``base``) and keep the
     fastest; cached per model, machine and KV cache type. The model is left loaded with
     ``base`` tuned by the result (:meth:`Calibration.settings_for`).
 
     ``progress(done, total)`` is called after each trial; ``cancelled()`` is asked before each
-    (CalibrationCancelled then). A candidate llama.cpp refuses is skipped.
+    (CalibrationCancelled then; it may also wait, as a calibration in the background waits while
+    a job runs). ``disturbed()``, asked after each trial, says that other work ran alongside
+    it: its figures are not to be trusted and it is measured again. A candidate llama.cpp
+    refuses is skipped.
     """
     machine = machine_key(host.start())  # the build is part of the key: the engine must run
     if use_cache and (found := cached(model_sha256, machine, base.kv_cache_type)) is not None:
@@ -213,11 +219,9 @@ def calibrate(
     todo = list(trials) if trials is not None else candidates(base)
     done: list[Trial] = []
     for i, settings in enumerate(todo):
-        if cancelled():
-            raise CalibrationCancelled("calibration cancelled")
-        # a candidate this build or machine cannot run is not a choice
-        with contextlib.suppress(EngineError, ValueError):
-            done.append(measure(host, model, settings))
+        trial = _measured(host, model, settings, cancelled, disturbed)
+        if trial is not None:
+            done.append(trial)
         if progress is not None:
             progress(i + 1, len(todo))
     if cancelled():  # during the last trial: its figures are not to be trusted
@@ -229,6 +233,28 @@ def calibrate(
     host.load(model, result.settings_for(base))
     _save(result)
     return result
+
+
+def _measured(
+    host: CalibratedEngine,
+    model: Path,
+    settings: LoadSettings,
+    cancelled: Callable[[], bool],
+    disturbed: Callable[[], bool],
+) -> Trial | None:
+    """One candidate's figures, measured again while ``disturbed()`` (RETRIES times at most);
+    None: this build or machine cannot run it, so it is not a choice."""
+    trial = None
+    for _ in range(1 + RETRIES):
+        if cancelled():
+            raise CalibrationCancelled("calibration cancelled")
+        try:
+            trial = measure(host, model, settings)
+        except (EngineError, ValueError):
+            return None
+        if not disturbed():
+            break
+    return trial
 
 
 def measure(host: CalibratedEngine, model: Path, settings: LoadSettings) -> Trial:

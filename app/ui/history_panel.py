@@ -1,7 +1,10 @@
 """The history panel: every prompt version of a session as a tree, and what can be done with it.
 
-Work is never lost in ContextLens: each run is a version, editing an old one branches, a rollback
-is a new version equal to an old one. This panel shows that tree and marks the versions whose KV
+Work is never lost in ContextLens: a session is one document's line of work, each run is a
+version (a child of the version it was made from), editing an old one branches, a rollback is a
+new version equal to an old one. This panel shows that tree, with each version's task, prompt,
+strategy, settings, finish reason and reply, marks the current version (bold: the next Run
+branches from it), opens a version again (double-click or Open), and marks the versions whose KV
 state is saved, because rolling back to those resumes instantly instead of evaluating the whole
 prompt again. Diff, rollback, branch, delete with undo, export and import all go through the
 store API (app.store) on a pool thread; the panel redraws from what the store answers. Export
@@ -63,6 +66,8 @@ from app.ui.widgets import MessageLine, fixed_font
 SUFFIX = ".ctxlens"
 INSTANT = "⚡"
 PROMPT_COLUMN_MAX = 360  # pixels; the whole prompt is in the tooltip
+REPLY_COLUMN_MAX = 420  # pixels; the whole reply is in the tooltip
+TOOLTIP_CHARS = 2000  # the longest reply a tooltip shows
 PROGRESS_DELAY_MS = 400  # quick operations finish before a progress dialog would flash
 PROGRESS_POLL_MS = 100  # how often the dialog reads the worker's progress
 _BAR_MAX = 2**31 - 1  # a progress bar holds a C int; larger totals are scaled down
@@ -147,6 +152,17 @@ def _may_share_state(
 def _first_line(text: str, limit: int = 80) -> str:
     line = next((s.strip() for s in text.splitlines() if s.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _reply(run: dict[str, Any]) -> str:
+    """A run's reply: its last output (a multi-pass job's partial results come before it)."""
+    outputs = run.get("outputs") or []
+    return str(outputs[-1].get("text", "")) if outputs else ""
+
+
+def _settings_tip(settings: dict[str, Any]) -> str:
+    """Every recorded setting, one per line (the column shows the context and reply size)."""
+    return "\n".join(f"{key}: {value}" for key, value in sorted(settings.items()))
 
 
 def _mix(a: QColor, b: QColor, share: float) -> QColor:
@@ -261,8 +277,14 @@ class HistoryPanel(QWidget):
     imported = Signal(object)  # ImportSummary
     cancelled = Signal(str)  # an export or import was cancelled: the sentence shown
     failed = Signal(str)  # one sentence, also shown in the panel
+    open_requested = Signal(int)  # the id of a version to show again
 
-    COLUMNS = 7  # version, created, task, strategy, prompt, last run, KV state
+    # the columns by their index (shown in the order of SHOWN)
+    NAMES = ("version", "created", "task", "strategy", "prompt", "finish", "kv", "settings",
+             "reply")  # fmt: skip
+    COLUMNS = len(NAMES)
+    SHOWN = ("version", "created", "task", "prompt", "strategy", "settings", "finish", "reply",
+             "kv")  # fmt: skip
 
     def __init__(self, repo: Repository, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -275,6 +297,7 @@ class HistoryPanel(QWidget):
         self._reread = False  # and another was asked for meanwhile
         self._select_after: int | None = None
         self._undoable = 0  # deletions made here that undo can bring back
+        self._current: int | None = None  # the version the next Run branches from
         self.diff_dialog: DiffDialog | None = None
         self.branch_dialog: BranchDialog | None = None
         self._waiting: Progress | None = None  # the operation the progress dialog stands for
@@ -291,13 +314,20 @@ class HistoryPanel(QWidget):
         self.tree.setColumnCount(self.COLUMNS)
         self.tree.setHeaderLabels([
             self.tr("Version"), self.tr("Created"), self.tr("Task"), self.tr("Strategy"),
-            self.tr("Prompt"), self.tr("Last run"), self.tr("KV state"),
+            self.tr("Prompt / question"), self.tr("Finish"), self.tr("KV state"),
+            self.tr("Settings"), self.tr("Reply"),
         ])  # fmt: skip
+        header = self.tree.header()
+        for place, name in enumerate(self.SHOWN):
+            header.moveSection(header.visualIndex(self.column(name)), place)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.setAlternatingRowColors(True)
         self.tree.setUniformRowHeights(True)
         self.tree.itemSelectionChanged.connect(self._update_actions)
+        self.tree.itemDoubleClicked.connect(self._on_double_clicked)
 
+        self.open_button = QPushButton(self.tr("&Open"))
+        self.open_button.clicked.connect(self.open_selected)
         self.diff_button = QPushButton(self.tr("&Diff"))
         self.diff_button.clicked.connect(self.diff_selected)
         self.rollback_button = QPushButton(self.tr("Rollbac&k"))
@@ -350,8 +380,8 @@ class HistoryPanel(QWidget):
         top.addWidget(self.session_combo, 1)
         top.addWidget(self.refresh_button)
         actions = QHBoxLayout()
-        for button in (self.diff_button, self.rollback_button, self.branch_button,
-                       self.delete_button, self.undo_button):  # fmt: skip
+        for button in (self.open_button, self.diff_button, self.rollback_button,
+                       self.branch_button, self.delete_button, self.undo_button):  # fmt: skip
             actions.addWidget(button)
         actions.addStretch(1)
         archive = QHBoxLayout()
@@ -383,6 +413,33 @@ class HistoryPanel(QWidget):
 
     def session_id(self) -> int | None:
         return self._session_id
+
+    @classmethod
+    def column(cls, name: str) -> int:
+        """The index of the column ``name`` (one of NAMES)."""
+        return cls.NAMES.index(name)
+
+    def set_current(self, session_id: int | None, version_id: int | None) -> None:
+        """The session model's current version (bold): shows its session and reads it again.
+        None: no current version (the open document has no session yet); the session shown
+        stays."""
+        self._current = version_id
+        if session_id is not None:
+            self.set_session(session_id)
+        else:
+            self._mark_current()
+
+    def current_version(self) -> int | None:
+        return self._current
+
+    def _mark_current(self) -> None:
+        for item in self._items():
+            if item.data(0, _KIND_ROLE) == "version":
+                current = item.data(0, _ID_ROLE) == self._current
+                font = item.font(0)
+                font.setBold(current)
+                for column in range(self.COLUMNS):
+                    item.setFont(column, font)
 
     def refresh(self) -> None:
         """Read the history again in the background; ``refreshed`` when it is shown. While a
@@ -429,8 +486,8 @@ class HistoryPanel(QWidget):
             for s in view.sessions:
                 item = QTreeWidgetItem(self.tree)
                 item.setText(0, self.tr("{0} (#{1})").format(s["name"], s["id"]))
-                item.setText(4, s["document"] or "")
-                item.setText(5, self.tr("{0} versions").format(s["versions"]))
+                item.setToolTip(0, s["document"] or "")
+                item.setText(self.column("finish"), self._versions_count(s["versions"]))
                 item.setData(0, _KIND_ROLE, "session")
                 item.setData(0, _ID_ROLE, s["id"])
                 parents[s["id"]] = item
@@ -444,9 +501,15 @@ class HistoryPanel(QWidget):
         self.tree.expandAll()
         for column in range(self.COLUMNS):
             self.tree.resizeColumnToContents(column)
-        self.tree.setColumnWidth(4, min(self.tree.columnWidth(4), PROMPT_COLUMN_MAX))
+        for name, widest in (("prompt", PROMPT_COLUMN_MAX), ("reply", REPLY_COLUMN_MAX)):
+            column = self.column(name)
+            self.tree.setColumnWidth(column, min(self.tree.columnWidth(column), widest))
+        self._mark_current()
         self.select_versions(*(vid for vid in selected if vid in items))
         self._update_actions()
+
+    def _versions_count(self, n: int) -> str:
+        return self.tr("1 version") if n == 1 else self.tr("{0} versions").format(n)
 
     def _fill_version(self, item: QTreeWidgetItem, v: VersionInfo) -> None:
         item.setData(0, _KIND_ROLE, "version")
@@ -458,10 +521,17 @@ class HistoryPanel(QWidget):
         item.setText(3, v.strategy)
         item.setText(4, _first_line(v.prompt))
         item.setToolTip(4, v.prompt)
+        settings = self.tr("n_ctx {0} · max {1}").format(
+            v.settings.get("n_ctx", "?"), v.settings.get("max_tokens", "?"))  # fmt: skip
+        item.setText(self.column("settings"), settings)
+        item.setToolTip(self.column("settings"), _settings_tip(v.settings))
         run = self._view.last_runs.get(v.id)
         if run is not None:
             item.setText(5, self.tr("{0} · {1:,} + {2:,} tokens").format(
                 run["finish_reason"], run["prompt_tokens"], run["completion_tokens"]))  # fmt: skip
+            reply = _reply(run)
+            item.setText(self.column("reply"), _first_line(reply))
+            item.setToolTip(self.column("reply"), reply[:TOOLTIP_CHARS])
         state = self._view.states.get(v.id)
         if state is not None:
             item.setText(6, self.tr("{0} instant").format(INSTANT))
@@ -482,9 +552,10 @@ class HistoryPanel(QWidget):
         combo.addItem(self.tr("All sessions"), None)
         for s in sessions:
             combo.addItem(
-                self.tr("{0} (#{1}, {2} versions)").format(s["name"], s["id"], s["versions"]),
+                self.tr("{0} (#{1}, {2})").format(s["name"], s["id"],
+                                                  self._versions_count(s["versions"])),
                 s["id"],
-            )
+            )  # fmt: skip
         index = combo.findData(self._session_id) if self._session_id is not None else 0
         combo.setCurrentIndex(max(0, index))
         combo.blockSignals(False)
@@ -538,6 +609,19 @@ class HistoryPanel(QWidget):
             stack.extend(item.child(i) for i in range(item.childCount()))
         return out
 
+    def _on_double_clicked(self, item: QTreeWidgetItem, _column: int) -> None:
+        if item.data(0, _KIND_ROLE) == "version":
+            self.open_requested.emit(int(item.data(0, _ID_ROLE)))
+
+    def open_selected(self) -> None:
+        """Show the selected version again: its reply in the output buffer (and its plan on
+        the document, when it was made on the open document)."""
+        versions = self.selected_versions()
+        if len(versions) != 1:
+            self._fail(self.tr("Select one version to open."))
+            return
+        self.open_requested.emit(versions[0].id)
+
     def _export_target(self) -> int | None:
         """The session to export: the one shown, else the one of the selection."""
         if self._session_id is not None:
@@ -549,6 +633,7 @@ class HistoryPanel(QWidget):
         versions = self.selected_versions()
         one = len(versions) == 1 and not self._selected_sessions()
         write = not self._read_only
+        self.open_button.setEnabled(one)
         self.diff_button.setEnabled(len(versions) == 2)
         self.rollback_button.setEnabled(write and one)
         self.branch_button.setEnabled(write and one)
@@ -574,7 +659,10 @@ class HistoryPanel(QWidget):
         }
         for button, tip in tips.items():
             button.setToolTip(why if self._read_only else tip)
-        self.diff_button.setToolTip(self.tr("Compare two selected versions"))
+        self.diff_button.setToolTip(self.tr("Compare two selected versions: settings, prompt "
+                                            "and reply"))  # fmt: skip
+        self.open_button.setToolTip(self.tr("Show the selected version's reply in the output "
+                                            "buffer (double-click does too)"))  # fmt: skip
         self.export_button.setToolTip(self.tr("Write the session to a .ctxlens file"))
 
     # ----- actions -----

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -36,8 +36,9 @@ from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
 from app.core.paths import models_dir
 from app.core.planning.plan import Plan
+from app.services.versions import OpenedVersion
 from app.store.db import Database, StoreError, open_database
-from app.store.repository import Repository
+from app.store.repository import Repository, VersionInfo
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import MAX_PANES, CompareView
 from app.ui.document_view import DocumentView
@@ -45,6 +46,7 @@ from app.ui.engine_thread import ServerSpec
 from app.ui.gauges import GaugesPanel
 from app.ui.history_panel import SUFFIX as SESSION_SUFFIX
 from app.ui.history_panel import HistoryPanel
+from app.ui.i18n import task_label
 from app.ui.main_actions import MainActions
 from app.ui.model_offer import ModelOffer
 from app.ui.model_panel import ModelPanel
@@ -56,6 +58,7 @@ from app.ui.widgets import plain_label, plain_message_box
 log = logging.getLogger(__name__)
 USE_TUNED_KEY = "model/use_tuned"
 REPLAN_DELAY_MS = 400  # after the last keystroke in the question
+DEFAULT_SIZE = QSize(1400, 900)  # on screens large enough; smaller ones get all they have
 
 
 class MainWindow(QMainWindow):
@@ -79,7 +82,6 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("ContextLens")
         self.setAcceptDrops(True)
-        self.resize(1400, 900)
         self.settings = settings or QSettings()
         self.last_error = ""
         self._shut_down = False  # closeEvent has stopped the engine and closed the store
@@ -123,18 +125,13 @@ class MainWindow(QMainWindow):
         self.model_panel.server.connect_requested.connect(self.connect_server)
         self.model_panel.server.disconnect_requested.connect(self.session.unload)
         self.model_panel.calibrate_requested.connect(self.calibrate_model)
-        self.model_panel.calibration_cancel_requested.connect(self.engine.cancel)
+        self.model_panel.calibration_cancel_requested.connect(self.session.cancel_calibration)
         self.model_panel.unload_requested.connect(self.session.unload)
         use_tuned = self.model_panel.tuning.use_tuned
         use_tuned.setChecked(bool(self.settings.value(USE_TUNED_KEY, True, type=bool)))
         use_tuned.toggled.connect(lambda on: self.settings.setValue(USE_TUNED_KEY, on))
-        # scrolls rather than squeezing its wrapped hints when the window is short
-        model_scroll = QScrollArea()
-        model_scroll.setWidget(self.model_panel)
-        model_scroll.setWidgetResizable(True)
-        model_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        model_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self._dock("model", self.tr("Model"), model_scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._dock("model", self.tr("Model"), scrolling(self.model_panel),
+                   Qt.DockWidgetArea.LeftDockWidgetArea)  # fmt: skip
         self.sampling_box = SamplingBox(self.settings)  # what the next Run samples with
         self._dock("sampling", self.tr("Sampling"), self.sampling_box,
                    Qt.DockWidgetArea.LeftDockWidgetArea)  # fmt: skip
@@ -148,6 +145,7 @@ class MainWindow(QMainWindow):
         if self.repo is not None:
             self.history: HistoryPanel | None = HistoryPanel(self.repo)
             self.history.rolled_back.connect(self.session.resume_rollback)
+            self.history.open_requested.connect(self.session.open_version)
             self.history.failed.connect(self.session.fail)
             self.tabs.addTab(self.history, self.tr("Histor&y"))
         else:
@@ -157,12 +155,9 @@ class MainWindow(QMainWindow):
                    Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
 
         self.gauges = GaugesPanel()
-        self._dock("gauges", self.tr("Gauges"), self.gauges, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self._dock("gauges", self.tr("Gauges"), scrolling(self.gauges),
+                   Qt.DockWidgetArea.BottomDockWidgetArea)  # fmt: skip
         self.gauges.start()  # redraws ~10 times a second while shown
-        docks = {d.objectName(): d for d in self._view_menu_docks}
-        self.resizeDocks([docks["dock-gauges"]], [230], Qt.Orientation.Vertical)
-        self.resizeDocks([docks["dock-model"], docks["dock-stages"]], [330, 560],
-                         Qt.Orientation.Horizontal)  # fmt: skip
 
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(180)
@@ -214,6 +209,9 @@ class MainWindow(QMainWindow):
         s.calibration_progress.connect(self._on_calibration_progress)
         s.calibrated.connect(self._on_calibrated)
         s.calibration_stopped.connect(self.model_panel.show_calibration_stopped)
+        s.background_calibration.connect(self.model_panel.show_background_calibration)
+        s.calibration_offered.connect(self.model_panel.offer_calibration)
+        s.background_calibration_stopped.connect(self.model_panel.show_background_stopped)
         s.job_started.connect(self._on_job_started)
         s.running_changed.connect(self._on_running_changed)
         s.job_events.connect(self._on_job_events)
@@ -221,8 +219,12 @@ class MainWindow(QMainWindow):
         s.sampling_restored.connect(self.sampling_box.set_settings)
         if self.history is not None:
             s.recorded.connect(self.history.set_session)
+            s.current_changed.connect(self.history.set_current)
+        s.version_opened.connect(self._on_version_opened)
+        s.version_restored.connect(self._show_version_job)
         s.waits_changed.connect(self._on_waits_changed)
         s.status.connect(self.statusBar().showMessage)
+        s.status_over.connect(self._clear_status)
         s.failed.connect(self._on_failed)
         s.ready.connect(self.ready)
         s.job_finished.connect(self.job_finished)
@@ -250,6 +252,9 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"ContextLens — {doc.name}")
         self.document_view.set_document(doc.text)
         self.controls.remember(doc.path)
+        if not self.session.running:  # the last run was on the document that was open before
+            self.buffers.clear()
+            self.compare.clear()
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         if any(url.isLocalFile() for url in event.mimeData().urls()):
@@ -383,6 +388,12 @@ class MainWindow(QMainWindow):
 
     def _on_job_started(self, job: StartedJob) -> None:
         self.buffers.reset(job.n_ctx)
+        if job.resumed and job.version is not None:  # the version being run, not the toolbar's
+            v = job.version
+            self._show_version_job(v)
+            self.buffers.set_caption(self.tr("Resuming v{0} ({1}, {2}) from its saved KV "
+                                             "state…").format(v.number, task_label(v.task),
+                                                              v.strategy))  # fmt: skip
         if not job.resumed:
             self.gauges.reset(job.n_ctx)
         if job.comparing:
@@ -390,6 +401,31 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.compare)
         else:
             self.tabs.setCurrentWidget(self.buffers)
+
+    def _show_version_job(self, version: VersionInfo) -> None:
+        """The toolbar takes a version's job (rolled back to, or resumed): its task, prompt,
+        strategy and reply size, so what it shows is what runs (and what the next Run asks)."""
+        for box, value in ((self.task_box, version.task), (self.strategy_box, version.strategy)):
+            index = box.findData(value)
+            if index >= 0:
+                box.setCurrentIndex(index)
+        self.question.setText(version.prompt)
+        max_tokens = version.settings.get("max_tokens")
+        if isinstance(max_tokens, int):
+            self.max_tokens.setValue(max_tokens)
+
+    def _on_version_opened(self, opened: OpenedVersion) -> None:
+        """An old version shown again: its recorded reply in the output buffer (its plan, when
+        made on this document, is on the document already: see SessionModel.open_version)."""
+        v = opened.version
+        caption = self.tr("v{0} of session #{1}: {2} · {3} · {4}").format(
+            v.number, v.session, task_label(v.task), v.strategy,
+            opened.finish_reason or self.tr("not run"))  # fmt: skip
+        outputs = [(str(o.get("step", "")), str(o.get("text", "")),
+                    tuple((int(a), int(b)) for a, b in o.get("source_spans", ())))
+                   for o in opened.outputs]  # fmt: skip
+        self.buffers.show_outputs(caption, outputs)
+        self.tabs.setCurrentWidget(self.buffers)
 
     def _on_running_changed(self, running: bool) -> None:
         self.run_action.setEnabled(not running)
@@ -404,6 +440,11 @@ class MainWindow(QMainWindow):
         self.job_events.emit(events)
 
     # ----- errors and progress -----
+
+    def _clear_status(self, message: str) -> None:
+        """A wait is over: its "…ing" line goes, unless a newer message replaced it."""
+        if self.statusBar().currentMessage() == message:
+            self.statusBar().clearMessage()
 
     def _on_waits_changed(self, waits: frozenset[str]) -> None:
         """The status bar's busy bar shows while anything runs, its Cancel (and Esc) while
@@ -457,12 +498,32 @@ class MainWindow(QMainWindow):
     # ----- layout and closing -----
 
     def _restore_layout(self) -> None:
+        """The layout the person left, or one proportioned to the screen; either way the window
+        fits the screen it opens on (a layout saved on a larger screen is brought inside)."""
         geometry = self.settings.value("geometry")
         state = self.settings.value("window_state")
-        if isinstance(geometry, QByteArray):
-            self.restoreGeometry(geometry)
-        if isinstance(state, QByteArray):
-            self.restoreState(state)
+        screen = self.screen().availableGeometry()
+        if isinstance(geometry, QByteArray) and self.restoreGeometry(geometry):
+            if isinstance(state, QByteArray):
+                self.restoreState(state)
+            if not screen.contains(self.frameGeometry()):
+                self.fit_to(screen)
+        else:
+            self.fit_to(screen)
+
+    def fit_to(self, available: QRect) -> None:
+        """Size the window to ``available`` (at most the default 1400x900) and share it out: the
+        document keeps the widest part, the model and the buffers take a quarter and a third
+        of the width, the gauges a quarter of the height at most."""
+        width = min(DEFAULT_SIZE.width(), available.width())
+        height = min(DEFAULT_SIZE.height(), available.height())
+        self.setGeometry(QRect(available.topLeft(), QSize(width, height)))
+        docks = {d.objectName(): d for d in self._view_menu_docks}
+        self.resizeDocks([docks["dock-gauges"]], [min(230, height // 4)],
+                         Qt.Orientation.Vertical)  # fmt: skip
+        self.resizeDocks([docks["dock-model"], docks["dock-stages"]],
+                         [max(240, width * 23 // 100), width * 36 // 100],
+                         Qt.Orientation.Horizontal)  # fmt: skip
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._shut_down:  # closed once already: the engine and the store are gone
@@ -480,3 +541,14 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
         if event.isAccepted():
             self.closed.emit()
+
+
+def scrolling(panel: QWidget) -> QScrollArea:
+    """``panel`` in a frameless area that scrolls it up and down when the window is too short
+    for it, rather than squeezing its wrapped hints or pushing the docks below off the window."""
+    area = QScrollArea()
+    area.setWidget(panel)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    return area

@@ -250,6 +250,7 @@ class ModelPanel(QWidget):
         self.tuning = TunedSettingsBox()
         self.tuning.calibrate_requested.connect(self._request_calibration)
         self.tuning.cancel_requested.connect(self.calibration_cancel_requested)
+        self.tuning.use_requested.connect(self._request_load)  # loads with the tuned settings
         self.tuning.use_tuned.toggled.connect(self._update)
         self.settings_note = MessageLine()
 
@@ -629,6 +630,20 @@ class ModelPanel(QWidget):
         if self.selected_model() == Path(path):
             note = self.tr("Measured now") if measured_now else ""
             self.tuning.show_calibration(calibration, note)
+
+    def show_background_calibration(self, done: int, total: int) -> None:
+        """The loaded model's first calibration runs in the background: "3/8 tried"."""
+        self.tuning.show_background_progress(done, total)
+
+    def offer_calibration(self, path: Path, calibration: Calibration) -> None:
+        """The background calibration of ``path`` is done (and cached): offer it."""
+        self._calibrations[Path(path)] = calibration
+        if self.selected_model() == Path(path):
+            self.tuning.offer(calibration)
+
+    def show_background_stopped(self, message: str) -> None:
+        """The background calibration was cancelled or failed; the model keeps its settings."""
+        self.tuning.show_stopped(message)
 
     def show_calibration_stopped(self, message: str) -> None:
         """Cancelled or failed: the model loads with the panel's own values."""

@@ -50,7 +50,9 @@ from app.services.engine_session import ServerSpec
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.store.repository import Repository, VersionInfo
 from app.ui.background import run_in_background
+from app.ui.background_calibration import BackgroundCalibration, CalibrationJob
 from app.ui.engine_thread import EngineThread, JobRequest, TuneSpec
+from app.ui.i18n import finish_label
 from app.ui.plan_index import PlanIndex, index_plan
 
 log = logging.getLogger(__name__)
@@ -76,12 +78,23 @@ class JobChoices:
 @dataclass(frozen=True)
 class StartedJob:
     """A job about to run, for the panels to make room for: its context, its strategies, side
-    by side or not, and whether a rollback resumes it from a saved KV state."""
+    by side or not, and whether a rollback resumes it from a saved KV state (``version``: the
+    version being run again, which the toolbar and the buffers show meanwhile)."""
 
     n_ctx: int
     strategies: tuple[str, ...]
     comparing: bool = False
     resumed: bool = False
+    version: VersionInfo | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class _JobPlace:
+    """The document a job runs on and where its versions go: the session current when it
+    started, under the version current then (the next Run branches from what was current)."""
+
+    doc: Document
+    target: versions.Target
 
 
 class SessionModel(QObject):
@@ -100,17 +113,26 @@ class SessionModel(QObject):
     calibration_progress = Signal(int, int)  # settings tried, settings to try
     calibrated = Signal(object, bool)  # Calibration, measured now (False: from the cache)
     calibration_stopped = Signal(str)  # cancelled or failed: the chosen settings are loaded
+    # a first calibration, in the background after the load (the model is usable meanwhile)
+    background_calibration = Signal(int, int)  # settings tried, settings to try
+    calibration_offered = Signal(object, object)  # model Path, its Calibration (cached): offered
+    background_calibration_stopped = Signal(str)  # cancelled or failed; one sentence
     ready = Signal()  # the model is loaded and the document's tokens are counted
     job_started = Signal(object)  # StartedJob
     running_changed = Signal(bool)
     job_events = Signal(list)  # each batch of job events, in order
     needle_retention = Signal(str, float)  # a compared strategy, the share of needles it keeps
     recorded = Signal(int)  # the history session a finished job was recorded in
+    # the session and version the next Run adds to (None, None: the next Run starts a session)
+    current_changed = Signal(object, object)
+    version_opened = Signal(object)  # OpenedVersion: an old version shown again
+    version_restored = Signal(object)  # VersionInfo rolled back to: the toolbar takes its job
     job_finished = Signal(object)  # JobOutcome, once recorded in the history
     sampling_restored = Signal(object)  # SamplingSettings of a version rolled back to
     waits_changed = Signal(object)  # frozenset: what the person waits for now
     engine_restarted = Signal()  # llama.cpp died and a new engine has the model loaded again
     status = Signal(str, int)  # a status line, milliseconds to show it (0: until the next)
+    status_over = Signal(str)  # the wait this status line announced has ended: clear it if shown
     failed = Signal(str)  # something the person must be told about went wrong
     # a Run without a model: the window offers to load one, then calls the callable to run
     # what was asked (unconnected: "Load a model first.")
@@ -137,6 +159,7 @@ class SessionModel(QObject):
         self._open_generation = 0
         self._open_cancel = threading.Event()  # set: the file being read is no longer wanted
         self._waits: set[str] = set()  # see _wait
+        self._wait_messages: dict[str, str] = {}  # the status line each wait began with
         self._plans = PlanProcess()  # plans and counts in a child process, started on first use
         self._plan_pool = QThreadPool(self)
         self._plan_pool.setMaxThreadCount(1)  # plans are answered in the order they were asked
@@ -145,8 +168,16 @@ class SessionModel(QObject):
         self._cancel_start = False
         self._comparing = False
         self._resuming: VersionInfo | None = None  # the version a rollback is generating for
+        self._current: tuple[int | None, int | None] = (None, None)  # session, version
+        self._job_place: _JobPlace | None = None  # the job running: its document and target
         # The candidates a first load measures (None: calibrate's own); fewer make it quicker.
         self.calibration_trials: tuple[LoadSettings, ...] | None = None
+        self._lookup: CalibrationJob | None = None  # a tuned load that asks for a cached choice
+        self._calibrate_next: CalibrationJob | None = None  # none cached: measured once loaded
+        self._background = BackgroundCalibration(self)
+        self._background.progress.connect(self._on_background_progress)
+        self._background.finished.connect(self._on_background_finished)
+        self._background.stopped.connect(self._on_background_stopped)
         self._engine = EngineThread(self)
         self._wire_engine()
 
@@ -231,6 +262,17 @@ class SessionModel(QObject):
         return self._capabilities
 
     @property
+    def current_session(self) -> int | None:
+        """The history session of the open document's line of work (None: the next Run
+        starts one)."""
+        return self._current[0]
+
+    @property
+    def current_version(self) -> int | None:
+        """The version the next Run branches from (None: the next Run starts a session)."""
+        return self._current[1]
+
+    @property
     def running(self) -> bool:
         """A job runs (or is being planned, or a rollback resumes)."""
         return self._running
@@ -290,7 +332,9 @@ class SessionModel(QObject):
         self._doc = doc
         self._doc_tokens = self._doc_estimate = None
         self._planner = None
+        self._set_current(None, None)
         self.document_changed.emit(doc)
+        self._find_line_of_work(doc)
         self._show_counts()
         if self._loaded is not None:
             self._count_exact()
@@ -432,8 +476,11 @@ class SessionModel(QObject):
     def load_model(self, path: Path, settings: LoadSettings, *, tuned: bool = False,
                    fresh: bool = False) -> None:  # fmt: skip
         """Load ``path``. With ``tuned`` settings (and calibration on), the model's sha256
-        comes first: it keys the calibration, measured now when this machine has none (or
-        when ``fresh``)."""
+        comes first: it keys the calibration. A cached one applies; with none the model loads
+        as chosen and is calibrated in the background (:meth:`_on_model_loaded`), unless
+        ``fresh``: then it is measured now, before the load."""
+        self._background.cancel(quiet=True)  # a calibration of the model being replaced
+        self._lookup = self._calibrate_next = None
         self._model_path = Path(path)
         self._server = None  # the engine lets the server go before it loads
         self._model_sha = ""
@@ -449,7 +496,10 @@ class SessionModel(QObject):
             if not isValid(self):  # closed while the file was read
                 return
             self._set_model_sha(sha)
-            spec = TuneSpec(sha, fresh=tune[0], trials=tune[1])
+            spec = TuneSpec(sha, fresh=True, trials=tune[1])
+            if not tune[0]:  # no candidates: the cached choice, else the settings as chosen
+                self._lookup = CalibrationJob(Path(path), sha, settings, tune[1])
+                spec = TuneSpec(sha, trials=())
             self._engine.request_load_tuned.emit(str(path), settings, spec)
 
         def unreadable(_message: str) -> None:  # the load says what is wrong with the file
@@ -499,15 +549,21 @@ class SessionModel(QObject):
         self._model_sha = sha
 
     def _on_calibration_progress(self, done: int, total: int) -> None:
+        if self._lookup is not None:  # only the cache was asked: nothing is measured
+            return
         self._wait("calibrate", True, self.tr("Calibrating: {0}/{1} settings tried…").format(
             done, total))  # fmt: skip
         self.calibration_progress.emit(done, total)
 
     def _on_calibrated(self, calibration: calibrate.Calibration, measured_now: bool) -> None:
+        self._lookup = None
         self._calibration_ended()
         self.calibrated.emit(calibration, measured_now)
 
     def _on_calibration_stopped(self, message: str) -> None:
+        if self._lookup is not None:  # none cached: the model loads as chosen, then it is
+            self._calibrate_next, self._lookup = self._lookup, None  # measured apart
+            return
         self._calibration_ended()
         self.calibration_stopped.emit(message)
         self.status.emit(message, 0)
@@ -531,8 +587,40 @@ class SessionModel(QObject):
             self.update_plan()
         else:
             self.ready.emit()
+        job, self._calibrate_next = self._calibrate_next, None
+        if job is not None:  # after the counts and the plan: it waits for them to end
+            self._background.start(job)
+
+    # ----- the first calibration, in the background -----
+
+    @property
+    def background(self) -> BackgroundCalibration:
+        """The calibration that runs apart after a model's first load."""
+        return self._background
+
+    def cancel_calibration(self) -> None:
+        """The tuned-settings box's Cancel: the calibration in the background, else the one
+        before a load."""
+        if self._background.running:
+            self._background.cancel()
+        else:
+            self._engine.cancel()
+
+    def _on_background_progress(self, done: int, total: int) -> None:
+        self.background_calibration.emit(done, total)
+
+    def _on_background_finished(self, job: CalibrationJob, found: calibrate.Calibration) -> None:
+        if job is self._background.job:
+            self.calibration_offered.emit(job.model, found)
+            self.status.emit(self.tr("Tuned settings are ready: see Speed in the model panel."),
+                             0)  # fmt: skip
+
+    def _on_background_stopped(self, job: CalibrationJob, message: str) -> None:
+        if job is self._background.job:
+            self.background_calibration_stopped.emit(message)
 
     def _on_unloaded(self) -> None:
+        self._background.cancel(quiet=True)
         self._loaded, self._server = None, None
         self.model_unloaded.emit()
         self._planner = None
@@ -621,6 +709,8 @@ class SessionModel(QObject):
         engine with a planner that holds those plans: the job plans the document as shown."""
         assert self._loaded is not None and self._doc is not None
         self._running, self._comparing = True, comparing
+        session, version = self._current
+        self._job_place = _JobPlace(self._doc, versions.Target(session, version))
         self.job_started.emit(StartedJob(self._loaded.n_ctx, spec.strategies, comparing))
         self._set_running(True)
         counter = self._engine.driver.counter
@@ -702,7 +792,8 @@ class SessionModel(QObject):
     def _on_job_done(self, outcome: JobOutcome) -> None:
         self._running = False
         self._set_running(False)
-        reasons = ", ".join(r.finish_reason for r in outcome.results) or self.tr("nothing")
+        reasons = ", ".join(finish_label(r.finish_reason) for r in outcome.results)
+        reasons = reasons or self.tr("nothing")
         self.status.emit(self.tr("Done: {0}").format(reasons), 0)
         self._report_audit(outcome)
         self._record(outcome)
@@ -721,72 +812,147 @@ class SessionModel(QObject):
     # ----- recording a finished job -----
 
     def _record(self, outcome: JobOutcome) -> None:
-        """Store the job through the service the command line records with (one session, a
-        version per strategy with its run and KV state), or a resumed reply under the version
-        the rollback made."""
-        repo, doc = self._repo, self._doc
-        resumed, self._resuming = self._resuming, None
-        if repo is None or doc is None or not outcome.results:
+        """Store the job through the service the command line records with (a version per
+        strategy with its run and KV state, in the current session under the current version,
+        or in a new session), or a resumed reply under the version the rollback made."""
+        repo, place = self._repo, self._job_place
+        resumed, self._resuming, self._job_place = self._resuming, None, None
+        if repo is None or not outcome.results or (resumed is None and place is None):
             self.job_finished.emit(outcome)
             return
         if resumed is not None:
             result = outcome.results[0]
 
-            def work() -> int:
-                return versions.record_resumed(repo, resumed, result).session
+            def work() -> versions.Recorded:
+                return versions.record_resumed(repo, resumed, result)
         else:
+            assert place is not None
+            doc, target = place.doc, place.target
 
-            def work() -> int:
-                return versions.record_outcome(repo, doc, outcome).session
+            def work() -> versions.Recorded:
+                return versions.record_outcome(repo, doc, outcome, target)
 
-        run_in_background(work, lambda session: self._recorded(session, outcome),
+        made_on = place.doc if place is not None else None  # a resume: current already set
+        run_in_background(work, lambda done: self._recorded(done, outcome, made_on),
                           lambda m: self._record_failed(m, outcome))  # fmt: skip
 
-    def _recorded(self, session: int, outcome: JobOutcome) -> None:
-        if session:
-            self.recorded.emit(session)
+    def _recorded(self, done: versions.Recorded, outcome: JobOutcome,
+                  made_on: Document | None) -> None:  # fmt: skip
+        if done.session and made_on is not None and made_on is self._doc:  # still open
+            self._set_current(done.session, self._pick(done, outcome))
+        if done.session:
+            self.recorded.emit(done.session)
         self.job_finished.emit(outcome)
+
+    def _pick(self, done: versions.Recorded, outcome: JobOutcome) -> int:
+        """The version a recorded job leaves current: of a comparison, the strategy chosen in
+        the toolbar when it was compared, else the first."""
+        strategies = [r.strategy for r in outcome.results]
+        chosen = self._choices.strategy
+        index = strategies.index(chosen) if chosen in strategies else 0
+        return done.versions[min(index, len(done.versions) - 1)]
 
     def _record_failed(self, message: str, outcome: JobOutcome) -> None:
         self.fail(self.tr("The run was not recorded: {0}").format(message))
         self.job_finished.emit(outcome)
 
+    # ----- the line of work: current session and version -----
+
+    def _set_current(self, session: int | None, version: int | None) -> None:
+        if (session, version) != self._current:
+            self._current = (session, version)
+            self.current_changed.emit(session, version)
+
+    def _find_line_of_work(self, doc: Document) -> None:
+        """Opening a document picks its latest session (and that session's newest version) as
+        current, so the next Run goes on with the document's line of work; a document never
+        run starts a session at its first Run."""
+        repo = self._repo
+        if repo is None:
+            return
+
+        def found(line: tuple[int, int | None] | None) -> None:
+            if line is not None and doc is self._doc and self._current == (None, None):
+                self._set_current(*line)
+
+        run_in_background(lambda: versions.latest_line(repo, doc), found, self.fail)
+
+    def open_version(self, version_id: int) -> None:
+        """Show an old version again (``version_opened``): its recorded reply for the output
+        buffer, and, when it was made on the open document's text, its recorded plan painted
+        on the document (the plan shown becomes that plan until the next one is made). The KV
+        map is not rebuilt: it needs the run's events, which are not recorded. Opening does
+        not change the current version (a rollback does)."""
+        repo = self._repo
+        if repo is None:
+            return
+        doc = self._doc
+
+        def work() -> tuple[versions.OpenedVersion, PlanIndex | None]:
+            opened = versions.open_version(repo, version_id)
+            same = doc is not None and opened.document_sha256 == doc.sha256
+            return opened, index_plan(opened.plan) if same and opened.plan else None
+
+        def done(got: tuple[versions.OpenedVersion, PlanIndex | None]) -> None:
+            opened, index = got
+            if index is not None and doc is self._doc and opened.plan is not None:
+                self._plan = opened.plan
+                self.plan_changed.emit(opened.plan, index)
+            self.version_opened.emit(opened)
+
+        run_in_background(work, done, self.fail)
+
     # ----- rollback with the KV state -----
 
     def resume_rollback(self, version: VersionInfo, has_kv: bool) -> None:
-        """A version the history panel made by rolling back: its sampling comes back, and with
-        a KV state for the loaded model and context its reply resumes from that state."""
+        """A version the history panel made by rolling back: its job and sampling come back
+        (``version_restored``, ``sampling_restored``), it becomes the current version when it
+        is of the open document (the next Run branches from it), and with a KV state for the
+        loaded model and context its reply resumes from that state."""
         # the version's sampling comes back with it: the resumed reply and the next Run use it
-        sampling = from_version(version.settings)
-        self.sampling_restored.emit(sampling)
-        repo, loaded = self._repo, self._loaded
-        if not has_kv or repo is None or loaded is None or not self._model_sha:
-            self.status.emit(
-                self.tr("Rolled back to a new version #{0}; run it to see its output.").format(
-                    version.id
-                ), 0
-            )  # fmt: skip
+        self.sampling_restored.emit(from_version(version.settings))
+        self.version_restored.emit(version)
+        repo, loaded, doc, sha = self._repo, self._loaded, self._doc, self._model_sha
+        if repo is None:
             return
-        sha = self._model_sha
+        resumable = has_kv and loaded is not None and bool(sha)
 
-        def work() -> ResumeSpec | None:
-            return versions.resume_spec(repo, version, model_sha256=sha, n_ctx=loaded.n_ctx,
-                                        cache_type=loaded.kv_cache_type)  # fmt: skip
+        def work() -> tuple[bool, ResumeSpec | None]:
+            info = repo.session_info(version.session)
+            same = doc is not None and info["document_sha256"] == doc.sha256
+            if not resumable:
+                return same, None
+            assert loaded is not None
+            return same, versions.resume_spec(repo, version, model_sha256=sha,
+                                              n_ctx=loaded.n_ctx,
+                                              cache_type=loaded.kv_cache_type)  # fmt: skip
 
-        def done(spec: ResumeSpec | None) -> None:
-            if spec is None:
+        def done(answer: tuple[bool, ResumeSpec | None]) -> None:
+            same, spec = answer
+            if same and doc is self._doc:
+                self._set_current(version.session, version.id)
+            if not resumable:
+                self.status.emit(self.tr("Rolled back to a new version #{0}; run it to see its "
+                                         "output.").format(version.id), 0)  # fmt: skip
+            elif spec is None:
                 self.status.emit(
                     self.tr("No KV state for the loaded model and context; run it again."), 0
                 )
-                return
-            self._running, self._comparing = True, False
-            self.job_started.emit(StartedJob(loaded.n_ctx, (version.strategy,), resumed=True))
-            self._set_running(True)
-            self.status.emit(self.tr("Resuming from the saved KV state…"), 0)
-            self._resuming = version
-            self._engine.request_resume.emit(spec)
+            else:
+                self._resume(version, spec)
 
         run_in_background(work, done, self.fail)
+
+    def _resume(self, version: VersionInfo, spec: ResumeSpec) -> None:
+        """Generate the rolled-back version's reply again from its saved KV state."""
+        assert self._loaded is not None
+        self._running, self._comparing = True, False
+        self.job_started.emit(StartedJob(self._loaded.n_ctx, (version.strategy,), resumed=True,
+                                         version=version))  # fmt: skip
+        self._set_running(True)
+        self.status.emit(self.tr("Resuming from the saved KV state…"), 0)
+        self._resuming = version
+        self._engine.request_resume.emit(spec)
 
     # ----- waits, errors, the engine's own news -----
 
@@ -798,8 +964,13 @@ class SessionModel(QObject):
         else:
             self._waits.discard(what)
         self.waits_changed.emit(frozenset(self._waits))
+        self._background.set_busy(bool(self._waits))  # its trials wait for the person's work
         if message:
             self.status.emit(message, 0)
+        if waiting and message:
+            self._wait_messages[what] = message
+        elif not waiting and (began := self._wait_messages.pop(what, "")):
+            self.status_over.emit(began)  # "Planning middle…" must not outlast the plan
 
     def fail(self, message: str) -> None:
         """Tell the person something went wrong (``failed``); a load or a calibration being
@@ -824,6 +995,7 @@ class SessionModel(QObject):
         flight ends at once, superseded) and the pool waiting on it."""
         self._open_generation += 1
         self._open_cancel.set()  # a document being read in its child process: killed
+        self._background.close()
         self._engine.stop()
         self._plans.close()
         self._plan_pool.waitForDone(10_000)

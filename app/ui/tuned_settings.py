@@ -1,10 +1,12 @@
 """The tuned speed settings: what the calibration chose on this machine, and the way to override.
 
 Threads, batch sizes and flash attention decide how fast a model runs, and the best values depend
-on the machine. The first load of a model measures a few candidates (app/core/calibrate.py); this
-box shows the progress while that runs (with a Cancel), then the choice and its figures, the whole
-table on request, a "Use tuned settings" switch (off: the panel's own values load) and a way to
-measure again. It only shows and asks; the window runs the calibration on the engine thread.
+on the machine. After the first load of a model the candidates are measured in the background
+(app/core/calibrate.py, app/ui/background_calibration.py) while the model is used with the
+settings it loaded with; this box shows the progress while that runs (with a Cancel), then offers
+the choice and its figures ("Use Them" reloads the model with them), the whole table on request,
+a "Use tuned settings" switch (off: the panel's own values load) and a way to measure again. It
+only shows and asks; the window runs the calibrations.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class TunedSettingsBox(QGroupBox):
 
     calibrate_requested = Signal()  # "Calibrate again"
     cancel_requested = Signal()  # stop the calibration running now
+    use_requested = Signal()  # "Use Them": reload the model with the settings just measured
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(self.tr("Speed"), parent)
@@ -93,6 +96,10 @@ class TunedSettingsBox(QGroupBox):
         self.cancel_button.setToolTip(self.tr("Stop calibrating and load with the values above"))
         self.cancel_button.clicked.connect(self.cancel_requested)
         self.cancel_button.hide()
+        self.use_button = QPushButton(self.tr("Use Them"))
+        self.use_button.setToolTip(self.tr("Load the model again with the tuned settings"))
+        self.use_button.clicked.connect(self.use_requested)
+        self.use_button.hide()
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels([self.tr(c) if c else c for c in COLUMNS])
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -102,6 +109,7 @@ class TunedSettingsBox(QGroupBox):
         self._running = False
 
         buttons = QHBoxLayout()
+        buttons.addWidget(self.use_button)
         buttons.addWidget(self.again_button)
         buttons.addWidget(self.table_button)
         buttons.addWidget(self.cancel_button)
@@ -130,10 +138,35 @@ class TunedSettingsBox(QGroupBox):
         self.line.setText(self.tr("calibrating: {0}/{1} settings").format(done, total))
         self.again_button.setEnabled(False)
 
+    def show_background_progress(self, done: int, total: int) -> None:
+        """The first calibration runs apart from the loaded model, which is usable meanwhile."""
+        self.show_progress(done, total)
+        self.use_button.hide()
+        self.line.setText(
+            self.tr(
+                "Measuring the fastest settings in the background: {0}/{1} tried. The model "
+                "is ready to use meanwhile."
+            ).format(done, total)
+        )
+
+    def offer(self, calibration: Calibration) -> None:
+        """A calibration measured in the background: shown with "Use Them" (the model loaded
+        keeps its settings until the person says so; later loads use the tuned ones)."""
+        self.show_calibration(calibration)
+        if not self.use_tuned.isChecked():  # the panel's own values are wanted
+            return
+        self.use_button.show()
+        self.line.setText(
+            self.tr("Tuned settings are ready: {0} — {1}. Use them? (Later loads do.)").format(
+                describe(calibration.best), figures(calibration.best_trial)
+            )
+        )
+
     def show_calibration(self, calibration: Calibration | None, note: str = "") -> None:
         """The calibration known for the selected model (None: none yet); ``note`` is added."""
         self._running = False
         self.cancel_button.hide()
+        self.use_button.hide()
         self._calibration = calibration
         self._fill_table()
         self._refresh(note)
@@ -149,8 +182,8 @@ class TunedSettingsBox(QGroupBox):
         cal = self._calibration
         if cal is None:
             text = self.tr(
-                "Not calibrated yet: the first load on this machine measures the fastest "
-                "threads, batch and flash attention (a few seconds)."
+                "Not calibrated yet: after the first load on this machine, the fastest threads, "
+                "batch and flash attention are measured in the background."
             )
         else:
             text = self.tr("Tuned for this machine: {0} — {1}").format(

@@ -1657,6 +1657,10 @@ Qt (PySide6) {3}</translation>
         <source>The engine stopped: {0}. Starting it again…</source>
         <translation>引擎已停止：{0}。正在重新启动…</translation>
     </message>
+    <message>
+        <source>Tuned settings are ready: see Speed in the model panel.</source>
+        <translation>调优设置已就绪：请查看模型面板中的“速度”。</translation>
+    </message>
 </context>
 <context>
     <name>StrategyPane</name>
@@ -1779,10 +1783,6 @@ Qt (PySide6) {3}</translation>
         <translation>正在校准：{0}/{1} 组设置</translation>
     </message>
     <message>
-        <source>Not calibrated yet: the first load on this machine measures the fastest threads, batch and flash attention (a few seconds).</source>
-        <translation>尚未校准：在本机首次加载时会测出最快的线程数、批大小和 Flash Attention 设置（需要几秒钟）。</translation>
-    </message>
-    <message>
         <source>Tuned for this machine: {0} — {1}</source>
         <translation>已针对本机调优：{0} — {1}</translation>
     </message>
@@ -1805,6 +1805,26 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>off</source>
         <translation>关</translation>
+    </message>
+    <message>
+        <source>Use Them</source>
+        <translation>使用</translation>
+    </message>
+    <message>
+        <source>Load the model again with the tuned settings</source>
+        <translation>用调优设置重新加载模型</translation>
+    </message>
+    <message>
+        <source>Measuring the fastest settings in the background: {0}/{1} tried. The model is ready to use meanwhile.</source>
+        <translation>正在后台测量最快的设置：已试 {0}/{1} 项。在此期间模型可以正常使用。</translation>
+    </message>
+    <message>
+        <source>Tuned settings are ready: {0} — {1}. Use them? (Later loads do.)</source>
+        <translation>调优设置已就绪：{0} — {1}。现在使用吗？（之后的加载会自动使用。）</translation>
+    </message>
+    <message>
+        <source>Not calibrated yet: after the first load on this machine, the fastest threads, batch and flash attention are measured in the background.</source>
+        <translation>尚未校准：在本机首次加载后，会在后台测出最快的线程数、批大小和 Flash Attention 设置。</translation>
     </message>
 </context>
 <context>
@@ -1843,6 +1863,56 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Model not found: {0} — run `make` to fetch the default model</source>
         <translation>找不到模型：{0} — 运行 `make` 以获取默认模型</translation>
+    </message>
+    <message>
+        <source>No model yet: Get the Default Model… in the model panel fetches it (about 98 MB).</source>
+        <translation>还没有模型：模型面板中的“获取默认模型…”可以获取它（约 98 MB）。</translation>
+    </message>
+</context>
+<context>
+    <name>BackgroundCalibration</name>
+    <message>
+        <source>Calibration cancelled</source>
+        <translation>校准已取消</translation>
+    </message>
+    <message>
+        <source>Calibration failed: {0}</source>
+        <translation>校准失败：{0}</translation>
+    </message>
+</context>
+<context>
+    <name>ModelOffer</name>
+    <message>
+        <source>The model is still loading; the run starts once it is ready.</source>
+        <translation>模型仍在加载；加载完成后即开始运行。</translation>
+    </message>
+    <message>
+        <source>No model is loaded. Load {0} and run?</source>
+        <translation>尚未加载模型。加载 {0} 并运行？</translation>
+    </message>
+    <message>
+        <source>It loads with the context size shown in the model panel.</source>
+        <translation>将按模型面板中显示的上下文大小加载。</translation>
+    </message>
+    <message>
+        <source>&amp;Load and Run</source>
+        <translation>加载并运行(&amp;L)</translation>
+    </message>
+    <message>
+        <source>No model is loaded, and the default model is not on this computer yet.</source>
+        <translation>尚未加载模型，且本机上还没有默认模型。</translation>
+    </message>
+    <message>
+        <source>Get it now (about 98 MB, checked against its checksum), then Run again.</source>
+        <translation>现在获取（约 98 MB，会核对校验和），然后再次运行。</translation>
+    </message>
+    <message>
+        <source>&amp;Get the Default Model…</source>
+        <translation>获取默认模型(&amp;G)…</translation>
+    </message>
+    <message>
+        <source>ContextLens</source>
+        <translation>ContextLens</translation>
     </message>
 </context>
 </TS>

@@ -14,6 +14,7 @@ import pytest
 from app.core.calibrate import (
     AUTO_ENV,
     BATCHES,
+    RETRIES,
     CalibrationCancelled,
     automatic,
     cached,
@@ -163,3 +164,23 @@ def test_automatic_calibration_can_be_turned_off(
     else:
         monkeypatch.setenv(AUTO_ENV, value)
     assert automatic() is on
+
+
+def test_a_trial_disturbed_by_other_work_is_measured_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A calibration in the background yields to the person's jobs: a trial a job ran alongside
+    is measured again (RETRIES times at most), an undisturbed one once."""
+    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
+    fake = _Fake()
+    one = LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1)
+    two = LoadSettings(n_ctx=512, n_threads=2, n_threads_batch=2)
+    answers = iter([True, False, False])  # the first trial was disturbed once
+    calibrate(fake, Path("m.gguf"), "ef" * 32, BASE, trials=[one, two],  # type: ignore[arg-type]
+              disturbed=lambda: next(answers))  # fmt: skip
+    assert fake.loaded[:3] == [one, one, two]
+    always = _Fake()
+    calibrate(always, Path("m.gguf"), "ef" * 32, BASE, trials=[one],  # type: ignore[arg-type]
+              disturbed=lambda: True, use_cache=False)  # fmt: skip
+    assert always.loaded[: 1 + RETRIES] == [one] * (1 + RETRIES)
+    assert always.loaded[1 + RETRIES :] == [one]  # then the fastest is loaded, as always

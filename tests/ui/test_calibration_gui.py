@@ -1,6 +1,7 @@
 """Tuned settings in the window, offscreen on the real engine and the default model: the first load
-calibrates (progress, then the choice and its figures), a later load applies the cached choice,
-Cancel loads the person's own values, and "Use tuned settings" off is obeyed and remembered.
+is usable at once and calibrates in the background (progress, then the choice and its figures,
+offered), a run does not wait for it, a later load applies the cached choice, Cancel keeps the
+person's own values, and "Use tuned settings" off is obeyed and remembered.
 
 The candidates are cut to one to three, and each trial to 32 prompt and 4 generated tokens, so
 the file runs in seconds.
@@ -8,6 +9,7 @@ the file runs in seconds.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from app.core import calibrate
 from app.core.calibrate import AUTO_ENV, cached, machine_key
 from app.core.default_model import sha256_of
 from app.core.engine.types import LoadSettings
+from app.ui import background_calibration
 from app.ui.main_window import USE_TUNED_KEY, MainWindow
 
 N_CTX = 512
@@ -80,38 +83,61 @@ def loaded_settings(w: MainWindow) -> LoadSettings:
     return settings
 
 
-def test_the_first_load_calibrates_and_later_loads_use_the_cache(
+def background_texts(w: MainWindow) -> list[str]:
+    """The tuned-settings line each time the background calibration said how far it is."""
+    seen: list[str] = []
+    w.session.background_calibration.connect(
+        lambda _done, _total: seen.append(w.model_panel.tuned_text())
+    )  # connected after the panel: it reads what the panel shows
+    return seen
+
+
+def measuring(done: int, total: int) -> str:
+    return (f"Measuring the fastest settings in the background: {done}/{total} tried. The "
+            "model is ready to use meanwhile.")  # fmt: skip
+
+
+def test_the_first_load_is_usable_at_once_and_its_calibration_is_offered(
     qtbot, open_window: Factory, model_path: Path
 ) -> None:
     w = open_window()
     assert w.model_panel.tuned_text().startswith("Not calibrated yet")
     w.model_panel.threads.setValue(2)
-    seen = progress_texts(w)
-    load(qtbot, w)
-    assert seen == ["calibrating: 0/2 settings", "calibrating: 1/2 settings",
-                    "calibrating: 2/2 settings"]  # fmt: skip
+    mine = w.model_panel.settings()
+    seen, before_load = background_texts(w), progress_texts(w)
+    with qtbot.waitSignal(w.session.calibration_offered, timeout=120_000):
+        load(qtbot, w)
+        assert loaded_settings(w) == mine  # loaded at once, as chosen: nothing measured first
+    assert seen == [measuring(0, 2), measuring(1, 2), measuring(2, 2)] and before_load == []
     cal = w.model_panel.tuning.calibration
     assert cal is not None and len(cal.trials) == 2
     assert cal.best == min(cal.trials, key=lambda t: t.seconds_per_call).settings
     text = w.model_panel.tuned_text()
-    assert text.startswith("Measured now. Tuned for this machine: 1 thread, batch ")
-    assert text.endswith("gen tok/s") and " prompt / " in text
-    used = loaded_settings(w)
-    assert used == cal.settings_for(w.model_panel.settings())  # the tuned knobs, the panel's n_ctx
-    assert used.n_ctx == N_CTX and used.n_threads == 1  # not the panel's 2 threads
+    assert text.startswith("Tuned settings are ready: 1 thread, batch ")
+    assert text.endswith("gen tok/s. Use them? (Later loads do.)") and " prompt / " in text
+    assert loaded_settings(w) == mine  # offered, not applied
     assert cached(sha256_of(model_path), cal.machine) == cal
+    use = w.model_panel.tuning.use_button
+    assert use.isVisibleTo(w.model_panel)
+    load(qtbot, w, use)  # "Use Them": the model loads again with the tuned knobs
+    used = loaded_settings(w)
+    assert used == cal.settings_for(mine)  # the tuned knobs, the panel's n_ctx
+    assert used.n_ctx == N_CTX and used.n_threads == 1  # not the panel's 2 threads
+    assert w.model_panel.tuned_text().startswith("Tuned for this machine: ")
+    assert not use.isVisibleTo(w.model_panel)
     assert w.model_panel.tuning.table.rowCount() == 2
     w.model_panel.tuning.table_button.click()
     assert w.model_panel.tuning.table.isVisibleTo(w.model_panel)
 
     again = open_window()  # a later start: the cached choice applies, nothing is measured
-    seen = progress_texts(again)
+    seen, before_load = background_texts(again), progress_texts(again)
     load(qtbot, again)
-    assert seen == [] and again.model_panel.tuning.calibration == cal
+    assert seen == before_load == [] and again.model_panel.tuning.calibration == cal
     assert again.model_panel.tuned_text().startswith("Tuned for this machine: ")
-    assert loaded_settings(again) == used
+    assert loaded_settings(again) == used and not again.session.background.running
 
-    again.session.calibration_trials = (QUICK,)  # "Calibrate again" measures anew
+    again.session.calibration_trials = (QUICK,)  # "Calibrate again" measures anew, then loads
+    seen = progress_texts(again)
     load(qtbot, again, again.model_panel.tuning.again_button)
     assert seen == ["calibrating: 0/1 settings", "calibrating: 1/1 settings"]
     fresh = again.model_panel.tuning.calibration
@@ -119,7 +145,40 @@ def test_the_first_load_calibrates_and_later_loads_use_the_cache(
     assert cached(sha256_of(model_path), fresh.machine) == fresh
 
 
-def test_cancel_stops_the_calibration_and_loads_the_persons_values(
+def test_a_run_starts_while_the_first_calibration_waits(
+    qtbot, open_window: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    release = threading.Event()  # the calibration holds until the run is done
+    real = background_calibration.calibrate_apart
+
+    def held(*args: object, **kwargs: object) -> object:
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(background_calibration, "calibrate_apart", held)
+    request.addfinalizer(release.set)  # a failed test does not keep it waiting
+    w = open_window()
+    document = tmp_path / "notes.txt"
+    document.write_text("The river rose in the spring. " * 40, encoding="utf-8")
+    with qtbot.waitSignal(w.plan_shown, timeout=30_000):
+        w.open_document(document)
+    with qtbot.waitSignal(w.ready, timeout=60_000):  # loaded and counted: Run can start
+        qtbot.mouseClick(w.model_panel.load_button, Qt.MouseButton.LeftButton)
+    assert w.session.background.running and w.model_panel.tuning.calibration is None
+    paused: list[bool] = []
+    w.session.job_started.connect(lambda _job: paused.append(w.session.background.paused))
+    w.max_tokens.setValue(4)
+    with qtbot.waitSignal(w.job_finished, timeout=60_000):
+        w.run_job()
+    assert paused == [True]  # its trials wait while a job runs
+    assert w.model_panel.tuning.calibration is None  # the run did not wait for it
+    with qtbot.waitSignal(w.session.calibration_offered, timeout=120_000):
+        release.set()
+    assert w.model_panel.tuned_text().startswith("Tuned settings are ready: ")
+
+
+def test_cancel_stops_the_background_calibration_and_keeps_the_persons_values(
     qtbot, open_window: Factory, model_path: Path
 ) -> None:
     w = open_window()
@@ -130,20 +189,18 @@ def test_cancel_stops_the_calibration_and_loads_the_persons_values(
     mine = w.model_panel.settings()
     clicked: list[bool] = []
 
-    def cancel_at_once(done: int, total: int) -> None:
-        w.model_panel.tuning.show_progress(done, total)
+    def cancel_at_once(_done: int, _total: int) -> None:
         if not clicked:  # the panel's Cancel, as soon as it shows
             assert w.model_panel.tuning.cancel_button.isVisibleTo(w.model_panel)
             clicked.append(True)
             qtbot.mouseClick(w.model_panel.tuning.cancel_button, Qt.MouseButton.LeftButton)
 
-    w.model_panel.show_calibrating = cancel_at_once  # type: ignore[method-assign]
-    load(qtbot, w)
+    w.session.background_calibration.connect(cancel_at_once)
+    with qtbot.waitSignal(w.session.background_calibration_stopped, timeout=120_000):
+        load(qtbot, w)
     assert clicked
     assert loaded_settings(w) == mine
-    assert w.model_panel.tuned_text().startswith(
-        "Calibration cancelled: loading with the values above. Not calibrated yet"
-    )
+    assert w.model_panel.tuned_text().startswith("Calibration cancelled. Not calibrated yet")
     assert not w.model_panel.tuning.cancel_button.isVisibleTo(w.model_panel)
     machine = machine_key(w.engine.driver.session.capabilities)
     assert cached(sha256_of(model_path), machine) is None  # the next load calibrates again
@@ -161,8 +218,9 @@ def test_use_tuned_settings_off_loads_the_panels_values_and_is_remembered(
     w.model_panel.threads.setValue(1)
     w.model_panel.batch.setValue(64)
     w.model_panel.ubatch.setValue(64)
-    seen = progress_texts(w)
+    seen, behind = progress_texts(w), background_texts(w)
     load(qtbot, w)
-    assert seen == [] and loaded_settings(w) == w.model_panel.settings()
+    assert seen == behind == [] and loaded_settings(w) == w.model_panel.settings()
+    assert not w.session.background.running
     assert w.settings.value(USE_TUNED_KEY, True, type=bool) is False
     assert not open_window().model_panel.use_tuned()  # the next start remembers it

@@ -1,0 +1,249 @@
+"""Versions as a person understands them, offscreen on a real SQLite file: a session is one
+document's line of work, each Run a child of the version it was made from, a rollback makes the
+rolled-back version current (the next Run branches from it), the History panel shows the tree
+with each version's prompt, settings, finish reason and reply and marks the current one, Diff
+shows what the replies said, and an old version opens in the output buffer.
+
+The panel and the session model's bookkeeping are tested on a history made here (no model);
+one test drives the whole story in the window on the real default model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, QThreadPool
+from PySide6.QtGui import QFont
+
+from app.core.documents import load_document
+from app.core.jobs.tasks import JobResult, OutputSpan
+from app.core.paths import sample_document
+from app.core.planning.plan import Plan, Span
+from app.store.db import open_database
+from app.store.repository import Entry, Repository
+from app.ui.history_panel import HistoryPanel
+from app.ui.main_window import MainWindow
+from app.ui.session_model import JobChoices, SessionModel
+from tests.conftest import DATA
+
+DOC = DATA / "sample.md"
+WAIT = 30_000
+PLAN = Plan("head", 100, 300, (Span(0, 50, 12, "head"),), (Span(50, 120, 20, "cut"),))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[Repository]:
+    db = open_database(tmp_path / "h.db")
+    repository = Repository(db)
+    yield repository
+    QThreadPool.globalInstance().waitForDone(WAIT)  # no read still running on a closed store
+    repository.close()
+    db.close()
+
+
+def _entry(strategy: str, reply: str, prompt: str = "", max_tokens: int = 8) -> Entry:
+    content = {"task": "ask" if prompt else "summarize", "strategy": strategy, "prompt": prompt,
+               "model_path": "/models/m.gguf", "model_sha256": "m" * 64,
+               "settings": {"n_ctx": 512, "max_tokens": max_tokens}}  # fmt: skip
+    out = OutputSpan("summary", reply, ((0, 50),), 1, "stop")
+    result = JobResult(content["task"], strategy, "stop", 512, prompt_tokens=40,
+                       completion_tokens=3, outputs=[out], plan=PLAN.as_dict())  # fmt: skip
+    return Entry(content, result)
+
+
+def _seed(repo: Repository) -> tuple[int, int, int, int]:
+    """A session on DOC: v1, its child v2 (a question), and v3 branched from v1."""
+    doc = load_document(DOC)
+    [v1] = repo.record(doc, doc.name, [_entry("head", "The first reply.\nSecond line.")])
+    session = repo.get_version(v1).session
+    [v2] = repo.record(doc, doc.name, [_entry("tail", "Tail says.", "Who wrote it?", 16)],
+                       session=session, parent=v1)  # fmt: skip
+    [v3] = repo.record(doc, doc.name, [_entry("middle", "Middle says.")], session=session,
+                       parent=v1)  # fmt: skip
+    return session, v1, v2, v3
+
+
+def _panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
+    panel = HistoryPanel(repo)
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_session(session)
+    return panel
+
+
+def _bold(panel: HistoryPanel, version: int) -> bool:
+    item = panel.item_for(version)
+    assert item is not None
+    return item.font(0).weight() == QFont.Weight.Bold
+
+
+def test_the_panel_shows_the_tree_with_prompt_settings_reply_and_the_current_version(
+    qtbot, repo: Repository
+) -> None:
+    session, v1, v2, v3 = _seed(repo)
+    panel = _panel(qtbot, repo, session)
+    item = panel.item_for(v1)
+    assert item is not None and [item.child(i).text(0) for i in range(2)] == ["v2", "v3"]
+    second = panel.item_for(v2)
+    assert second is not None and second.parent() is item
+    text = {name: second.text(panel.column(name)) for name in panel.NAMES}
+    assert text["prompt"] == "Who wrote it?" and text["strategy"] == "tail"
+    assert text["settings"] == "n_ctx 512 · max 16" and text["finish"].startswith("stop")
+    assert text["reply"] == "Tail says." and text["task"] == "ask"
+    assert item.text(panel.column("reply")) == "The first reply."  # its first line
+    assert "Second line." in item.toolTip(panel.column("reply"))
+    header = panel.tree.header()  # shown: prompt before strategy, settings, finish and reply
+    assert [header.logicalIndex(i) for i in range(panel.COLUMNS)] == [
+        panel.column(name) for name in panel.SHOWN
+    ]
+    assert not any(_bold(panel, v) for v in (v1, v2, v3))
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_current(session, v2)
+    assert _bold(panel, v2) and not _bold(panel, v1) and panel.current_version() == v2
+    with qtbot.waitSignal(panel.open_requested) as opened:
+        panel.tree.itemDoubleClicked.emit(panel.item_for(v3), 0)
+    assert opened.args == [v3]
+    panel.select_versions(v1)
+    with qtbot.waitSignal(panel.open_requested) as opened:
+        panel.open_button.click()
+    assert opened.args == [v1]
+
+    # every session: its row names the session, never the file in the prompt column
+    repo.record(load_document(DATA / "sample.md"), "one", [_entry("head", "x")])
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_session(None)
+    top = [panel.tree.topLevelItem(i) for i in range(panel.tree.topLevelItemCount())]
+    assert [t.text(panel.column("prompt")) for t in top] == ["", ""]
+    assert [t.text(panel.column("finish")) for t in top] == ["3 versions", "1 version"]
+    assert panel.session_combo.itemText(2).endswith(", 1 version)")
+
+
+def test_diff_in_the_panel_shows_the_replies(qtbot, repo: Repository) -> None:
+    session, v1, _v2, v3 = _seed(repo)
+    panel = _panel(qtbot, repo, session)
+    panel.select_versions(v1, v3)
+    with qtbot.waitSignal(panel.diffed, timeout=WAIT) as shown:
+        panel.diff_button.click()
+    diff = shown.args[0]
+    assert "-The first reply." in diff and "+Middle says." in diff
+    assert panel.diff_dialog is not None and "+Middle says." in panel.diff_dialog.text()
+
+
+@pytest.fixture
+def session_model(qtbot, repo: Repository) -> Iterator[SessionModel]:
+    model = SessionModel(repo, n_ctx=256)
+    model.choose(JobChoices(max_tokens=32))
+    yield model
+    model.close()
+
+
+def test_the_session_model_keeps_the_line_of_work_of_the_open_document(
+    qtbot, repo: Repository, session_model: SessionModel, tmp_path: Path
+) -> None:
+    session, v1, v2, v3 = _seed(repo)
+    changes: list[tuple[object, object]] = []
+    session_model.current_changed.connect(lambda s, v: changes.append((s, v)))
+    with qtbot.waitSignal(session_model.plan_changed, timeout=120_000):
+        session_model.open_document(DOC)
+    # opening a document goes on with its latest session, from its newest version
+    qtbot.waitUntil(lambda: session_model.current_version == v3, timeout=WAIT)
+    assert session_model.current_session == session and changes[-1] == (session, v3)
+
+    # an old version opens: its reply, and its recorded plan on this very document
+    with (
+        qtbot.waitSignal(session_model.version_opened, timeout=WAIT) as opened,
+        qtbot.waitSignal(session_model.plan_changed, timeout=WAIT) as planned,
+    ):
+        session_model.open_version(v1)
+    got = opened.args[0]
+    assert got.version.id == v1 and got.outputs[0]["text"].startswith("The first reply.")
+    assert planned.args[0].kept == PLAN.kept and session_model.plan == planned.args[0]
+    assert session_model.current_version == v3  # opening only shows it
+
+    # a rollback makes the rolled-back copy current: the next Run branches from it
+    copy = repo.rollback(v2)
+    with qtbot.waitSignal(session_model.version_restored, timeout=WAIT) as restored:
+        session_model.resume_rollback(copy, False)
+    assert restored.args[0] == copy
+    qtbot.waitUntil(lambda: session_model.current_version == copy.id, timeout=WAIT)
+
+    # another document: no line of work until its first Run
+    other = tmp_path / "other.txt"
+    other.write_text("A text with no history.", encoding="utf-8")
+    with qtbot.waitSignal(session_model.plan_changed, timeout=120_000):
+        session_model.open_document(other)
+    qtbot.wait(200)  # the look-up for its sessions finds none
+    assert (session_model.current_session, session_model.current_version) == (None, None)
+    # a rollback of another document's version shows it but does not make it current
+    with qtbot.waitSignal(session_model.version_restored, timeout=WAIT):
+        session_model.resume_rollback(repo.rollback(v1), False)
+    qtbot.wait(200)
+    assert session_model.current_version is None
+
+
+def test_runs_in_the_window_make_a_tree_a_rollback_branches_and_old_replies_open(
+    qtbot, tmp_path: Path, model_path: Path
+) -> None:
+    """Three Runs with edits in between: one session, v1 → v2 → v3. Diff of v1 and v2 shows
+    their replies. Rolling back v1 resumes it (the toolbar and the buffers show v1's job
+    meanwhile) and makes the copy current: the next Run is its child, so v1 has two children.
+    Opening v2 puts its reply in the output buffer."""
+    doc = tmp_path / "part.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:1200], encoding="utf-8")
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(model_path, doc, n_ctx=256, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.ready, timeout=120_000):
+        w.show()
+    assert w.history is not None and w.repo is not None
+    panel, repo = w.history, w.repo
+
+    def run(max_tokens: int, strategy: str = "head") -> int:
+        w.max_tokens.setValue(max_tokens)  # the edit between runs
+        w.strategy_box.setCurrentIndex(w.strategy_box.findData(strategy))
+        with qtbot.waitSignal(w.job_finished, timeout=120_000):
+            w.run_job()
+        qtbot.waitUntil(lambda: w.session.current_version == repo.history()[-1].id,
+                        timeout=WAIT)  # fmt: skip
+        return repo.history()[-1].id
+
+    v1, v2, v3 = run(2), run(3), run(2, "tail")
+    tree = {v.id: v for v in repo.history()}
+    assert len(repo.sessions()) == 1
+    assert (tree[v1].parent, tree[v2].parent, tree[v3].parent) == (None, v1, v2)
+    qtbot.waitUntil(lambda: panel.item_for(v3) is not None, timeout=WAIT)
+    item = panel.item_for(v3)
+    assert item is not None and item.parent() is panel.item_for(v2)
+    assert item.font(0).weight() == QFont.Weight.Bold  # the current version
+
+    replies = {v: repo.runs(v)[-1]["outputs"][-1]["text"] for v in (v1, v2)}
+    panel.select_versions(v1, v2)
+    with qtbot.waitSignal(panel.diffed, timeout=WAIT) as shown:
+        panel.diff_button.click()
+    diff = shown.args[0].splitlines()
+    assert '-  "max_tokens": 2,' in diff and '+  "max_tokens": 3,' in diff
+    said = diff[diff.index(" reply:") + 1 :]
+    assert f"-{replies[v1].splitlines()[0]}" in said
+    assert f"+{replies[v2].splitlines()[0]}" in said
+
+    captions: list[str] = []
+    w.session.job_started.connect(lambda _job: captions.append(w.buffers.plan_label.text()))
+    panel.select_versions(v1)
+    with qtbot.waitSignal(w.job_finished, timeout=120_000) as done:
+        panel.rollback_selected()
+    assert done.args[0].results[0].evaluated_tokens == 1  # resumed from v1's KV state
+    assert captions == ["Resuming v4 (summarize, head) from its saved KV state…"]  # v1's copy
+    assert (w.strategy_box.currentData(), w.max_tokens.value()) == ("head", 2)  # v1's job
+    qtbot.waitUntil(lambda: len(repo.history()) == 4, timeout=WAIT)
+    copy = repo.history()[-1].id
+    assert w.session.current_version == copy
+    v5 = run(2)
+    tree = {v.id: v for v in repo.history()}
+    assert tree[v5].parent == copy and tree[v1].children == (v2, copy)  # a branch at v1
+
+    with qtbot.waitSignal(w.session.version_opened, timeout=WAIT):
+        panel.tree.itemDoubleClicked.emit(panel.item_for(v2), 0)
+    assert w.buffers.output_text() == replies[v2]
+    assert w.buffers.plan_label.text().startswith("v2 of session")
+    w.close()
