@@ -432,14 +432,6 @@
         <translation>策略</translation>
     </message>
     <message>
-        <source>Prompt</source>
-        <translation>提示词</translation>
-    </message>
-    <message>
-        <source>Last run</source>
-        <translation>最近一次运行</translation>
-    </message>
-    <message>
         <source>KV state</source>
         <translation>KV 状态</translation>
     </message>
@@ -528,10 +520,6 @@
         <translation>所有会话</translation>
     </message>
     <message>
-        <source>{0} (#{1}, {2} versions)</source>
-        <translation>{0}（#{1}，{2} 个版本）</translation>
-    </message>
-    <message>
         <source>Rollbac&amp;k {0}</source>
         <translation>回滚 {0}(&amp;K)</translation>
     </message>
@@ -562,10 +550,6 @@
     <message>
         <source>Add a session from a .ctxlens file</source>
         <translation>从 .ctxlens 文件添加会话</translation>
-    </message>
-    <message>
-        <source>Compare two selected versions</source>
-        <translation>比较所选的两个版本</translation>
     </message>
     <message>
         <source>Write the session to a .ctxlens file</source>
@@ -666,6 +650,50 @@
     <message>
         <source>Cancelling…</source>
         <translation>正在取消…</translation>
+    </message>
+    <message>
+        <source>Prompt / question</source>
+        <translation>提示词 / 问题</translation>
+    </message>
+    <message>
+        <source>Finish</source>
+        <translation>结束</translation>
+    </message>
+    <message>
+        <source>Settings</source>
+        <translation>设置</translation>
+    </message>
+    <message>
+        <source>Reply</source>
+        <translation>回复</translation>
+    </message>
+    <message>
+        <source>&amp;Open</source>
+        <translation>打开(&amp;O)</translation>
+    </message>
+    <message>
+        <source>1 version</source>
+        <translation>1 个版本</translation>
+    </message>
+    <message>
+        <source>n_ctx {0} · max {1}</source>
+        <translation>n_ctx {0} · 最多 {1}</translation>
+    </message>
+    <message>
+        <source>{0} (#{1}, {2})</source>
+        <translation>{0}（#{1}，{2}）</translation>
+    </message>
+    <message>
+        <source>Select one version to open.</source>
+        <translation>请选择一个要打开的版本。</translation>
+    </message>
+    <message>
+        <source>Compare two selected versions: settings, prompt and reply</source>
+        <translation>比较所选的两个版本：设置、提示词和回复</translation>
+    </message>
+    <message>
+        <source>Show the selected version&apos;s reply in the output buffer (double-click does too)</source>
+        <translation>在输出缓冲区中显示所选版本的回复（双击也可以）</translation>
     </message>
 </context>
 <context>
@@ -940,6 +968,18 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>(load a model)</source>
         <translation>（请加载模型）</translation>
+    </message>
+    <message>
+        <source>Resuming v{0} ({1}, {2}) from its saved KV state…</source>
+        <translation>正在从已保存的 KV 状态恢复 v{0}（{1}，{2}）…</translation>
+    </message>
+    <message>
+        <source>v{0} of session #{1}: {2} · {3} · {4}</source>
+        <translation>会话 #{1} 的 v{0}：{2} · {3} · {4}</translation>
+    </message>
+    <message>
+        <source>not run</source>
+        <translation>未运行</translation>
     </message>
 </context>
 <context>
