@@ -59,6 +59,8 @@ def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWi
         window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
     head = shown.args[0]
     assert (tail.strategy, head.strategy) == ("tail", "head")
+    # the plan is shown: "Planning head…" does not stay in the status bar
+    qtbot.waitUntil(lambda: "Planning" not in window.statusBar().currentMessage(), timeout=5_000)
     assert head.kept[0].start == 0 and tail.kept[-1].end == len(window.session.document.text)
     assert head.dropped and tail.dropped  # the document is several times the context
 
