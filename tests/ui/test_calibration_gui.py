@@ -160,7 +160,7 @@ def test_a_run_starts_while_the_first_calibration_waits(
     request.addfinalizer(release.set)  # a failed test does not keep it waiting
     w = open_window()
     document = tmp_path / "notes.txt"
-    document.write_text("The river rose in the spring. " * 40, encoding="utf-8")
+    document.write_text("The river rose in the spring. " * 8, encoding="utf-8")
     with qtbot.waitSignal(w.plan_shown, timeout=30_000):
         w.open_document(document)
     with qtbot.waitSignal(w.ready, timeout=60_000):  # loaded and counted: Run can start

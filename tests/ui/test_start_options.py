@@ -25,8 +25,9 @@ from app.ui.main_window import MainWindow
 from app.ui.model_panel import ModelPanel
 from app.ui.session_model import SessionModel
 
-TEXT = "The river rose in the spring and the town watched it. " * 30 + "\n\n" + (
-    "The town built a wall of stone along the bank. " * 30
+# short: a run evaluates all of it, and the tests are about starting, not about long documents
+TEXT = "The river rose in the spring and the town watched it. " * 4 + "\n\n" + (
+    "The town built a wall of stone along the bank. " * 4
 )
 Factory = Callable[[Path | None, Path | None, int], MainWindow]
 
@@ -152,3 +153,21 @@ def test_without_the_default_model_the_offer_is_to_get_it(
     assert dialog is not None and dialog.isVisible()
     dialog.cancel_button.click()  # not started: closes
     assert not w.session.running and w.session.loaded is None
+
+
+def test_run_while_the_model_loads_starts_once_it_is_ready(
+    qtbot, make_window: Factory, model_path: Path, document: Path
+) -> None:
+    w = make_window(None, document, 512)
+    qtbot.waitUntil(lambda: w.document_path == document, timeout=30_000)
+    w.max_tokens.setValue(4)
+    w.model_panel.select_model(model_path)
+    w.load_model(model_path, LoadSettings(n_ctx=512))
+    assert "load" in w.waiting_for
+    with qtbot.waitSignal(w.job_finished, timeout=60_000):
+        w.run_job()  # no question asked: the model on its way is the one to run on
+        assert w.model_offer.box is None
+        assert w.statusBar().currentMessage() == (
+            "The model is still loading; the run starts once it is ready."
+        )
+    assert loaded_n_ctx(w) == 512
