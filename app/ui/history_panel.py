@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QFileDialog,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -60,7 +61,7 @@ from app.store.archive import (
 )
 from app.store.repository import Repository, VersionInfo
 from app.ui.background import Progress, run_in_background
-from app.ui.i18n import task_label
+from app.ui.i18n import finish_label, strategy_label, task_label
 from app.ui.widgets import MessageLine, fixed_font
 
 SUFFIX = ".ctxlens"
@@ -379,11 +380,11 @@ class HistoryPanel(QWidget):
         top.addWidget(session_label)
         top.addWidget(self.session_combo, 1)
         top.addWidget(self.refresh_button)
-        actions = QHBoxLayout()
-        for button in (self.open_button, self.diff_button, self.rollback_button,
-                       self.branch_button, self.delete_button, self.undo_button):  # fmt: skip
-            actions.addWidget(button)
-        actions.addStretch(1)
+        actions = QGridLayout()  # two rows of three: the panel fits a narrow dock
+        for i, button in enumerate((self.open_button, self.diff_button, self.rollback_button,
+                                    self.branch_button, self.delete_button, self.undo_button)):
+            actions.addWidget(button, *divmod(i, 3))
+        actions.setColumnStretch(3, 1)
         archive = QHBoxLayout()
         archive.addWidget(self.export_button)
         archive.addWidget(self.include_kv)
@@ -518,7 +519,7 @@ class HistoryPanel(QWidget):
         item.setToolTip(0, self.tr("Version #{0} of session #{1}").format(v.id, v.session))
         item.setText(1, v.created.astimezone().strftime("%Y-%m-%d %H:%M"))
         item.setText(2, task_label(v.task))
-        item.setText(3, v.strategy)
+        item.setText(3, strategy_label(v.strategy))
         item.setText(4, _first_line(v.prompt))
         item.setToolTip(4, v.prompt)
         settings = self.tr("n_ctx {0} · max {1}").format(
@@ -528,7 +529,8 @@ class HistoryPanel(QWidget):
         run = self._view.last_runs.get(v.id)
         if run is not None:
             item.setText(5, self.tr("{0} · {1:,} + {2:,} tokens").format(
-                run["finish_reason"], run["prompt_tokens"], run["completion_tokens"]))  # fmt: skip
+                finish_label(run["finish_reason"]), run["prompt_tokens"],
+                run["completion_tokens"]))  # fmt: skip
             reply = _reply(run)
             item.setText(self.column("reply"), _first_line(reply))
             item.setToolTip(self.column("reply"), reply[:TOOLTIP_CHARS])
@@ -817,9 +819,9 @@ class HistoryPanel(QWidget):
             return
         self.message.show_message(
             self.tr("Exported {0} versions, {1} runs and {2} KV states to {3} "
-                    "({4:,.1f} MiB).").format(
+                    "({4}).").format(
                 summary.versions, summary.runs, summary.kv_states, summary.path,
-                summary.bytes / 2**20),
+                self.locale().formattedDataSize(summary.bytes)),
             error=False,
         )  # fmt: skip
         self.exported.emit(summary)

@@ -1,0 +1,109 @@
+"""The window at the sizes people's screens have: 1024x700 is usable, 1366x768 comfortable.
+
+Usable means what a person sees: the window fits the screen, the document keeps at least a third
+of the width, the docks sit side by side rather than over each other, and no widget a layout
+places spills out of its parent or over a sibling (it scrolls or gets smaller instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QRect, QSettings
+from PySide6.QtWidgets import QDockWidget, QLayout, QSplitter, QToolBar, QWidget
+
+from app.ui.main_window import MainWindow
+
+
+def laid_out(widget: QWidget) -> list[QWidget]:
+    """The visible children a layout or a splitter of ``widget`` places."""
+    if isinstance(widget, QSplitter):
+        found = [widget.widget(i) for i in range(widget.count())]
+        return [w for w in found if w.isVisible() and w.width() > 0]
+    found: list[QWidget] = []
+
+    def walk(layout: QLayout) -> None:
+        for i in range(layout.count()):
+            item = layout.itemAt(i)
+            if item.widget() is not None:
+                found.append(item.widget())
+            elif item.layout() is not None:
+                walk(item.layout())
+
+    if widget.layout() is not None:
+        walk(widget.layout())
+    return [w for w in found if w.isVisible()]
+
+
+def placed(root: QWidget) -> Iterator[tuple[QWidget, list[QWidget]]]:
+    """Every visible widget under ``root`` with the children its layout places (toolbars move
+    what does not fit into their extension menu, so they are left out)."""
+    stack = [root]
+    while stack:
+        widget = stack.pop()
+        if isinstance(widget, QToolBar):
+            continue
+        children = laid_out(widget)
+        yield widget, children
+        stack.extend(w for w in widget.findChildren(QWidget) if w.parentWidget() is widget
+                     and w.isVisible())  # fmt: skip
+
+
+def problems(window: MainWindow) -> list[str]:
+    found = []
+    for parent, children in placed(window):
+        inside = parent.rect()
+        for child in children:
+            if not inside.contains(child.geometry()):
+                found.append(f"{name(child)} {rect(child.geometry())} spills out of "
+                             f"{name(parent)} {rect(inside)}")  # fmt: skip
+        for i, a in enumerate(children):
+            for b in children[i + 1:]:
+                if a.geometry().intersects(b.geometry()):
+                    found.append(f"{name(a)} and {name(b)} overlap in {name(parent)}")
+    return found
+
+
+def name(w: QWidget) -> str:
+    return f"{type(w).__name__}({w.objectName() or getattr(w, 'title', lambda: '')() or ''})"
+
+
+def rect(r: QRect) -> str:
+    return f"{r.x()},{r.y()} {r.width()}x{r.height()}"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> MainWindow:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(None, None, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    return w
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1366, 768)])
+def test_the_window_fits_and_nothing_overlaps(window: MainWindow, qtbot, size) -> None:
+    width, height = size
+    window.fit_to(QRect(0, 0, width, height))
+    window.show()
+    qtbot.waitExposed(window)
+    qtbot.wait(50)  # the docks settle after the first layout pass
+    assert (window.width(), window.height()) == size  # no minimum larger than the screen
+    document = window.document_view
+    assert document.width() >= width / 3, document.width()
+    docks = [d for d in window.findChildren(QDockWidget) if d.isVisible() and not d.isFloating()]
+    assert len(docks) >= 3
+    for i, a in enumerate(docks):
+        assert window.rect().contains(a.geometry()), name(a)
+        for b in docks[i + 1:]:
+            assert not a.geometry().intersects(b.geometry()), (name(a), name(b))
+        assert not a.geometry().intersects(window.centralWidget().geometry()), name(a)
+    assert problems(window) == []
+
+
+def test_a_saved_size_larger_than_the_screen_is_brought_inside_it(
+    window: MainWindow, qtbot
+) -> None:
+    window.resize(1600, 1100)
+    window.fit_to(QRect(0, 0, 1024, 700))
+    assert window.width() <= 1024 and window.height() <= 700
