@@ -10,9 +10,10 @@ when the trials may run (``cancelled`` may wait) and says when other work distur
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from app.core.calibrate import Calibration, calibrate
+from app.core.calibrate import PROMPT_SHARE, Calibration, calibrate
 from app.core.engine.host import EngineHost
 from app.core.engine.types import LoadSettings
 
@@ -32,7 +33,12 @@ def calibrate_apart(
     on an engine child started for it, cache the fastest and return it; the child is closed
     after. ``started(host)`` hands the child over as it starts, so that a cancel can interrupt
     the trial under way (``host.cancel()``). Raises CalibrationCancelled, EngineError or
-    ValueError (nothing could be measured)."""
+    ValueError (nothing could be measured).
+
+    The candidates made from ``base`` get a context of at most PROMPT_SHARE tokens: a trial
+    fills a few hundred, and this engine's KV cache comes on top of the one the person uses
+    (only the speed knobs are kept, so the context does not change the choice)."""
+    base = replace(base, n_ctx=min(base.n_ctx, PROMPT_SHARE))
     with EngineHost() as host:
         if started is not None:
             started(host)

@@ -11,27 +11,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QMessageBox
 
 from app.core.default_model import default_model_path
 from app.core.engine.types import LoadSettings
+from app.ui.model_panel import ModelPanel
+from app.ui.session_model import SessionModel
 from app.ui.widgets import plain_message_box
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
-
 Retry = Callable[[], None]
+
+
+class OfferingWindow(Protocol):
+    """What the offer needs of the main window (named here, not imported: the window
+    imports this module)."""
+
+    session: SessionModel
+    model_panel: ModelPanel
+
+    @property
+    def waiting_for(self) -> frozenset[str]: ...
+
+    def load_model(self, path: Path, settings: LoadSettings) -> None: ...
 
 
 class ModelOffer(QObject):
     """Answers the session's ``model_needed``: a question with Load (or Get the Default
     Model…), and the run asked for once the model is ready."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: OfferingWindow) -> None:
+        super().__init__(window.session)
         self._window = window
         self.box: QMessageBox | None = None  # the question shown now (tests answer it)
         self._pending: Retry | None = None  # runs once the model being loaded is ready
@@ -44,9 +56,8 @@ class ModelOffer(QObject):
         window = self._window
         if "load" in window.waiting_for:
             self._pending = retry
-            window.statusBar().showMessage(
-                self.tr("The model is still loading; the run starts once it is ready.")
-            )
+            message = self.tr("The model is still loading; the run starts once it is ready.")
+            window.session.status.emit(message, 0)
             return
         path = self._model_to_offer()
         if path is not None:
@@ -100,7 +111,8 @@ class ModelOffer(QObject):
 
     def _question(self, text: str, detail: str) -> QMessageBox:
         box = QMessageBox(QMessageBox.Icon.Question, self.tr("ContextLens"), text,
-                          QMessageBox.StandardButton.NoButton, self._window)  # fmt: skip
+                          QMessageBox.StandardButton.NoButton,
+                          self._window.model_panel.window())  # fmt: skip
         plain_message_box(box)  # it names a model file
         box.setInformativeText(detail)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
