@@ -335,6 +335,8 @@ class MainWindow(QMainWindow):
 
     def _on_model_loaded(self, info: ModelInfo, loaded: LoadedModel,
                          caps: EngineCapabilities | None) -> None:  # fmt: skip
+        if not self.session.running:  # the KV stage shows the context just loaded, not 4,096
+            self.buffers.reset(loaded.n_ctx)
         self.buffers.set_sliding_window(
             loaded.sliding_window if info.swa_layers else 0, len(info.swa_layers),
             info.n_layers or len(info.kv_heads_per_layer),

@@ -52,6 +52,8 @@ def _run(qtbot, w: MainWindow, strategy: str) -> object:
 
 def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWindow) -> None:
     assert window.session.loaded is not None and window.session.loaded.n_ctx == N_CTX
+    # before any run, the KV stage shows the context that was loaded
+    assert f"0 of {N_CTX:,} positions in use" in window.buffers.kv_label.text()
     with qtbot.waitSignal(window.plan_shown, timeout=60_000) as shown:
         window.strategy_box.setCurrentIndex(window.strategy_box.findData("tail"))
     tail = shown.args[0]
