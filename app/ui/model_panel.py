@@ -367,7 +367,8 @@ class ModelPanel(QWidget):
         return [Path(self.models.item(i).data(_PATH_ROLE)) for i in range(self.models.count())]
 
     def _add_item(self, path: Path) -> QListWidgetItem:
-        text = path.name if path.parent == self._models_dir else f"{path.name} ({path.parent})"
+        folder = self._models_dir.absolute()
+        text = path.name if path.parent.absolute() == folder else f"{path.name} ({path.parent})"
         item = QListWidgetItem(text)
         item.setData(_PATH_ROLE, str(path))
         item.setToolTip(str(path))
@@ -389,10 +390,12 @@ class ModelPanel(QWidget):
         return Path(item.data(_PATH_ROLE)) if item is not None else None
 
     def select_model(self, path: Path | str) -> None:
-        """Select ``path`` (adding it to the list when it is not there) and read its card."""
-        path = Path(path)
+        """Select ``path`` (adding it to the list when it is not there) and read its card. A
+        relative path (``--model models/x.gguf``) is the listed file it names, not a second
+        entry."""
+        path = Path(path).expanduser().absolute()
         for i, listed in enumerate(self._listed()):
-            if listed == path:
+            if listed.absolute() == path:
                 if self.models.currentRow() == i:
                     self._read(path)  # selected already: read again (the file may have changed)
                 else:

@@ -240,3 +240,11 @@ def test_the_tuned_settings_line_progress_table_and_requests(panel: ModelPanel, 
     assert not panel.use_tuned() and not tuning.again_button.isEnabled()
     assert panel.tuned_text() == ("Tuned settings off: the values above are used. (Tuned: 2 "
                                   "threads, batch 256, flash on.)")  # fmt: skip
+
+
+def test_a_relative_path_to_a_listed_model_selects_it(panel: ModelPanel, models_dir: Path,
+                                                      monkeypatch) -> None:  # fmt: skip
+    monkeypatch.chdir(models_dir.parent)
+    count = panel.models.count()
+    panel.select_model(Path(models_dir.name) / "broken.gguf")  # as `--model models/x.gguf`
+    assert panel.models.count() == count and panel.models.currentRow() == 1
