@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -51,6 +52,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="open a window of its own even when ContextLens is running "
                              "(by default the running window opens the files)")  # fmt: skip
     args = parser.parse_args(argv)
+    # absolute, as the model panel lists its folder (a relative --model was listed twice)
+    args.document, args.model = (None if p is None else Path(os.path.abspath(p))
+                                 for p in (args.document, args.model))  # fmt: skip
     args.given = [p for p in (args.document, args.model) if p is not None]  # for a handover
     # the command line chose what to open: the last session is not offered over it
     args.explicit = bool(args.given) or args.n_ctx is not None

@@ -9,6 +9,7 @@ takes seconds.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,12 +69,16 @@ def test_model_n_ctx_and_document_from_the_command_line(
     args = parse_args(["--model", str(model_path), "--n-ctx", "2048", str(document)])
     model, n_ctx = start_options(args)
     assert (model, n_ctx, args.explicit) == (model_path, 2048, True)
+    relative = parse_args(["--model", os.path.relpath(model_path), "doc.txt"])
+    assert relative.model == model_path and relative.document == Path.cwd() / "doc.txt"
     assert missing_model_message(args) == ""
     w = make_window(model, args.document, n_ctx)
     qtbot.waitUntil(lambda: w.session.loaded is not None and w.document_path == document,
                     timeout=60_000)  # fmt: skip
     assert loaded_n_ctx(w) == 2048
     assert w.model_path == model_path and w.model_panel.n_ctx.value() == 2048
+    assert w.model_panel._listed().count(model_path) == 1  # listed once, and selected
+    assert w.model_panel.selected_model() == model_path
     qtbot.waitUntil(lambda: w.session.document_tokens is not None, timeout=30_000)
 
 
