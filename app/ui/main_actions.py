@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QToolBar,
     QToolButton,
     QWidget,
@@ -45,12 +46,14 @@ class MainActions(QObject):
     """The File, Compare, Job, View and Help menus and the job toolbar of ``window``.
 
     ``docks`` are the window's docks (the View menu shows and hides them); ``document``,
-    ``model`` and ``stages`` are where Ctrl+1, Ctrl+2 and Ctrl+3 put the focus."""
+    ``model``, ``stages`` and ``history`` (the versions, in a tab of the stages) are where
+    Ctrl+1 to Ctrl+4 put the focus."""
 
     open_recent = Signal(object)  # the Path chosen in File ▸ Open Recent
 
     def __init__(self, window: QMainWindow, settings: QSettings, docks: list[QDockWidget], *,
-                 document: QWidget, model: QWidget, stages: QWidget) -> None:  # fmt: skip
+                 document: QWidget, model: QWidget, stages: QTabWidget,
+                 history: QWidget | None = None) -> None:  # fmt: skip
         super().__init__(window)
         self._window, self._settings = window, settings
         bar = QToolBar(self.tr("Job"))
@@ -65,6 +68,9 @@ class MainActions(QObject):
             (self.tr("Go to the &Model"), "Ctrl+2", model, by_name["dock-model"]),
             (self.tr("Go to the &Three-Stage Buffer"), "Ctrl+3", stages, by_name["dock-stages"]),
         )
+        if history is not None:  # in a tab of the stages: its tab comes to the front first
+            go_to += ((self.tr("Go to the &History"), "Ctrl+4", history, by_name["dock-stages"]),)
+        self._stages = stages
         self._view_menu(docks, go_to)
         help_menu = window.menuBar().addMenu(self.tr("&Help"))
         guide = help_menu.addAction(self.tr("ContextLens &User Guide"))
@@ -202,7 +208,7 @@ class MainActions(QObject):
         for text, keys, target, dock in go_to:
             go = QAction(text, window)
             go.setShortcut(QKeySequence(keys))
-            go.triggered.connect(lambda _c=False, t=target, d=dock: _focus_into(t, d))
+            go.triggered.connect(lambda _c=False, t=target, d=dock: self._go_to(t, d))
             view_menu.addAction(go)
         view_menu.addSeparator()
         theme_menu = view_menu.addMenu(self.tr("T&heme"))
@@ -219,6 +225,14 @@ class MainActions(QObject):
             theme_menu.addAction(choice)
         themes.triggered.connect(self._set_theme)
         view_menu.addMenu(language_menu(window, self._settings, window.statusBar().showMessage))
+
+    def _go_to(self, target: QWidget, dock: QDockWidget | None) -> None:
+        """Focus ``target``, first bringing its tab of the stages to the front if it is one."""
+        for i in range(self._stages.count()):
+            page = self._stages.widget(i)
+            if page is target or page.isAncestorOf(target):
+                self._stages.setCurrentIndex(i)
+        _focus_into(target, dock)
 
     def _set_theme(self, choice: QAction) -> None:
         name = str(choice.data())

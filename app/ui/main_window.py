@@ -177,7 +177,8 @@ class MainWindow(QMainWindow):
         tests set are reached through the window too."""
         c = self.controls = MainActions(self, self.settings, self._view_menu_docks,
                                         document=self.document_view, model=self.model_panel,
-                                        stages=self.tabs)  # fmt: skip
+                                        stages=self.tabs,
+                                        history=self.history.tree if self.history else None)
         self.task_box, self.question = c.task_box, c.question
         self.strategy_box, self.max_tokens = c.strategy_box, c.max_tokens
         self.run_action, self.cancel_action = c.run_action, c.cancel_action

@@ -101,6 +101,7 @@ def test_toolbar_actions_have_shortcuts_or_menus(window: MainWindow) -> None:
         ("Ctrl+1", "document_view"),
         ("Ctrl+2", "model_panel"),
         ("Ctrl+3", "tabs"),
+        ("Ctrl+4", "history"),  # its tab comes to the front, the versions take the keys
     ],
 )
 def test_shortcuts_put_the_focus_where_they_say(qtbot, window: MainWindow, keys: str,
