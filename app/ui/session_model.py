@@ -981,7 +981,8 @@ class SessionModel(QObject):
         self.failed.emit(message)
 
     def _on_status(self, message: str) -> None:
-        self.status.emit(message, 0)
+        if self._lookup is None:  # (a load asking for the cached choice says "Calibrating…")
+            self.status.emit(message, 0)
 
     def _on_restarted(self) -> None:
         self.status.emit(self.tr("Engine restarted"), 0)

@@ -105,10 +105,14 @@ def test_the_first_load_is_usable_at_once_and_its_calibration_is_offered(
     w.model_panel.threads.setValue(2)
     mine = w.model_panel.settings()
     seen, before_load = background_texts(w), progress_texts(w)
+    said: list[str] = []
+    w.session.status.connect(lambda message, _ms: said.append(message))
     with qtbot.waitSignal(w.session.calibration_offered, timeout=120_000):
         load(qtbot, w)
         assert loaded_settings(w) == mine  # loaded at once, as chosen: nothing measured first
     assert seen == [measuring(0, 2), measuring(1, 2), measuring(2, 2)] and before_load == []
+    assert not [m for m in said if m.startswith("Calibrating")]  # the load did not wait for it
+    assert said[-1] == "Tuned settings are ready: see Speed in the model panel."
     cal = w.model_panel.tuning.calibration
     assert cal is not None and len(cal.trials) == 2
     assert cal.best == min(cal.trials, key=lambda t: t.seconds_per_call).settings
