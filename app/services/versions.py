@@ -136,6 +136,20 @@ def record_outcome(repo: Repository, doc: Document, outcome: JobOutcome,
     return Recorded(first.session, tuple(ids), first.parent)
 
 
+def record_continuing(repo: Repository, doc: Document, outcome: JobOutcome,
+                      target: Target) -> Recorded:  # fmt: skip
+    """The window's rule: under ``target``; when its version was deleted since (in the History
+    panel), under its session's newest version; when the session was too, in a new session. A
+    run is never lost to a deletion made while it ran."""
+    *nearer, last = dict.fromkeys((target, Target(target.session), Target()))
+    for attempt in nearer:
+        try:
+            return record_outcome(repo, doc, outcome, attempt)
+        except RepositoryError:
+            continue  # deleted since: one step further out
+    return record_outcome(repo, doc, outcome, last)
+
+
 def _resolve(repo: Repository, target: Target) -> tuple[int | None, int | None]:
     """(session, parent) of a target whose parent implies its session (RepositoryError when
     the parent is in another session than the one named)."""

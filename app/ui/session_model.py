@@ -830,7 +830,7 @@ class SessionModel(QObject):
             doc, target = place.doc, place.target
 
             def work() -> versions.Recorded:
-                return versions.record_outcome(repo, doc, outcome, target)
+                return versions.record_continuing(repo, doc, outcome, target)
 
         made_on = place.doc if place is not None else None  # a resume: current already set
         run_in_background(work, lambda done: self._recorded(done, outcome, made_on),

@@ -106,3 +106,20 @@ def test_diff_shows_the_replies_and_an_old_version_opens(repo: Repository) -> No
     assert opened.plan.dropped == (Span(40, 80, 10, "cut"),)
     assert versions.latest_line(repo, DOC) == (first.session, never.id)
     assert versions.latest_line(repo, OTHER) is None
+
+
+def test_the_windows_run_survives_a_deletion_of_its_place(repo: Repository) -> None:
+    """The version (then the session) a Run was made from is deleted while it runs: it goes
+    under the session's newest version (then into a new session), never lost."""
+    first = versions.record_outcome(repo, DOC, outcome("head"))
+    [v1] = first.versions
+    [v2] = versions.record_outcome(repo, DOC, outcome("tail"), versions.Target(None, v1)).versions
+    [v3] = versions.record_outcome(repo, DOC, outcome("head"), versions.Target(None, v1)).versions
+    repo.delete_version(v3)
+    moved = versions.record_continuing(repo, DOC, outcome("middle"),
+                                       versions.Target(first.session, v3))  # fmt: skip
+    assert (moved.session, moved.parent) == (first.session, v2)
+    repo.delete_session(first.session)
+    fresh = versions.record_continuing(repo, DOC, outcome("middle"),
+                                       versions.Target(first.session, moved.versions[0]))
+    assert fresh.session != first.session and fresh.parent is None
