@@ -327,7 +327,7 @@ class HistoryPanel(QWidget):
         self.tree.itemSelectionChanged.connect(self._update_actions)
         self.tree.itemDoubleClicked.connect(self._on_double_clicked)
 
-        self.open_button = QPushButton(self.tr("&Open"))
+        self.open_button = QPushButton(self.tr("Open"))  # every Alt letter of "Open" is taken
         self.open_button.clicked.connect(self.open_selected)
         self.diff_button = QPushButton(self.tr("&Diff"))
         self.diff_button.clicked.connect(self.diff_selected)

@@ -668,8 +668,8 @@
         <translation>回复</translation>
     </message>
     <message>
-        <source>&amp;Open</source>
-        <translation>打开(&amp;O)</translation>
+        <source>Open</source>
+        <translation>打开</translation>
     </message>
     <message>
         <source>1 version</source>
