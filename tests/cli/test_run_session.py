@@ -38,7 +38,7 @@ def _seed(db: Path, doc_path: Path) -> tuple[int, int, int]:
 @pytest.fixture
 def doc(tmp_path: Path) -> Path:
     path = tmp_path / "part.txt"
-    path.write_text(sample_document().read_text(encoding="utf-8")[:300], encoding="utf-8")
+    path.write_text(sample_document().read_text(encoding="utf-8")[:200], encoding="utf-8")
     return path
 
 
