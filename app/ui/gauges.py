@@ -4,17 +4,23 @@ Events only store numbers; a 10 Hz QTimer redraws from the latest values (the id
 pyqtgraph's SignalProxy: a steady refresh rate, never a redraw per token). While no job runs the
 gauges redraw once a second, for memory. Each figure and where it comes from:
 
-- KV fill: ``KVStats`` at the end of each model call — llama.cpp's cells used of n_ctx and the
-  size of the sequence's state in bytes. In a batched map phase (``LanesStarted``) one small bar
-  per lane: each lane's prompt (its ``ChunkEvaluated`` positions) and reply (``TokenBatch``
-  counts) as they arrive, set to llama.cpp's count by the lane's ``KVStats``.
+- KV fill: ``KVLive`` a few times a second while a model call evaluates its prompt and
+  generates, and ``KVStats`` at its end — llama.cpp's cells used of n_ctx and the size of the
+  sequence's state in bytes. Before a run, 0 of the loaded context (:meth:`set_n_ctx`).
+  In a batched map phase (``LanesStarted``) one small bar per lane: each lane's prompt (its
+  ``ChunkEvaluated`` positions) and reply (``TokenBatch`` counts) as they arrive, set to
+  llama.cpp's count by the lane's ``KVStats``.
 - RAM: resident memory of this process and of the engine child (``telemetry.process_rss``,
-  psutil), once a second, against the machine's total memory.
-- VRAM: ``telemetry.gpu_state()`` (NVML), once a second on a pool thread, since initialising
+  psutil), four times a second while a job runs and once a second otherwise, against the
+  machine's total memory.
+- VRAM: ``telemetry.gpu_state()`` (NVML), as often, on a pool thread, since initialising
   NVML can take a moment; "no GPU" when it has no figures.
+- Prompt progress: ``EvalProgress`` — the engine's tokens evaluated of the call's total, the
+  rate so far and the time left at that rate; multi-pass jobs: ``PassStarted`` — window i of n.
 - Generation tokens/s: ``TokenBatch`` token counts over the last second of their arrival times,
   sampled at every redraw while a job runs.
-- Prompt tokens/s, live: per model call, the document tokens of its ``ChunkEvaluated`` events
+- Prompt tokens/s, live: per model call, the engine's own figure from its ``EvalProgress``
+  events. Where none come (a server), the document tokens of its ``ChunkEvaluated`` events
   over the time from the call's last ``ChunkQueued`` (the prompt goes to the engine) to its
   first ``ChunkEvaluated`` (the prompt is in the KV cache). Template tokens are not in those
   events, so this reads slightly low; it needs events delivered as they happen (a gap under
@@ -48,9 +54,12 @@ from app.core import telemetry
 from app.core.jobs.tasks import (
     ChunkEvaluated,
     ChunkQueued,
+    EvalProgress,
     JobFinished,
+    KVLive,
     KVStats,
     LanesStarted,
+    PassStarted,
     StrategiesFinished,
     TokenBatch,
 )
@@ -60,6 +69,7 @@ from app.ui.widgets import still_plot
 
 REDRAW_MS = 100  # about 10 redraws a second
 SAMPLE_S = 1.0  # memory and VRAM once a second
+SAMPLE_RUNNING_S = 0.25  # and four times a second while a job runs: they follow the cache
 RATE_WINDOW_S = 1.0  # generation tokens/s over the last second
 HISTORY_S = 60.0  # the rate plot scrolls over the last minute
 # The rate plot's y axis ends at one of these (tokens/s); see GaugesPanel._fit_y.
@@ -82,6 +92,14 @@ def _set_text(label: QLabel, text: str, tooltip: str | None = None) -> None:
         label.setToolTip(tooltip)
 
 
+def _duration(seconds: float) -> str:
+    """A short time left: "45 s", "3 min 20 s" (digits and units only: no words to translate)."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds // 60} min {seconds % 60:02d} s"
+
+
 def _set_bar(bar: QProgressBar, maximum: int, value: int) -> None:
     if bar.maximum() != maximum:
         bar.setRange(0, maximum)
@@ -101,7 +119,7 @@ GPU_REASONS = (
 class GaugesPanel(QWidget):
     """KV, RAM and VRAM bars, a scrolling tokens/s plot and a prompt-length histogram."""
 
-    def __init__(self, n_ctx: int = 4096, parent: QWidget | None = None) -> None:
+    def __init__(self, n_ctx: int = 0, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.redraw_count = 0  # how often the gauges were drawn (tests check the rate)
         self._engine_pid: int | None = None
@@ -140,6 +158,24 @@ class GaugesPanel(QWidget):
         self.lane_bars: list[QProgressBar] = []
         self.lanes_row.hide()
         grid.addWidget(self.lanes_row, 3, 1)
+        # prompt processing and the passes of a multi-pass job, shown while they run
+        self.prompt_bar, self.prompt_text = QProgressBar(), QLabel()
+        self.pass_bar, self.pass_text = QProgressBar(), QLabel()
+        self._progress_rows: list[tuple[QLabel, QProgressBar, QLabel]] = []
+        for row, (name, bar, text) in enumerate(
+            (
+                (self.tr("Prompt"), self.prompt_bar, self.prompt_text),
+                (self.tr("Passes"), self.pass_bar, self.pass_text),
+            ),
+            start=4,
+        ):
+            bar.setTextVisible(False)
+            bar.setMaximumHeight(14)
+            label = QLabel(name)
+            grid.addWidget(label, row, 0)
+            grid.addWidget(bar, row, 1)
+            grid.addWidget(text, row, 2)
+            self._progress_rows.append((label, bar, text))
 
         self.rates = still_plot(120)
         self.rates.setTitle(self.tr("Tokens per second"))
@@ -188,6 +224,7 @@ class GaugesPanel(QWidget):
     def reset(self, n_ctx: int) -> None:
         """Clear the live figures for a new run (the prompt-length histogram is kept)."""
         self._n_ctx = max(1, n_ctx)
+        self._no_model = n_ctx <= 0  # nothing loaded: no context to show
         self._cells = self._kv_bytes = 0
         self._kv_source = "llama.cpp"  # who reports the KV figures (a server may not)
         self._t0 = time.monotonic()
@@ -201,8 +238,24 @@ class GaugesPanel(QWidget):
         self._running = False  # a job's events are arriving
         self._lane_cells: list[int] = []
         self._lanes_drawn: list[int] | None = None
+        self._eval: EvalProgress | None = None  # the current call's prompt, as the engine said
+        self._eval_x: float | None = None  # where the current call's live prompt rate is drawn
+        self._engine_rate = False  # the current call's prompt rate comes from the engine
+        self._pass: PassStarted | None = None
         self.job_text.setText("")
+        for row in self._progress_rows:
+            for widget in row:
+                widget.hide()
         self._dirty = True
+
+    def set_n_ctx(self, n_ctx: int) -> None:
+        """The context just loaded (0: none): the KV gauge shows 0 of it until a run reports."""
+        if not self._running:
+            self._no_model = n_ctx <= 0
+            self._n_ctx = max(1, n_ctx)
+            self._cells = self._kv_bytes = 0
+            self._kv_source = "llama.cpp"
+            self._dirty = True
 
     def on_event(self, ev: object) -> None:
         """Store the numbers an event carries; drawing waits for the timer."""
@@ -210,7 +263,7 @@ class GaugesPanel(QWidget):
         match ev:
             case LanesStarted():
                 self._lane_cells = [0] * ev.lanes
-                self._n_ctx = max(1, ev.n_ctx)
+                self._n_ctx, self._no_model = max(1, ev.n_ctx), False
             case TokenBatch(lane=int(lane)) if lane < len(self._lane_cells):
                 self._running = True
                 self._lane_cells[lane] += ev.tokens
@@ -220,6 +273,17 @@ class GaugesPanel(QWidget):
                 self._lane_cells[lane] = ev.kv_end  # the lane's new prompt, so far
             case KVStats(lane=int(lane)) if lane < len(self._lane_cells):
                 self._lane_cells[lane] = ev.cells_used
+            case KVLive():
+                self._running = True
+                self._cells, self._kv_bytes = ev.cells_used, ev.state_bytes
+                self._kv_source = "llama.cpp"
+                self._n_ctx, self._no_model = max(1, ev.n_ctx), False
+            case EvalProgress():
+                self._running = True
+                self._on_eval(ev, now)
+            case PassStarted():
+                self._running = True
+                self._pass = ev
             case TokenBatch():
                 self._running = True
                 if self._call_first_token is None:
@@ -235,15 +299,17 @@ class GaugesPanel(QWidget):
                 if self._evaluated_at is None:
                     self._evaluated_at = now
                 self._prompt_tokens += ev.tokens
-                self._record_prompt_rate()
+                if not self._engine_rate:  # no figure from the engine (a server): timed here
+                    self._record_prompt_rate()
             case KVStats():
                 self._lane_cells = []  # a call in the loaded context: the lanes are over
                 self._cells, self._kv_bytes = ev.cells_used, ev.state_bytes
                 self._kv_source = ev.reported_by
-                self._n_ctx = max(1, ev.n_ctx)
+                self._n_ctx, self._no_model = max(1, ev.n_ctx), False
                 self._call_first_token = None
                 self._queued_at = self._evaluated_at = None
                 self._prompt_tokens = 0
+                self._eval_x, self._engine_rate = None, False
             case JobFinished():
                 self._finished(ev)
             case StrategiesFinished():
@@ -299,6 +365,20 @@ class GaugesPanel(QWidget):
         super().changeEvent(ev)
 
     # ----- numbers -----
+
+    def _on_eval(self, ev: EvalProgress, now: float) -> None:
+        """The engine's prompt figures; its rate is the call's point on the prompt curve."""
+        if self._eval is None or ev.step != self._eval.step or ev.evaluated < self._eval.evaluated:
+            self._eval_x = None  # another call
+        self._eval, self._engine_rate = ev, True
+        if ev.seconds < MIN_PROMPT_S or ev.evaluated <= 0:
+            return
+        point = (self._eval_x if self._eval_x is not None else now - self._t0, ev.tokens_per_s)
+        if self._eval_x is not None and self._prompt and self._prompt[-1][0] == self._eval_x:
+            self._prompt[-1] = point
+        else:
+            self._prompt.append(point)
+        self._eval_x = point[0]
 
     def _record_prompt_rate(self) -> None:
         if self._queued_at is None or self._evaluated_at is None:
@@ -360,7 +440,7 @@ class GaugesPanel(QWidget):
 
     def _tick(self) -> None:
         now = time.monotonic()
-        if now - self._last_sample >= SAMPLE_S:
+        if now - self._last_sample >= (SAMPLE_RUNNING_S if self._running else SAMPLE_S):
             self._last_sample = now
             self._sample_memory()
             self._dirty = True
@@ -393,24 +473,28 @@ class GaugesPanel(QWidget):
             if self._lanes_drawn is not None:
                 self._lanes_drawn = None
                 self.lanes_row.hide()
-            _set_bar(self.kv_bar, self._n_ctx, min(self._cells, self._n_ctx))
-            if self._kv_source == "llama.cpp":
+            cells = min(self._cells, self._n_ctx)  # never more than the context (a server's guess)
+            _set_bar(self.kv_bar, self._n_ctx, cells)
+            if self._no_model:
+                _set_text(self.kv_text, self.tr("no model loaded"))
+            elif self._kv_source == "llama.cpp":
                 kv = self.tr("{0:,} of {1:,} cells · {2}")
-                _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, _size(self._kv_bytes)))
+                _set_text(self.kv_text, kv.format(cells, self._n_ctx, _size(self._kv_bytes)))
             elif self._kv_source:  # a server's own figure
                 kv = self.tr("{0:,} of {1:,} cells (the server's {2})")
-                _set_text(self.kv_text, kv.format(self._cells, self._n_ctx, self._kv_source))
+                _set_text(self.kv_text, kv.format(cells, self._n_ctx, self._kv_source))
             else:
                 kv = self.tr("{0:,} of {1:,} positions by the last request; KV not reported by "
                              "this server")  # fmt: skip
                 _set_text(
                     self.kv_text,
-                    kv.format(self._cells, self._n_ctx),
+                    kv.format(cells, self._n_ctx),
                     self.tr(
                         "The server does not report its KV cache; the bar shows the "
                         "prompt and reply of the last request, by its token counts"
                     ),
                 )
+        self._draw_progress()
         total_rss = self._app_rss + self._engine_rss
         _set_bar(self.ram_bar, 1000, min(1000, total_rss * 1000 // max(1, self._total_ram)))
         engine = _size(self._engine_rss) if self._engine_pid else self.tr("none")
@@ -424,6 +508,35 @@ class GaugesPanel(QWidget):
             self.hist.setYRange(0, max(1, *bins), padding=0.05)
             title = self.tr("Prompt length, % of n_ctx ({0:,} prompts)")
             self.hist.setTitle(title.format(sum(bins)))
+
+    def _draw_progress(self) -> None:
+        """The prompt being evaluated (of its total, at the engine's rate, time left) and the
+        pass of a multi-pass job (window i of n); each row shows once it has a figure."""
+        ev = self._eval
+        if ev is not None:
+            rate = ev.tokens_per_s
+            if ev.evaluated >= ev.total:
+                text = self.tr("{0:,} tokens evaluated in {1:.1f} s ({2:,.0f} tokens/s)")
+                text = text.format(ev.total, ev.seconds, rate)
+            elif rate > 0:
+                text = self.tr("{0:,} of {1:,} tokens · {2:,.0f} tokens/s · {3} left")
+                text = text.format(ev.evaluated, ev.total, rate,
+                                   _duration((ev.total - ev.evaluated) / rate))  # fmt: skip
+            else:
+                text = self.tr("{0:,} of {1:,} tokens").format(ev.evaluated, ev.total)
+            self._show_row(0, max(1, ev.total), ev.evaluated, text)
+        p = self._pass
+        if p is not None:
+            text = self.tr("Window {0} of {1} · {2}").format(p.index, p.count, p.step)
+            self._show_row(1, max(1, p.count), p.index, text)
+
+    def _show_row(self, row: int, maximum: int, value: int, text: str) -> None:
+        label, bar, shown = self._progress_rows[row]
+        _set_bar(bar, maximum, min(value, maximum))
+        _set_text(shown, text)
+        if bar.isHidden():
+            for widget in (label, bar, shown):
+                widget.show()
 
     def _fit_y(self, top: float) -> None:
         """The y axis ends at the first step above the highest point (with room to spare), so it

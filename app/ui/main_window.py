@@ -228,6 +228,7 @@ class MainWindow(QMainWindow):
         s.status_over.connect(self._clear_status)
         s.failed.connect(self._on_failed)
         s.ready.connect(self.ready)
+        s.ready.connect(self._log_ready)
         s.job_finished.connect(self.job_finished)
         s.engine_restarted.connect(self.engine_restarted)
         self.model_offer = ModelOffer(self)  # a Run without a model offers one
@@ -347,16 +348,19 @@ class MainWindow(QMainWindow):
         if caps is not None:
             self.model_panel.set_capabilities(caps)
         self.gauges.set_engine_pid(self.engine.driver.engine_pid)
+        self.gauges.set_n_ctx(loaded.n_ctx)
 
     def _on_server_connected(self, info: ServerInfo) -> None:
         self.model_panel.show_server(info)
         self.buffers.set_sliding_window(0, 0, 0)  # a server does not say
         self.gauges.set_engine_pid(None)
+        self.gauges.set_n_ctx(info.n_ctx)
 
     def _on_model_unloaded(self) -> None:
         self.model_panel.show_unloaded()
         self.buffers.set_sliding_window(0, 0, 0)
         self.gauges.set_engine_pid(None)
+        self.gauges.set_n_ctx(0)
 
     def _on_calibration_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
@@ -443,6 +447,14 @@ class MainWindow(QMainWindow):
         self.job_events.emit(events)
 
     # ----- errors and progress -----
+
+    def _log_ready(self) -> None:
+        """A line in the log each time a model and a document are both ready to run (what a
+        support request, or a script driving the window, looks for)."""
+        doc, loaded = self.session.document, self.session.loaded
+        log.info("ready: %s, %s tokens, on a %s-token context",
+                 doc.name if doc else "no document", self.session.document_tokens,
+                 loaded.n_ctx if loaded else "?")  # fmt: skip
 
     def _clear_status(self, message: str) -> None:
         """A wait is over: its "…ing" line goes, unless a newer message replaced it."""

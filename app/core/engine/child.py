@@ -43,8 +43,12 @@ from app.core.engine.chat_template import (
     render_chat_template,
 )
 from app.core.engine.decoding import (
+    MIN_SLICE,
+    REPORT_S,
     DecodeCancelled,
     LlamaHandles,
+    ReportGate,
+    SlicePacer,
     abort_armed,
     check_token_ids,
     decode_batch,
@@ -70,6 +74,7 @@ from app.core.engine.types import (
     LoadSettings,
     ModelLoadError,
     OnFull,
+    PromptProgress,
     SamplingSettings,
     Shifted,
     TextDelta,
@@ -248,20 +253,32 @@ class Engine:
     def _vocab(self) -> Any:
         return self._require()._model.vocab
 
-    def _decode(self, tokens: Sequence[int], *, abortable: bool, prompt: bool = False) -> None:
+    def _decode(
+        self,
+        tokens: Sequence[int],
+        *,
+        abortable: bool,
+        prompt: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
         """Append ``tokens`` to the KV cache in n_batch slices; logits for the last token only.
-        ``prompt``: these are a prompt's tokens (not a generated one, not a re-evaluation)."""
+        ``prompt``: these are a prompt's tokens (not a generated one, not a re-evaluation).
+        ``progress``: told how many of ``tokens`` are in the cache after each slice, the slices
+        then sized by :class:`SlicePacer` so that it is told a few times a second."""
         llm = self._require()
         lc = self._lc
         n_ctx = llm.n_ctx()
         if len(self.tokens) + len(tokens) > n_ctx:
             raise ContextOverflowError(len(self.tokens) + len(tokens), n_ctx, 0)
+        pacer = SlicePacer(llm.n_batch) if progress is not None else None
+        i = 0
         with abort_armed(lc, llm.ctx, self._abort_cb, abortable):
-            for i in range(0, len(tokens), llm.n_batch):
+            while i < len(tokens):
                 if prompt and self._fault is not None and self._fault.due("prompt"):
                     self._fault.fire()
-                piece = list(tokens[i : i + llm.n_batch])
+                piece = list(tokens[i : i + (pacer.size if pacer else llm.n_batch)])
                 n_past = len(self.tokens)
+                t0 = time.perf_counter()
                 llm._batch.set_batch(batch=piece, n_past=n_past, logits_all=False)
                 try:
                     decode_batch(lc, llm.ctx, llm._batch.batch, armed=abortable,
@@ -271,6 +288,10 @@ class Engine:
                     lc.llama_memory_seq_rm(self._mem, -1, n_past, -1)
                     raise
                 self.tokens.extend(piece)
+                i += len(piece)
+                if pacer is not None and progress is not None:
+                    pacer.done(len(piece), time.perf_counter() - t0)
+                    progress(i)
 
     def _handles(self) -> LlamaHandles:
         """The loaded model's handles and this engine's cancel check, for code that decodes
@@ -746,7 +767,8 @@ class Engine:
         reason = "length"
         completion = 0
         try:
-            self._decode(todo, abortable=True, prompt=True)
+            self._decode(todo, abortable=True, prompt=True,
+                         progress=self._prompt_reporter(len(todo), t0, emit))  # fmt: skip
         except DecodeCancelled:
             reason = "cancelled"
         t_prompt = time.perf_counter() - t0
@@ -769,6 +791,24 @@ class Engine:
             finish_reason=reason,  # type: ignore[arg-type]
             n_past=len(self.tokens),
         )))  # fmt: skip
+
+    def _prompt_reporter(
+        self, total: int, t0: float, emit: Callable[[Any], None]
+    ) -> Callable[[int], None] | None:
+        """What tells the parent how far a prompt of ``total`` tokens to evaluate is (None for
+        one short enough to go in one small slice): :class:`PromptProgress` now, at 0, then
+        between slices, at most every REPORT_GAP_S, and always at the end."""
+        if total <= MIN_SLICE:
+            return None
+        gate = ReportGate()
+
+        def report(done: int) -> None:
+            now = time.perf_counter()
+            if gate.ready(now, last=done >= total):
+                emit(PromptProgress(done, total, now - t0, self.kv_usage()))
+
+        report(0)
+        return report
 
     def _stream(
         self,
@@ -794,6 +834,7 @@ class Engine:
         completion = 0
         reason = "length"
         slow = True  # until the first token shows how long one takes
+        kv_gate = ReportGate(REPORT_S)  # the cache's figures, 5 times a second
         try:
             while True:
                 if self._fault is not None and self._fault.due("generate"):
@@ -842,7 +883,10 @@ class Engine:
                 except DecodeCancelled:
                     reason = "cancelled"
                     break
-                slow = time.perf_counter() - t_tok > SLOW_TOKEN_S
+                now = time.perf_counter()
+                slow = now - t_tok > SLOW_TOKEN_S
+                if kv_gate.ready(now):
+                    emit(self.kv_usage())
         finally:
             sampler.close()
         tail = pending_text + out.tail(reason)

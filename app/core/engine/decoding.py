@@ -19,6 +19,15 @@ from app.core.engine.types import LoadSettings
 
 DECODE_OK, DECODE_ABORTED = 0, 2  # llama_decode's success, and its answer to the abort callback
 
+# Live figures while a prompt is evaluated: the prompt goes to llama.cpp in slices sized so one
+# takes about REPORT_S, and the KV figures are read between slices. A model fast enough for full
+# n_batch slices in that time gets them (nothing changes); a slow one gets smaller slices, never
+# under MIN_SLICE tokens (smaller ones would cost more than the reports are worth). The slicing
+# does not change what llama.cpp computes: the logits are the same bit for bit.
+REPORT_S = 0.2
+MIN_SLICE = 64
+REPORT_GAP_S = 0.05  # reports closer together than this are skipped (the last one never)
+
 
 class DecodeCancelled(Exception):
     """Cancel (or an orphaned engine) stopped a decode or the loop around it. Caught inside the
@@ -95,3 +104,39 @@ def decode_failure(rc: int, log: Sequence[str]) -> str:
     detail = reasons.get(rc, f"llama_decode returned {rc}")
     last = log[-1] if log else ""
     return f"llama.cpp could not evaluate the tokens: {detail}" + (f" ({last})" if last else "")
+
+
+class SlicePacer:
+    """How many prompt tokens the next ``llama_decode`` takes, so that each takes about
+    :data:`REPORT_S` and progress can be reported between them (at least 4 times a second).
+
+    The first slice is :data:`MIN_SLICE` tokens: it measures the model on this machine; after
+    each slice the size follows the rate just measured, in multiples of MIN_SLICE, up to
+    ``n_batch`` (the cost of attention grows as the cache fills, so the rate is re-measured
+    at every slice rather than once)."""
+
+    def __init__(self, n_batch: int) -> None:
+        self.n_batch = max(1, n_batch)
+        self.size = min(MIN_SLICE, self.n_batch)
+
+    def done(self, tokens: int, seconds: float) -> None:
+        """A slice of ``tokens`` took ``seconds``: size the next one."""
+        if tokens < self.size or seconds <= 0:  # a short last slice, or no time to measure
+            return
+        fits = int(tokens / seconds * REPORT_S) // MIN_SLICE * MIN_SLICE
+        self.size = max(min(MIN_SLICE, self.n_batch), min(self.n_batch, fits))
+
+
+class ReportGate:
+    """Lets a report through at most every :data:`REPORT_GAP_S` seconds (and always the one
+    marked last), so a fast model's many small steps do not flood the pipe."""
+
+    def __init__(self, gap_s: float = REPORT_GAP_S) -> None:
+        self.gap_s = gap_s
+        self._last = -1e9
+
+    def ready(self, now: float, *, last: bool = False) -> bool:
+        if last or now - self._last >= self.gap_s:
+            self._last = now
+            return True
+        return False

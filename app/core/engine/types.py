@@ -240,6 +240,23 @@ class KVUsage:
 
 
 @dataclass(frozen=True)
+class PromptProgress:
+    """A prompt being evaluated, between two ``llama_decode`` calls: ``evaluated`` of the
+    ``total`` tokens this request evaluates (a prefix found in the cache is not among them),
+    and the cache as llama.cpp holds it right then. Streamed by ``generate`` a few times a
+    second, so a long prompt is never a silent wait."""
+
+    evaluated: int
+    total: int
+    seconds: float  # since the prompt's first token went to llama.cpp
+    kv: KVUsage
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.evaluated / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class KVState:
     """A saved KV cache for one sequence, with the tokens that produced it."""
 
@@ -324,7 +341,8 @@ class Finished:
     stats: GenerationStats
 
 
-GenerationEvent = TextDelta | Shifted | Finished
+# KVUsage is streamed too: the cache's figures while a reply is generated, a few times a second
+GenerationEvent = TextDelta | Shifted | PromptProgress | KVUsage | Finished
 
 
 # ----- batched generation: several prompts as parallel sequences (lanes) -----

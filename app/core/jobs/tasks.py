@@ -29,6 +29,7 @@ from app.core.engine.types import (
     LaneFinished,
     LanesFinished,
     LaneStarted,
+    PromptProgress,
     SamplingSettings,
     TextDelta,
 )
@@ -147,6 +148,42 @@ class KVStats:
 
 
 @dataclass(frozen=True)
+class KVLive:
+    """llama.cpp's KV figures in the middle of a model call, a few times a second while its
+    prompt is evaluated and its reply generated (:class:`KVStats` closes the call)."""
+
+    step: str
+    cells_used: int
+    n_ctx: int
+    state_bytes: int
+
+
+@dataclass(frozen=True)
+class EvalProgress:
+    """A model call's prompt in llama.cpp so far: ``evaluated`` of the ``total`` tokens it
+    evaluates (a prefix the cache held already is in neither), after ``seconds``."""
+
+    step: str
+    evaluated: int
+    total: int
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.evaluated / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class PassStarted:
+    """Pass ``index`` (from 1) of ``count`` over the document begins: a window of a rolling
+    summary, a part or a combining round of a map phase."""
+
+    step: str
+    index: int
+    count: int
+
+
+@dataclass(frozen=True)
 class LanesStarted:
     """A batched map phase begins: ``windows`` replies, ``lanes`` generated together as parallel
     sequences of one llama.cpp context; each lane holds at most ``n_ctx`` positions."""
@@ -223,8 +260,8 @@ class JobFinished:
 
 
 Event = (
-    PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | TokenBatch | KVStats
-    | LanesStarted | PartialResult | JobError | JobFinished
+    PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | TokenBatch | KVStats | KVLive
+    | EvalProgress | PassStarted | LanesStarted | PartialResult | JobError | JobFinished
 )  # fmt: skip
 
 
@@ -362,9 +399,10 @@ class _Session:
         """
         if self.lanes is None or self.audit is not None or len(windows) < 2:
             outs: list[OutputSpan] = []
-            for win in windows:
+            for i, win in enumerate(windows):
                 if self.cancel.is_set():
                     break
+                yield PassStarted(win.step, i + 1, len(windows))
                 out = yield from self.call(win.step, instruction, win.segments, max_tokens)
                 outs.append(out)
                 yield PartialResult(out.step, out.text, win.stands_for or out.source_spans)
@@ -409,6 +447,7 @@ class _Session:
                 if isinstance(ev, LaneStarted):
                     i, lane = ev.index, ev.lane
                     lane_of[i] = lane
+                    yield PassStarted(windows[i].step, i + 1, len(windows))
                     result.ttft_s.append(time.perf_counter() - lane_free_at.get(lane, t0))
                     ring = rings.setdefault(lane, Ring(result.n_ctx))
                     ring.clear()
@@ -480,15 +519,21 @@ class _Session:
         finished: Finished | None = None
         output = None
         first = True
+        unseen = [(seg, s) for seg, s in placed if seg.source is not None]  # no ChunkEvaluated yet
         try:
             for ev in self.engine.generate(prompt, max_tokens=max_tokens, sampling=self.sampling):
+                if isinstance(ev, PromptProgress):  # part of the prompt is in the cache
+                    yield EvalProgress(step, ev.evaluated, ev.total, ev.seconds)
+                    yield from _evaluated(step, unseen, ev.kv.pos_max + 1, ring.version)
+                    yield KVLive(step, ev.kv.cells_used, ev.kv.n_ctx, ev.kv.state_bytes)
+                    continue
+                if isinstance(ev, KVUsage):
+                    yield KVLive(step, ev.cells_used, ev.n_ctx, ev.state_bytes)
+                    continue
                 if first and isinstance(ev, TextDelta | Finished):  # the prompt is in the cache
                     first = False
                     self.result.ttft_s.append(time.perf_counter() - t0)
-                    for seg, s in placed:
-                        if seg.source is not None:
-                            yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens,
-                                                 s.pos, s.end, ring.version)  # fmt: skip
+                    yield from _evaluated(step, unseen, len(prompt), ring.version)
                 if isinstance(ev, TextDelta):
                     parts.append(ev.text)
                     generated += ev.token_ids
@@ -530,6 +575,18 @@ class _Session:
         if stats.finish_reason == "cancelled":
             self.cancel.set()
         return span
+
+
+def _evaluated(
+    step: str, unseen: list[tuple[_Segment, Segment]], held: int, ring_version: int
+) -> Iterator[ChunkEvaluated]:
+    """ChunkEvaluated for each chunk of ``unseen`` that the first ``held`` KV positions now
+    hold (taken off ``unseen``): the KV stage fills as llama.cpp evaluates the prompt."""
+    while unseen and unseen[0][1].end <= held:
+        seg, s = unseen.pop(0)
+        assert seg.source is not None
+        yield ChunkEvaluated(step, seg.source[0], seg.source[1], s.tokens, s.pos, s.end,
+                             ring_version)  # fmt: skip
 
 
 # ----- summarize ----------------------------------------------------------------------------
@@ -1004,6 +1061,7 @@ def _rolling(
         segs = [_Segment(f"Summary so far:\n{summary}\n\nNext part:\n", None)] if summary else []
         segs += _chunk_segments(text, chunks)
         instruction = ROLLING if summary else SUMMARIZE_PART
+        yield PassStarted(f"window {i + 1}", i + 1, len(windows))
         out = yield from session.call(f"window {i + 1}", instruction, segs, max_tokens)
         if out.text:
             summary = out.text

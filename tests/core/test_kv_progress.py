@@ -1,0 +1,176 @@
+"""Live figures while a model call runs: the engine reports its KV cache and how far the prompt
+is between llama_decode slices, and a job turns those reports into events the faces show."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.engine.decoding import MIN_SLICE, REPORT_S, ReportGate, SlicePacer
+from app.core.engine.host import EngineHost
+from app.core.engine.types import (
+    Finished,
+    GenerationStats,
+    KVUsage,
+    LoadSettings,
+    PromptProgress,
+    TextDelta,
+)
+from app.core.jobs.tasks import (
+    ChunkEvaluated,
+    EvalProgress,
+    JobFinished,
+    KVLive,
+    KVStats,
+    PassStarted,
+    TokenBatch,
+    summarize,
+)
+from app.core.paths import sample_document
+from app.core.tokens import exact_counter, host_tokenize
+
+N_CTX = 10_240  # a ~10k-token prompt fits, with the frame and a short reply
+
+
+# ----- the pacing of prompt slices and of reports -----
+
+
+def test_the_first_slice_measures_then_slices_follow_the_rate() -> None:
+    pacer = SlicePacer(512)
+    assert pacer.size == MIN_SLICE
+    pacer.done(MIN_SLICE, 0.01)  # 6,400 tokens/s: a full batch fits in REPORT_S
+    assert pacer.size == 512
+    pacer.done(512, 0.5)  # 1,024 tokens/s: about REPORT_S worth, in whole MIN_SLICEs
+    assert pacer.size == int(1024 * REPORT_S) // MIN_SLICE * MIN_SLICE
+    pacer.done(pacer.size, 10.0)  # very slow: never under MIN_SLICE
+    assert pacer.size == MIN_SLICE
+    pacer.done(7, 0.001)  # a short last slice says nothing about the rate
+    assert pacer.size == MIN_SLICE
+    assert SlicePacer(32).size == 32  # never more than n_batch
+
+
+def test_reports_are_at_most_one_per_gap_but_the_last_always_goes() -> None:
+    gate = ReportGate(0.05)
+    times = [0.0, 0.01, 0.049, 0.06, 0.07, 0.2]
+    assert [gate.ready(t) for t in times] == [True, False, False, True, False, True]
+    assert gate.ready(0.201, last=True)
+
+
+# ----- a job turns the engine's reports into events -----
+
+
+class _ReportingEngine:
+    """Stands in for the engine host: a prompt of ``n`` tokens evaluated in four slices, with
+    the reports llama.cpp's figures would give, then a two-token reply."""
+
+    model_info = None
+
+    def tokenize(self, text: str, **_kw: Any) -> list[int]:
+        return [7] * max(1, len(text) // 4)
+
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], **_kw: Any) -> str:
+        return "<s>" + "".join(str(m["content"]) for m in messages) + "</s>"
+
+    def kv_usage(self) -> KVUsage:
+        return KVUsage(N_CTX, self.held, 0, self.held - 1, self.held * 100, True)
+
+    def generate(self, prompt: Sequence[int], **_kw: Any) -> Iterator[Any]:
+        n = len(prompt)
+        for done in (0, n // 4, n // 2, 3 * n // 4, n):
+            self.held = done
+            yield PromptProgress(done, n, done / 1000, self.kv_usage())
+        self.held = n + 1
+        yield TextDelta("Hi", (1,))
+        yield self.kv_usage()
+        yield Finished(GenerationStats(n, n, n / 1000, 2, 0.01, "stop", n + 1))
+
+    held = 0
+
+
+def test_a_call_streams_live_kv_and_prompt_progress_before_its_reply() -> None:
+    text = "Lorem ipsum dolor sit amet. " * 400
+    engine = _ReportingEngine()
+    counter = _Counter(engine)
+    events = list(summarize(engine, text, counter, strategy="head", n_ctx=N_CTX,  # type: ignore[arg-type]
+                            max_tokens=4))  # fmt: skip
+    first_token = next(i for i, ev in enumerate(events) if isinstance(ev, TokenBatch))
+    before = events[:first_token]
+    live = [ev.cells_used for ev in before if isinstance(ev, KVLive)]
+    progress = [ev for ev in before if isinstance(ev, EvalProgress)]
+    result = events[-1].result
+    assert len(live) == 5 and live == sorted(live) and live[-1] == result.prompt_tokens
+    assert [p.evaluated for p in progress] == [0, *(live[1:])]
+    assert progress[-1].evaluated == progress[-1].total
+    # chunks are in the KV stage as soon as llama.cpp holds them, not only at the first token
+    evaluated_at = [i for i, ev in enumerate(before) if isinstance(ev, ChunkEvaluated)]
+    last_report = max(i for i, ev in enumerate(before) if isinstance(ev, EvalProgress))
+    assert evaluated_at and evaluated_at[0] < last_report
+    after = events[first_token:]
+    assert any(isinstance(ev, KVLive) for ev in after)  # and while it generates
+    assert any(isinstance(ev, KVStats) for ev in after)  # the call's own figures close it
+
+
+class _Counter:
+    """The fake engine's tokenizer as a TokenCounter."""
+
+    name, exact, splits_at_spaces = "fake", True, False
+
+    def __init__(self, engine: _ReportingEngine) -> None:
+        self.engine = engine
+
+    def encode(self, text: str) -> list[int]:
+        return self.engine.tokenize(text)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+    def count_special(self, text: str) -> int:
+        return self.count(text)
+
+
+# ----- the real engine, a ~10k-token prompt -----
+
+
+@pytest.fixture(scope="module")
+def host(model_path: Path) -> Iterator[EngineHost]:
+    h = EngineHost()
+    h.load(model_path, LoadSettings(n_ctx=N_CTX))
+    yield h
+    h.close()
+
+
+def test_a_long_prompt_reports_the_cache_filling_as_llama_cpp_holds_it(
+    host: EngineHost, model_path: Path
+) -> None:
+    counter = exact_counter(model_path, host_tokenize(host))
+    text = sample_document().read_text(encoding="utf-8")[:60_000]  # more than the context
+    events = list(summarize(host, text, counter, strategy="head", n_ctx=N_CTX, max_tokens=2))
+    done = events[-1]
+    assert isinstance(done, JobFinished)
+    result = done.result
+    assert result.prompt_tokens > 9_000, "a ~10k-token prompt"
+    first_token = next(i for i, ev in enumerate(events) if isinstance(ev, TokenBatch))
+    before = events[:first_token]
+    cells = [ev.cells_used for ev in before if isinstance(ev, KVLive)]
+    changes = sum(a != b for a, b in itertools.pairwise(cells))
+    assert changes >= 4, cells
+    assert cells == sorted(cells)
+    assert cells[-1] == result.prompt_tokens  # the whole prompt, by llama.cpp's positions
+    live = [ev for ev in events if isinstance(ev, KVLive)]
+    assert all(ev.n_ctx == N_CTX and 0 <= ev.cells_used <= N_CTX for ev in live)
+    progress = [ev for ev in before if isinstance(ev, EvalProgress)]
+    assert [p.evaluated for p in progress] == sorted(p.evaluated for p in progress)
+    assert progress[-1].evaluated == progress[-1].total == result.evaluated_tokens
+    assert progress[-1].tokens_per_s > 0
+    assert not any(isinstance(ev, PassStarted) for ev in events)  # one pass: no windows
+    # after the reply, llama.cpp holds the prompt and the reply but its last token
+    stats = [ev for ev in events if isinstance(ev, KVStats)]
+    assert stats[-1].cells_used == result.prompt_tokens + result.completion_tokens - 1
+    assert host.kv_usage().cells_used == stats[-1].cells_used

@@ -1,0 +1,133 @@
+"""The gauges follow the cache while a model call runs: the KV gauge moves during prompt
+processing (not only at the end), never shows more cells than the loaded context, and shows the
+loaded context before the first run; prompt progress and the passes of a multi-pass job show."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+
+from app.core import telemetry
+from app.core.jobs.tasks import (
+    ChunkQueued,
+    EvalProgress,
+    KVLive,
+    KVStats,
+    PassStarted,
+    TokenBatch,
+)
+from app.core.telemetry import GPUState
+from app.ui.gauges import REDRAW_MS, GaugesPanel
+
+N_CTX = 10_240
+PROMPT = 9_950
+
+
+@pytest.fixture
+def gauges(qtbot, monkeypatch: pytest.MonkeyPatch) -> GaugesPanel:
+    monkeypatch.setattr(telemetry, "gpu_state", lambda: GPUState(reason="no GPU found"))
+    panel = GaugesPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 400)
+    panel.show()
+    return panel
+
+
+def _cells_shown(text: str) -> tuple[int, int]:
+    m = re.match(r"([\d,]+) of ([\d,]+) cells", text)
+    assert m, text
+    return int(m[1].replace(",", "")), int(m[2].replace(",", ""))
+
+
+def _prompt_reports(n: int = 12) -> list[object]:
+    """What a job yields while the engine evaluates a ~10k-token prompt: one progress report
+    and the cache's figures per slice, llama.cpp's cells growing to the prompt's length."""
+    events: list[object] = [ChunkQueued("summary", 0, 40_000, PROMPT - 30)]
+    for k in range(n + 1):
+        done = PROMPT * k // n
+        events.append(EvalProgress("summary", done, PROMPT, 0.5 * k))
+        events.append(KVLive("summary", done, N_CTX, done * 23_000))
+    return events
+
+
+def test_the_kv_gauge_moves_while_the_prompt_is_evaluated(qtbot, gauges) -> None:
+    gauges.set_n_ctx(N_CTX)
+    gauges.reset(N_CTX)
+    gauges.start()
+    shown: list[str] = []
+    for ev in _prompt_reports():
+        gauges.on_event(ev)
+        if isinstance(ev, KVLive):
+            qtbot.wait(REDRAW_MS + 20)  # the reports come a few times a second
+            shown.append(gauges.kv_text.text())
+    gauges.on_event(TokenBatch("summary", "Hello", 1, 3, ((0, 40_000),)))
+    changes = sum(a != b for a, b in itertools.pairwise(shown))
+    assert changes >= 4, shown
+    cells = [_cells_shown(text) for text in shown]
+    assert all(used <= total == N_CTX for used, total in cells)
+    assert cells[-1][0] == PROMPT and gauges.kv_bar.value() == PROMPT
+    # the prompt row: all of it evaluated, at the engine's rate
+    assert gauges.prompt_text.text() == "9,950 tokens evaluated in 6.0 s (1,658 tokens/s)"
+    assert gauges.prompt_bar.value() == gauges.prompt_bar.maximum() == PROMPT
+    gauges.stop()
+
+
+def test_prompt_progress_shows_the_rate_and_the_time_left(qtbot, gauges) -> None:
+    gauges.set_n_ctx(N_CTX)
+    gauges.start()
+    assert gauges.prompt_bar.isHidden() and gauges.pass_bar.isHidden()
+    gauges.on_event(PassStarted("part 2", 2, 5))
+    gauges.on_event(EvalProgress("part 2", 3_000, 9_000, 2.0))
+    qtbot.waitUntil(lambda: gauges.prompt_text.text() != "")
+    assert gauges.prompt_text.text() == "3,000 of 9,000 tokens · 1,500 tokens/s · 4 s left"
+    assert gauges.pass_text.text() == "Window 2 of 5 · part 2"
+    assert (gauges.pass_bar.value(), gauges.pass_bar.maximum()) == (2, 5)
+    assert gauges.prompt_bar.isVisible() and gauges.pass_bar.isVisible()
+    _, rates = gauges.prompt_curve.getData()
+    assert rates is not None and list(rates) == [1_500]  # the engine's own rate, one per call
+    gauges.on_event(EvalProgress("part 2", 6_000, 9_000, 4.0))
+    qtbot.waitUntil(lambda: gauges.prompt_text.text().startswith("6,000"))
+    assert len(gauges.prompt_curve.getData()[1]) == 1  # the same call's point, moved
+    gauges.stop()
+
+
+def test_the_gauge_never_shows_more_cells_than_the_context(qtbot, gauges) -> None:
+    gauges.set_n_ctx(2_048)
+    gauges.start()
+    gauges.on_event(KVStats(2_300, 2_048, 0, reported_by="/slots"))  # a server's own count
+    qtbot.waitUntil(lambda: "server" in gauges.kv_text.text())
+    assert _cells_shown(gauges.kv_text.text()) == (2_048, 2_048)
+    gauges.stop()
+
+
+def test_before_a_run_the_gauge_shows_the_loaded_context(qtbot, gauges) -> None:
+    gauges.start()
+    qtbot.waitUntil(lambda: gauges.kv_text.text() == "no model loaded")
+    gauges.set_n_ctx(2_048)
+    qtbot.waitUntil(lambda: gauges.kv_text.text() == "0 of 2,048 cells · 0 MiB")
+    assert gauges.kv_bar.maximum() == 2_048
+    gauges.set_n_ctx(0)  # unloaded
+    qtbot.waitUntil(lambda: gauges.kv_text.text() == "no model loaded")
+    gauges.stop()
+
+
+def test_the_window_shows_the_context_it_loaded_before_the_first_run(
+    qtbot, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.ui.main_window import MainWindow  # noqa: PLC0415 (the window: this test only)
+
+    monkeypatch.setattr(telemetry, "gpu_state", lambda: GPUState(reason="no GPU found"))
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(model_path, None, n_ctx=2_048, db_path=tmp_path / "h.db",
+                        settings=settings)  # fmt: skip
+    qtbot.addWidget(window)
+    with qtbot.waitSignal(window.ready, timeout=120_000):
+        window.show()
+    qtbot.waitUntil(lambda: window.gauges.kv_text.text() == "0 of 2,048 cells · 0 MiB",
+                    timeout=60_000)  # fmt: skip
+    assert window.gauges.kv_bar.maximum() == 2_048
+    window.close()
