@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from weakref import WeakMethod
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QColor,
@@ -52,6 +52,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
+from app.core.planning.frame import SUMMARIZE
 from app.store.archive import (
     ArchiveCancelled,
     ExportSummary,
@@ -326,6 +327,7 @@ class HistoryPanel(QWidget):
         self.tree.setUniformRowHeights(True)
         self.tree.itemSelectionChanged.connect(self._update_actions)
         self.tree.itemDoubleClicked.connect(self._on_double_clicked)
+        self.tree.installEventFilter(self)  # the keyboard's arrival selects a version (below)
 
         self.open_button = QPushButton(self.tr("Open"))  # every Alt letter of "Open" is taken
         self.open_button.clicked.connect(self.open_selected)
@@ -520,8 +522,9 @@ class HistoryPanel(QWidget):
         item.setText(1, v.created.astimezone().strftime("%Y-%m-%d %H:%M"))
         item.setText(2, task_label(v.task))
         item.setText(3, strategy_label(v.strategy))
-        item.setText(4, _first_line(v.prompt))
-        item.setToolTip(4, v.prompt)
+        prompt = v.prompt or (SUMMARIZE if v.task == "summarize" else "")
+        item.setText(4, _first_line(prompt))  # summarize's own instruction when none was typed
+        item.setToolTip(4, prompt)
         settings = self.tr("n_ctx {0} · max {1}").format(
             v.settings.get("n_ctx", "?"), v.settings.get("max_tokens", "?"))  # fmt: skip
         item.setText(self.column("settings"), settings)
@@ -610,6 +613,19 @@ class HistoryPanel(QWidget):
             out.append(item)
             stack.extend(item.child(i) for i in range(item.childCount()))
         return out
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Keys arriving in the versions (Tab, Ctrl+4) with nothing selected select the current
+        version, else the first: Rollback, Open and Export act on it at once, as they would
+        after a click."""
+        if (watched is self.tree and event.type() == QEvent.Type.FocusIn
+                and not self.tree.selectedItems()):  # fmt: skip
+            target = next((i for i in self._items() if i.data(0, _KIND_ROLE) == "version"
+                           and i.data(0, _ID_ROLE) == self._current), None)  # fmt: skip
+            target = target or self.tree.topLevelItem(0)
+            if target is not None:
+                self.tree.setCurrentItem(target)  # selects it too
+        return super().eventFilter(watched, event)
 
     def _on_double_clicked(self, item: QTreeWidgetItem, _column: int) -> None:
         if item.data(0, _KIND_ROLE) == "version":

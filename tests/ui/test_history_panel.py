@@ -367,3 +367,24 @@ def test_a_read_only_database_disables_the_write_actions(qtbot, history: History
         assert len(history.repo.history(history.session)) == 3
     finally:
         read_only.close()
+
+
+def test_the_keys_arriving_in_the_versions_select_the_current_one(qtbot, history: History) -> None:
+    panel = open_panel(qtbot, history.repo, history.session)
+    panel.set_current(None, history.v2)  # the version the next Run branches from
+    panel.show()
+    qtbot.waitExposed(panel)
+    assert panel.selected_versions() == []
+    panel.tree.setFocus(Qt.FocusReason.ShortcutFocusReason)  # as Ctrl+4 or Tab does
+    qtbot.waitUntil(lambda: [v.id for v in panel.selected_versions()] == [history.v2],
+                    timeout=WAIT)  # fmt: skip
+    assert panel.rollback_button.isEnabled()  # Alt+K rolls it back at once
+
+
+def test_a_summary_without_a_typed_prompt_shows_the_instruction_it_ran_with(
+    qtbot, history: History
+) -> None:
+    untyped = history.repo.branch(history.v1, prompt="")
+    panel = open_panel(qtbot, history.repo, history.session)
+    item = panel.item_for(untyped.id)
+    assert item is not None and item.text(4) == "Summarize the document."
