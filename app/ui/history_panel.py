@@ -443,6 +443,7 @@ class HistoryPanel(QWidget):
                 font.setBold(current)
                 for column in range(self.COLUMNS):
                     item.setFont(column, font)
+        self.tree.resizeColumnToContents(0)  # a bold "v12" deep in the tree is not elided
 
     def refresh(self) -> None:
         """Read the history again in the background; ``refreshed`` when it is shown. While a
@@ -502,12 +503,12 @@ class HistoryPanel(QWidget):
             self._fill_version(item, v)
             items[v.id] = item
         self.tree.expandAll()
+        self._mark_current()  # first: the current version's bold row is the wider one
         for column in range(self.COLUMNS):
             self.tree.resizeColumnToContents(column)
         for name, widest in (("prompt", PROMPT_COLUMN_MAX), ("reply", REPLY_COLUMN_MAX)):
             column = self.column(name)
             self.tree.setColumnWidth(column, min(self.tree.columnWidth(column), widest))
-        self._mark_current()
         self.select_versions(*(vid for vid in selected if vid in items))
         self._update_actions()
 
