@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +47,25 @@ class Target:
 @dataclass(frozen=True)
 class OpenedVersion:
     """An old version as the window shows it again: its last run's outputs (step, text,
-    source spans), finish reason and plan (None: none recorded), and whether it was made on the
-    text of ``document_sha256`` (so its plan may be painted on that document only)."""
+    source spans), finish reason, plan (None: its spans were not recorded, only
+    ``plan_figures``) and whether it was made on the text of ``document_sha256`` (so its plan
+    may be painted on that document only)."""
 
     version: VersionInfo
     outputs: tuple[dict[str, Any], ...]
     finish_reason: str
     plan: Plan | None
     document_sha256: str | None
+    plan_figures: dict[str, Any] = field(default_factory=dict)  # as recorded with the run
+
+    def is_its_plan(self, plan: Plan) -> bool:
+        """Whether a plan made again is the one the run made (same strategy, budget, document
+        tokens and kept tokens as recorded): only then is it shown as this version's."""
+        figures = self.plan_figures
+        return bool(figures) and (plan.strategy, plan.budget, plan.total_tokens,
+                                  plan.kept_tokens) == (
+            figures.get("strategy"), figures.get("budget"), figures.get("total_tokens"),
+            figures.get("kept_tokens"))  # fmt: skip
 
 
 @dataclass
@@ -200,7 +211,7 @@ def open_version(repo: Repository, version_id: int) -> OpenedVersion:
     return OpenedVersion(version, tuple(last.get("outputs") or ()),
                          str(last.get("finish_reason", "")),
                          plan_from_dict(plan) if plan.get("kept") is not None else None,
-                         session["document_sha256"])  # fmt: skip
+                         session["document_sha256"], plan)  # fmt: skip
 
 
 def plan_from_dict(data: dict[str, Any]) -> Plan:

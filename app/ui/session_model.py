@@ -879,30 +879,59 @@ class SessionModel(QObject):
 
     def open_version(self, version_id: int) -> None:
         """Show an old version again (``version_opened``): its recorded reply for the output
-        buffer, and, when it was made on the open document's text, its recorded plan painted
-        on the document (the plan shown becomes that plan until the next one is made). The KV
-        map is not rebuilt: it needs the run's events, which are not recorded. Opening does
-        not change the current version (a rollback does)."""
-        repo = self._repo
+        buffer, and, when it was made on the open document's text, its plan painted on the
+        document (``plan_changed``; the plan shown is that plan until the next one is made).
+        A run records its plan's figures, not its spans, so the plan is made again, in the
+        background, when that is cheap and certain: with the model it ran on loaded (its
+        tokenizer and chat frame), for its strategy, context, task and prompt, and shown only
+        when it matches the recorded figures. The KV map is not rebuilt: it needs the run's
+        events, which are not recorded. Opening does not change the current version (a
+        rollback does)."""
+        repo, doc = self._repo, self._doc
         if repo is None:
             return
-        doc = self._doc
+        replan = self._replanner()
 
-        def work() -> tuple[versions.OpenedVersion, PlanIndex | None]:
+        def work() -> tuple[versions.OpenedVersion, Plan | None, PlanIndex | None]:
             opened = versions.open_version(repo, version_id)
-            same = doc is not None and opened.document_sha256 == doc.sha256
-            return opened, index_plan(opened.plan) if same and opened.plan else None
+            plan = None
+            if doc is not None and opened.document_sha256 == doc.sha256:
+                plan = opened.plan if opened.plan is not None else replan(opened)
+            return opened, plan, index_plan(plan) if plan is not None else None
 
-        def done(got: tuple[versions.OpenedVersion, PlanIndex | None]) -> None:
-            opened, index = got
-            if index is not None and doc is self._doc and opened.plan is not None:
-                self._plan = opened.plan
-                self.plan_changed.emit(opened.plan, index)
+        def done(got: tuple[versions.OpenedVersion, Plan | None, PlanIndex | None]) -> None:
+            opened, plan, index = got
+            if plan is not None and index is not None and doc is self._doc:
+                self._plan = plan
+                self.plan_changed.emit(plan, index)
             self.version_opened.emit(opened)
 
-        run_in_background(work, done, self.fail)
+        run_in_background(work, done, self.fail, self._plan_pool)
 
-    # ----- rollback with the KV state -----
+    def _replanner(self) -> Callable[[versions.OpenedVersion], Plan | None]:
+        """A function (for the plan pool) that makes a version's plan again as its job made
+        it, or None when the model it ran on is not the one loaded or the plan differs from
+        the recorded figures."""
+        counter, sha, model = self._engine.driver.counter, self._model_sha, self._frame_source()
+        doc, (where, key) = self._doc, self._planning()
+
+        def replan(opened: versions.OpenedVersion) -> Plan | None:
+            v = opened.version
+            n_ctx = v.settings.get("n_ctx")
+            if counter is None or doc is None or not sha or v.model_sha256 != sha:
+                return None
+            if not isinstance(n_ctx, int):
+                return None
+            instruction, reserve = planning(
+                v.task, v.strategy, counter, max_tokens=int(v.settings.get("max_tokens", 256)),
+                questions=tuple(v.prompt.split("\n")) if v.task == "ask" else (),
+                instruction=v.prompt if v.task == "extract" else "",
+            )  # fmt: skip
+            plan = _plan(where, doc, key, v.strategy, model=model, n_ctx=n_ctx,
+                         reserve=reserve, instruction=instruction)  # fmt: skip
+            return plan if plan is not None and opened.is_its_plan(plan) else None
+
+        return replan
 
     def resume_rollback(self, version: VersionInfo, has_kv: bool) -> None:
         """A version the history panel made by rolling back: its job and sampling come back

@@ -104,6 +104,8 @@ def test_diff_shows_the_replies_and_an_old_version_opens(repo: Repository) -> No
     assert opened.document_sha256 == DOC.sha256
     assert opened.plan is not None and opened.plan.kept == (Span(0, 40, 10, "head"),)
     assert opened.plan.dropped == (Span(40, 80, 10, "cut"),)
+    assert opened.is_its_plan(opened.plan)  # a plan made again is shown only when it matches
+    assert not opened.is_its_plan(Plan("head", 101, 200, opened.plan.kept, ()))
     assert versions.latest_line(repo, DOC) == (first.session, never.id)
     assert versions.latest_line(repo, OTHER) is None
 

@@ -242,8 +242,17 @@ def test_runs_in_the_window_make_a_tree_a_rollback_branches_and_old_replies_open
     tree = {v.id: v for v in repo.history()}
     assert tree[v5].parent == copy and tree[v1].children == (v2, copy)  # a branch at v1
 
+    said: list[object] = []  # the plans shown and the opening, in order
+    w.session.plan_changed.connect(lambda plan, _index: said.append(plan))
+    w.session.version_opened.connect(lambda _opened: said.append("opened"))
     with qtbot.waitSignal(w.session.version_opened, timeout=WAIT):
         panel.tree.itemDoubleClicked.emit(panel.item_for(v2), 0)
     assert w.buffers.output_text() == replies[v2]
     assert w.buffers.plan_label.text().startswith("v2 of session")
+    # just before it opened, v2's plan (made again with the model it ran on, matching the
+    # recorded figures) was painted on the document
+    plan = said[said.index("opened") - 1]
+    figures = repo.last_plan(v2)
+    assert isinstance(plan, Plan) and plan.kept and plan.strategy == "head"
+    assert (plan.budget, plan.kept_tokens) == (figures["budget"], figures["kept_tokens"])
     w.close()
