@@ -933,6 +933,8 @@ class SessionModel(QObject):
 
         return replan
 
+    # ----- rollback with the KV state -----
+
     def resume_rollback(self, version: VersionInfo, has_kv: bool) -> None:
         """A version the history panel made by rolling back: its job and sampling come back
         (``version_restored``, ``sampling_restored``), it becomes the current version when it
