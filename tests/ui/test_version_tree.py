@@ -190,7 +190,7 @@ def test_runs_in_the_window_make_a_tree_a_rollback_branches_and_old_replies_open
     meanwhile) and makes the copy current: the next Run is its child, so v1 has two children.
     Opening v2 puts its reply in the output buffer."""
     doc = tmp_path / "part.txt"
-    doc.write_text(sample_document().read_text(encoding="utf-8")[:1200], encoding="utf-8")
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:700], encoding="utf-8")
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     w = MainWindow(model_path, doc, n_ctx=256, db_path=tmp_path / "h.db", settings=settings)
     qtbot.addWidget(w)
