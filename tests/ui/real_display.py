@@ -1,0 +1,135 @@
+"""The real app on a real X server: Xvfb for the screen, xdotool for the person's keys and
+mouse, ImageMagick's ``import`` for what the screen shows.
+
+The app runs as its own process, as a person starts it; the test sees it only from outside:
+the screen, the history database it writes and the log it keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+TOOLS = ("Xvfb", "xdotool", "import")
+
+
+def missing_tools() -> list[str]:
+    """The programs this needs that the machine lacks (``make setup`` installs them as root)."""
+    return [tool for tool in TOOLS if shutil.which(tool) is None]
+
+
+class Display:
+    """One Xvfb screen of ``size``, with input and screenshots."""
+
+    def __init__(self, size: str = "1366x768") -> None:
+        read, write = os.pipe()
+        self._xvfb = subprocess.Popen(
+            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24", "-nolisten", "tcp"],
+            pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        os.close(write)
+        with os.fdopen(read) as fh:  # Xvfb writes its display number once it listens
+            number = fh.readline().strip()
+        if not number:
+            self._xvfb.kill()
+            raise RuntimeError("Xvfb did not start")
+        self.name = f":{number}"
+        self.env = {**os.environ, "DISPLAY": self.name, "QT_QPA_PLATFORM": "xcb"}
+
+    def xdotool(self, *args: str) -> str:
+        done = subprocess.run(["xdotool", *args], env=self.env, capture_output=True, text=True,
+                              timeout=30, check=True)  # fmt: skip
+        return done.stdout.strip()
+
+    def window(self, title: str) -> str:
+        """The id of a mapped window whose title contains ``title``, or "" while there is none."""
+        found = subprocess.run(["xdotool", "search", "--onlyvisible", "--name", title],
+                               env=self.env, capture_output=True, text=True, timeout=30,
+                               check=False)  # fmt: skip
+        return found.stdout.split()[0] if found.returncode == 0 and found.stdout.strip() else ""
+
+    def focus(self, window: str) -> None:
+        """Give ``window`` the keyboard, as clicking on it would (there is no window manager to
+        do it): keys then reach it as the person's keys reach the active window."""
+        self.xdotool("windowfocus", "--sync", window)
+
+    def key(self, *keys: str) -> None:
+        """Real key presses, one after another (``"ctrl+r"``, ``"alt+y"``, ``"Down"``)."""
+        for k in keys:
+            self.xdotool("key", "--clearmodifiers", k)
+            time.sleep(0.3)  # what a person's pace gives the app: a repaint between keys
+
+    def type(self, text: str) -> None:
+        self.xdotool("type", "--delay", "20", text)
+
+    def click(self, x: int, y: int) -> None:
+        self.xdotool("mousemove", str(x), str(y), "click", "1")
+
+    def shot(self, path: Path) -> Path:
+        """What the whole screen shows now, as a PNG."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["import", "-display", self.name, "-window", "root", str(path)],
+                       check=True, timeout=30)  # fmt: skip
+        return path
+
+    def close(self) -> None:
+        self._xvfb.terminate()
+        try:
+            self._xvfb.wait(10)
+        except subprocess.TimeoutExpired:
+            self._xvfb.kill()
+
+
+class App:
+    """``contextlens`` started with ``args`` on ``display``, with a home of its own."""
+
+    def __init__(self, display: Display, home: Path, args: list[str]) -> None:
+        self.home = home
+        self.db = home / "history.db"
+        env = {**display.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
+               "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
+               "XDG_CACHE_HOME": str(home / "cache"), "CONTEXTLENS_DB": str(self.db),
+               "CONTEXTLENS_CALIBRATE": "0"}  # fmt: skip
+        self.output = home / "app-output.txt"
+        with self.output.open("wb") as out:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "app.ui.main", "--new-instance", *args],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2],
+            )  # fmt: skip
+
+    def log(self) -> str:
+        """The app's own log (the user log folder under its home) and what it printed."""
+        texts = [p.read_text(errors="replace") for p in self.home.rglob("contextlens.log")]
+        return "\n".join([*texts, self.output.read_text(errors="replace")])
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def close(self) -> int | None:
+        if self.alive():
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(15)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(5)
+        return self._process.returncode
+
+
+def wait_for(condition: Callable[[], object], what: str, app: App, timeout: float = 120) -> object:
+    """Poll ``condition`` until it is true; fail with the app's log when it never is."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        if not app.alive():
+            raise AssertionError(f"the app ended while waiting for {what}:\n{app.log()[-3000:]}")
+        time.sleep(0.25)
+    raise AssertionError(f"no {what} after {timeout:.0f} s:\n{app.log()[-3000:]}")
