@@ -271,9 +271,9 @@ class GaugesPanel(QWidget):
             case ChunkEvaluated(lane=int(lane)) if lane < len(self._lane_cells):
                 self._running = True
                 self._lane_cells[lane] = ev.kv_end  # the lane's new prompt, so far
-            case KVStats(lane=int(lane)) if lane < len(self._lane_cells):
+            case KVStats(lane=int(lane)) | KVLive(lane=int(lane)) if lane < len(self._lane_cells):
                 self._lane_cells[lane] = ev.cells_used
-            case KVLive():
+            case KVLive(lane=None):
                 self._running = True
                 self._cells, self._kv_bytes = ev.cells_used, ev.state_bytes
                 self._kv_source = "llama.cpp"

@@ -33,7 +33,7 @@ from app.core.jobs.tasks import (
 from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
 
-N_CTX = 10_240  # a ~10k-token prompt fits, with the frame and a short reply
+N_CTX = 10_240
 
 
 # ----- the pacing of prompt slices and of reports -----
@@ -135,27 +135,32 @@ class _Counter:
         return self.count(text)
 
 
-# ----- the real engine, a ~10k-token prompt -----
+# ----- the real engine -----
+
+# One thread: on a busy two-core machine two llama.cpp threads wait on each other. A ~2k-token
+# prompt is evaluated in some 30 slices of 64 tokens here (about 15 s of CPU); the issue's ~10k
+# tokens (the context of 10,240 holds them) take two minutes of CPU on the same machine.
+CASES = [
+    pytest.param(2_048, 12_000, 1_900, id="2k"),
+    pytest.param(10_240, 60_000, 9_000, id="10k", marks=pytest.mark.slow),
+]
 
 
-@pytest.fixture(scope="module")
-def host(model_path: Path) -> Iterator[EngineHost]:
-    h = EngineHost()
-    h.load(model_path, LoadSettings(n_ctx=N_CTX))
-    yield h
-    h.close()
-
-
+@pytest.mark.parametrize(("n_ctx", "chars", "at_least"), CASES)
 def test_a_long_prompt_reports_the_cache_filling_as_llama_cpp_holds_it(
-    host: EngineHost, model_path: Path
+    model_path: Path, n_ctx: int, chars: int, at_least: int
 ) -> None:
-    counter = exact_counter(model_path, host_tokenize(host))
-    text = sample_document().read_text(encoding="utf-8")[:60_000]  # more than the context
-    events = list(summarize(host, text, counter, strategy="head", n_ctx=N_CTX, max_tokens=2))
+    with EngineHost() as host:
+        host.load(model_path, LoadSettings(n_ctx=n_ctx, n_threads=1))
+        counter = exact_counter(model_path, host_tokenize(host))
+        text = sample_document().read_text(encoding="utf-8")[:chars]  # more than the context
+        events = list(summarize(host, text, counter, strategy="head", n_ctx=n_ctx,
+                                max_tokens=2))  # fmt: skip
+        held_after = host.kv_usage().cells_used
     done = events[-1]
     assert isinstance(done, JobFinished)
     result = done.result
-    assert result.prompt_tokens > 9_000, "a ~10k-token prompt"
+    assert result.prompt_tokens >= at_least
     first_token = next(i for i, ev in enumerate(events) if isinstance(ev, TokenBatch))
     before = events[:first_token]
     cells = [ev.cells_used for ev in before if isinstance(ev, KVLive)]
@@ -164,7 +169,7 @@ def test_a_long_prompt_reports_the_cache_filling_as_llama_cpp_holds_it(
     assert cells == sorted(cells)
     assert cells[-1] == result.prompt_tokens  # the whole prompt, by llama.cpp's positions
     live = [ev for ev in events if isinstance(ev, KVLive)]
-    assert all(ev.n_ctx == N_CTX and 0 <= ev.cells_used <= N_CTX for ev in live)
+    assert all(ev.n_ctx == n_ctx and 0 <= ev.cells_used <= n_ctx for ev in live)
     progress = [ev for ev in before if isinstance(ev, EvalProgress)]
     assert [p.evaluated for p in progress] == sorted(p.evaluated for p in progress)
     assert progress[-1].evaluated == progress[-1].total == result.evaluated_tokens
@@ -173,4 +178,4 @@ def test_a_long_prompt_reports_the_cache_filling_as_llama_cpp_holds_it(
     # after the reply, llama.cpp holds the prompt and the reply but its last token
     stats = [ev for ev in events if isinstance(ev, KVStats)]
     assert stats[-1].cells_used == result.prompt_tokens + result.completion_tokens - 1
-    assert host.kv_usage().cells_used == stats[-1].cells_used
+    assert held_after == stats[-1].cells_used

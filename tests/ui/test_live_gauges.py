@@ -17,6 +17,7 @@ from app.core.jobs.tasks import (
     EvalProgress,
     KVLive,
     KVStats,
+    LanesStarted,
     PassStarted,
     TokenBatch,
 )
@@ -131,3 +132,15 @@ def test_the_window_shows_the_context_it_loaded_before_the_first_run(
                     timeout=60_000)  # fmt: skip
     assert window.gauges.kv_bar.maximum() == 2_048
     window.close()
+
+
+def test_each_lane_follows_its_cache_while_the_lanes_generate(qtbot, gauges) -> None:
+    gauges.start()
+    gauges.on_event(LanesStarted(lanes=2, windows=5, n_ctx=2_048))
+    gauges.on_event(KVLive("part 1", 700, 2_048, 0, lane=0))
+    gauges.on_event(KVLive("part 2", 650, 2_048, 0, lane=1))
+    qtbot.waitUntil(lambda: [b.value() for b in gauges.lane_bars] == [700, 650])
+    gauges.on_event(KVLive("part 1", 720, 2_048, 0, lane=0))
+    qtbot.waitUntil(lambda: gauges.lane_bars[0].value() == 720)
+    assert "2 lanes: 1,370 of 2 × 2,048 cells" in gauges.kv_text.text()
+    gauges.stop()

@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.engine.decoding import (
+    REPORT_S,
     DecodeCancelled,
     LlamaHandles,
+    ReportGate,
     abort_armed,
     check_token_ids,
     decode_batch,
@@ -44,6 +46,7 @@ from app.core.engine.sampler import build_sampler
 from app.core.engine.types import (
     ContextOverflowError,
     GenerationStats,
+    LaneCells,
     LaneDelta,
     LaneFinished,
     LanesFinished,
@@ -220,6 +223,7 @@ class _Run:
         self.has_prefix: set[int] = set()  # lanes holding the prefix; empty: none evaluated yet
         self.prefix_lane = 0  # the lane the prefix was evaluated in
         self._slow = True  # until a step shows how long one takes
+        self._cells_gate = ReportGate(REPORT_S)  # each lane's cells, 5 times a second
 
     # ----- llama.cpp -----
 
@@ -308,6 +312,8 @@ class _Run:
                 reply.pos += 1
                 self._take(reply, reply.sampler.sample(self.ctx, i), max_tokens)
             self._flush()
+            if self._cells_gate.ready(time.perf_counter()):
+                self.emit(LaneCells(self.cells()))
             free.extend(self.settle())
             free.sort()
             fill()

@@ -380,6 +380,14 @@ class LaneFinished:
 
 
 @dataclass(frozen=True)
+class LaneCells:
+    """The positions each lane's sequence holds in llama.cpp right now (the shared prefix
+    counted in each), sent a few times a second while the lanes generate."""
+
+    cells: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class LanesFinished:
     """The last event of a batched request."""
 
@@ -390,7 +398,7 @@ class LanesFinished:
     finish_reason: FinishReason  # stop: every prompt got its reply; cancelled
 
 
-LaneEvent = LaneStarted | LaneDelta | LaneFinished | LanesFinished
+LaneEvent = LaneStarted | LaneDelta | LaneCells | LaneFinished | LanesFinished
 OnFull = Literal["stop", "shift"]  # what generation does when the context is full
 
 

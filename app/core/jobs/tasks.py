@@ -25,6 +25,7 @@ from app.core.engine.types import (
     GenerationStats,
     KVState,
     KVUsage,
+    LaneCells,
     LaneDelta,
     LaneFinished,
     LanesFinished,
@@ -156,6 +157,7 @@ class KVLive:
     cells_used: int
     n_ctx: int
     state_bytes: int
+    lane: int | None = None  # a lane's own figures (the one sequence: None)
 
 
 @dataclass(frozen=True)
@@ -483,6 +485,10 @@ class _Session:
                                          ring.version, stats.finish_reason)  # fmt: skip
                     yield PartialResult(done[i].step, done[i].text,
                                         windows[i].stands_for or sources[i])  # fmt: skip
+                elif isinstance(ev, LaneCells):
+                    for i, lane in lane_of.items():  # the lanes whose reply is under way
+                        if i not in done and lane < len(ev.cells):
+                            yield KVLive(windows[i].step, ev.cells[lane], result.n_ctx, 0, lane)
                 elif isinstance(ev, LanesFinished) and ev.finish_reason == "cancelled":
                     self.cancel.set()
         except EngineError:
