@@ -7,7 +7,7 @@ so the list cannot drift from the keys that work.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QLocale, Qt
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, QLocale, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -21,6 +21,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.paths import resources_dir
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate("Help", text)
 
 
 def guide_text(language: str | None = None) -> str:
@@ -60,8 +64,9 @@ def guide_dialog(parent: QWidget) -> QDialog:
     """The user guide, rendered from its Markdown."""
     browser = QTextBrowser()
     browser.setOpenExternalLinks(True)
-    browser.setMarkdown(guide_text() or parent.tr("The user guide is missing from this build."))
-    dialog = _Dialog(parent.tr("ContextLens User Guide"), browser, parent)
+    missing = _tr(QT_TRANSLATE_NOOP("Help", "The user guide is missing from this build."))
+    browser.setMarkdown(guide_text() or missing)
+    dialog = _Dialog(_tr(QT_TRANSLATE_NOOP("Help", "ContextLens User Guide")), browser, parent)
     dialog.resize(640, 560)
     return dialog
 
@@ -70,7 +75,8 @@ def shortcuts_dialog(window: QWidget) -> QDialog:
     """A table of the window's shortcuts."""
     rows = shortcuts(window)
     table = QTableWidget(len(rows), 2)
-    table.setHorizontalHeaderLabels([window.tr("Action"), window.tr("Keys")])
+    table.setHorizontalHeaderLabels([_tr(QT_TRANSLATE_NOOP("Help", "Action")),
+                                     _tr(QT_TRANSLATE_NOOP("Help", "Keys"))])
     table.verticalHeader().setVisible(False)
     table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
     for row, (text, keys) in enumerate(rows):
@@ -80,6 +86,6 @@ def shortcuts_dialog(window: QWidget) -> QDialog:
         table.setItem(row, 1, item)
     table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
     table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-    dialog = _Dialog(window.tr("Keyboard Shortcuts"), table, window)
+    dialog = _Dialog(_tr(QT_TRANSLATE_NOOP("Help", "Keyboard Shortcuts")), table, window)
     dialog.resize(480, 520)
     return dialog

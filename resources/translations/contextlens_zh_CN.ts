@@ -2,6 +2,17 @@
 <!DOCTYPE TS>
 <TS version="2.1" language="zh_CN">
 <context>
+    <name>BackgroundCalibration</name>
+    <message>
+        <source>Calibration cancelled</source>
+        <translation>校准已取消</translation>
+    </message>
+    <message>
+        <source>Calibration failed: {0}</source>
+        <translation>校准失败：{0}</translation>
+    </message>
+</context>
+<context>
     <name>BranchDialog</name>
     <message>
         <source>Branch from v{0}</source>
@@ -160,6 +171,46 @@
         <source>finish</source>
         <translation>结束原因</translation>
     </message>
+    <message>
+        <source>The overflow strategy that chose what reaches the model</source>
+        <translation>决定哪些内容送达模型的溢出策略</translation>
+    </message>
+    <message>
+        <source>Document tokens the plan keeps, of all its tokens</source>
+        <translation>计划保留的文档token数（占全部token）</translation>
+    </message>
+    <message>
+        <source>Model calls the strategy makes (map-reduce and rolling make one per window, then combine)</source>
+        <translation>该策略调用模型的次数（map-reduce 和 rolling 每个窗口调用一次，然后合并）</translation>
+    </message>
+    <message>
+        <source>Share of the cuts between kept spans that fall on a sentence boundary or better</source>
+        <translation>保留片段之间的切分落在句子边界或更好位置上的比例</translation>
+    </message>
+    <message>
+        <source>Share of the needles (the facts typed in the Needles box) whose text lies in the kept spans</source>
+        <translation>文本位于保留片段中的“针”（在“针”输入框中输入的事实）的比例</translation>
+    </message>
+    <message>
+        <source>Prompt tokens the model evaluated, all calls together</source>
+        <translation>模型评估的提示token数（所有调用合计）</translation>
+    </message>
+    <message>
+        <source>Tokens the model generated, all calls together</source>
+        <translation>模型生成的token数（所有调用合计）</translation>
+    </message>
+    <message>
+        <source>The most KV cache cells the job held at once</source>
+        <translation>任务同时占用的 KV 缓存单元的最大数量</translation>
+    </message>
+    <message>
+        <source>Wall time of the strategy&apos;s run, in seconds</source>
+        <translation>该策略运行的实际耗时（秒）</translation>
+    </message>
+    <message>
+        <source>Why the reply ended: stop (the model finished), length (the reply&apos;s room ran out), cancelled, or the error</source>
+        <translation>回复结束的原因：停止（模型已完成）、长度（回复空间用完）、已取消，或错误信息</translation>
+    </message>
 </context>
 <context>
     <name>DiffDialog</name>
@@ -259,6 +310,10 @@
         <translation>第 {0:,} 块（共 {1:,} 块）：{2:,} 个 token</translation>
     </message>
     <message>
+        <source>tokens per chunk (budget {0:,}, off the scale)</source>
+        <translation>每块token数（预算 {0:,}，超出坐标范围）</translation>
+    </message>
+    <message>
         <source>{0}: refused — {1}</source>
         <translation>{0}：已拒绝 — {1}</translation>
     </message>
@@ -307,6 +362,33 @@
     </message>
 </context>
 <context>
+    <name>Finish</name>
+    <message>
+        <source>stop</source>
+        <translation>停止</translation>
+    </message>
+    <message>
+        <source>length</source>
+        <translation>长度</translation>
+    </message>
+    <message>
+        <source>cancelled</source>
+        <translation>已取消</translation>
+    </message>
+    <message>
+        <source>error</source>
+        <translation>错误</translation>
+    </message>
+    <message>
+        <source>repetition</source>
+        <translation>重复</translation>
+    </message>
+    <message>
+        <source>abort</source>
+        <translation>中止</translation>
+    </message>
+</context>
+<context>
     <name>GaugesPanel</name>
     <message>
         <source>no GPU figures: nvidia-ml-py is not installed</source>
@@ -337,6 +419,14 @@
         <translation>显存</translation>
     </message>
     <message>
+        <source>Prompt</source>
+        <translation>提示词</translation>
+    </message>
+    <message>
+        <source>Passes</source>
+        <translation>轮次</translation>
+    </message>
+    <message>
         <source>Tokens per second</source>
         <translation>每秒 token 数</translation>
     </message>
@@ -359,6 +449,10 @@
     <message>
         <source>Last job: {0:,} prompt tokens evaluated in {1:.2f} s to first token ({2:,.0f} tokens/s); {3:,} tokens generated; {4:.1f} s in all</source>
         <translation>上一个作业：{0:,} 个提示词 token 计算完毕，{1:.2f} 秒后输出首个 token（{2:,.0f} token/秒）；生成 {3:,} 个 token；共 {4:.1f} 秒</translation>
+    </message>
+    <message>
+        <source>no model loaded</source>
+        <translation>未加载模型</translation>
     </message>
     <message>
         <source>{0:,} of {1:,} cells · {2}</source>
@@ -389,6 +483,22 @@
         <translation>提示词长度，占 n_ctx 的百分比（{0:,} 个提示词）</translation>
     </message>
     <message>
+        <source>{0:,} tokens evaluated in {1:.1f} s ({2:,.0f} tokens/s)</source>
+        <translation>{1:.1f} 秒内评估了 {0:,} 个token（每秒 {2:,.0f} 个）</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} tokens · {2:,.0f} tokens/s · {3} left</source>
+        <translation>{0:,} / {1:,} 个token · 每秒 {2:,.0f} 个 · 剩余 {3}</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} tokens</source>
+        <translation>{0:,} / {1:,} 个token</translation>
+    </message>
+    <message>
+        <source>Window {0} of {1} · {2}</source>
+        <translation>第 {0} 个窗口，共 {1} 个 · {2}</translation>
+    </message>
+    <message>
         <source>Lane {0}</source>
         <translation>通道 {0}</translation>
     </message>
@@ -403,6 +513,29 @@
     <message>
         <source>{0} of {1}</source>
         <translation>{0} / {1}</translation>
+    </message>
+</context>
+<context>
+    <name>Help</name>
+    <message>
+        <source>The user guide is missing from this build.</source>
+        <translation>此版本缺少用户指南。</translation>
+    </message>
+    <message>
+        <source>ContextLens User Guide</source>
+        <translation>ContextLens 用户指南</translation>
+    </message>
+    <message>
+        <source>Action</source>
+        <translation>操作</translation>
+    </message>
+    <message>
+        <source>Keys</source>
+        <translation>按键</translation>
+    </message>
+    <message>
+        <source>Keyboard Shortcuts</source>
+        <translation>键盘快捷键</translation>
     </message>
 </context>
 <context>
@@ -616,8 +749,8 @@
         <translation>导出到 {0} 已取消；未写入任何文件，也没有任何改动。</translation>
     </message>
     <message>
-        <source>Exported {0} versions, {1} runs and {2} KV states to {3} ({4:,.1f} MiB).</source>
-        <translation>已将 {0} 个版本、{1} 次运行和 {2} 个 KV 状态导出到 {3}（{4:,.1f} MiB）。</translation>
+        <source>Exported {0} versions, {1} runs and {2} KV states to {3} ({4}).</source>
+        <translation>已将 {0} 个版本、{1} 次运行和 {2} 个 KV 状态导出到 {3}（{4}）。</translation>
     </message>
     <message>
         <source>Import Session</source>
@@ -769,8 +902,20 @@
         <translation>转到三级缓冲区(&amp;T)</translation>
     </message>
     <message>
+        <source>Go to the &amp;History</source>
+        <translation>转到历史(&amp;H)</translation>
+    </message>
+    <message>
         <source>&amp;Help</source>
         <translation>帮助(&amp;H)</translation>
+    </message>
+    <message>
+        <source>ContextLens &amp;User Guide</source>
+        <translation>ContextLens 用户指南(&amp;U)</translation>
+    </message>
+    <message>
+        <source>&amp;Keyboard Shortcuts</source>
+        <translation>键盘快捷键(&amp;K)</translation>
     </message>
     <message>
         <source>&amp;About ContextLens</source>
@@ -1117,6 +1262,41 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>ModelOffer</name>
+    <message>
+        <source>The model is still loading; the run starts once it is ready.</source>
+        <translation>模型仍在加载；加载完成后即开始运行。</translation>
+    </message>
+    <message>
+        <source>No model is loaded. Load {0} and run?</source>
+        <translation>尚未加载模型。加载 {0} 并运行？</translation>
+    </message>
+    <message>
+        <source>It loads with the context size shown in the model panel.</source>
+        <translation>将按模型面板中显示的上下文大小加载。</translation>
+    </message>
+    <message>
+        <source>&amp;Load and Run</source>
+        <translation>加载并运行(&amp;L)</translation>
+    </message>
+    <message>
+        <source>No model is loaded, and the default model is not on this computer yet.</source>
+        <translation>尚未加载模型，且本机上还没有默认模型。</translation>
+    </message>
+    <message>
+        <source>Get it now (about 98 MB, checked against its checksum), then Run again.</source>
+        <translation>现在获取（约 98 MB，会核对校验和），然后再次运行。</translation>
+    </message>
+    <message>
+        <source>&amp;Get the Default Model…</source>
+        <translation>获取默认模型(&amp;G)…</translation>
+    </message>
+    <message>
+        <source>ContextLens</source>
+        <translation>ContextLens</translation>
+    </message>
+</context>
+<context>
     <name>ModelPanel</name>
     <message>
         <source>&amp;Models:</source>
@@ -1304,6 +1484,85 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>The whole document: kept, dropped and passes; click to go there</source>
         <translation>整个文档：保留、丢弃的部分和各轮；点击可跳转到该处</translation>
+    </message>
+</context>
+<context>
+    <name>PlanReason</name>
+    <message>
+        <source>fits the budget</source>
+        <translation>在预算之内</translation>
+    </message>
+    <message>
+        <source>the document needs {0} tokens; the budget is {1}</source>
+        <translation>文档需要 {0} 个token；预算为 {1}</translation>
+    </message>
+    <message>
+        <source>after the first {0} tokens (head)</source>
+        <translation>位于前 {0} 个token之后（head）</translation>
+    </message>
+    <message>
+        <source>the start of the document</source>
+        <translation>文档的开头</translation>
+    </message>
+    <message>
+        <source>before the last {0} tokens (tail)</source>
+        <translation>位于最后 {0} 个token之前（tail）</translation>
+    </message>
+    <message>
+        <source>the end of the document</source>
+        <translation>文档的结尾</translation>
+    </message>
+    <message>
+        <source>the middle of the document, dropped to keep its start and end</source>
+        <translation>文档的中间部分，为保留开头和结尾而丢弃</translation>
+    </message>
+    <message>
+        <source>the start or end of the document</source>
+        <translation>文档的开头或结尾</translation>
+    </message>
+    <message>
+        <source>passes through the rolling window</source>
+        <translation>依次通过滚动窗口</translation>
+    </message>
+    <message>
+        <source>in a sliding window over semantic chunks</source>
+        <translation>位于语义分块上的滑动窗口中</translation>
+    </message>
+    <message>
+        <source>mapped in its own pass, then reduced</source>
+        <translation>在单独一轮中映射，然后归约</translation>
+    </message>
+    <message>
+        <source>more informative than what was dropped</source>
+        <translation>比丢弃的内容信息量更大</translation>
+    </message>
+    <message>
+        <source>whitespace only</source>
+        <translation>仅有空白</translation>
+    </message>
+    <message>
+        <source>boilerplate: the same line recurs {0} times</source>
+        <translation>样板文字：同一行重复出现 {0} 次</translation>
+    </message>
+    <message>
+        <source>repeats the text at characters {0}–{1}</source>
+        <translation>重复了字符 {0}–{1} 处的文本</translation>
+    </message>
+    <message>
+        <source>mostly whitespace ({0})</source>
+        <translation>大部分是空白（{0}）</translation>
+    </message>
+    <message>
+        <source>low information: {0} new after compression</source>
+        <translation>信息量低：压缩后仅 {0} 为新内容</translation>
+    </message>
+    <message>
+        <source>nothing of the document fits: the budget is {0} tokens</source>
+        <translation>文档的任何部分都放不下：预算为 {0} 个token</translation>
+    </message>
+    <message>
+        <source>a single character here needs {0} tokens, over the budget</source>
+        <translation>此处单个字符需要 {0} 个token，超出预算</translation>
     </message>
 </context>
 <context>
@@ -1703,6 +1962,41 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>Strategy</name>
+    <message>
+        <source>refuse</source>
+        <translation>拒绝</translation>
+    </message>
+    <message>
+        <source>head</source>
+        <translation>开头</translation>
+    </message>
+    <message>
+        <source>tail</source>
+        <translation>结尾</translation>
+    </message>
+    <message>
+        <source>middle</source>
+        <translation>首尾</translation>
+    </message>
+    <message>
+        <source>rolling</source>
+        <translation>滚动</translation>
+    </message>
+    <message>
+        <source>semantic</source>
+        <translation>语义</translation>
+    </message>
+    <message>
+        <source>entropy</source>
+        <translation>信息熵</translation>
+    </message>
+    <message>
+        <source>map-reduce</source>
+        <translation>映射归约</translation>
+    </message>
+</context>
+<context>
     <name>StrategyPane</name>
     <message>
         <source>waiting…</source>
@@ -1715,6 +2009,10 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>, needles {0:.0%}</source>
         <translation>，针 {0:.0%}</translation>
+    </message>
+    <message>
+        <source>Needles: the share of the facts typed in the Needles box whose text lies in the spans this plan keeps</source>
+        <translation>针：在“针”输入框中输入的事实中，文本位于此计划保留片段内的比例</translation>
     </message>
     <message>
         <source>{0:.1f} s, {1}</source>
@@ -1907,52 +2205,6 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>No model yet: Get the Default Model… in the model panel fetches it (about 98 MB).</source>
         <translation>还没有模型：模型面板中的“获取默认模型…”可以获取它（约 98 MB）。</translation>
-    </message>
-</context>
-<context>
-    <name>BackgroundCalibration</name>
-    <message>
-        <source>Calibration cancelled</source>
-        <translation>校准已取消</translation>
-    </message>
-    <message>
-        <source>Calibration failed: {0}</source>
-        <translation>校准失败：{0}</translation>
-    </message>
-</context>
-<context>
-    <name>ModelOffer</name>
-    <message>
-        <source>The model is still loading; the run starts once it is ready.</source>
-        <translation>模型仍在加载；加载完成后即开始运行。</translation>
-    </message>
-    <message>
-        <source>No model is loaded. Load {0} and run?</source>
-        <translation>尚未加载模型。加载 {0} 并运行？</translation>
-    </message>
-    <message>
-        <source>It loads with the context size shown in the model panel.</source>
-        <translation>将按模型面板中显示的上下文大小加载。</translation>
-    </message>
-    <message>
-        <source>&amp;Load and Run</source>
-        <translation>加载并运行(&amp;L)</translation>
-    </message>
-    <message>
-        <source>No model is loaded, and the default model is not on this computer yet.</source>
-        <translation>尚未加载模型，且本机上还没有默认模型。</translation>
-    </message>
-    <message>
-        <source>Get it now (about 98 MB, checked against its checksum), then Run again.</source>
-        <translation>现在获取（约 98 MB，会核对校验和），然后再次运行。</translation>
-    </message>
-    <message>
-        <source>&amp;Get the Default Model…</source>
-        <translation>获取默认模型(&amp;G)…</translation>
-    </message>
-    <message>
-        <source>ContextLens</source>
-        <translation>ContextLens</translation>
     </message>
 </context>
 </TS>
