@@ -1,6 +1,6 @@
-"""Make the pictures of the user guide (docs/guide.md) from the real app, offscreen.
+"""Make the pictures of the user guide (resources/help/guide.md) from the real app, offscreen.
 
-    .venv/bin/python docs/make_pictures.py [--out docs/guide]
+    .venv/bin/python docs/make_pictures.py [--out resources/help/guide]
 
 Opens the sample document on the default model at n_ctx 2,048 in a window with its own temporary
 settings and history, then saves: the document pane under each strategy's plan
@@ -51,7 +51,7 @@ def save(widget: QWidget, path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "guide")
+    parser.add_argument("--out", type=Path, default=ROOT / "resources" / "help" / "guide")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     app = QApplication([])

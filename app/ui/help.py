@@ -1,7 +1,7 @@
 """Help: the user guide, the keyboard shortcuts and About.
 
-The guide is a Markdown file shipped in resources/help (in the UI's language when there is a
-translation of it); the shortcuts are read from the window's own actions when the dialog opens,
+The guide is resources/help/guide.md with its screenshots (guide.<lang>.md when the UI's
+language has one); the shortcuts are read from the window's own actions when the dialog opens,
 so the list cannot drift from the keys that work.
 """
 
@@ -64,6 +64,7 @@ def guide_dialog(parent: QWidget) -> QDialog:
     """The user guide, rendered from its Markdown."""
     browser = QTextBrowser()
     browser.setOpenExternalLinks(True)
+    browser.setSearchPaths([str(resources_dir() / "help")])  # its pictures: guide/*.png
     missing = _tr(QT_TRANSLATE_NOOP("Help", "The user guide is missing from this build."))
     browser.setMarkdown(guide_text() or missing)
     dialog = _Dialog(_tr(QT_TRANSLATE_NOOP("Help", "ContextLens User Guide")), browser, parent)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, QUrl
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QTableWidget, QTextBrowser
 
 from app.ui.help import guide_dialog, guide_text, shortcuts, shortcuts_dialog
@@ -22,8 +23,12 @@ def test_help_has_the_guide_the_shortcuts_and_about(qtbot, tmp_path: Path) -> No
     assert guide_text("xx_YY").startswith("# ContextLens user guide")  # falls back to English
     guide = guide_dialog(window)
     qtbot.addWidget(guide)
-    rendered = guide.findChild(QTextBrowser).toPlainText()
-    assert "Comparing strategies" in rendered and "# " not in rendered  # Markdown, rendered
+    browser = guide.findChild(QTextBrowser)
+    rendered = browser.toPlainText()
+    assert "History, rollback and export" in rendered and "## " not in rendered  # rendered
+    picture = browser.document().resource(QTextDocument.ResourceType.ImageResource,
+                                           QUrl("guide/window.png"))  # fmt: skip
+    assert picture is not None and picture.width() > 100  # its screenshots load
 
     keys = dict(shortcuts(window))
     assert keys["Run"] == "Ctrl+R" and keys["Open Document"] == "Ctrl+O"
