@@ -532,6 +532,7 @@ class BufferPanel(QWidget):
         self.output.anchorClicked.connect(self._on_anchor)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("splitter-stages")  # the window saves where the person put it
         splitter.addWidget(self._stage(self.tr("1 · Input: chunks"), self.table))
         kv_box = QWidget()
         kv_layout = QVBoxLayout(kv_box)

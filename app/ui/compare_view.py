@@ -124,6 +124,7 @@ class CompareView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("splitter-compare")  # the window saves where the person put it
         splitter.addWidget(self._grid_host)
         splitter.addWidget(self.table)
         splitter.setStretchFactor(0, 3)

@@ -426,6 +426,7 @@ class DocumentView(QWidget):
         row.addWidget(self.bar)
         row.addWidget(self.map)
         splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("splitter-document")  # the window saves where the person put it
         splitter.addWidget(page)
         splitter.addWidget(self.histogram)
         splitter.setStretchFactor(0, 4)

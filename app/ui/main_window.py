@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QScrollArea,
+    QSplitter,
     QTabWidget,
     QWidget,
 )
@@ -521,10 +522,18 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and self.restoreGeometry(geometry):
             if isinstance(state, QByteArray):
                 self.restoreState(state)
+            for splitter in self._named_splitters():
+                saved = self.settings.value(f"splitters/{splitter.objectName()}")
+                if isinstance(saved, QByteArray):
+                    splitter.restoreState(saved)
             if not screen.contains(self.frameGeometry()):
                 self.fit_to(screen)
         else:
             self.fit_to(screen)
+
+    def _named_splitters(self) -> list[QSplitter]:
+        """The panels' splitters whose place is kept from one start to the next."""
+        return [s for s in self.findChildren(QSplitter) if s.objectName().startswith("splitter-")]
 
     def fit_to(self, available: QRect) -> None:
         """Size the window to ``available`` (at most the default 1400x900) and share it out: the
@@ -547,6 +556,8 @@ class MainWindow(QMainWindow):
         self._shut_down = True
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState())
+        for splitter in self._named_splitters():
+            self.settings.setValue(f"splitters/{splitter.objectName()}", splitter.saveState())
         self.gauges.stop()
         self.session.close()  # the file being read, the engine, the planning child
         if self.repo is not None:

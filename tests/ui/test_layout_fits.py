@@ -107,3 +107,30 @@ def test_a_saved_size_larger_than_the_screen_is_brought_inside_it(
     window.resize(1600, 1100)
     window.fit_to(QRect(0, 0, 1024, 700))
     assert window.width() <= 1024 and window.height() <= 700
+
+
+def test_the_panels_splitters_stay_where_the_person_put_them(qtbot, tmp_path: Path) -> None:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    first = MainWindow(None, None, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(first)
+    first.show()
+    qtbot.waitExposed(first)
+    stages = first.findChild(QSplitter, "splitter-stages")
+    assert stages is not None
+    default = share(stages.sizes())
+    total = sum(stages.sizes())
+    stages.setSizes([total // 2, total // 4, total - total // 2 - total // 4])
+    moved = share(stages.sizes())  # as the minimum sizes let it
+    assert abs(moved - default) > 0.1
+    first.close()
+    again = MainWindow(None, None, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(again)
+    again.show()
+    qtbot.waitExposed(again)
+    restored = share(again.findChild(QSplitter, "splitter-stages").sizes())
+    assert abs(restored - moved) < 0.05, (restored, moved, default)  # the dock may differ a bit
+
+
+def share(sizes: list[int]) -> float:
+    """The first pane's share of the splitter."""
+    return sizes[0] / sum(sizes)
