@@ -41,6 +41,7 @@ from app.core.jobs.tasks import (
     JobError,
     JobFinished,
     JobResult,
+    KVLive,
     TokenBatch,
     state_after,
     summarize,
@@ -155,7 +156,9 @@ def _inject(fault: Draw, rig: Rig) -> None:
         batches = [ev for ev in events if isinstance(ev, TokenBatch)]
         if fault.phase == "prompt":  # nothing was generated, so there is no output to keep
             assert not batches and not result.outputs
-            assert not any(isinstance(ev, ChunkEvaluated) for ev in events)
+            # chunks are reported evaluated only once llama.cpp held them, before the crash
+            held = max((ev.cells_used for ev in events if isinstance(ev, KVLive)), default=0)
+            assert all(ev.kv_end <= held for ev in events if isinstance(ev, ChunkEvaluated))
         else:
             assert sum(b.tokens for b in batches) == fault.after  # streamed before the crash
             [out] = result.outputs  # kept, with its provenance
