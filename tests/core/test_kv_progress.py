@@ -179,3 +179,18 @@ def test_a_long_prompt_reports_the_cache_filling_as_llama_cpp_holds_it(
     stats = [ev for ev in events if isinstance(ev, KVStats)]
     assert stats[-1].cells_used == result.prompt_tokens + result.completion_tokens - 1
     assert held_after == stats[-1].cells_used
+
+
+@pytest.mark.parametrize("strategy", ["rolling", "map-reduce"])
+def test_a_multi_pass_job_says_which_window_of_how_many_runs(strategy: str) -> None:
+    engine = _ReportingEngine()
+    text = "".join(f"Paragraph {i} says something of its own. " * 12 + "\n\n" for i in range(40))
+    events = list(summarize(engine, text, _Counter(engine), strategy=strategy, n_ctx=512,  # type: ignore[arg-type]
+                            max_tokens=16))  # fmt: skip
+    passes = [ev for ev in events if isinstance(ev, PassStarted)]
+    windows = [p for p in passes if not p.step.startswith("combine")]
+    assert len(windows) >= 3
+    assert [p.index for p in windows] == list(range(1, len(windows) + 1))
+    assert {p.count for p in windows} == {len(windows)}
+    first_window = events.index(windows[0])
+    assert any(isinstance(ev, EvalProgress) for ev in events[first_window:])
