@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, QTimer
 
 from app.core import telemetry
 from app.core.jobs.tasks import (
@@ -21,6 +21,7 @@ from app.core.jobs.tasks import (
     PassStarted,
     TokenBatch,
 )
+from app.core.paths import sample_document
 from app.core.telemetry import GPUState
 from app.ui.gauges import REDRAW_MS, GaugesPanel
 
@@ -116,9 +117,12 @@ def test_before_a_run_the_gauge_shows_the_loaded_context(qtbot, gauges) -> None:
     gauges.stop()
 
 
-def test_the_window_shows_the_context_it_loaded_before_the_first_run(
+def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run(
     qtbot, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The real engine, through the engine thread and the session: before the first run the
+    gauge shows the context loaded (2,048, not 4,096); during the run's ~2k-token prompt it
+    follows llama.cpp's figures, never past the context."""
     from app.ui.main_window import MainWindow  # noqa: PLC0415 (the window: this test only)
 
     monkeypatch.setattr(telemetry, "gpu_state", lambda: GPUState(reason="no GPU found"))
@@ -128,9 +132,31 @@ def test_the_window_shows_the_context_it_loaded_before_the_first_run(
     qtbot.addWidget(window)
     with qtbot.waitSignal(window.ready, timeout=120_000):
         window.show()
-    qtbot.waitUntil(lambda: window.gauges.kv_text.text() == "0 of 2,048 cells · 0 MiB",
-                    timeout=60_000)  # fmt: skip
+    gauge = window.gauges.kv_text
+    qtbot.waitUntil(lambda: gauge.text() == "0 of 2,048 cells · 0 MiB", timeout=60_000)
     assert window.gauges.kv_bar.maximum() == 2_048
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:12_000], encoding="utf-8")
+    with qtbot.waitSignal(window.plan_shown, timeout=120_000):
+        window.open_document(doc)
+    window.max_tokens.setValue(4)
+    window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
+    shown: list[str] = []
+    replied: list[bool] = []
+    window.job_events.connect(
+        lambda events: replied.append(True) if any(isinstance(e, TokenBatch) for e in events)
+        else None
+    )
+    sampler = QTimer(window)
+    sampler.timeout.connect(lambda: None if replied else shown.append(gauge.text()))
+    sampler.start(20)
+    with qtbot.waitSignal(window.job_finished, timeout=300_000):
+        window.run_job()
+    sampler.stop()
+    distinct = [text for text, _ in itertools.groupby(shown)]  # each change of the gauge
+    assert len(distinct) >= 5, distinct  # four changes or more before the first output token
+    assert all(used <= total == 2_048 for used, total in map(_cells_shown, distinct))
     window.close()
 
 
