@@ -78,6 +78,7 @@ AXIS_WIDTH = 48  # pixels for the y axis' labels, up to "100000"
 MIN_PROMPT_S = 0.02  # a shorter gap between queued and evaluated is delivery, not prefill
 GEN_COLOUR = QColor(74, 144, 217)
 PROMPT_COLOUR = QColor(230, 162, 60)
+LEGEND_ROOM = 1.4  # the rates' axis reaches this far above the highest point: the legend's row
 BAR_COLOUR = QColor(142, 124, 195)
 
 
@@ -540,9 +541,11 @@ class GaugesPanel(QWidget):
 
     def _fit_y(self, top: float) -> None:
         """The y axis ends at the first step above the highest point (with room to spare), so it
-        changes a few times a run instead of at every redraw."""
-        wanted = next((step for step in Y_STEPS if top * 1.1 <= step), Y_STEPS[-1])
-        while wanted < top * 1.1:  # beyond the table: keep doubling
+        changes a few times a run instead of at every redraw. The room keeps the curves below
+        the legend's row at the top."""
+        room = top * LEGEND_ROOM
+        wanted = next((step for step in Y_STEPS if room <= step), Y_STEPS[-1])
+        while wanted < room:  # beyond the table: keep doubling
             wanted *= 2
         if wanted != self._y_top:
             self._y_top = wanted

@@ -21,7 +21,14 @@ from app.core.jobs.tasks import (
     TokenBatch,
 )
 from app.core.telemetry import GPUMemory, GPUState
-from app.ui.gauges import GPU_REASONS, HISTORY_S, REDRAW_MS, Y_STEPS, GaugesPanel
+from app.ui.gauges import (
+    GPU_REASONS,
+    HISTORY_S,
+    LEGEND_ROOM,
+    REDRAW_MS,
+    Y_STEPS,
+    GaugesPanel,
+)
 
 N_CTX = 512
 
@@ -70,6 +77,7 @@ def test_a_redraw_moves_the_curves_not_the_axes(qtbot, gauges) -> None:
         tops.append(y1)
     _, rates = gauges.gen_curve.getData()
     assert max(rates) <= tops[-1] and set(tops) <= set(Y_STEPS)
+    assert max(rates) * LEGEND_ROOM <= tops[-1]  # the curve stays below the legend's row
     changes = sum(a != b for a, b in itertools.pairwise(tops))
     assert changes <= Y_STEPS.index(tops[-1]), tops  # a step at a time, not a range per redraw
     xs, _ = gauges.gen_curve.getData()
