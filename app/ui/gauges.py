@@ -158,6 +158,9 @@ class GaugesPanel(QWidget):
         self._lanes_layout.setContentsMargins(0, 0, 0, 0)
         self.lane_bars: list[QProgressBar] = []
         self.lanes_row.hide()
+        self._lanes_label = QLabel(self.tr("Lanes"))  # shown with the row
+        self._lanes_label.hide()
+        grid.addWidget(self._lanes_label, 3, 0)
         grid.addWidget(self.lanes_row, 3, 1)
         # prompt processing and the passes of a multi-pass job, shown while they run
         self.prompt_bar, self.prompt_text = QProgressBar(), QLabel()
@@ -474,6 +477,7 @@ class GaugesPanel(QWidget):
             if self._lanes_drawn is not None:
                 self._lanes_drawn = None
                 self.lanes_row.hide()
+                self._lanes_label.hide()
             cells = min(self._cells, self._n_ctx)  # never more than the context (a server's guess)
             _set_bar(self.kv_bar, self._n_ctx, cells)
             if self._no_model:
@@ -570,6 +574,7 @@ class GaugesPanel(QWidget):
         for bar, used in zip(self.lane_bars, cells, strict=True):
             _set_bar(bar, self._n_ctx, min(used, self._n_ctx))
         self.lanes_row.show()
+        self._lanes_label.show()
         self._lanes_drawn = list(cells)
         total = len(cells) * self._n_ctx
         _set_bar(self.kv_bar, total, min(sum(cells), total))

@@ -419,6 +419,10 @@
         <translation>显存</translation>
     </message>
     <message>
+        <source>Lanes</source>
+        <translation>通道</translation>
+    </message>
+    <message>
         <source>Prompt</source>
         <translation>提示词</translation>
     </message>
