@@ -141,12 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing := problem():  # Qt would abort with a line about plugins instead
         print(missing, file=sys.stderr)
         return 1
-    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtCore import QPoint, QRect, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.ui import single_instance
     from app.ui.gui_gc import collect_on_gui_thread
-    from app.ui.main_window import MainWindow
+    from app.ui.main_window import DEFAULT_SIZE, MainWindow
     from app.ui.session_guard import SessionGuard
     from app.ui.theme import apply_theme
     from app.ui.widgets import install_wheel_guard
@@ -175,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
         window = MainWindow(model, args.document, n_ctx=n_ctx, settings=settings,
                             db_path=folder / "history.db")  # fmt: skip
+        window.fit_to(QRect(QPoint(0, 0), DEFAULT_SIZE))  # the picture's size, not the screen's
     else:
         guard = SessionGuard(QSettings())  # reads the last session before the window changes it
         guard.start()

@@ -177,6 +177,8 @@ def test_cancel_during_generation_stops_after_at_most_one_token(engine: EngineHo
             finished = ev
             latency = time.perf_counter() - cancel_at if cancel_at else None
             break
+        if not isinstance(ev, TextDelta):  # the prompt's progress and the KV figures
+            continue
         if cancel_at is not None:
             produced_after_cancel += len(ev.token_ids)
         elif sum(1 for _ in ev.token_ids) and ev.text:
