@@ -47,7 +47,7 @@ from app.ui.engine_thread import ServerSpec
 from app.ui.gauges import GaugesPanel
 from app.ui.history_panel import SUFFIX as SESSION_SUFFIX
 from app.ui.history_panel import HistoryPanel
-from app.ui.i18n import task_label
+from app.ui.i18n import finish_label, strategy_label, task_label
 from app.ui.main_actions import MainActions
 from app.ui.model_offer import ModelOffer
 from app.ui.model_panel import ModelPanel
@@ -399,9 +399,9 @@ class MainWindow(QMainWindow):
         if job.resumed and job.version is not None:  # the version being run, not the toolbar's
             v = job.version
             self._show_version_job(v)
-            self.buffers.set_caption(self.tr("Resuming v{0} ({1}, {2}) from its saved KV "
-                                             "state…").format(v.number, task_label(v.task),
-                                                              v.strategy))  # fmt: skip
+            caption = self.tr("Resuming v{0} ({1}, {2}) from its saved KV state…")
+            self.buffers.set_caption(caption.format(v.number, task_label(v.task),
+                                                    strategy_label(v.strategy)))  # fmt: skip
         if not job.resumed:
             self.gauges.reset(job.n_ctx)
         if job.comparing:
@@ -427,8 +427,8 @@ class MainWindow(QMainWindow):
         made on this document, is on the document already: see SessionModel.open_version)."""
         v = opened.version
         caption = self.tr("v{0} of session #{1}: {2} · {3} · {4}").format(
-            v.number, v.session, task_label(v.task), v.strategy,
-            opened.finish_reason or self.tr("not run"))  # fmt: skip
+            v.number, v.session, task_label(v.task), strategy_label(v.strategy),
+            finish_label(opened.finish_reason) if opened.finish_reason else self.tr("not run"))
         outputs = [(str(o.get("step", "")), str(o.get("text", "")),
                     tuple((int(a), int(b)) for a, b in o.get("source_spans", ())))
                    for o in opened.outputs]  # fmt: skip
