@@ -214,15 +214,55 @@ def open_version(repo: Repository, version_id: int) -> OpenedVersion:
                          session["document_sha256"], plan)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One question of a thread and what the model answered, as recorded in ``version``."""
+
+    version: int
+    number: int  # the version's number in its session (v3)
+    question: str
+    answer: str
+    finish_reason: str
+    strategy: str
+
+
+def thread(repo: Repository, version_id: int) -> list[Turn]:
+    """The questions asked along the line of work that ends at ``version_id`` (its ancestors,
+    then itself), oldest first, with their answers: the conversation a follow-up continues.
+    Versions of another task (a summary between two questions) are passed over; a version that
+    asked several questions gives a turn for each."""
+    line: list[VersionInfo] = []
+    at: int | None = version_id
+    while at is not None:
+        version = repo.get_version(at)
+        line.append(version)
+        at = version.parent
+    turns = []
+    for version in reversed(line):
+        if version.task != "ask":
+            continue
+        runs = repo.runs(version.id)
+        last = runs[-1] if runs else {}
+        answers = {str(o.get("step", "")): str(o.get("text", ""))
+                   for o in last.get("outputs") or ()}  # fmt: skip
+        finish = str(last.get("finish_reason", "")) if runs else ""
+        for i, question in enumerate(q for q in version.prompt.split("\n") if q.strip()):
+            answer = answers.get(f"answer {i + 1}", "")
+            turns.append(Turn(version.id, version.number, question, answer, finish,
+                              version.strategy))  # fmt: skip
+    return turns
+
+
 def plan_from_dict(data: dict[str, Any]) -> Plan:
     """A recorded plan (``Plan.as_dict``) back as a Plan, without its chunks (not recorded)."""
     return Plan(strategy=str(data.get("strategy", "")), budget=int(data.get("budget", 0)),
                 total_tokens=int(data.get("total_tokens", 0)),
-                kept=tuple(Span(**s) for s in data.get("kept", ())),
-                dropped=tuple(Span(**s) for s in data.get("dropped", ())),
+                kept=tuple(Span.from_dict(s) for s in data.get("kept", ())),
+                dropped=tuple(Span.from_dict(s) for s in data.get("dropped", ())),
                 windows=tuple(PlanWindow(**w) for w in data.get("windows", ())),
                 refused=data.get("refused"),
-                boundary_integrity=float(data.get("boundary_integrity", 1.0)))  # fmt: skip
+                boundary_integrity=float(data.get("boundary_integrity", 1.0)),
+                question=str(data.get("question") or ""))  # fmt: skip
 
 
 def record_result(repo: Repository, doc: Document, spec: JobSpec, result: JobResult,

@@ -22,7 +22,7 @@ says it is done.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -77,7 +77,8 @@ from app.core.jobs.tasks import (
     StrategyStarted,
     TokenBatch,
 )
-from app.ui.i18n import finish_label
+from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
+from app.ui.thread_view import ThreadView
 from app.ui.widgets import plain_label
 
 Span = tuple[int, int]
@@ -124,6 +125,17 @@ class ChunkQueueModel(QAbstractTableModel):
         self._new: list[_Row] = []  # queued since the last flush, not inserted yet
         self._by_span: dict[Span, _Row] = {}
         self._dirty: tuple[int, int] | None = None
+        self._headers: tuple[str, ...] = ()
+        self._labels: dict[ChunkState, str] = {}
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(self.FLUSH_MS)
+        self._timer.timeout.connect(self.flush)
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Headers and state names in the language now installed (a model gets no
+        ``LanguageChange`` of its own: its panel calls this), and views told so."""
         self._headers = (self.tr("#"), self.tr("Characters"), self.tr("Tokens"), self.tr("State"))
         self._labels = {
             ChunkState.PENDING: self.tr("pending"),
@@ -131,10 +143,10 @@ class ChunkQueueModel(QAbstractTableModel):
             ChunkState.DONE: self.tr("done"),
             ChunkState.EVICTED: self.tr("evicted"),
         }
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.setInterval(self.FLUSH_MS)
-        self._timer.timeout.connect(self.flush)
+        self.headerDataChanged.emit(Qt.Orientation.Horizontal, 0, len(self._headers) - 1)
+        if self._rows:
+            last = self.index(len(self._rows) - 1, len(self._headers) - 1)
+            self.dataChanged.emit(self.index(0, 0), last)
 
     # ----- changes -----
 
@@ -456,7 +468,7 @@ class KVBar(QWidget):
         return self.rect().adjusted(1, 1, -1, -1)
 
 
-class _Legend(QWidget):
+class _Legend(FollowsLanguage, QWidget):
     """A swatch and a name per segment kind; the names use the palette's own text colour."""
 
     COLUMNS = 3  # two short rows: a narrow dock keeps the whole legend
@@ -466,23 +478,27 @@ class _Legend(QWidget):
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(4)
-        entries = (
-            (KIND_COLOURS[SegmentKind.SYSTEM], self.tr("pinned prefix")),
-            (KIND_COLOURS[SegmentKind.CHUNK], self.tr("document chunks")),
-            (_LOOSE_TEXT, self.tr("other context")),
-            (KIND_COLOURS[SegmentKind.QUESTION], self.tr("question")),
-            (KIND_COLOURS[SegmentKind.OUTPUT], self.tr("output")),
-            (None, self.tr("free")),
-        )
-        for i, (colour, name) in enumerate(entries):
+        colours = (KIND_COLOURS[SegmentKind.SYSTEM], KIND_COLOURS[SegmentKind.CHUNK], _LOOSE_TEXT,
+                   KIND_COLOURS[SegmentKind.QUESTION], KIND_COLOURS[SegmentKind.OUTPUT],
+                   None)  # fmt: skip
+        self._names: list[QLabel] = []  # in the order of ``colours``
+        for i, colour in enumerate(colours):
             swatch = QLabel()
             pixmap = QPixmap(12, 12)
             pixmap.fill(colour or self.palette().color(QPalette.ColorRole.Base))
             swatch.setPixmap(pixmap)
             row, column = divmod(i, self.COLUMNS)
             grid.addWidget(swatch, row, 2 * column)
-            grid.addWidget(QLabel(name), row, 2 * column + 1)
+            self._names.append(QLabel())
+            grid.addWidget(self._names[-1], row, 2 * column + 1)
         grid.setColumnStretch(2 * self.COLUMNS - 1, 1)
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        names = (self.tr("pinned prefix"), self.tr("document chunks"), self.tr("other context"),
+                 self.tr("question"), self.tr("output"), self.tr("free"))  # fmt: skip
+        for label, name in zip(self._names, names, strict=True):
+            label.setText(name)
 
 
 # ----- stage 3: the output ----------------------------------------------------------------------
@@ -499,15 +515,18 @@ class _OutputSpanView:
         return "".join(self.parts)
 
 
-class BufferPanel(QWidget):
+class BufferPanel(FollowsLanguage, QWidget):
     """The input queue, the KV cache and the output of a run, updated from its events."""
 
     source_clicked = Signal(list)  # [(start, end), ...]: document characters to highlight
 
     def __init__(self, n_ctx: int = 4096, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plan_label = plain_label(self.tr("No run yet"))
+        self.plan_label = plain_label()
         self.plan_label.setWordWrap(True)
+        # what the line above the stages describes: nothing yet (None), the run's plan, or a
+        # caption the window gave (already in words)
+        self._caption: PlanReady | Callable[[], str] | str | None = None
 
         self.queue = ChunkQueueModel(self)
         self.table = QTableView()
@@ -533,7 +552,6 @@ class BufferPanel(QWidget):
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.setObjectName("splitter-stages")  # the window saves where the person put it
-        splitter.addWidget(self._stage(self.tr("1 · Input: chunks"), self.table))
         kv_box = QWidget()
         kv_layout = QVBoxLayout(kv_box)
         kv_layout.setContentsMargins(0, 0, 0, 0)
@@ -549,8 +567,19 @@ class BufferPanel(QWidget):
         kv_layout.addWidget(self.lanes_box)
         kv_layout.addWidget(_Legend())
         kv_layout.addWidget(self.kv_label)
-        splitter.addWidget(self._stage(self.tr("2 · KV cache"), kv_box))
-        splitter.addWidget(self._stage(self.tr("3 · Output"), self.output))
+        # the reply being written, and beside it the questions asked before on this line of work
+        self.thread = ThreadView()
+        self.thread.hide()
+        replies = QSplitter(Qt.Orientation.Horizontal)
+        replies.setObjectName("splitter-output")  # the window saves where the person put it
+        replies.addWidget(self.output)
+        replies.addWidget(self.thread)
+        replies.setStretchFactor(0, 3)
+        replies.setStretchFactor(1, 2)
+        # titled in retranslate
+        self._stages = (self._stage(self.table), self._stage(kv_box), self._stage(replies))
+        for stage in self._stages:
+            splitter.addWidget(stage)
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(2, 3)
         layout = QVBoxLayout(self)
@@ -559,11 +588,23 @@ class BufferPanel(QWidget):
 
         self._spans: list[_OutputSpanView] = []
         self._reset_run_state()
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Titles, the caption, the cache's figures, the queue's words, the lanes' and the
+        output links' tooltips, in the language now installed."""
+        titles = (self.tr("1 · Input: chunks"), self.tr("2 · KV cache"), self.tr("3 · Output"))
+        for box, title in zip(self._stages, titles, strict=True):
+            box.setTitle(title)
+        self.queue.retranslate()
+        self._show_caption()
+        self._name_lanes()
         self._show_kv()
+        self._retranslate_links()
 
     @staticmethod
-    def _stage(title: str, body: QWidget) -> QGroupBox:
-        box = QGroupBox(title)
+    def _stage(body: QWidget) -> QGroupBox:
+        box = QGroupBox()
         layout = QVBoxLayout(box)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(body)
@@ -580,7 +621,8 @@ class BufferPanel(QWidget):
         self._end_lanes()
         self._spans = []
         self.output.clear()
-        self.plan_label.setText(self.tr("No run yet"))
+        self._caption = None
+        self._show_caption()
         self._reset_run_state()
         self._show_kv()
 
@@ -588,16 +630,18 @@ class BufferPanel(QWidget):
         """Empty every stage, keeping the context size (another document was opened)."""
         self.reset(self.kv.n_ctx)
 
-    def set_caption(self, text: str) -> None:
-        """The line above the stages (a resumed rollback has no plan event to fill it)."""
-        self.plan_label.setText(text)
+    def set_caption(self, text: str | Callable[[], str]) -> None:
+        """The line above the stages (a resumed rollback has no plan event to fill it); a
+        function that makes it is called again when the language changes."""
+        self._caption = text
+        self._show_caption()
 
-    def show_outputs(self, caption: str,
+    def show_outputs(self, caption: str | Callable[[], str],
                      outputs: Sequence[tuple[str, str, tuple[Span, ...]]]) -> None:  # fmt: skip
         """An old version's recorded reply: ``caption`` above, each (step, text, sources)
         output as a run shows it, its sources clickable; the queue and cache are emptied."""
         self.clear()
-        self.plan_label.setText(caption)
+        self.set_caption(caption)
         for step, text, sources in outputs:
             self._spans.append(_OutputSpanView(step, tuple(sources), [text]))
             self._heading(step)
@@ -667,18 +711,22 @@ class BufferPanel(QWidget):
 
     def _on_lanes(self, ev: LanesStarted) -> None:
         self._end_lanes()
-        for lane in range(ev.lanes):
+        for _ in range(ev.lanes):
             kv = self.kv
             bar = KVBar(KVLayout(max(1, ev.n_ctx), window=kv.window,
                                  windowed_layers=kv.windowed_layers, layers=kv.layers))  # fmt: skip
             bar.setMinimumHeight(12)
-            bar.setToolTip(self.tr("Lane {0}").format(lane + 1))
             self.lane_bars.append(bar)
             self._lanes_layout.addWidget(bar)
+        self._name_lanes()
         self.bar.hide()
         self.lanes_box.show()
         self._in_call = False
         self._show_kv()
+
+    def _name_lanes(self) -> None:
+        for lane, bar in enumerate(self.lane_bars):
+            bar.setToolTip(self.tr("Lane {0}").format(lane + 1))
 
     def _end_lanes(self) -> None:
         for bar in self.lane_bars:
@@ -726,12 +774,24 @@ class BufferPanel(QWidget):
         self._show_kv()
 
     def _on_plan(self, ev: PlanReady) -> None:
-        text = self.tr(
-            "{0}: {1:,} of {2:,} tokens kept, budget {3:,}, {4} pass(es), {5} span(s) dropped, "
-            "boundaries {6:.0%}"
-        )
-        text = text.format(ev.strategy, ev.kept_tokens, ev.total_tokens, ev.budget, ev.passes,
-                           ev.dropped_spans, ev.boundary_integrity)  # fmt: skip
+        self._caption = ev
+        self._show_caption()
+
+    def _show_caption(self) -> None:
+        """The line above the stages, from what it describes (see ``_caption``)."""
+        ev = self._caption
+        if ev is None:
+            text = self.tr("No run yet")
+        elif isinstance(ev, PlanReady):
+            text = self.tr(
+                "{0}: {1:,} of {2:,} tokens kept, budget {3:,}, {4} pass(es), {5} span(s) "
+                "dropped, boundaries {6:.0%}"
+            )
+            text = text.format(strategy_label(ev.strategy), ev.kept_tokens, ev.total_tokens,
+                               ev.budget, ev.passes, ev.dropped_spans,
+                               ev.boundary_integrity)  # fmt: skip
+        else:
+            text = ev if isinstance(ev, str) else ev()
         self.plan_label.setText(text)
 
     def _on_queued(self, ev: ChunkQueued) -> None:
@@ -866,6 +926,29 @@ class BufferPanel(QWidget):
         fmt.setAnchorHref(f"span:{index}")
         fmt.setToolTip(self.tr("Click to highlight the document text this output came from"))
         return fmt
+
+    def _retranslate_links(self) -> None:
+        """The tooltip of every output link shown, in the language now installed."""
+        doc = self.output.document()
+        links: list[tuple[int, int]] = []  # (position, length) of each linked fragment
+        block = doc.begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                if fragment.charFormat().anchorHref().startswith("span:"):
+                    links.append((fragment.position(), fragment.length()))
+                it += 1
+            block = block.next()
+        if not links:
+            return
+        tip = QTextCharFormat()
+        tip.setToolTip(self._span_format(0).toolTip())
+        cursor = QTextCursor(doc)
+        for position, length in links:
+            cursor.setPosition(position)
+            cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(tip)
 
     def _on_anchor(self, url: QUrl) -> None:
         if url.scheme() != "span":

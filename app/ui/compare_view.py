@@ -24,20 +24,20 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.jobs.tasks import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
-from app.ui.i18n import finish_label, strategy_label
+from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
 from app.ui.widgets import fixed_font, plain_label
 
 MAX_PANES = 4
 MIN_PANE_WIDTH = 220  # px: narrower, a pane's streaming text wraps every few words
 
 
-class StrategyPane(QGroupBox):
+class StrategyPane(FollowsLanguage, QGroupBox):
     """One strategy: its plan, its streaming output, its figures."""
 
     def __init__(self, strategy: str, parent: QWidget | None = None) -> None:
-        super().__init__(strategy_label(strategy), parent)
+        super().__init__(parent)
         self.strategy = strategy
-        self.plan_label = plain_label(self.tr("waiting…"))
+        self.plan_label = plain_label()
         self.plan_label.setWordWrap(True)
         self.output = QPlainTextEdit()
         self.output.setReadOnly(True)
@@ -46,8 +46,26 @@ class StrategyPane(QGroupBox):
         layout.addWidget(self.plan_label)
         layout.addWidget(self.output, 1)
         layout.addWidget(self.figures)
+        # what the pane shows, kept to word it again: the plan and its needle retention, and
+        # the finished run's seconds and finish reason
+        self._plan: tuple[PlanReady, float | None] | None = None
+        self._finished: tuple[float, str] | None = None
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        self.setTitle(strategy_label(self.strategy))
+        self._show_plan()
+        self._show_figures()
 
     def show_plan(self, ev: PlanReady, needle_retention: float | None) -> None:
+        self._plan = (ev, needle_retention)
+        self._show_plan()
+
+    def _show_plan(self) -> None:
+        if self._plan is None:
+            self.plan_label.setText(self.tr("waiting…"))
+            return
+        ev, needle_retention = self._plan
         share = ev.kept_tokens / ev.total_tokens if ev.total_tokens else 1.0
         text = self.tr("{0:,} of {1:,} tokens kept ({2:.0%}), {3} pass(es), boundaries {4:.0%}")
         text = text.format(ev.kept_tokens, ev.total_tokens, share, ev.passes,
@@ -66,12 +84,20 @@ class StrategyPane(QGroupBox):
         self.output.setTextCursor(cursor)
 
     def finish(self, seconds: float, reason: str, final_text: str) -> None:
-        self.figures.setText(self.tr("{0:.1f} s, {1}").format(seconds, reason))
+        """The run is done: its time, why it ended (a finish reason the engine records, shown
+        translated, or a sentence shown as it is) and its final text."""
+        self._finished = (seconds, reason)
+        self._show_figures()
         if final_text and final_text != self.output.toPlainText().strip():
             self.output.setPlainText(final_text)  # multi-pass: the combined answer replaces steps
 
+    def _show_figures(self) -> None:
+        if self._finished is not None:
+            seconds, reason = self._finished
+            self.figures.setText(self.tr("{0:.1f} s, {1}").format(seconds, finish_label(reason)))
 
-class CompareView(QWidget):
+
+class CompareView(FollowsLanguage, QWidget):
     """Two to four :class:`StrategyPane` side by side and a summary table."""
 
     # the table's headers; QT_TRANSLATE_NOOP lets lupdate see the texts tr() gets at run time
@@ -116,10 +142,6 @@ class CompareView(QWidget):
         self._grid_host = QWidget()
         self._grid = QGridLayout(self._grid_host)
         self.table = QTableWidget(0, len(self.COLUMNS))
-        for column, (title, tip) in enumerate(zip(self.COLUMNS, self.COLUMN_TIPS, strict=True)):
-            header = QTableWidgetItem(self.tr(title))
-            header.setToolTip(self.tr(tip))
-            self.table.setHorizontalHeaderItem(column, header)
         self.table.setHorizontalScrollMode(QTableWidget.ScrollMode.ScrollPerPixel)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -132,6 +154,17 @@ class CompareView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
         self._plans: dict[str, PlanReady] = {}
+        self._results: list[JobResult] = []  # the table's rows
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """The table's headers and rows in the language now installed (each pane words its
+        own texts again)."""
+        for column, (title, tip) in enumerate(zip(self.COLUMNS, self.COLUMN_TIPS, strict=True)):
+            header = QTableWidgetItem(self.tr(title))
+            header.setToolTip(self.tr(tip))
+            self.table.setHorizontalHeaderItem(column, header)
+        self._fill_table()
 
     def start(self, strategies: Sequence[str], needles: dict[str, float] | None = None) -> None:
         """New panes for these strategies (two to four); ``needles`` maps a strategy to its plan's
@@ -178,6 +211,7 @@ class CompareView(QWidget):
             pane.deleteLater()
         self.panes, self._plans, self._needles, self._current = {}, {}, {}, None
         self._columns = 0
+        self._results = []
         self.table.setRowCount(0)
 
     def set_needle_retention(self, strategy: str, retention: float) -> None:
@@ -186,10 +220,8 @@ class CompareView(QWidget):
         pane, plan = self.panes.get(strategy), self._plans.get(strategy)
         if pane is not None and plan is not None:
             pane.show_plan(plan, retention)
-        for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).text() == strategy_label(strategy):
-                self.table.setItem(row, self.COLUMNS.index("needles"),
-                                   QTableWidgetItem(f"{retention:.0%}"))  # fmt: skip
+        if any(r.strategy == strategy for r in self._results):
+            self._fill_table()
 
     def on_event(self, ev: object) -> None:
         if isinstance(ev, StrategyStarted):
@@ -203,9 +235,18 @@ class CompareView(QWidget):
             self._current.append(ev.text)
         elif isinstance(ev, JobFinished):
             r = ev.result
-            reason = r.refused or r.error or finish_label(r.finish_reason)
-            self._current.finish(r.seconds, reason, r.text)
+            self._current.finish(r.seconds, r.refused or r.error or r.finish_reason, r.text)
+            self._results.append(r)
             self._add_row(r)
+            self.table.resizeColumnsToContents()
+
+    def _fill_table(self) -> None:
+        """A row per finished strategy, worded in the language now installed."""
+        self.table.setRowCount(0)
+        for r in self._results:
+            self._add_row(r)
+        if self._results:
+            self.table.resizeColumnsToContents()
 
     def _add_row(self, r: JobResult) -> None:
         plan = self._plans.get(r.strategy)
@@ -225,7 +266,6 @@ class CompareView(QWidget):
             item = QTableWidgetItem(text)
             item.setToolTip(text)  # a cell narrower than its text still says all of it
             self.table.setItem(row, col, item)
-        self.table.resizeColumnsToContents()
 
     def summary(self) -> list[list[str]]:
         """The table's text, row by row (for tests and export)."""

@@ -68,6 +68,7 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.core.planning.plan import Plan, Span
+from app.ui.i18n import FollowsLanguage
 from app.ui.plan_index import (
     DROPPED,
     KEPT_A,
@@ -370,7 +371,7 @@ class _TextPane(QPlainTextEdit):
         return position
 
 
-class DocumentView(QWidget):
+class DocumentView(FollowsLanguage, QWidget):
     """The document with the current plan, counts and a histogram of chunk lengths.
 
     Call :meth:`set_document` with the text, then :meth:`show_plan`, :meth:`set_counts` and
@@ -382,13 +383,12 @@ class DocumentView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.summary = plain_label(self.tr("No document"))
+        self.summary = plain_label()
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.plan_info = plain_label()
         self.plan_info.setWordWrap(True)
         self.text = _TextPane()
-        self.text.setAccessibleName(self.tr("Document text"))
         self.text.describe = self._describe_qt
         self.text.hovered.connect(self._on_hovered)
         self.text.cursorPositionChanged.connect(self._on_caret)
@@ -396,22 +396,18 @@ class DocumentView(QWidget):
         self.text.edge_wanted.connect(self._go_to_edge)
         # the whole text's scroll bar, in characters, when the pane holds only a window of it
         self.bar = QScrollBar(Qt.Orientation.Vertical)
-        self.bar.setAccessibleName(self.tr("Position in the document"))
         self.bar.valueChanged.connect(self._on_bar_moved)
         self.bar.hide()
         self.map = PlanMap()
         self.map.jump_requested.connect(self._on_map_jump)
         self.caret_info = plain_label()
         self.caret_info.setWordWrap(True)
-        self.caret_info.setAccessibleName(self.tr("Span under the caret"))
 
         self.histogram = still_plot(90)
-        self.histogram.setLabel("bottom", self.tr("tokens per chunk"))
-        self.histogram.setLabel("left", self.tr("chunks"))
         self.kept_bars = pg.BarGraphItem(x=[], height=[], width=1.0)
         self.dropped_bars = pg.BarGraphItem(x=[], height=[], width=1.0)
         self.budget_line = pg.InfiniteLine(
-            pos=0, angle=90, movable=False, label=self.tr("budget {value:,.0f}"),
+            pos=0, angle=90, movable=False, label="",
             labelOpts={"position": 0.85, "anchors": [(1, 0), (1, 0)]},
         )  # fmt: skip
         for item in (self.kept_bars, self.dropped_bars, self.budget_line):
@@ -449,8 +445,25 @@ class DocumentView(QWidget):
         self._sources: list[tuple[int, int]] = []
         self._layers = _Layers()
         self._index = PlanIndex()  # the plan, for lookups in Python offsets
+        # what the summary line counts: nothing (no document), the characters only (a text just
+        # set), or set_counts's arguments
+        self._counts: tuple[int, int | None, int | None, int | None] | int | None = None
         self._apply_palette()
         self._set_window(0, 0)
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Names, the counts, the plan's line, the caret's span and the histogram's labels in
+        the language now installed."""
+        self.text.setAccessibleName(self.tr("Document text"))
+        self.bar.setAccessibleName(self.tr("Position in the document"))
+        self.caret_info.setAccessibleName(self.tr("Span under the caret"))
+        self.histogram.setLabel("left", self.tr("chunks"))
+        self.budget_line.label.setFormat(self.tr("budget {value:,.0f}"))
+        self._show_counts()
+        self._update_plan_info()
+        self._label_histogram()
+        self._on_caret()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -460,7 +473,8 @@ class DocumentView(QWidget):
         self._plan = None
         self._sources = []
         self._index = PlanIndex()
-        self.summary.setText(self.tr("{0:,} characters").format(len(text)))
+        self._counts = len(text)
+        self._show_counts()
         self.text.text_length = len(text)
         self._set_window(*window_bounds(text, 0))
         windowed = len(text) > FULL_CHARS
@@ -491,6 +505,18 @@ class DocumentView(QWidget):
     ) -> None:
         """The summary line. ``exact_tokens`` None reads "no model" without ``n_ctx`` (no model
         is loaded) and "counting…" with it; the ratio uses the cl100k estimate until then."""
+        self._counts = (chars, exact_tokens, cl100k_tokens, n_ctx)
+        self._show_counts()
+
+    def _show_counts(self) -> None:
+        """The summary line, from what it counts (see ``_counts``)."""
+        if self._counts is None:
+            self.summary.setText(self.tr("No document"))
+            return
+        if isinstance(self._counts, int):
+            self.summary.setText(self.tr("{0:,} characters").format(self._counts))
+            return
+        chars, exact_tokens, cl100k_tokens, n_ctx = self._counts
         parts = [self.tr("{0:,} characters").format(chars)]
         if exact_tokens is not None:
             parts.append(self.tr("{0:,} tokens (model)").format(exact_tokens))
@@ -722,24 +748,36 @@ class DocumentView(QWidget):
             self.kept_bars.setOpts(x=[], height=[], width=1.0)
             self.dropped_bars.setOpts(x=[], height=[], y0=[], width=1.0)
             self.budget_line.setVisible(False)
+            self._label_histogram()
             return
         self.kept_bars.setOpts(x=hist.centres, height=hist.kept, width=hist.width)
         self.dropped_bars.setOpts(x=hist.centres, height=hist.dropped, y0=hist.kept,
                                   width=hist.width)  # fmt: skip
         # The axis spans the chunks: a budget far beyond the longest chunk would squeeze every
         # bar into one at 0, so it is then named under the axis instead of drawn.
-        on_scale = plan.budget <= BUDGET_ON_SCALE * max(1, hist.top)
+        on_scale = self._budget_on_scale()
         self.budget_line.setVisible(on_scale)  # first: a hidden line does not update its label
         self.budget_line.setValue(plan.budget)
-        label = self.tr("tokens per chunk")
-        if not on_scale:
-            label = self.tr("tokens per chunk (budget {0:,}, off the scale)").format(plan.budget)
-        self.histogram.setLabel("bottom", label)
+        self._label_histogram()
         top_x = max(hist.top, plan.budget) if on_scale else hist.top
         self.histogram.setXRange(0, max(1, top_x) * 1.05, padding=0)
         top_y = int((hist.kept + hist.dropped).max())
         self.histogram.setYRange(0, top_y * 1.1 + 1, padding=0)
         count_axis(self.histogram.getAxis("left"), top_y)
+
+    def _label_histogram(self) -> None:
+        """The chunk axis's name, saying the budget when its line is off the scale."""
+        label = self.tr("tokens per chunk")
+        if self._plan is not None and not self._budget_on_scale():
+            label = self.tr("tokens per chunk (budget {0:,}, off the scale)").format(
+                self._plan.budget
+            )
+        self.histogram.setLabel("bottom", label)
+
+    def _budget_on_scale(self) -> bool:
+        """Whether the plan's budget line fits the chunk axis (no plan: nothing is off it)."""
+        plan, hist = self._plan, self._index.histogram
+        return plan is None or hist is None or plan.budget <= BUDGET_ON_SCALE * max(1, hist.top)
 
     def _update_plan_info(self) -> None:
         plan = self._plan

@@ -56,6 +56,7 @@ from app.core.jobs.tasks import (
     ChunkQueued,
     EvalProgress,
     JobFinished,
+    JobResult,
     KVLive,
     KVStats,
     LanesStarted,
@@ -65,6 +66,7 @@ from app.core.jobs.tasks import (
 )
 from app.core.telemetry import GPUState, PromptHistogram
 from app.ui.background import run_in_background
+from app.ui.i18n import FollowsLanguage
 from app.ui.widgets import still_plot
 
 REDRAW_MS = 100  # about 10 redraws a second
@@ -117,7 +119,7 @@ GPU_REASONS = (
 )
 
 
-class GaugesPanel(QWidget):
+class GaugesPanel(FollowsLanguage, QWidget):
     """KV, RAM and VRAM bars, a scrolling tokens/s plot and a prompt-length histogram."""
 
     def __init__(self, n_ctx: int = 0, parent: QWidget | None = None) -> None:
@@ -138,18 +140,17 @@ class GaugesPanel(QWidget):
 
         self.kv_bar, self.kv_text = QProgressBar(), QLabel()
         self.ram_bar, self.ram_text = QProgressBar(), QLabel()
-        self.vram_bar, self.vram_text = QProgressBar(), QLabel(self.tr("–"))
+        self.vram_bar, self.vram_text = QProgressBar(), QLabel()
         grid = QGridLayout()
-        for row, (name, bar, text) in enumerate(
-            (
-                (self.tr("KV cache"), self.kv_bar, self.kv_text),
-                (self.tr("RAM"), self.ram_bar, self.ram_text),
-                (self.tr("VRAM"), self.vram_bar, self.vram_text),
-            )
-        ):
+        self._names: list[QLabel] = []  # each row's name, in retranslate()'s order
+        for row, (bar, text) in enumerate(
+            ((self.kv_bar, self.kv_text), (self.ram_bar, self.ram_text),
+             (self.vram_bar, self.vram_text))
+        ):  # fmt: skip
             bar.setTextVisible(False)
             bar.setMaximumHeight(14)
-            grid.addWidget(QLabel(name), row, 0)
+            self._names.append(QLabel())
+            grid.addWidget(self._names[-1], row, 0)
             grid.addWidget(bar, row, 1)
             grid.addWidget(text, row, 2)
         grid.setColumnStretch(1, 1)
@@ -158,7 +159,7 @@ class GaugesPanel(QWidget):
         self._lanes_layout.setContentsMargins(0, 0, 0, 0)
         self.lane_bars: list[QProgressBar] = []
         self.lanes_row.hide()
-        self._lanes_label = QLabel(self.tr("Lanes"))  # shown with the row
+        self._lanes_label = QLabel()  # shown with the row
         self._lanes_label.hide()
         grid.addWidget(self._lanes_label, 3, 0)
         grid.addWidget(self.lanes_row, 3, 1)
@@ -166,24 +167,18 @@ class GaugesPanel(QWidget):
         self.prompt_bar, self.prompt_text = QProgressBar(), QLabel()
         self.pass_bar, self.pass_text = QProgressBar(), QLabel()
         self._progress_rows: list[tuple[QLabel, QProgressBar, QLabel]] = []
-        for row, (name, bar, text) in enumerate(
-            (
-                (self.tr("Prompt"), self.prompt_bar, self.prompt_text),
-                (self.tr("Passes"), self.pass_bar, self.pass_text),
-            ),
-            start=4,
+        for row, (bar, text) in enumerate(
+            ((self.prompt_bar, self.prompt_text), (self.pass_bar, self.pass_text)), start=4
         ):
             bar.setTextVisible(False)
             bar.setMaximumHeight(14)
-            label = QLabel(name)
+            label = QLabel()
             grid.addWidget(label, row, 0)
             grid.addWidget(bar, row, 1)
             grid.addWidget(text, row, 2)
             self._progress_rows.append((label, bar, text))
 
         self.rates = still_plot(120)
-        self.rates.setTitle(self.tr("Tokens per second"))
-        self.rates.setLabel("bottom", self.tr("seconds ago"))
         # A redraw must cost the GUI thread a few milliseconds, not a relayout: the x axis is
         # fixed (now is 0), the y axis moves only in whole steps, and neither axis changes its
         # width or SI prefix, so pyqtgraph repaints the curves and keeps the axes' pictures.
@@ -195,9 +190,9 @@ class GaugesPanel(QWidget):
             self.rates.getAxis(side).enableAutoSIPrefix(False)
         self.rates.getAxis("left").setWidth(AXIS_WIDTH)
         self._legend = self.rates.addLegend(offset=(-8, 4), colCount=2)  # one row, top right
-        self.gen_curve = self.rates.plot([], [], name=self.tr("generation"),
+        self.gen_curve = self.rates.plot([], [], name="generation",
                                          pen=pg.mkPen(GEN_COLOUR, width=2))  # fmt: skip
-        self.prompt_curve = self.rates.plot([], [], name=self.tr("prompt"),
+        self.prompt_curve = self.rates.plot([], [], name="prompt",
                                             pen=pg.mkPen(PROMPT_COLOUR, width=1), symbol="o",
                                             symbolSize=6, symbolBrush=PROMPT_COLOUR)  # fmt: skip
         # (count, last, first) of the points each curve shows: its data is set only on change
@@ -207,8 +202,6 @@ class GaugesPanel(QWidget):
         self._hist_bars = pg.BarGraphItem(x=list(range(11)), height=[0] * 11, width=0.8,
                                           brush=BAR_COLOUR)  # fmt: skip
         self.hist.addItem(self._hist_bars)
-        labels = [f"{i * 10}" for i in range(10)] + [self.tr("over")]
-        self.hist.getAxis("bottom").setTicks([list(enumerate(labels))])
         self.hist.setXRange(-0.6, 10.6, padding=0)
 
         self.job_text = QLabel()
@@ -220,8 +213,37 @@ class GaugesPanel(QWidget):
         layout.addLayout(grid)
         layout.addLayout(plots, 1)
         layout.addWidget(self.job_text)
+        self._last_job: JobResult | None = None  # what the "Last job" line describes
+        self.retranslate()
         self._apply_palette()
         self.reset(n_ctx)
+
+    def retranslate(self) -> None:
+        """The rows' names, the plots' titles, axes and legend; the figures are drawn again in
+        the words of the language now installed."""
+        names = (self.tr("KV cache"), self.tr("RAM"), self.tr("VRAM"))
+        for label, name in zip(self._names, names, strict=True):
+            label.setText(name)
+        self._lanes_label.setText(self.tr("Lanes"))
+        for row, name in zip(self._progress_rows, (self.tr("Prompt"), self.tr("Passes")),
+                             strict=True):  # fmt: skip
+            row[0].setText(name)
+        self.rates.setTitle(self.tr("Tokens per second"))
+        self.rates.setLabel("bottom", self.tr("seconds ago"))
+        for curve, name in ((self.gen_curve, self.tr("generation")),
+                            (self.prompt_curve, self.tr("prompt"))):  # fmt: skip
+            curve.opts["name"] = name
+            legend_label = self._legend.getLabel(curve)
+            if legend_label is not None:
+                legend_label.setText(name)
+        labels = [f"{i * 10}" for i in range(10)] + [self.tr("over")]
+        self.hist.getAxis("bottom").setTicks([list(enumerate(labels))])
+        if self._gpu is None:
+            self.vram_text.setText(self.tr("–"))
+        self._describe_last_job()
+        if hasattr(self, "_t0"):  # built: every figure again, the histogram's title too
+            self._hist_drawn = []
+            self._redraw(time.monotonic())
 
     # ----- public API -----
 
@@ -247,6 +269,7 @@ class GaugesPanel(QWidget):
         self._engine_rate = False  # the current call's prompt rate comes from the engine
         self._pass: PassStarted | None = None
         self.job_text.setText("")
+        self._last_job = None
         for row in self._progress_rows:
             for widget in row:
                 widget.hide()
@@ -403,6 +426,13 @@ class GaugesPanel(QWidget):
             self._histogram.add(n, result.n_ctx)
         if result.refused:
             self._histogram.over += 1
+        self._last_job = result
+        self._describe_last_job()
+
+    def _describe_last_job(self) -> None:
+        result = self._last_job
+        if result is None:
+            return
         ttft = sum(result.ttft_s)
         if ttft > 0 and result.evaluated_tokens:
             text = self.tr(

@@ -7,12 +7,14 @@ so the list cannot drift from the keys that work.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, QLocale, Qt
+from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QHeaderView,
+    QMessageBox,
     QTableWidget,
     QTableWidgetItem,
     QTextBrowser,
@@ -20,7 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import __version__
+from app.core.engine.types import EngineCapabilities
 from app.core.paths import resources_dir
+from app.ui.i18n import current_language
 
 
 def _tr(text: str) -> str:
@@ -28,9 +33,9 @@ def _tr(text: str) -> str:
 
 
 def guide_text(language: str | None = None) -> str:
-    """The user guide in ``language`` (e.g. "zh_CN"; default: the UI's), else in English."""
+    """The user guide in ``language`` (e.g. "zh_CN"; default: the window's), else in English."""
     folder = resources_dir() / "help"
-    language = language or QLocale().name()
+    language = language or current_language()
     for path in (folder / f"guide.{language}.md", folder / "guide.md"):
         if path.is_file():
             return path.read_text(encoding="utf-8")
@@ -90,3 +95,15 @@ def shortcuts_dialog(window: QWidget) -> QDialog:
     dialog = _Dialog(_tr(QT_TRANSLATE_NOOP("Help", "Keyboard Shortcuts")), table, window)
     dialog.resize(480, 520)
     return dialog
+
+
+def about_box(parent: QWidget, caps: EngineCapabilities | None) -> None:
+    """About: the versions of the app and of what it runs on (llama.cpp's once loaded)."""
+    unknown = _tr(QT_TRANSLATE_NOOP("Help", "(load a model)"))
+    text = _tr(QT_TRANSLATE_NOOP(
+        "Help", "ContextLens {0}\nllama-cpp-python {1}\nllama.cpp build: {2}\nQt (PySide6) {3}"
+    ))  # fmt: skip
+    bindings = (caps.llama_cpp_python_version if caps else "") or unknown
+    build = (caps.system_info if caps else "") or unknown
+    title = _tr(QT_TRANSLATE_NOOP("Help", "About ContextLens"))
+    QMessageBox.about(parent, title, text.format(__version__, bindings, build, pyside_version))

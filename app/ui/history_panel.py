@@ -62,7 +62,7 @@ from app.store.archive import (
 )
 from app.store.repository import Repository, VersionInfo
 from app.ui.background import Progress, run_in_background
-from app.ui.i18n import finish_label, strategy_label, task_label
+from app.ui.i18n import FollowsLanguage, finish_label, strategy_label, task_label
 from app.ui.widgets import MessageLine, fixed_font
 
 SUFFIX = ".ctxlens"
@@ -176,8 +176,9 @@ def _mix(a: QColor, b: QColor, share: float) -> QColor:
     )
 
 
-class DiffDialog(QDialog):
-    """A unified diff of two versions, monospace and read-only, with +/- lines tinted."""
+class DiffDialog(FollowsLanguage, QDialog):
+    """A unified diff of two versions, monospace and read-only, with +/- lines tinted (the
+    title, made by the panel, is only version numbers)."""
 
     def __init__(self, title: str, diff: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -191,12 +192,20 @@ class DiffDialog(QDialog):
         self.added = _mix(base, QColor(0, 160, 60), 0.25)
         self.removed = _mix(base, QColor(210, 40, 40), 0.25)
         self.header = _mix(base, self.palette().color(QPalette.ColorRole.Highlight), 0.2)
-        self._fill(diff or self.tr("The two versions are the same."))
+        self._diff = diff
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.view)
         layout.addWidget(buttons)
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Only an empty diff has words of the app's to say (a diff is filled once)."""
+        if self._diff and not self.view.document().isEmpty():
+            return
+        self.view.clear()
+        self._fill(self._diff or self.tr("The two versions are the same."))
 
     def _fill(self, diff: str) -> None:
         cursor = QTextCursor(self.view.document())
@@ -228,26 +237,31 @@ class DiffDialog(QDialog):
         return it.fragment().charFormat().background().color() if not it.atEnd() else QColor()
 
 
-class BranchDialog(QDialog):
+class BranchDialog(FollowsLanguage, QDialog):
     """Edit the prompt of a version; accepting makes a new version beside the old one."""
 
     def __init__(self, version: VersionInfo, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.version = version
-        self.setWindowTitle(self.tr("Branch from v{0}").format(version.number))
-        label = QLabel(self.tr("&Prompt for the new version:"))
+        self.label = QLabel()
         self.editor = QPlainTextEdit(version.prompt)
-        label.setBuddy(self.editor)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText(self.tr("&Branch"))
+        self.label.setBuddy(self.editor)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        # a button of its own, not the standard Ok renamed: a language change names the
+        # standard buttons again, after this dialog has named its own
+        self.branch_button = buttons.addButton("", QDialogButtonBox.ButtonRole.AcceptRole)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addWidget(label)
+        layout.addWidget(self.label)
         layout.addWidget(self.editor)
         layout.addWidget(buttons)
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        self.setWindowTitle(self.tr("Branch from v{0}").format(self.version.number))
+        self.label.setText(self.tr("&Prompt for the new version:"))
+        self.branch_button.setText(self.tr("&Branch"))
 
     def prompt(self) -> str:
         return self.editor.toPlainText()
@@ -267,7 +281,7 @@ def _bar_values(done: int, total: int) -> tuple[int, int]:
     return done >> shift, total >> shift
 
 
-class HistoryPanel(QWidget):
+class HistoryPanel(FollowsLanguage, QWidget):
     """The version tree of one session (or all), with diff, rollback, branch, delete/undo,
     export and import."""
 
@@ -307,18 +321,13 @@ class HistoryPanel(QWidget):
         self.session_combo = QComboBox()
         self.session_combo.setMinimumContentsLength(24)
         self.session_combo.activated.connect(self._on_session_chosen)
-        session_label = QLabel(self.tr("Session:"))
-        session_label.setBuddy(self.session_combo)
-        self.refresh_button = QPushButton(self.tr("Refresh"))
+        self.session_label = QLabel()
+        self.session_label.setBuddy(self.session_combo)
+        self.refresh_button = QPushButton()
         self.refresh_button.clicked.connect(self.refresh)
 
         self.tree = QTreeWidget()
         self.tree.setColumnCount(self.COLUMNS)
-        self.tree.setHeaderLabels([
-            self.tr("Version"), self.tr("Created"), self.tr("Task"), self.tr("Strategy"),
-            self.tr("Prompt / question"), self.tr("Finish"), self.tr("KV state"),
-            self.tr("Settings"), self.tr("Reply"),
-        ])  # fmt: skip
         header = self.tree.header()
         for place, name in enumerate(self.SHOWN):
             header.moveSection(header.visualIndex(self.column(name)), place)
@@ -329,33 +338,29 @@ class HistoryPanel(QWidget):
         self.tree.itemDoubleClicked.connect(self._on_double_clicked)
         self.tree.installEventFilter(self)  # the keyboard's arrival selects a version (below)
 
-        self.open_button = QPushButton(self.tr("Open"))  # every Alt letter of "Open" is taken
+        # texts and tooltips: retranslate and _update_actions
+        self.open_button = QPushButton()
         self.open_button.clicked.connect(self.open_selected)
-        self.diff_button = QPushButton(self.tr("&Diff"))
+        self.diff_button = QPushButton()
         self.diff_button.clicked.connect(self.diff_selected)
-        self.rollback_button = QPushButton(self.tr("Rollbac&k"))
+        self.rollback_button = QPushButton()
         self.rollback_button.clicked.connect(self.rollback_selected)
-        self.branch_button = QPushButton(self.tr("Branch…"))
+        self.branch_button = QPushButton()
         self.branch_button.clicked.connect(self.branch_selected)
-        self.delete_button = QPushButton(self.tr("Delete"))
+        self.delete_button = QPushButton()
         self.delete_button.clicked.connect(self.delete_selected)
-        self.undo_button = QPushButton(self.tr("Undo Delete"))
+        self.undo_button = QPushButton()
         self.undo_button.clicked.connect(self.undo_delete)
-        self.export_button = QPushButton(self.tr("&Export…"))
+        self.export_button = QPushButton()
         self.export_button.clicked.connect(self.export_session)
-        self.include_kv = QCheckBox(self.tr("Include KV states"))
-        self.include_kv.setToolTip(
-            self.tr("Exports carry the saved KV states, so rollbacks stay instant elsewhere")
-        )
-        self.import_button = QPushButton(self.tr("&Import…"))
+        self.include_kv = QCheckBox()
+        self.import_button = QPushButton()
         self.import_button.clicked.connect(self.import_session)
         self.message = MessageLine()
         # One dialog for the panel's life, connected to bound methods only: a closure holding
         # the panel, released while a child dialog is destroyed, could destroy the panel too.
         self.progress = QProgressDialog(self)
-        self.progress.setWindowTitle(self.tr("ContextLens"))
         self.progress.setWindowModality(Qt.WindowModality.WindowModal)
-        self.progress.setCancelButtonText(self.tr("Cancel"))
         self.progress.setRange(0, 0)  # busy until the worker reports its total
         self.progress.setAutoClose(False)
         self.progress.setAutoReset(False)
@@ -367,19 +372,21 @@ class HistoryPanel(QWidget):
         self._poll.setInterval(PROGRESS_POLL_MS)
         self._poll.timeout.connect(self._show_progress)
 
-        for text, keys, slot in (
-            (self.tr("Delete"), QKeySequence.StandardKey.Delete, self.delete_selected),
-            (self.tr("Undo Delete"), QKeySequence.StandardKey.Undo, self.undo_delete),
-            (self.tr("Refresh"), QKeySequence.StandardKey.Refresh, self.refresh),
+        self._shortcuts: list[QAction] = []  # Delete, Undo Delete, Refresh
+        for keys, slot in (
+            (QKeySequence.StandardKey.Delete, self.delete_selected),
+            (QKeySequence.StandardKey.Undo, self.undo_delete),
+            (QKeySequence.StandardKey.Refresh, self.refresh),
         ):
-            action = QAction(text, self)
+            action = QAction(self)
             action.setShortcut(keys)
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             action.triggered.connect(slot)
             self.addAction(action)
+            self._shortcuts.append(action)
 
         top = QHBoxLayout()
-        top.addWidget(session_label)
+        top.addWidget(self.session_label)
         top.addWidget(self.session_combo, 1)
         top.addWidget(self.refresh_button)
         actions = QGridLayout()  # two rows of three: the panel fits a narrow dock
@@ -399,13 +406,45 @@ class HistoryPanel(QWidget):
         layout.addLayout(archive)
         layout.addWidget(self.message)
 
-        if self._read_only:
-            self.message.show_message(
-                self.tr("This history is read-only: it can be browsed and exported, not changed."),
-                error=False,
-            )
-        self._update_actions()
+        self._read_only_note = ""  # the note a read-only history shows, as last worded
+        self.retranslate()
         self.refresh()
+
+    def retranslate(self) -> None:
+        """Every label, button, header and tooltip, and the rows shown, in the language now
+        installed; the rows are worded again in place, so what is selected, expanded and
+        current stays as it is."""
+        self.session_label.setText(self.tr("Session:"))
+        self.refresh_button.setText(self.tr("Refresh"))
+        self.tree.setHeaderLabels([
+            self.tr("Version"), self.tr("Created"), self.tr("Task"), self.tr("Strategy"),
+            self.tr("Prompt / question"), self.tr("Finish"), self.tr("KV state"),
+            self.tr("Settings"), self.tr("Reply"),
+        ])  # fmt: skip
+        self.open_button.setText(self.tr("Open"))  # every Alt letter of "Open" is taken
+        self.diff_button.setText(self.tr("&Diff"))
+        self.branch_button.setText(self.tr("Branch…"))
+        self.delete_button.setText(self.tr("Delete"))
+        self.undo_button.setText(self.tr("Undo Delete"))
+        self.export_button.setText(self.tr("&Export…"))
+        self.include_kv.setText(self.tr("Include KV states"))
+        self.include_kv.setToolTip(
+            self.tr("Exports carry the saved KV states, so rollbacks stay instant elsewhere")
+        )
+        self.import_button.setText(self.tr("&Import…"))
+        self.progress.setWindowTitle(self.tr("ContextLens"))
+        self.progress.setCancelButtonText(self.tr("Cancel"))
+        names = (self.tr("Delete"), self.tr("Undo Delete"), self.tr("Refresh"))
+        for action, name in zip(self._shortcuts, names, strict=True):
+            action.setText(name)
+        # the read-only note, while it is what the message line says
+        if self._read_only and self.message.label.text() in ("", self._read_only_note):
+            self._read_only_note = self.tr(
+                "This history is read-only: it can be browsed and exported, not changed."
+            )
+            self.message.show_message(self._read_only_note, error=False)
+        self._reword_rows()
+        self._update_actions()
 
     # ----- reading -----
 
@@ -489,11 +528,7 @@ class HistoryPanel(QWidget):
         if self._session_id is None:
             for s in view.sessions:
                 item = QTreeWidgetItem(self.tree)
-                item.setText(0, self.tr("{0} (#{1})").format(s["name"], s["id"]))
-                item.setToolTip(0, s["document"] or "")
-                item.setText(self.column("finish"), self._versions_count(s["versions"]))
-                item.setData(0, _KIND_ROLE, "session")
-                item.setData(0, _ID_ROLE, s["id"])
+                self._fill_session(item, s)
                 parents[s["id"]] = item
         for v in view.versions:  # creation order: a parent always comes before its children
             holder = items.get(v.parent) if v.parent is not None else None
@@ -504,16 +539,41 @@ class HistoryPanel(QWidget):
             items[v.id] = item
         self.tree.expandAll()
         self._mark_current()  # first: the current version's bold row is the wider one
+        self._fit_columns()
+        self.select_versions(*(vid for vid in selected if vid in items))
+        self._update_actions()
+
+    def _fit_columns(self) -> None:
+        """Each column as wide as its text, the prompt's and the reply's up to a limit."""
         for column in range(self.COLUMNS):
             self.tree.resizeColumnToContents(column)
         for name, widest in (("prompt", PROMPT_COLUMN_MAX), ("reply", REPLY_COLUMN_MAX)):
             column = self.column(name)
             self.tree.setColumnWidth(column, min(self.tree.columnWidth(column), widest))
-        self.select_versions(*(vid for vid in selected if vid in items))
-        self._update_actions()
+
+    def _reword_rows(self) -> None:
+        """The rows and sessions shown, worded again from what was read (no store read: the
+        items stay, with their selection, expansion and bold)."""
+        sessions = {s["id"]: s for s in self._view.sessions}
+        for item in self._items():
+            ident = item.data(0, _ID_ROLE)
+            if item.data(0, _KIND_ROLE) == "session" and ident in sessions:
+                self._fill_session(item, sessions[ident])
+            elif item.data(0, _KIND_ROLE) == "version" and ident in self._versions:
+                self._fill_version(item, self._versions[ident])
+        self._fit_columns()
+        self._fill_sessions(self._view.sessions)
 
     def _versions_count(self, n: int) -> str:
         return self.tr("1 version") if n == 1 else self.tr("{0} versions").format(n)
+
+    def _fill_session(self, item: QTreeWidgetItem, s: dict[str, Any]) -> None:
+        """A session's row (shown when every session is): its name, document and size."""
+        item.setText(0, self.tr("{0} (#{1})").format(s["name"], s["id"]))
+        item.setToolTip(0, s["document"] or "")
+        item.setText(self.column("finish"), self._versions_count(s["versions"]))
+        item.setData(0, _KIND_ROLE, "session")
+        item.setData(0, _ID_ROLE, s["id"])
 
     def _fill_version(self, item: QTreeWidgetItem, v: VersionInfo) -> None:
         item.setData(0, _KIND_ROLE, "version")

@@ -5,8 +5,12 @@ Every visible string goes through ``tr()``; a ``contextlens_<code>.qm`` compiled
 app without touching the code. The choice is stored in QSettings under ``language``: "system"
 follows the locale, "en" is the source text, any other code names a .qm file. Qt's own
 translation (``qtbase_<code>.qm``, shipped with PySide6) is installed beside it so standard
-buttons and dialogs speak the same language. A change applies on the next start: the window
-builds its texts once, and re-building every panel live is not worth its risk.
+buttons and dialogs speak the same language.
+
+A change applies at once, the way Qt means it to: installing a translator sends
+``QEvent.LanguageChange`` to every widget, and each panel (a :class:`FollowsLanguage`) sets its
+texts again in ``retranslate()``, the one place they are set, so the window a person switches
+into reads exactly as one started in that language.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from PySide6.QtCore import (
     QT_TRANSLATE_NOOP,
     QCoreApplication,
+    QEvent,
     QLibraryInfo,
     QLocale,
     QSettings,
@@ -62,6 +67,26 @@ FINISH_NAMES = {
 }
 
 _installed: list[QTranslator] = []  # what install_translator put on the app, to take it off
+_in_effect = [ENGLISH]  # the code install_translator installed last
+
+
+class FollowsLanguage:
+    """A widget whose texts follow View ▸ Language while it is shown (put it first among the
+    bases: ``class Panel(FollowsLanguage, QWidget)``).
+
+    ``retranslate()`` sets every text the widget built, and shows its present state in the
+    words of the language now installed; the constructor calls it once, and Qt's
+    ``LanguageChange`` event (sent to every widget when a translator comes or goes) calls it
+    again. Texts made from events (a status line, a finished run's caption) are not kept: the
+    next event says them in the new language."""
+
+    def retranslate(self) -> None:
+        raise NotImplementedError
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)  # type: ignore[misc]
 
 
 def translations_dir() -> Path:
@@ -80,6 +105,23 @@ def language_name(code: str) -> str:
     if code == SYSTEM:
         return QCoreApplication.translate("Language", "&System")
     return NATIVE_NAMES.get(code) or QLocale(code).nativeLanguageName() or code
+
+
+class Retranslated:
+    """Texts of objects that get no ``LanguageChange`` of their own (actions, a menu's title
+    set by its owner, a toolbar's name): each is set now, and set again in the language then
+    installed by ``retranslate()``, which the owning widget calls from its own."""
+
+    def __init__(self) -> None:
+        self._texts: list[tuple[Callable[[str], object], Callable[[], str]]] = []
+
+    def set(self, setter: Callable[[str], object], text: Callable[[], str]) -> None:
+        setter(text())
+        self._texts.append((setter, text))
+
+    def retranslate(self) -> None:
+        for setter, text in self._texts:
+            setter(text())
 
 
 def task_label(task: str) -> str:
@@ -129,6 +171,7 @@ def install_translator(
     for translator in _installed:
         app.removeTranslator(translator)
     _installed.clear()
+    _in_effect[0] = ENGLISH
     folder = folder or translations_dir()
     code = resolve(choice, locale, folder)
     if code == ENGLISH:
@@ -141,37 +184,47 @@ def install_translator(
         if translator is ours or translator.load(f"qtbase_{code}", qt_folder):
             app.installTranslator(translator)
             _installed.append(translator)
+    _in_effect[0] = code
     return code
 
 
-def stored_language(settings: QSettings) -> str:
+def current_language() -> str:
+    """The code of the translation in effect ("en": the source text)."""
+    return _in_effect[0]
+
+
+def stored_language(settings: QSettings, folder: Path | None = None) -> str:
     value = str(settings.value(SETTINGS_KEY, SYSTEM))
-    return value if value in available_languages() else SYSTEM
+    return value if value in available_languages(folder) else SYSTEM
 
 
-def language_menu(
-    parent: QWidget, settings: QSettings, notify: Callable[[str], None] | None = None
-) -> QMenu:
-    """View ▸ Language: one checkable entry per language; a choice is stored, and ``notify``
-    is told (in the language shown now) that it applies on the next start."""
-    menu = QMenu(QCoreApplication.translate("Language", "&Language"), parent)
-    group = QActionGroup(menu)
-    current = stored_language(settings)
-    for code in available_languages():
-        action = QAction(language_name(code), menu, checkable=True)
-        action.setData(code)
-        action.setChecked(code == current)
-        group.addAction(action)
-        menu.addAction(action)
+class LanguageMenu(FollowsLanguage, QMenu):
+    """View ▸ Language: one checkable entry per language, each named in its own tongue; a
+    choice is stored and installed at once (``folder``: where the .qm files are, for tests)."""
 
-    def chosen(action: QAction) -> None:
-        settings.setValue(SETTINGS_KEY, str(action.data()))
-        if notify is not None:
-            notify(
-                QCoreApplication.translate(
-                    "Language", "The language changes the next time ContextLens starts."
-                )
-            )
+    def __init__(self, parent: QWidget, settings: QSettings, folder: Path | None = None) -> None:
+        super().__init__(parent)
+        self._settings = settings
+        self._folder = folder
+        group = QActionGroup(self)
+        current = stored_language(settings, folder)
+        for code in available_languages(folder):
+            action = QAction(language_name(code), self, checkable=True)
+            action.setData(code)
+            action.setChecked(code == current)
+            group.addAction(action)
+            self.addAction(action)
+        group.triggered.connect(self._chosen)
+        self.retranslate()
 
-    group.triggered.connect(chosen)
-    return menu
+    def retranslate(self) -> None:
+        self.setTitle(QCoreApplication.translate("Language", "&Language"))
+        for action in self.actions():
+            action.setText(language_name(str(action.data())))
+
+    def _chosen(self, action: QAction) -> None:
+        code = str(action.data())
+        self._settings.setValue(SETTINGS_KEY, code)
+        app = QCoreApplication.instance()
+        if app is not None:
+            install_translator(app, code, folder=self._folder)

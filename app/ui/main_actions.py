@@ -8,9 +8,10 @@ session model. What Open, Run, Compare and Cancel do is connected by the window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSettings, Qt, Signal
+from PySide6.QtCore import QObject, QSettings, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -32,14 +33,14 @@ from app.core.engine.types import SamplingSettings
 from app.core.jobs.tasks import DEFAULT_LANES, TASKS
 from app.core.planning.strategies import STRATEGIES
 from app.ui.help import guide_dialog, shortcuts_dialog
-from app.ui.i18n import language_menu, strategy_label, task_label
+from app.ui.i18n import LanguageMenu, Retranslated, strategy_label, task_label
 from app.ui.menus import ChecklistMenu
 from app.ui.session_model import JobChoices
 from app.ui.theme import apply_theme, current_theme
 
 MAX_RECENT = 8
 # a View menu entry that puts the focus into a part of the window: text, keys, part, its dock
-GoTo = tuple[str, str, QWidget, QDockWidget | None]
+GoTo = tuple[Callable[[], str], str, QWidget, QDockWidget | None]
 
 
 class MainActions(QObject):
@@ -47,7 +48,8 @@ class MainActions(QObject):
 
     ``docks`` are the window's docks (the View menu shows and hides them); ``document``,
     ``model``, ``stages`` and ``history`` (the versions, in a tab of the stages) are where
-    Ctrl+1 to Ctrl+4 put the focus."""
+    Ctrl+1 to Ctrl+4 put the focus. The window calls :meth:`retranslate` when the language
+    changes: every text here is set through ``self._texts`` so that it can be set again."""
 
     open_recent = Signal(object)  # the Path chosen in File ▸ Open Recent
 
@@ -56,44 +58,69 @@ class MainActions(QObject):
                  history: QWidget | None = None) -> None:  # fmt: skip
         super().__init__(window)
         self._window, self._settings = window, settings
-        bar = QToolBar(self.tr("Job"))
+        self._texts = t = Retranslated()
+        bar = QToolBar()
+        t.set(bar.setWindowTitle, lambda: self.tr("Job"))
         bar.setObjectName("toolbar-job")
         window.addToolBar(bar)
         self._file_menu(bar)
         self._job_controls(bar)
         self._job_menu(bar)
         by_name = {d.objectName(): d for d in docks}
-        go_to = (
-            (self.tr("Go to the &Document"), "Ctrl+1", document, None),
-            (self.tr("Go to the &Model"), "Ctrl+2", model, by_name["dock-model"]),
-            (self.tr("Go to the &Three-Stage Buffer"), "Ctrl+3", stages, by_name["dock-stages"]),
-        )
+        go_to: tuple[GoTo, ...] = (
+            (lambda: self.tr("Go to the &Document"), "Ctrl+1", document, None),
+            (lambda: self.tr("Go to the &Model"), "Ctrl+2", model, by_name["dock-model"]),
+            (lambda: self.tr("Go to the &Three-Stage Buffer"), "Ctrl+3", stages,
+             by_name["dock-stages"]),
+        )  # fmt: skip
         if history is not None:  # in a tab of the stages: its tab comes to the front first
-            go_to += ((self.tr("Go to the &History"), "Ctrl+4", history, by_name["dock-stages"]),)
+            go_to += ((lambda: self.tr("Go to the &History"), "Ctrl+4", history,
+                       by_name["dock-stages"]),)  # fmt: skip
         self._stages = stages
         self._view_menu(docks, go_to)
-        help_menu = window.menuBar().addMenu(self.tr("&Help"))
-        guide = help_menu.addAction(self.tr("ContextLens &User Guide"))
+        help_menu = window.menuBar().addMenu("")
+        t.set(help_menu.setTitle, lambda: self.tr("&Help"))
+        guide = help_menu.addAction("")
+        t.set(guide.setText, lambda: self.tr("ContextLens &User Guide"))
         guide.setShortcut(QKeySequence.StandardKey.HelpContents)
         guide.triggered.connect(lambda: guide_dialog(window).open())
-        keys = help_menu.addAction(self.tr("&Keyboard Shortcuts"))
+        keys = help_menu.addAction("")
+        t.set(keys.setText, lambda: self.tr("&Keyboard Shortcuts"))
         keys.setShortcut(QKeySequence("Ctrl+/"))
         keys.triggered.connect(lambda: shortcuts_dialog(window).open())
         help_menu.addSeparator()
-        self.about_action = QAction(self.tr("&About ContextLens"), window)
+        self.about_action = QAction(window)
+        t.set(self.about_action.setText, lambda: self.tr("&About ContextLens"))
         help_menu.addAction(self.about_action)
+
+    def retranslate(self) -> None:
+        """Every text of the menus and the toolbar again, in the language now installed; the
+        task and strategy boxes keep their choice and send no change."""
+        self._texts.retranslate()
+        for box, label in ((self.task_box, task_label), (self.strategy_box, strategy_label)):
+            with QSignalBlocker(box):
+                for i in range(box.count()):
+                    box.setItemText(i, label(str(box.itemData(i))))
+        for name, choice in self.compare_choices.items():
+            choice.setText(strategy_label(name))
 
     def _file_menu(self, bar: QToolBar) -> None:
         window = self._window
-        file_menu = window.menuBar().addMenu(self.tr("&File"))
-        self.open_action = QAction(self.tr("&Open Document…"), window)
+        t = self._texts
+        file_menu = window.menuBar().addMenu("")
+        t.set(file_menu.setTitle, lambda: self.tr("&File"))
+        self.open_action = QAction(window)
+        t.set(self.open_action.setText, lambda: self.tr("&Open Document…"))
         self.open_action.setShortcut(QKeySequence.StandardKey.Open)
         file_menu.addAction(self.open_action)
-        self.recent_menu = file_menu.addMenu(self.tr("Open &Recent"))
+        self.recent_menu = file_menu.addMenu("")
+        t.set(self.recent_menu.setTitle, lambda: self.tr("Open &Recent"))
         self._fill_recent()
-        self.get_model_action = file_menu.addAction(self.tr("Get the &Default Model…"))
+        self.get_model_action = file_menu.addAction("")
+        t.set(self.get_model_action.setText, lambda: self.tr("Get the &Default Model…"))
         file_menu.addSeparator()
-        quit_action = QAction(self.tr("&Quit"), window)
+        quit_action = QAction(window)
+        t.set(quit_action.setText, lambda: self.tr("&Quit"))
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(window.close)
         file_menu.addAction(quit_action)
@@ -101,16 +128,17 @@ class MainActions(QObject):
 
     def _job_controls(self, bar: QToolBar) -> None:
         """The task, the question, the strategy and the reply's room; Run and Compare."""
-        window = self._window
+        window, t = self._window, self._texts
         self.task_box = QComboBox()
         for task in TASKS:
             self.task_box.addItem(task_label(task), task)
-        self.task_box.setToolTip(self.tr("What the model does with the document"))
+        t.set(self.task_box.setToolTip, lambda: self.tr("What the model does with the document"))
         self.task_box.currentIndexChanged.connect(self._on_task_changed)
-        bar.addWidget(_buddy(self.tr(" &Task "), self.task_box))
+        bar.addWidget(_buddy(t, lambda: self.tr(" &Task "), self.task_box))
         bar.addWidget(self.task_box)
         self.question = QLineEdit()
-        self.question.setPlaceholderText(self.tr("Question, or instruction for extract"))
+        t.set(self.question.setPlaceholderText,
+              lambda: self.tr("Question, or instruction for extract"))  # fmt: skip
         self.question.setMinimumWidth(240)
         self.question.setEnabled(False)
         bar.addWidget(self.question)
@@ -119,25 +147,29 @@ class MainActions(QObject):
         for name in STRATEGIES:
             self.strategy_box.addItem(strategy_label(name), name)
         self.strategy_box.setCurrentIndex(self.strategy_box.findData("head"))
-        self.strategy_box.setToolTip(self.tr("What to do with a document longer than the context"))
-        bar.addWidget(_buddy(self.tr(" &Strategy "), self.strategy_box))
+        t.set(self.strategy_box.setToolTip,
+              lambda: self.tr("What to do with a document longer than the context"))  # fmt: skip
+        bar.addWidget(_buddy(t, lambda: self.tr(" &Strategy "), self.strategy_box))
         bar.addWidget(self.strategy_box)
 
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 8192)
         self.max_tokens.setValue(256)
-        self.max_tokens.setToolTip(self.tr("Longest reply, in tokens (kept free in the context)"))
-        bar.addWidget(_buddy(self.tr(" Rep&ly "), self.max_tokens))
+        t.set(self.max_tokens.setToolTip,
+              lambda: self.tr("Longest reply, in tokens (kept free in the context)"))  # fmt: skip
+        bar.addWidget(_buddy(t, lambda: self.tr(" Rep&ly "), self.max_tokens))
         bar.addWidget(self.max_tokens)
 
-        self.run_action = QAction(self.tr("&Run"), window)
+        self.run_action = QAction(window)
+        t.set(self.run_action.setText, lambda: self.tr("&Run"))
         self.run_action.setShortcut(QKeySequence("Ctrl+R"))
         bar.addAction(self.run_action)
 
         self.compare_button = QToolButton()
-        self.compare_button.setText(self.tr("Com&pare"))
+        t.set(self.compare_button.setText, lambda: self.tr("Com&pare"))
         self.compare_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
-        menu = ChecklistMenu(self.tr("&Compare"), window)  # stays open while ticking
+        menu = ChecklistMenu("", window)  # stays open while ticking
+        t.set(menu.setTitle, lambda: self.tr("&Compare"))
         window.menuBar().addMenu(menu)
         self.compare_choices: dict[str, QAction] = {}
         for name in STRATEGIES:
@@ -149,49 +181,55 @@ class MainActions(QObject):
         bar.addWidget(self.compare_button)
 
         self.needles = QLineEdit()
-        self.needles.setPlaceholderText(self.tr("Needles: facts to track, separated by |"))
-        self.needles.setToolTip(
-            self.tr("Texts from the document; Compare shows the share that reaches the model")
-        )
+        t.set(self.needles.setPlaceholderText,
+              lambda: self.tr("Needles: facts to track, separated by |"))  # fmt: skip
+        t.set(self.needles.setToolTip, lambda: self.tr(
+            "Texts from the document; Compare shows the share that reaches the model"))  # fmt: skip
         self.needles.setMaximumWidth(220)
         bar.addWidget(self.needles)
 
     def _job_menu(self, bar: QToolBar) -> None:
         """Cancel (Esc, the toolbar's and the status bar's), the audit and the lanes."""
-        window = self._window
-        self.cancel_action = QAction(self.tr("&Cancel"), window)
+        window, t = self._window, self._texts
+        self.cancel_action = QAction(window)
+        t.set(self.cancel_action.setText, lambda: self.tr("&Cancel"))
         self.cancel_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         self.cancel_action.setEnabled(False)
         bar.addAction(self.cancel_action)
-        job_menu = window.menuBar().addMenu(self.tr("&Job"))
+        job_menu = window.menuBar().addMenu("")
+        t.set(job_menu.setTitle, lambda: self.tr("&Job"))
         job_menu.addAction(self.run_action)
         job_menu.addAction(self.cancel_action)
         job_menu.addSeparator()
-        self.audit_action = QAction(self.tr("&Audit Each Run Against llama.cpp"), window,
-                                    checkable=True)  # fmt: skip
-        self.audit_action.setToolTip(
-            self.tr("Check after each model call that llama.cpp holds exactly the plan shown")
-        )
+        self.audit_action = QAction(window, checkable=True)
+        t.set(self.audit_action.setText, lambda: self.tr("&Audit Each Run Against llama.cpp"))
+        t.set(self.audit_action.setToolTip, lambda: self.tr(
+            "Check after each model call that llama.cpp holds exactly the plan shown"))  # fmt: skip
         self.audit_action.setChecked(self._settings.value("audit", False, type=bool))
         self.audit_action.toggled.connect(lambda on: self._settings.setValue("audit", on))
         job_menu.addAction(self.audit_action)
         self._lanes_menu(job_menu)
-        self.cancel_button = QPushButton(self.tr("Cancel"))
+        self.cancel_button = QPushButton()
+        t.set(self.cancel_button.setText, lambda: self.tr("Cancel"))
         self.cancel_button.hide()
         window.statusBar().addPermanentWidget(self.cancel_button)
 
     def _lanes_menu(self, job_menu: QMenu) -> None:
         """How many of a map phase's replies are generated together, as parallel sequences."""
-        menu = job_menu.addMenu(self.tr("Map Phase in Parallel &Lanes"))
+        t = self._texts
+        menu = job_menu.addMenu("")
+        t.set(menu.setTitle, lambda: self.tr("Map Phase in Parallel &Lanes"))
         menu.setToolTipsVisible(True)
         group = QActionGroup(self)
         chosen = self._settings.value("lanes", DEFAULT_LANES, type=int)
         self.lanes_actions: dict[int, QAction] = {}
         for n in (0, 2, 4, 8):
-            label = self.tr("&One Window at a Time") if n == 0 else self.tr("&{0} Lanes").format(n)
-            action = QAction(label, self._window, checkable=True)
-            action.setToolTip(self.tr("Generate the replies of a map phase this many at a time; "
-                                      "each lane holds a context of its own"))  # fmt: skip
+            action = QAction(self._window, checkable=True)
+            t.set(action.setText, lambda n=n: self.tr("&One Window at a Time") if n == 0
+                  else self.tr("&{0} Lanes").format(n))  # fmt: skip
+            t.set(action.setToolTip, lambda: self.tr(
+                "Generate the replies of a map phase this many at a time; each lane holds a "
+                "context of its own"))  # fmt: skip
             action.setChecked(n == chosen)
             action.triggered.connect(lambda _on, n=n: self._settings.setValue("lanes", n))
             group.addAction(action)
@@ -200,31 +238,36 @@ class MainActions(QObject):
 
     def _view_menu(self, docks: list[QDockWidget], go_to: tuple[GoTo, ...]) -> None:
         """The docks, the keyboard's way into each part of the window, theme and language."""
-        window = self._window
-        view_menu = window.menuBar().addMenu(self.tr("&View"))
+        window, t = self._window, self._texts
+        view_menu = window.menuBar().addMenu("")
+        t.set(view_menu.setTitle, lambda: self.tr("&View"))
         for dock in docks:
             view_menu.addAction(dock.toggleViewAction())
         view_menu.addSeparator()
         for text, keys, target, dock in go_to:
-            go = QAction(text, window)
+            go = QAction(window)
+            t.set(go.setText, text)
             go.setShortcut(QKeySequence(keys))
             go.triggered.connect(lambda _c=False, t=target, d=dock: self._go_to(t, d))
             view_menu.addAction(go)
         view_menu.addSeparator()
-        theme_menu = view_menu.addMenu(self.tr("T&heme"))
+        theme_menu = view_menu.addMenu("")
+        t.set(theme_menu.setTitle, lambda: self.tr("T&heme"))
         themes = QActionGroup(window)
         current = current_theme(
             QApplication.instance(), str(self._settings.value("theme", "system"))
         )
-        for name, text in (("system", self.tr("&System")), ("light", self.tr("&Light")),
-                           ("dark", self.tr("&Dark"))):  # fmt: skip
-            choice = QAction(text, window, checkable=True)
+        for name, text in (("system", lambda: self.tr("&System")),
+                           ("light", lambda: self.tr("&Light")),
+                           ("dark", lambda: self.tr("&Dark"))):  # fmt: skip
+            choice = QAction(window, checkable=True)
+            t.set(choice.setText, text)
             choice.setData(name)
             choice.setChecked(name == current)
             themes.addAction(choice)
             theme_menu.addAction(choice)
         themes.triggered.connect(self._set_theme)
-        view_menu.addMenu(language_menu(window, self._settings, window.statusBar().showMessage))
+        view_menu.addMenu(LanguageMenu(window, self._settings))
 
     def _go_to(self, target: QWidget, dock: QDockWidget | None) -> None:
         """Focus ``target``, first bringing its tab of the stages to the front if it is one."""
@@ -284,9 +327,10 @@ class MainActions(QObject):
         self.recent_menu.setEnabled(bool(self._recent()))
 
 
-def _buddy(text: str, widget: QWidget) -> QLabel:
+def _buddy(texts: Retranslated, text: Callable[[], str], widget: QWidget) -> QLabel:
     """A label whose mnemonic (Alt + the underlined letter) puts the focus on ``widget``."""
-    label = QLabel(text)
+    label = QLabel()
+    texts.set(label.setText, text)
     label.setBuddy(widget)
     return label
 

@@ -10,31 +10,29 @@ request only has to reach the model with the toolbar's choices as plain values.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QByteArray, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
-    QFrame,
     QMainWindow,
     QMessageBox,
     QProgressBar,
-    QScrollArea,
     QSplitter,
     QTabWidget,
     QWidget,
 )
 
-from app import __version__
 from app.core import calibrate
 from app.core.documents import Document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
+from app.core.jobs.tasks import JobFinished
 from app.core.paths import models_dir
 from app.core.planning.plan import Plan
 from app.services.versions import OpenedVersion
@@ -45,16 +43,17 @@ from app.ui.compare_view import MAX_PANES, CompareView
 from app.ui.document_view import DocumentView
 from app.ui.engine_thread import ServerSpec
 from app.ui.gauges import GaugesPanel
+from app.ui.help import about_box
 from app.ui.history_panel import SUFFIX as SESSION_SUFFIX
 from app.ui.history_panel import HistoryPanel
-from app.ui.i18n import finish_label, strategy_label, task_label
+from app.ui.i18n import FollowsLanguage, Retranslated, finish_label, strategy_label, task_label
 from app.ui.main_actions import MainActions
 from app.ui.model_offer import ModelOffer
 from app.ui.model_panel import ModelPanel
 from app.ui.plan_index import PlanIndex
 from app.ui.sampling_box import SamplingBox
 from app.ui.session_model import JobChoices, SessionModel, StartedJob
-from app.ui.widgets import plain_label, plain_message_box
+from app.ui.widgets import plain_label, plain_message_box, scrolling
 
 log = logging.getLogger(__name__)
 USE_TUNED_KEY = "model/use_tuned"
@@ -62,7 +61,7 @@ REPLAN_DELAY_MS = 400  # after the last keystroke in the question
 DEFAULT_SIZE = QSize(1400, 900)  # on screens large enough; smaller ones get all they have
 
 
-class MainWindow(QMainWindow):
+class MainWindow(FollowsLanguage, QMainWindow):
     ready = Signal()  # the model is loaded and the document's tokens are counted
     failed = Signal(str)  # something the person was told about went wrong
     plan_shown = Signal(object)  # the Plan now highlighted in the document
@@ -86,13 +85,16 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings()
         self.last_error = ""
         self._shut_down = False  # closeEvent has stopped the engine and closed the store
+        self._resuming: VersionInfo | None = None  # the rolled-back version now resuming
         self._open_store(db_path)
         self.session = SessionModel(self.repo, n_ctx, self)
         self.engine = self.session.engine
         self._replan_timer = QTimer(self, singleShot=True, interval=REPLAN_DELAY_MS)
         self._replan_timer.timeout.connect(self.update_plan)
+        self._texts = Retranslated()
         self._build_panels()
         self._build_actions()
+        self.retranslate()
         self._wire_session()
         self._restore_layout()
         self.session.choose(self.choices())
@@ -131,32 +133,32 @@ class MainWindow(QMainWindow):
         use_tuned = self.model_panel.tuning.use_tuned
         use_tuned.setChecked(bool(self.settings.value(USE_TUNED_KEY, True, type=bool)))
         use_tuned.toggled.connect(lambda on: self.settings.setValue(USE_TUNED_KEY, on))
-        self._dock("model", self.tr("Model"), scrolling(self.model_panel),
+        self._dock("model", lambda: self.tr("Model"), scrolling(self.model_panel),
                    Qt.DockWidgetArea.LeftDockWidgetArea)  # fmt: skip
         self.sampling_box = SamplingBox(self.settings)  # what the next Run samples with
-        self._dock("sampling", self.tr("Sampling"), self.sampling_box,
+        self._dock("sampling", lambda: self.tr("Sampling"), self.sampling_box,
                    Qt.DockWidgetArea.LeftDockWidgetArea)  # fmt: skip
 
         self.buffers = BufferPanel()
         self.buffers.source_clicked.connect(self.document_view.highlight_sources)
         self.compare = CompareView()
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.buffers, self.tr("&Buffers"))
-        self.tabs.addTab(self.compare, self.tr("Comp&are"))
+        self.tabs.addTab(self.buffers, "")
+        self.tabs.addTab(self.compare, "")
         if self.repo is not None:
             self.history: HistoryPanel | None = HistoryPanel(self.repo)
             self.history.rolled_back.connect(self.session.resume_rollback)
             self.history.open_requested.connect(self.session.open_version)
             self.history.failed.connect(self.session.fail)
-            self.tabs.addTab(self.history, self.tr("Histor&y"))
+            self.tabs.addTab(self.history, "")
         else:
             self.history = None
-            self.tabs.addTab(plain_label(self._store_problem), self.tr("Histor&y"))
-        self._dock("stages", self.tr("Three-stage buffer"), self.tabs,
+            self.tabs.addTab(plain_label(self._store_problem), "")
+        self._dock("stages", lambda: self.tr("Three-stage buffer"), self.tabs,
                    Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
 
         self.gauges = GaugesPanel()
-        self._dock("gauges", self.tr("Gauges"), scrolling(self.gauges),
+        self._dock("gauges", lambda: self.tr("Gauges"), scrolling(self.gauges),
                    Qt.DockWidgetArea.BottomDockWidgetArea)  # fmt: skip
         self.gauges.start()  # redraws ~10 times a second while shown
 
@@ -166,12 +168,23 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.statusBar().addPermanentWidget(self.progress)
 
-    def _dock(self, name: str, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> None:
-        dock = QDockWidget(title, self)
+    def _dock(self, name: str, title: Callable[[], str], widget: QWidget,
+              area: Qt.DockWidgetArea) -> None:  # fmt: skip
+        dock = QDockWidget(self)
+        self._texts.set(dock.setWindowTitle, title)  # its View menu entry follows it
         dock.setObjectName(f"dock-{name}")  # saveState needs names
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
         self._view_menu_docks = [*getattr(self, "_view_menu_docks", []), dock]
+
+    def retranslate(self) -> None:
+        """The docks' titles, the stages' tabs, the menus and the toolbar in the language now
+        installed (each panel follows on its own)."""
+        self._texts.retranslate()
+        tabs = (self.tr("&Buffers"), self.tr("Comp&are"), self.tr("Histor&y"))
+        for i, text in enumerate(tabs):
+            self.tabs.setTabText(i, text)
+        self.controls.retranslate()
 
     def _build_actions(self) -> None:
         """The menus and the toolbar; the controls that the session guard, the demo and the
@@ -187,7 +200,7 @@ class MainWindow(QMainWindow):
         c.open_action.triggered.connect(self._choose_document)
         c.open_recent.connect(self.open_document)
         c.get_model_action.triggered.connect(self.model_panel.get_default_model)
-        c.about_action.triggered.connect(self._about)
+        c.about_action.triggered.connect(lambda: about_box(self, self.session.capabilities))
         c.task_box.currentIndexChanged.connect(lambda _i: self.update_plan())
         c.question.textChanged.connect(self._replan_soon)
         c.strategy_box.currentIndexChanged.connect(lambda _i: self.update_plan())
@@ -223,6 +236,8 @@ class MainWindow(QMainWindow):
             s.recorded.connect(self.history.set_session)
             s.current_changed.connect(self.history.set_current)
         s.version_opened.connect(self._on_version_opened)
+        s.thread_changed.connect(self.buffers.thread.set_turns)
+        self.buffers.thread.open_requested.connect(s.open_version)
         s.version_restored.connect(self._show_version_job)
         s.waits_changed.connect(self._on_waits_changed)
         s.status.connect(self.statusBar().showMessage)
@@ -231,6 +246,7 @@ class MainWindow(QMainWindow):
         s.ready.connect(self.ready)
         s.ready.connect(self._log_ready)
         s.job_finished.connect(self.job_finished)
+        s.job_finished.connect(self._take_next_question)
         s.engine_restarted.connect(self.engine_restarted)
         self.model_offer = ModelOffer(self)  # a Run without a model offers one
         s.model_needed.connect(self.model_offer.offer)
@@ -399,9 +415,10 @@ class MainWindow(QMainWindow):
         if job.resumed and job.version is not None:  # the version being run, not the toolbar's
             v = job.version
             self._show_version_job(v)
-            caption = self.tr("Resuming v{0} ({1}, {2}) from its saved KV state…")
-            self.buffers.set_caption(caption.format(v.number, task_label(v.task),
-                                                    strategy_label(v.strategy)))  # fmt: skip
+            self.buffers.set_caption(lambda: self.tr(
+                "Resuming v{0} ({1}, {2}) from its saved KV state…").format(
+                v.number, task_label(v.task), strategy_label(v.strategy)))  # fmt: skip
+            self._resuming = v
         if not job.resumed:
             self.gauges.reset(job.n_ctx)
         if job.comparing:
@@ -426,14 +443,24 @@ class MainWindow(QMainWindow):
         """An old version shown again: its recorded reply in the output buffer (its plan, when
         made on this document, is on the document already: see SessionModel.open_version)."""
         v = opened.version
-        caption = self.tr("v{0} of session #{1}: {2} · {3} · {4}").format(
-            v.number, v.session, task_label(v.task), strategy_label(v.strategy),
-            finish_label(opened.finish_reason) if opened.finish_reason else self.tr("not run"))
+
+        def caption() -> str:  # again in the words of a language chosen meanwhile
+            return self.tr("v{0} of session #{1}: {2} · {3} · {4}").format(
+                v.number, v.session, task_label(v.task), strategy_label(v.strategy),
+                finish_label(opened.finish_reason) if opened.finish_reason
+                else self.tr("not run"))  # fmt: skip
+
         outputs = [(str(o.get("step", "")), str(o.get("text", "")),
                     tuple((int(a), int(b)) for a, b in o.get("source_spans", ())))
                    for o in opened.outputs]  # fmt: skip
         self.buffers.show_outputs(caption, outputs)
         self.tabs.setCurrentWidget(self.buffers)
+
+    def _take_next_question(self, outcome: object) -> None:
+        """After an answer the question box takes the next question (typing replaces it)."""
+        if self.task_box.currentData() == "ask" and self.question.isEnabled():
+            self.question.selectAll()
+            self.question.setFocus()
 
     def _on_running_changed(self, running: bool) -> None:
         self.run_action.setEnabled(not running)
@@ -445,7 +472,17 @@ class MainWindow(QMainWindow):
             self.gauges.on_event(ev)
             if self.session.comparing:
                 self.compare.on_event(ev)
+            if isinstance(ev, JobFinished) and self._resuming is not None:
+                self._resumed(self._resuming, ev.result.evaluated_tokens)
         self.job_events.emit(events)
+
+    def _resumed(self, v: VersionInfo, evaluated: int) -> None:
+        """The "Resuming…" caption says the resume is over, and what it cost."""
+        self._resuming = None
+        self.buffers.set_caption(lambda: self.tr(
+            "v{0} ({1}, {2}) resumed from its saved KV state: {3:,} prompt token(s) "
+            "evaluated").format(v.number, task_label(v.task), strategy_label(v.strategy),
+                                evaluated))  # fmt: skip
 
     # ----- errors and progress -----
 
@@ -496,21 +533,6 @@ class MainWindow(QMainWindow):
         self.session.fail(self.tr("Unexpected error (details in the log): {0}: {1}").format(
             kind.__name__, exc))  # fmt: skip
 
-    def _about(self) -> None:
-        caps = self.session.capabilities
-        QMessageBox.about(
-            self,
-            self.tr("About ContextLens"),
-            self.tr(
-                "ContextLens {0}\nllama-cpp-python {1}\nllama.cpp build: {2}\nQt (PySide6) {3}"
-            ).format(
-                __version__,
-                (caps.llama_cpp_python_version if caps else "") or self.tr("(load a model)"),
-                (caps.system_info if caps else "") or self.tr("(load a model)"),
-                pyside_version,
-            ),
-        )
-
     # ----- layout and closing -----
 
     def _restore_layout(self) -> None:
@@ -549,6 +571,11 @@ class MainWindow(QMainWindow):
                          [max(240, width * 23 // 100), width * 36 // 100],
                          Qt.Orientation.Horizontal)  # fmt: skip
 
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LanguageChange and self._shut_down:
+            return True  # closed for good: its panels, half torn down, need no new words
+        return super().event(event)
+
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._shut_down:  # closed once already: the engine and the store are gone
             event.accept()
@@ -568,13 +595,3 @@ class MainWindow(QMainWindow):
         if event.isAccepted():
             self.closed.emit()
 
-
-def scrolling(panel: QWidget) -> QScrollArea:
-    """``panel`` in a frameless area that scrolls it up and down when the window is too short
-    for it, rather than squeezing its wrapped hints or pushing the docks below off the window."""
-    area = QScrollArea()
-    area.setWidget(panel)
-    area.setWidgetResizable(True)
-    area.setFrameShape(QFrame.Shape.NoFrame)
-    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-    return area

@@ -15,6 +15,7 @@ settings" is off (app/ui/tuned_settings.py shows them).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal
@@ -50,6 +51,7 @@ from app.core.engine.types import (
 from app.core.paths import list_models
 from app.core.telemetry import estimate_memory
 from app.ui.background import run_in_background
+from app.ui.i18n import FollowsLanguage
 from app.ui.model_fetch_dialog import ModelFetchDialog
 from app.ui.server_box import ServerBox
 from app.ui.tuned_settings import TunedSettingsBox
@@ -75,31 +77,55 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-class ModelCard(QGroupBox):
+class ModelCard(FollowsLanguage, QGroupBox):
     """The GGUF metadata a person needs before choosing a context size."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(self.tr("Model"), parent)
+        super().__init__(parent)
         form = QFormLayout(self)
         self._fields: dict[str, QLabel] = {}
-        for key, label in (
-            ("name", self.tr("Name:")),
-            ("file", self.tr("File:")),
-            ("arch", self.tr("Architecture:")),
-            ("params", self.tr("Parameters:")),
-            ("quant", self.tr("Quantization:")),
-            ("ctx_train", self.tr("Context trained:")),
-            ("layers", self.tr("Layers:")),
-            ("attention", self.tr("Attention:")),
-            ("kind", self.tr("Kind:")),
-            ("kv", self.tr("KV bytes per token:")),
-            ("loaded", self.tr("Loaded:")),
-        ):
+        self._names: dict[str, QLabel] = {}
+        # what the card shows, to say it again in another language
+        self._info: ModelInfo | None = None
+        self._cache_type = ""
+        self._loaded: LoadedModel | None = None
+        self._loaded_shown = False  # show_loaded was called since the last clear
+        for key in self._row_names():
             value = plain_label("–")
             value.setWordWrap(True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            name = QLabel()
+            name.setBuddy(value)
             self._fields[key] = value
-            form.addRow(label, value)
+            self._names[key] = name
+            form.addRow(name, value)
+        self.retranslate()
+
+    def _row_names(self) -> dict[str, str]:
+        """Each row's key and name, top to bottom."""
+        return {
+            "name": self.tr("Name:"),
+            "file": self.tr("File:"),
+            "arch": self.tr("Architecture:"),
+            "params": self.tr("Parameters:"),
+            "quant": self.tr("Quantization:"),
+            "ctx_train": self.tr("Context trained:"),
+            "layers": self.tr("Layers:"),
+            "attention": self.tr("Attention:"),
+            "kind": self.tr("Kind:"),
+            "kv": self.tr("KV bytes per token:"),
+            "loaded": self.tr("Loaded:"),
+        }
+
+    def retranslate(self) -> None:
+        """The title, the row names and the values shown, in the language in effect."""
+        self.setTitle(self.tr("Model"))
+        for key, text in self._row_names().items():
+            self._names[key].setText(text)
+        if self._info is not None:
+            self.show_info(self._info, self._cache_type)
+        if self._loaded_shown:
+            self.show_loaded(self._loaded)
 
     def value(self, key: str) -> str:
         """The text shown for one field (name, file, arch, params, quant, ctx_train, layers, kv,
@@ -107,10 +133,13 @@ class ModelCard(QGroupBox):
         return self._fields[key].text()
 
     def clear(self) -> None:
+        self._info = None
+        self._loaded_shown = False
         for value in self._fields.values():
             value.setText("–")
 
     def show_info(self, info: ModelInfo, cache_type: str) -> None:
+        self._info, self._cache_type = info, cache_type
         per_token = info.kv_bytes_per_token(cache_type)
         values = {
             "name": info.name or Path(info.path).name,
@@ -145,6 +174,7 @@ class ModelCard(QGroupBox):
         return self.tr("full attention on all {0} layers").format(n) if n else "–"
 
     def show_loaded(self, loaded: LoadedModel | None) -> None:
+        self._loaded, self._loaded_shown = loaded, True
         if loaded is None:
             self._fields["loaded"].setText(self.tr("no"))
             return
@@ -155,7 +185,7 @@ class ModelCard(QGroupBox):
         )
 
 
-class ModelPanel(QWidget):
+class ModelPanel(FollowsLanguage, QWidget):
     """Models on disk, the chosen one's card, the load options and what they will cost."""
 
     load_requested = Signal(object, object)  # Path, LoadSettings
@@ -178,20 +208,18 @@ class ModelPanel(QWidget):
         self._reading = 0  # generation of the newest read; older answers are ignored
         self._settings_error = ""
         self._calibrations: dict[Path, Calibration] = {}  # per model file, as the engine told
+        self._file_problem: tuple[Path, str] | None = None  # the selected file and its fault
+        self._status_text: Callable[[], str] = self._loaded_text  # says the status line
         defaults = LoadSettings()
 
         self.models = QListWidget()
         self.models.setAlternatingRowColors(True)
         self.models.currentItemChanged.connect(self._on_current_changed)
-        models_label = QLabel(self.tr("&Models:"))
-        models_label.setBuddy(self.models)
-        self.browse_button = QPushButton(self.tr("Bro&wse…"))
-        self.browse_button.setToolTip(self.tr("Choose a GGUF file anywhere on disk"))
+        self._models_label = QLabel()
+        self._models_label.setBuddy(self.models)
+        self.browse_button = QPushButton()
         self.browse_button.clicked.connect(self._browse)
-        self.get_default_button = QPushButton(self.tr("Get the Default Model…"))
-        self.get_default_button.setToolTip(
-            self.tr("Download the default model (about 98 MB) and check it against its checksum")
-        )
+        self.get_default_button = QPushButton()
         self.get_default_button.clicked.connect(self.get_default_model)
         self._fetch_dialog: ModelFetchDialog | None = None
 
@@ -204,15 +232,8 @@ class ModelPanel(QWidget):
         self.n_ctx.setGroupSeparatorShown(True)
         self.n_ctx.setKeyboardTracking(True)  # the memory line follows every keystroke
         self.n_ctx.setValue(defaults.n_ctx)
-        self.n_ctx.setToolTip(self.tr("Tokens the model can hold at once (n_ctx)"))
         self.memory = plain_label()
         self.memory.setWordWrap(True)
-        self.memory.setToolTip(
-            self.tr(
-                "Estimated before loading: the KV cache is exact for its type; compute "
-                "buffers are approximated. Live figures come from llama.cpp once loaded."
-            )
-        )
 
         self.gpu_layers = QSlider(Qt.Orientation.Horizontal)
         self.gpu_layers.setRange(0, 0)
@@ -228,10 +249,7 @@ class ModelPanel(QWidget):
         for name in KV_CACHE_TYPE_NAMES:
             self.kv_type.addItem(name, name)
         self.kv_type.setCurrentIndex(KV_CACHE_TYPE_NAMES.index(defaults.kv_cache_type))
-        self.kv_type.setToolTip(
-            self.tr("Quantized types (q8_0 … iq4_nl) take less memory and need flash attention")
-        )
-        self.flash_attn = QCheckBox(self.tr("Flash attention"))
+        self.flash_attn = QCheckBox()
         self.flash_attn.setChecked(defaults.flash_attn)
         self.threads = QSpinBox()
         self.threads.setRange(1, max(MAX_THREADS, defaults.n_threads))
@@ -240,12 +258,10 @@ class ModelPanel(QWidget):
         self.batch.setRange(1, MAX_BATCH)
         self.batch.setSingleStep(64)
         self.batch.setValue(defaults.n_batch)
-        self.batch.setToolTip(self.tr("Prompt tokens handed to llama.cpp at once (n_batch)"))
         self.ubatch = QSpinBox()
         self.ubatch.setRange(1, MAX_BATCH)
         self.ubatch.setSingleStep(64)
         self.ubatch.setValue(defaults.n_ubatch)
-        self.ubatch.setToolTip(self.tr("Tokens computed in one step (n_ubatch)"))
         self._defaults = defaults
         self.tuning = TunedSettingsBox()
         self.tuning.calibrate_requested.connect(self._request_calibration)
@@ -254,16 +270,16 @@ class ModelPanel(QWidget):
         self.tuning.use_tuned.toggled.connect(self._update)
         self.settings_note = MessageLine()
 
-        self.load_button = QPushButton(self.tr("L&oad"))
+        self.load_button = QPushButton()
         self.load_button.setDefault(True)
         self.load_button.clicked.connect(self._request_load)
-        self.unload_button = QPushButton(self.tr("&Unload"))
+        self.unload_button = QPushButton()
         self.unload_button.clicked.connect(self.unload_requested)
         self.status = plain_label()
         self.status.setWordWrap(True)
         self.engine_error = MessageLine()
 
-        self._layout(models_label)
+        self._layout()
         self.n_ctx.valueChanged.connect(self._update)
         self.gpu_layers.valueChanged.connect(self._update)
         self.kv_type.currentIndexChanged.connect(self._on_kv_type_changed)
@@ -275,40 +291,38 @@ class ModelPanel(QWidget):
         self.set_capabilities(None)
         self.show_unloaded()
         self.refresh_models()
+        self.retranslate()
 
-    def _layout(self, models_label: QLabel) -> None:
+    def _layout(self) -> None:
         top = QHBoxLayout()
-        top.addWidget(models_label)
+        top.addWidget(self._models_label)
         top.addStretch(1)
         top.addWidget(self.browse_button)
 
-        options = QGroupBox(self.tr("Load options"))
-        form = QFormLayout(options)
-        ctx_label = QLabel(self.tr("Co&ntext size:"))
-        ctx_label.setBuddy(self.n_ctx)
-        form.addRow(ctx_label, self.n_ctx)
+        self._options = QGroupBox()
+        form = QFormLayout(self._options)
+
+        def row(field: QWidget | QHBoxLayout, buddy: QWidget) -> QLabel:
+            label = QLabel()
+            label.setBuddy(buddy)
+            form.addRow(label, field)
+            return label
+
+        self._ctx_label = row(self.n_ctx, self.n_ctx)
         form.addRow("", self.memory)
-        gpu_label = QLabel(self.tr("&GPU layers:"))
-        gpu_label.setBuddy(self.gpu_layers)
         gpu_row = QHBoxLayout()
         gpu_row.addWidget(self.gpu_layers, 1)
         gpu_row.addWidget(self.gpu_layers_value)
-        form.addRow(gpu_label, gpu_row)
+        self._gpu_label = row(gpu_row, self.gpu_layers)
         form.addRow("", self.gpu_reason)
-        form.addRow(self.tr("Backend:"), self.backend)
-        kv_label = QLabel(self.tr("KV cache type:"))
-        kv_label.setBuddy(self.kv_type)
-        form.addRow(kv_label, self.kv_type)
+        self._backend_label = row(self.backend, self.backend)
+        self._kv_label = row(self.kv_type, self.kv_type)
         form.addRow("", self.flash_attn)
-        threads_label = QLabel(self.tr("Threads:"))
-        threads_label.setBuddy(self.threads)
-        form.addRow(threads_label, self.threads)
-        batch_label = QLabel(self.tr("Batch, micro-batch:"))
-        batch_label.setBuddy(self.batch)
+        self._threads_label = row(self.threads, self.threads)
         batch_row = QHBoxLayout()
         batch_row.addWidget(self.batch, 1)
         batch_row.addWidget(self.ubatch, 1)
-        form.addRow(batch_label, batch_row)
+        self._batch_label = row(batch_row, self.batch)
         form.addRow(self.settings_note)
 
         buttons = QHBoxLayout()
@@ -322,12 +336,50 @@ class ModelPanel(QWidget):
         layout.addWidget(self.get_default_button)
         layout.addWidget(self.file_error)
         layout.addWidget(self.card)
-        layout.addWidget(options)
+        layout.addWidget(self._options)
         layout.addWidget(self.tuning)
         layout.addLayout(buttons)
         layout.addWidget(self.server)
         layout.addWidget(self.engine_error)
         layout.addWidget(self.status)
+
+    def retranslate(self) -> None:
+        """Every text of the panel, and what it shows now (the options' cost, the engine's
+        build, the selected file's fault, the status line), in the language in effect."""
+        self._models_label.setText(self.tr("&Models:"))
+        self.browse_button.setText(self.tr("Bro&wse…"))
+        self.browse_button.setToolTip(self.tr("Choose a GGUF file anywhere on disk"))
+        self.get_default_button.setText(self.tr("Get the Default Model…"))
+        self.get_default_button.setToolTip(
+            self.tr("Download the default model (about 98 MB) and check it against its checksum")
+        )
+        self.n_ctx.setToolTip(self.tr("Tokens the model can hold at once (n_ctx)"))
+        self.memory.setToolTip(
+            self.tr(
+                "Estimated before loading: the KV cache is exact for its type; compute "
+                "buffers are approximated. Live figures come from llama.cpp once loaded."
+            )
+        )
+        self.kv_type.setToolTip(
+            self.tr("Quantized types (q8_0 … iq4_nl) take less memory and need flash attention")
+        )
+        self.flash_attn.setText(self.tr("Flash attention"))
+        self.batch.setToolTip(self.tr("Prompt tokens handed to llama.cpp at once (n_batch)"))
+        self.ubatch.setToolTip(self.tr("Tokens computed in one step (n_ubatch)"))
+        self.load_button.setText(self.tr("L&oad"))
+        self.unload_button.setText(self.tr("&Unload"))
+        self._options.setTitle(self.tr("Load options"))
+        self._ctx_label.setText(self.tr("Co&ntext size:"))
+        self._gpu_label.setText(self.tr("&GPU layers:"))
+        self._backend_label.setText(self.tr("Backend:"))
+        self._kv_label.setText(self.tr("KV cache type:"))
+        self._threads_label.setText(self.tr("Threads:"))
+        self._batch_label.setText(self.tr("Batch, micro-batch:"))
+        self._show_capabilities()
+        self._show_estimate(self.settings())
+        if self._file_problem is not None:
+            self.file_error.show_message(self._file_problem_text(*self._file_problem))
+        self.status.setText(self._status_text())
 
     # ----- the list of models -----
 
@@ -413,8 +465,9 @@ class ModelPanel(QWidget):
     def _read(self, path: Path) -> None:
         self._reading += 1
         self._set_info(None)
+        self._file_problem = None
         self.file_error.clear()
-        self.status.setText(self.tr("Reading {0}…").format(path.name))
+        self._say(lambda: self.tr("Reading {0}…").format(path.name))
         # The callbacks hold the panel weakly and the work not at all: a widget must never be
         # freed on the pool thread, and a closed panel need not wait for the read to finish.
         panel = weakref.ref(self)
@@ -433,15 +486,19 @@ class ModelPanel(QWidget):
     def _on_info(self, info: ModelInfo) -> None:
         self._set_info(info)
         self.tuning.show_calibration(self._calibrations.get(Path(info.path)))
-        self.status.setText(self._loaded_text())
+        self._say(self._loaded_text)
         self.info_ready.emit(info)
 
     def _on_file_failed(self, path: Path, message: str) -> None:
-        text = self.tr("{0} cannot be used: {1}").format(path.name, _sentence(message))
+        self._file_problem = (path, message)
+        text = self._file_problem_text(path, message)
         self.file_error.show_message(text)
-        self.status.setText(self._loaded_text())
+        self._say(self._loaded_text)
         self._update()
         self.file_failed.emit(text)
+
+    def _file_problem_text(self, path: Path, message: str) -> str:
+        return self.tr("{0} cannot be used: {1}").format(path.name, _sentence(message))
 
     def _set_info(self, info: ModelInfo | None) -> None:
         self._info = info
@@ -459,6 +516,16 @@ class ModelPanel(QWidget):
     def set_capabilities(self, caps: EngineCapabilities | None) -> None:
         """What the engine build can do; None while that is not known yet."""
         self._caps = caps
+        can = caps is not None and caps.gpu_offload_supported
+        if not can:
+            self.gpu_layers.setValue(0)
+        self.gpu_layers.setEnabled(can)
+        self._show_capabilities()
+        self._update()
+
+    def _show_capabilities(self) -> None:
+        """Whether layers can go to a GPU, and why not, for the capabilities known."""
+        caps = self._caps
         if caps is None:
             reason = self.tr("Checking whether this build can use a GPU…")
         elif not caps.gpu_offload_supported:
@@ -467,15 +534,10 @@ class ModelPanel(QWidget):
             )
         else:
             reason = ""
-        can = caps is not None and caps.gpu_offload_supported
-        if not can:
-            self.gpu_layers.setValue(0)
-        self.gpu_layers.setEnabled(can)
         self.gpu_layers.setToolTip(reason or self.tr("Layers to run on the GPU"))
         self.gpu_reason.setText(reason)
         self.gpu_reason.setVisible(bool(reason))
         self._show_backend(caps)
-        self._update()
 
     def _show_backend(self, caps: EngineCapabilities | None) -> None:
         """Which ggml backends this llama.cpp build runs on: the answer to "is my GPU used?"."""
@@ -535,7 +597,17 @@ class ModelPanel(QWidget):
             if self._settings_error or str(settings.kv_cache_type) in UNQUANTIZED_KV:
                 self.settings_note.clear()
             self._settings_error = ""
+        self._show_estimate(settings)
+        info = self._info
+        self.load_button.setEnabled(
+            info is not None and not self._busy and not self._settings_error
+        )
+        self.unload_button.setEnabled(self._loaded is not None and not self._busy)
+        self.tuning.set_can_calibrate(info is not None and not self._busy
+                                      and not self._settings_error)  # fmt: skip
 
+    def _show_estimate(self, settings: LoadSettings) -> None:
+        """The GPU layers chosen, the card and the memory ``settings`` take."""
         layers = self.gpu_layers.maximum()
         value = self.gpu_layers.value()
         self.gpu_layers_value.setText(
@@ -556,12 +628,6 @@ class ModelPanel(QWidget):
                 )
             )
         self.card.show_loaded(self._loaded)
-        self.load_button.setEnabled(
-            info is not None and not self._busy and not self._settings_error
-        )
-        self.unload_button.setEnabled(self._loaded is not None and not self._busy)
-        self.tuning.set_can_calibrate(info is not None and not self._busy
-                                      and not self._settings_error)  # fmt: skip
 
     def use_tuned(self) -> bool:
         """Whether the tuned speed settings replace the panel's own at load."""
@@ -588,21 +654,21 @@ class ModelPanel(QWidget):
         """While the engine loads or unloads: Load and Unload are disabled."""
         self._busy = busy
         if busy:
-            self.status.setText(self.tr("Loading…"))
+            self._say(lambda: self.tr("Loading…"))
         self._update()
 
     def show_loaded(self, loaded: LoadedModel) -> None:
         self._loaded = loaded
         self._busy = False
         self.engine_error.clear()
-        self.status.setText(self._loaded_text())
+        self._say(self._loaded_text)
         self._update()
 
     def show_unloaded(self) -> None:
         self._loaded = None
         self._busy = False
         self.server.show_disconnected()
-        self.status.setText(self._loaded_text())
+        self._say(self._loaded_text)
         self._update()
 
     def show_server(self, info: ServerInfo) -> None:
@@ -611,7 +677,7 @@ class ModelPanel(QWidget):
         self._busy = False
         self.engine_error.clear()
         self.server.show_connected(info)
-        self.status.setText(self.tr("Connected to {0}: model {1}, context {2:,} tokens.").format(
+        self._say(lambda: self.tr("Connected to {0}: model {1}, context {2:,} tokens.").format(
             info.url, info.model, info.n_ctx))  # fmt: skip
         self._update()
 
@@ -619,19 +685,19 @@ class ModelPanel(QWidget):
         """An engine failure (refused load, crash), in plain words, under the buttons."""
         self._busy = False
         self.engine_error.show_message(_sentence(message))
-        self.status.setText(self._loaded_text())
+        self._say(self._loaded_text)
         self._update()
 
     def show_calibrating(self, done: int, total: int) -> None:
         """The engine measures candidate settings before loading: "calibrating: 3/8"."""
         self.tuning.show_progress(done, total)
-        self.status.setText(self.tr("Calibrating: {0}/{1} settings tried…").format(done, total))
+        self._say(lambda: self.tr("Calibrating: {0}/{1} settings tried…").format(done, total))
 
     def show_calibration(self, path: Path, calibration: Calibration, measured_now: bool) -> None:
         """The calibration applied to ``path`` (measured now, or found in the cache)."""
         self._calibrations[Path(path)] = calibration
         if self.selected_model() == Path(path):
-            note = self.tr("Measured now") if measured_now else ""
+            note = (lambda: self.tr("Measured now")) if measured_now else ""
             self.tuning.show_calibration(calibration, note)
 
     def show_background_calibration(self, done: int, total: int) -> None:
@@ -650,7 +716,9 @@ class ModelPanel(QWidget):
 
     def show_calibration_stopped(self, message: str) -> None:
         """Cancelled or failed: the model loads with the panel's own values."""
-        self.tuning.show_stopped(self.tr("{0}: loading with the values above").format(message))
+        self.tuning.show_stopped(
+            lambda: self.tr("{0}: loading with the values above").format(message)
+        )
 
     def tuned_text(self) -> str:
         """The tuned-settings line as shown."""
@@ -659,6 +727,11 @@ class ModelPanel(QWidget):
     def error_text(self) -> str:
         """The error shown now (the file's, else the engine's), or ""."""
         return self.file_error.text() or self.engine_error.text()
+
+    def _say(self, text: Callable[[], str]) -> None:
+        """Show a status line; ``text`` is kept to say it again when the language changes."""
+        self._status_text = text
+        self.status.setText(text())
 
     def _loaded_text(self) -> str:
         if self._loaded is None:

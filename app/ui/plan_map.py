@@ -17,6 +17,7 @@ from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent, QPalette, QResizeEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from app.ui.i18n import FollowsLanguage
 from app.ui.plan_index import DROPPED, KEPT_A, KEPT_A_SHARED, KEPT_B, KEPT_B_SHARED
 
 MAP_WIDTH = 14
@@ -59,7 +60,7 @@ def row_kinds(
     return out
 
 
-class PlanMap(QWidget):
+class PlanMap(FollowsLanguage, QWidget):
     """The whole document as a thin strip: kept, dropped and windows, and the screen on it."""
 
     jump_requested = Signal(int)  # a character offset the person pointed at
@@ -69,14 +70,17 @@ class PlanMap(QWidget):
         self.setFixedWidth(MAP_WIDTH)
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.setAccessibleName(self.tr("Plan map"))
-        self.setToolTip(self.tr("The whole document: kept, dropped and passes; click to go there"))
         self._length = 0
         self._stretches: tuple[list[int], list[int], list[int]] = ([], [], [])
         self._screen = (0, 0)
         self._rows: np.ndarray | None = None  # row_kinds for the current plan and height
         self._colours: dict[int, QColor] = {}
         self._frame = QColor()
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        self.setAccessibleName(self.tr("Plan map"))
+        self.setToolTip(self.tr("The whole document: kept, dropped and passes; click to go there"))
 
     def sizeHint(self) -> QSize:
         return QSize(MAP_WIDTH, 200)

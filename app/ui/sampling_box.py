@@ -14,12 +14,13 @@ import contextlib
 import json
 from dataclasses import replace
 
-from PySide6.QtCore import QSettings, Signal
+from PySide6.QtCore import QSettings, QSignalBlocker, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QLabel,
     QSizePolicy,
     QSpinBox,
     QToolButton,
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.core.engine.types import SamplingSettings
 from app.core.sampling import BALANCED, CREATIVE, DETERMINISTIC, PRESETS, preset_of
+from app.ui.i18n import FollowsLanguage
 
 SETTINGS_KEY = "sampling/settings"
 CUSTOM = "custom"
@@ -36,7 +38,7 @@ MAX_WINDOW = 1 << 20
 MAX_UI_SEED = 2**31 - 1  # QSpinBox holds a signed 32-bit int
 
 
-class SamplingBox(QWidget):
+class SamplingBox(FollowsLanguage, QWidget):
     """The box's widgets; the window shows it as its own dock under the model panel, so it stays
     in view however long the model card grows."""
 
@@ -48,83 +50,60 @@ class SamplingBox(QWidget):
         self._updating = False
 
         self.preset = QComboBox()
-        self.preset.addItem(self.tr("Deterministic (greedy)"), DETERMINISTIC)
-        self.preset.addItem(self.tr("Balanced"), BALANCED)
-        self.preset.addItem(self.tr("Creative"), CREATIVE)
-        self.preset.addItem(self.tr("Custom"), CUSTOM)
-        self.preset.setToolTip(self.tr(
-            "Deterministic: always the likeliest token, the same reply every time. Balanced and "
-            "Creative sample, with penalties that keep a small model out of loops; the same seed "
-            "gives the same reply."))  # fmt: skip
+        for name in (DETERMINISTIC, BALANCED, CREATIVE, CUSTOM):
+            self.preset.addItem("", name)  # named in retranslate
         self.preset.activated.connect(self._on_preset)
 
-        def real(low: float, high: float, step: float, tip: str) -> QDoubleSpinBox:
+        def real(low: float, high: float, step: float) -> QDoubleSpinBox:
             box = QDoubleSpinBox()
             box.setRange(low, high)
             box.setDecimals(2)
             box.setSingleStep(step)
-            box.setToolTip(tip)
             box.valueChanged.connect(self._on_field)
             return box
 
-        def whole(low: int, high: int, tip: str, special: str = "") -> QSpinBox:
+        def whole(low: int, high: int) -> QSpinBox:
             box = QSpinBox()
             box.setRange(low, high)
-            box.setToolTip(tip)
-            if special:
-                box.setSpecialValueText(special)
             box.valueChanged.connect(self._on_field)
             return box
 
-        whole_context = self.tr("whole context")
-        self.temperature = real(0.0, 5.0, 0.05, self.tr("0: greedy (deterministic); higher: more "
-                                                        "varied replies"))  # fmt: skip
-        self.top_k = whole(0, 100_000, self.tr("Keep the k likeliest tokens (0: off)"),
-                           self.tr("off"))  # fmt: skip
-        self.top_p = real(0.01, 1.0, 0.01, self.tr("Keep the likeliest tokens up to this share "
-                                                   "of probability (1: off)"))  # fmt: skip
-        self.min_p = real(0.0, 1.0, 0.01, self.tr("Drop tokens less likely than this share of "
-                                                  "the likeliest one (0: off)"))  # fmt: skip
-        self.repeat_penalty = real(0.5, 3.0, 0.01, self.tr("Make tokens already in the window "
-                                                           "less likely (1: off)"))  # fmt: skip
-        self.repeat_last_n = whole(-1, MAX_WINDOW, self.tr("The repeat penalty's window, in "
-                                                           "tokens"), whole_context)  # fmt: skip
-        self.dry_multiplier = real(0.0, 5.0, 0.05, self.tr(
-            "DRY: penalize continuing a sequence that already occurred (0: off)"))  # fmt: skip
-        self.dry_base = real(1.0, 4.0, 0.05, self.tr("DRY: how fast the penalty grows with the "
-                                                     "length of the repeat"))  # fmt: skip
-        self.dry_allowed_length = whole(1, 100, self.tr("DRY: repeats this long go unpenalized"))
-        self.dry_last_n = whole(-1, MAX_WINDOW, self.tr("DRY: its window, in tokens"),
-                                whole_context)  # fmt: skip
-        self.seed = whole(0, MAX_UI_SEED, self.tr("The same seed and settings give the same "
-                                                  "sampled reply"))  # fmt: skip
-        self.stop_loops = QCheckBox(self.tr("Stop a reply that loops"))
-        self.stop_loops.setToolTip(self.tr("End a reply that repeats the same span over and over "
-                                           "(finish reason: repetition)"))  # fmt: skip
+        self.temperature = real(0.0, 5.0, 0.05)
+        self.top_k = whole(0, 100_000)
+        self.top_p = real(0.01, 1.0, 0.01)
+        self.min_p = real(0.0, 1.0, 0.01)
+        self.repeat_penalty = real(0.5, 3.0, 0.01)
+        self.repeat_last_n = whole(-1, MAX_WINDOW)
+        self.dry_multiplier = real(0.0, 5.0, 0.05)
+        self.dry_base = real(1.0, 4.0, 0.05)
+        self.dry_allowed_length = whole(1, 100)
+        self.dry_last_n = whole(-1, MAX_WINDOW)
+        self.seed = whole(0, MAX_UI_SEED)
+        self.stop_loops = QCheckBox()
         self.stop_loops.toggled.connect(self._on_field)
 
         self.details = QWidget()
         form = QFormLayout(self.details)
         form.setContentsMargins(0, 0, 0, 0)
-        form.addRow(self.tr("Temperature"), self.temperature)
-        form.addRow(self.tr("Top-k"), self.top_k)
-        form.addRow(self.tr("Top-p"), self.top_p)
-        form.addRow(self.tr("Min-p"), self.min_p)
-        form.addRow(self.tr("Repeat penalty"), self.repeat_penalty)
-        form.addRow(self.tr("Repeat window"), self.repeat_last_n)
-        form.addRow(self.tr("DRY multiplier"), self.dry_multiplier)
-        form.addRow(self.tr("DRY base"), self.dry_base)
-        form.addRow(self.tr("DRY allowed length"), self.dry_allowed_length)
-        form.addRow(self.tr("DRY window"), self.dry_last_n)
+        self._labels: dict[QWidget, QLabel] = {}  # each field's row name
+
+        def row(layout: QFormLayout, field: QWidget) -> None:
+            label = self._labels[field] = QLabel()
+            label.setBuddy(field)
+            layout.addRow(label, field)
+
+        for field in (self.temperature, self.top_k, self.top_p, self.min_p, self.repeat_penalty,
+                      self.repeat_last_n, self.dry_multiplier, self.dry_base,
+                      self.dry_allowed_length, self.dry_last_n):  # fmt: skip
+            row(form, field)
         self.details.hide()
         self.more = QToolButton()
-        self.more.setText(self.tr("Details"))
         self.more.setCheckable(True)
         self.more.toggled.connect(self.details.setVisible)
 
         top = QFormLayout()
-        top.addRow(self.tr("Preset"), self.preset)
-        top.addRow(self.tr("Seed"), self.seed)
+        row(top, self.preset)
+        row(top, self.seed)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.stop_loops)
@@ -133,6 +112,70 @@ class SamplingBox(QWidget):
         # no taller than its rows: the model panel above takes the rest of the side
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self.set_settings(self._remembered())
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Every text of the box in the language in effect (the preset chosen stays)."""
+        presets = {
+            DETERMINISTIC: self.tr("Deterministic (greedy)"),
+            BALANCED: self.tr("Balanced"),
+            CREATIVE: self.tr("Creative"),
+            CUSTOM: self.tr("Custom"),
+        }
+        with QSignalBlocker(self.preset):
+            for i in range(self.preset.count()):
+                self.preset.setItemText(i, presets[self.preset.itemData(i)])
+        self.preset.setToolTip(self.tr(
+            "Deterministic: always the likeliest token, the same reply every time. Balanced and "
+            "Creative sample, with penalties that keep a small model out of loops; the same seed "
+            "gives the same reply."))  # fmt: skip
+        whole_context = self.tr("whole context")
+        self.top_k.setSpecialValueText(self.tr("off"))
+        self.repeat_last_n.setSpecialValueText(whole_context)
+        self.dry_last_n.setSpecialValueText(whole_context)
+        tips = {
+            self.temperature: self.tr("0: greedy (deterministic); higher: more "
+                                      "varied replies"),
+            self.top_k: self.tr("Keep the k likeliest tokens (0: off)"),
+            self.top_p: self.tr("Keep the likeliest tokens up to this share "
+                                "of probability (1: off)"),
+            self.min_p: self.tr("Drop tokens less likely than this share of "
+                                "the likeliest one (0: off)"),
+            self.repeat_penalty: self.tr("Make tokens already in the window "
+                                         "less likely (1: off)"),
+            self.repeat_last_n: self.tr("The repeat penalty's window, in "
+                                        "tokens"),
+            self.dry_multiplier: self.tr(
+                "DRY: penalize continuing a sequence that already occurred (0: off)"),
+            self.dry_base: self.tr("DRY: how fast the penalty grows with the "
+                                   "length of the repeat"),
+            self.dry_allowed_length: self.tr("DRY: repeats this long go unpenalized"),
+            self.dry_last_n: self.tr("DRY: its window, in tokens"),
+            self.seed: self.tr("The same seed and settings give the same "
+                               "sampled reply"),
+        }  # fmt: skip
+        for field, tip in tips.items():
+            field.setToolTip(tip)
+        self.stop_loops.setText(self.tr("Stop a reply that loops"))
+        self.stop_loops.setToolTip(self.tr("End a reply that repeats the same span over and over "
+                                           "(finish reason: repetition)"))  # fmt: skip
+        names = {
+            self.temperature: self.tr("Temperature"),
+            self.top_k: self.tr("Top-k"),
+            self.top_p: self.tr("Top-p"),
+            self.min_p: self.tr("Min-p"),
+            self.repeat_penalty: self.tr("Repeat penalty"),
+            self.repeat_last_n: self.tr("Repeat window"),
+            self.dry_multiplier: self.tr("DRY multiplier"),
+            self.dry_base: self.tr("DRY base"),
+            self.dry_allowed_length: self.tr("DRY allowed length"),
+            self.dry_last_n: self.tr("DRY window"),
+            self.preset: self.tr("Preset"),
+            self.seed: self.tr("Seed"),
+        }
+        for field, name in names.items():
+            self._labels[field].setText(name)
+        self.more.setText(self.tr("Details"))
 
     # ----- reading and writing -----
 

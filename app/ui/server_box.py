@@ -28,46 +28,40 @@ from app.core.credentials import CredentialError, api_key, env_key_note, save_ap
 from app.core.engine.remote import ServerInfo
 from app.core.engine.remote_http import key_in_clear, normalize_url
 from app.ui.engine_thread import ServerSpec
+from app.ui.i18n import FollowsLanguage
 from app.ui.widgets import MessageLine, plain_label
 
 URL_KEY = "server/url"
 MAX_CTX = 1 << 24
 
 
-class ServerBox(QGroupBox):
+class ServerBox(FollowsLanguage, QGroupBox):
     connect_requested = Signal(object, bool)  # ServerSpec, count with the selected GGUF
     disconnect_requested = Signal()
 
     def __init__(self, settings: QSettings, parent: QWidget | None = None) -> None:
-        super().__init__(self.tr("Server"), parent)
+        super().__init__(parent)
         self._settings = settings
         self._connected = False
         self._key_notes: list[str] = []  # said before connecting, kept when connected
+        self._key_kept = False  # the keyring keeps a key for the address typed
+        self._info: ServerInfo | None = None  # the server last connected to, for its details
         self.url = QLineEdit(str(settings.value(URL_KEY, "")))
-        self.url.setPlaceholderText(self.tr("http://127.0.0.1:8080"))
-        self.url.setToolTip(self.tr("An OpenAI-compatible server: llama-server, "
-                                    "python -m llama_cpp.server or vLLM"))  # fmt: skip
         self.url.textChanged.connect(self._on_url_changed)
         self.url.editingFinished.connect(self._show_kept_key)
         self.url.returnPressed.connect(self._request)
         self.key = QLineEdit()
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.returnPressed.connect(self._request)
-        self.remember = QCheckBox(self.tr("Keep the key in the system keyring"))
+        self.remember = QCheckBox()
         self.model = QLineEdit()
-        self.model.setPlaceholderText(self.tr("the first the server lists"))
         self.n_ctx = QSpinBox()
         self.n_ctx.setRange(0, MAX_CTX)
         self.n_ctx.setSingleStep(1024)
-        self.n_ctx.setSpecialValueText(self.tr("the server's"))
-        self.n_ctx.setToolTip(self.tr("Needed only when the server does not report its context "
-                                      "size (llama-cpp-python's server does not)"))  # fmt: skip
-        self.use_local = QCheckBox(self.tr("Count with the selected GGUF (the same model)"))
-        self.use_local.setToolTip(self.tr("Exact counts here and the model's own chat template; "
-                                          "checked against the server's tokenizer"))  # fmt: skip
-        self.connect_button = QPushButton(self.tr("Connect"))
+        self.use_local = QCheckBox()
+        self.connect_button = QPushButton()
         self.connect_button.clicked.connect(self._request)
-        self.disconnect_button = QPushButton(self.tr("Disconnect"))
+        self.disconnect_button = QPushButton()
         self.disconnect_button.clicked.connect(self.disconnect_requested)
         self.disconnect_button.setEnabled(False)
         self.details = plain_label()
@@ -76,15 +70,18 @@ class ServerBox(QGroupBox):
         self.message = MessageLine()
 
         form = QFormLayout(self)
-        url_label = QLabel(self.tr("Add&ress:"))
-        url_label.setBuddy(self.url)
-        form.addRow(url_label, self.url)
-        key_label = QLabel(self.tr("API key:"))
-        key_label.setBuddy(self.key)
-        form.addRow(key_label, self.key)
+
+        def row(field: QWidget) -> QLabel:
+            label = QLabel()
+            label.setBuddy(field)
+            form.addRow(label, field)
+            return label
+
+        self._url_label = row(self.url)
+        self._key_label = row(self.key)
         form.addRow("", self.remember)
-        form.addRow(self.tr("Model:"), self.model)
-        form.addRow(self.tr("Context size:"), self.n_ctx)
+        self._model_label = row(self.model)
+        self._ctx_label = row(self.n_ctx)
         form.addRow("", self.use_local)
         buttons = QHBoxLayout()
         buttons.addWidget(self.connect_button)
@@ -95,6 +92,32 @@ class ServerBox(QGroupBox):
         form.addRow(self.message)
         self._on_url_changed(self.url.text())
         self._show_kept_key()
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Every text of the box, and what the server last connected to reported, in the
+        language in effect."""
+        self.setTitle(self.tr("Server"))
+        self.url.setPlaceholderText(self.tr("http://127.0.0.1:8080"))
+        self.url.setToolTip(self.tr("An OpenAI-compatible server: llama-server, "
+                                    "python -m llama_cpp.server or vLLM"))  # fmt: skip
+        self.remember.setText(self.tr("Keep the key in the system keyring"))
+        self.model.setPlaceholderText(self.tr("the first the server lists"))
+        self.n_ctx.setSpecialValueText(self.tr("the server's"))
+        self.n_ctx.setToolTip(self.tr("Needed only when the server does not report its context "
+                                      "size (llama-cpp-python's server does not)"))  # fmt: skip
+        self.use_local.setText(self.tr("Count with the selected GGUF (the same model)"))
+        self.use_local.setToolTip(self.tr("Exact counts here and the model's own chat template; "
+                                          "checked against the server's tokenizer"))  # fmt: skip
+        self.connect_button.setText(self.tr("Connect"))
+        self.disconnect_button.setText(self.tr("Disconnect"))
+        self._url_label.setText(self.tr("Add&ress:"))
+        self._key_label.setText(self.tr("API key:"))
+        self._model_label.setText(self.tr("Model:"))
+        self._ctx_label.setText(self.tr("Context size:"))
+        self._show_key_placeholder()
+        if self._info is not None:
+            self._show_details(self._info)
 
     def _on_url_changed(self, text: str) -> None:
         self.connect_button.setEnabled(bool(text.strip()) and not self._connected)
@@ -106,8 +129,12 @@ class ServerBox(QGroupBox):
         text, kept = self.url.text(), False
         with contextlib.suppress(ValueError):  # not an address yet: nothing can be kept for it
             kept = bool(text.strip()) and api_key(text) is not None
+        self._key_kept = kept
+        self._show_key_placeholder()
+
+    def _show_key_placeholder(self) -> None:
         self.key.setPlaceholderText(
-            self.tr("kept in the system keyring") if kept else self.tr("none")
+            self.tr("kept in the system keyring") if self._key_kept else self.tr("none")
         )
 
     def connect_to(self, url: str, *, n_ctx: int | None = None, model: str | None = None) -> None:
@@ -155,6 +182,15 @@ class ServerBox(QGroupBox):
         self._show_kept_key()  # the key, if one was kept, is in the keyring now
         self.set_busy(False)
         self.disconnect_button.setEnabled(True)
+        self._info = info
+        self._show_details(info)
+        self.details.show()
+        if self._key_notes or info.warnings:
+            self.message.show_message(" ".join([*self._key_notes, *info.warnings]),
+                                      error=bool(self._key_notes))  # fmt: skip
+
+    def _show_details(self, info: ServerInfo) -> None:
+        """What the server reported, and what it does not, in the language in effect."""
         unreported = self.tr("not reported by this server")
         lines = [
             self.tr("{0} at {1}, model {2}").format(info.kind, info.url, info.model),
@@ -170,10 +206,6 @@ class ServerBox(QGroupBox):
         ]  # fmt: skip
         self.details.setText("\n".join(lines))
         self.details.setToolTip("\n".join(info.unsupported.values()))
-        self.details.show()
-        if self._key_notes or info.warnings:
-            self.message.show_message(" ".join([*self._key_notes, *info.warnings]),
-                                      error=bool(self._key_notes))  # fmt: skip
 
     def show_disconnected(self) -> None:
         self._connected = False

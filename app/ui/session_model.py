@@ -125,6 +125,8 @@ class SessionModel(QObject):
     recorded = Signal(int)  # the history session a finished job was recorded in
     # the session and version the next Run adds to (None, None: the next Run starts a session)
     current_changed = Signal(object, object)
+    # the questions asked along the line of work to the current version (list of Turn), and it
+    thread_changed = Signal(object, object)
     version_opened = Signal(object)  # OpenedVersion: an old version shown again
     version_restored = Signal(object)  # VersionInfo rolled back to: the toolbar takes its job
     job_finished = Signal(object)  # JobOutcome, once recorded in the history
@@ -169,6 +171,7 @@ class SessionModel(QObject):
         self._comparing = False
         self._resuming: VersionInfo | None = None  # the version a rollback is generating for
         self._current: tuple[int | None, int | None] = (None, None)  # session, version
+        self._thread_reads = 0  # generation of the newest thread read; older answers are dropped
         self._job_place: _JobPlace | None = None  # the job running: its document and target
         # The candidates a first load measures (None: calibrate's own); fewer make it quicker.
         self.calibration_trials: tuple[LoadSettings, ...] | None = None
@@ -794,7 +797,14 @@ class SessionModel(QObject):
         self._set_running(False)
         reasons = ", ".join(finish_label(r.finish_reason) for r in outcome.results)
         reasons = reasons or self.tr("nothing")
-        self.status.emit(self.tr("Done: {0}").format(reasons), 0)
+        prompt = sum(r.prompt_tokens for r in outcome.results)
+        evaluated = sum(r.evaluated_tokens for r in outcome.results)
+        if prompt:  # what the KV cache saved: a follow-up question evaluates only itself
+            done = self.tr("Done: {0} · {1:,} of {2:,} prompt tokens evaluated, {3:,} reused "
+                           "from the KV cache")  # fmt: skip
+            self.status.emit(done.format(reasons, evaluated, prompt, max(0, prompt - evaluated)), 0)
+        else:
+            self.status.emit(self.tr("Done: {0}").format(reasons), 0)
         self._report_audit(outcome)
         self._record(outcome)
 
@@ -842,6 +852,8 @@ class SessionModel(QObject):
             self._set_current(done.session, self._pick(done, outcome))
         if done.session:
             self.recorded.emit(done.session)
+            if made_on is None:  # a resumed reply: the current version's answer is new
+                self._read_thread()
         self.job_finished.emit(outcome)
 
     def _pick(self, done: versions.Recorded, outcome: JobOutcome) -> int:
@@ -862,6 +874,24 @@ class SessionModel(QObject):
         if (session, version) != self._current:
             self._current = (session, version)
             self.current_changed.emit(session, version)
+            self._read_thread()
+
+    def _read_thread(self) -> None:
+        """The questions along the line of work to the current version, read in the background
+        (a follow-up question continues this thread)."""
+        repo, version = self._repo, self._current[1]
+        self._thread_reads += 1
+        generation = self._thread_reads
+        if repo is None or version is None:
+            self.thread_changed.emit([], None)
+            return
+
+        def done(turns: list[versions.Turn]) -> None:
+            if generation == self._thread_reads:
+                self.thread_changed.emit(turns, version)
+
+        run_in_background(lambda: versions.thread(repo, version), done,
+                          lambda m: log.warning("the thread was not read: %s", m))  # fmt: skip
 
     def _find_line_of_work(self, doc: Document) -> None:
         """Opening a document picks its latest session (and that session's newest version) as

@@ -11,6 +11,8 @@ only shows and asks; the window runs the calibrations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -26,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.core.calibrate import Calibration, Trial
 from app.core.engine.types import LoadSettings
+from app.ui.i18n import FollowsLanguage
 from app.ui.widgets import plain_label
 
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
@@ -39,6 +42,9 @@ COLUMNS = (
     QT_TRANSLATE_NOOP("TunedSettingsBox", "Prompt tok/s"),
     QT_TRANSLATE_NOOP("TunedSettingsBox", "Gen tok/s"),
 )
+# A note added to the line: a text, or a function that says it in the language in effect (said
+# again when the language changes).
+Note = str | Callable[[], str]
 
 
 def describe(settings: LoadSettings) -> str:
@@ -65,7 +71,7 @@ def figures(trial: Trial) -> str:
     return text.format(trial.prompt_tokens_per_s, trial.gen_tokens_per_s)
 
 
-class TunedSettingsBox(QGroupBox):
+class TunedSettingsBox(FollowsLanguage, QGroupBox):
     """The calibration's choice for the selected model, its progress, and the override."""
 
     calibrate_requested = Signal()  # "Calibrate again"
@@ -73,35 +79,25 @@ class TunedSettingsBox(QGroupBox):
     use_requested = Signal()  # "Use Them": reload the model with the settings just measured
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(self.tr("Speed"), parent)
-        self.use_tuned = QCheckBox(self.tr("Use tuned settings"))
+        super().__init__(parent)
+        self.use_tuned = QCheckBox()
         self.use_tuned.setChecked(True)
-        self.use_tuned.setToolTip(
-            self.tr(
-                "On: threads, batch sizes and flash attention are the fastest measured on this "
-                "machine (measured on a model's first load). Off: the values above are used."
-            )
-        )
         self.line = plain_label()
         self.line.setWordWrap(True)
         self.line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.again_button = QPushButton(self.tr("Calibrate again"))
-        self.again_button.setToolTip(self.tr("Measure the candidates again and load the fastest"))
+        self._line_text: Callable[[], str] = str  # says the line; kept for a language change
+        self.again_button = QPushButton()
         self.again_button.clicked.connect(self.calibrate_requested)
-        self.table_button = QPushButton(self.tr("Measurements"))
+        self.table_button = QPushButton()
         self.table_button.setCheckable(True)
-        self.table_button.setToolTip(self.tr("Show every setting tried and its speed"))
         self.table_button.toggled.connect(self._show_table)
-        self.cancel_button = QPushButton(self.tr("Cancel"))
-        self.cancel_button.setToolTip(self.tr("Stop calibrating and load with the values above"))
+        self.cancel_button = QPushButton()
         self.cancel_button.clicked.connect(self.cancel_requested)
         self.cancel_button.hide()
-        self.use_button = QPushButton(self.tr("Use Them"))
-        self.use_button.setToolTip(self.tr("Load the model again with the tuned settings"))
+        self.use_button = QPushButton()
         self.use_button.clicked.connect(self.use_requested)
         self.use_button.hide()
         self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels([self.tr(c) if c else c for c in COLUMNS])
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.hide()
@@ -121,6 +117,34 @@ class TunedSettingsBox(QGroupBox):
         layout.addWidget(self.table)
         self.use_tuned.toggled.connect(lambda _on: self._refresh())
         self.show_calibration(None)
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Every text of the box, the line and the table, in the language in effect."""
+        self.setTitle(self.tr("Speed"))
+        self.use_tuned.setText(self.tr("Use tuned settings"))
+        self.use_tuned.setToolTip(
+            self.tr(
+                "On: threads, batch sizes and flash attention are the fastest measured on this "
+                "machine (measured on a model's first load). Off: the values above are used."
+            )
+        )
+        self.again_button.setText(self.tr("Calibrate again"))
+        self.again_button.setToolTip(self.tr("Measure the candidates again and load the fastest"))
+        self.table_button.setText(self.tr("Measurements"))
+        self.table_button.setToolTip(self.tr("Show every setting tried and its speed"))
+        self.cancel_button.setText(self.tr("Cancel"))
+        self.cancel_button.setToolTip(self.tr("Stop calibrating and load with the values above"))
+        self.use_button.setText(self.tr("Use Them"))
+        self.use_button.setToolTip(self.tr("Load the model again with the tuned settings"))
+        self.table.setHorizontalHeaderLabels([self.tr(c) if c else c for c in COLUMNS])
+        self._fill_table()
+        self.line.setText(self._line_text())
+
+    def _say(self, text: Callable[[], str]) -> None:
+        """Show the line; ``text`` is kept to say it again when the language changes."""
+        self._line_text = text
+        self.line.setText(text())
 
     @property
     def calibration(self) -> Calibration | None:
@@ -135,15 +159,15 @@ class TunedSettingsBox(QGroupBox):
         self._running = True
         self.cancel_button.show()
         self.cancel_button.setEnabled(True)
-        self.line.setText(self.tr("calibrating: {0}/{1} settings").format(done, total))
+        self._say(lambda: self.tr("calibrating: {0}/{1} settings").format(done, total))
         self.again_button.setEnabled(False)
 
     def show_background_progress(self, done: int, total: int) -> None:
         """The first calibration runs apart from the loaded model, which is usable meanwhile."""
         self.show_progress(done, total)
         self.use_button.hide()
-        self.line.setText(
-            self.tr(
+        self._say(
+            lambda: self.tr(
                 "Measuring the fastest settings in the background: {0}/{1} tried. The model "
                 "is ready to use meanwhile."
             ).format(done, total)
@@ -156,13 +180,13 @@ class TunedSettingsBox(QGroupBox):
         if not self.use_tuned.isChecked():  # the panel's own values are wanted
             return
         self.use_button.show()
-        self.line.setText(
-            self.tr("Tuned settings are ready: {0} — {1}. Use them? (Later loads do.)").format(
-                describe(calibration.best), figures(calibration.best_trial)
-            )
+        self._say(
+            lambda: self.tr(
+                "Tuned settings are ready: {0} — {1}. Use them? (Later loads do.)"
+            ).format(describe(calibration.best), figures(calibration.best_trial))
         )
 
-    def show_calibration(self, calibration: Calibration | None, note: str = "") -> None:
+    def show_calibration(self, calibration: Calibration | None, note: Note = "") -> None:
         """The calibration known for the selected model (None: none yet); ``note`` is added."""
         self._running = False
         self.cancel_button.hide()
@@ -171,15 +195,20 @@ class TunedSettingsBox(QGroupBox):
         self._fill_table()
         self._refresh(note)
 
-    def show_stopped(self, message: str) -> None:
+    def show_stopped(self, message: Note) -> None:
         """The calibration was cancelled or failed; the model loads with the values above."""
         self.show_calibration(self._calibration, message)
 
     def set_can_calibrate(self, can: bool) -> None:
         self.again_button.setEnabled(can and not self._running and self.use_tuned.isChecked())
 
-    def _refresh(self, note: str = "") -> None:
-        cal = self._calibration
+    def _refresh(self, note: Note = "") -> None:
+        cal, tuned = self._calibration, self.use_tuned.isChecked()
+        self._say(lambda: self._tuned_text(cal, tuned, note))
+        self.table_button.setEnabled(cal is not None)
+
+    def _tuned_text(self, cal: Calibration | None, tuned: bool, note: Note) -> str:
+        """The line for calibration ``cal``, whether it is used, and ``note`` ahead of it."""
         if cal is None:
             text = self.tr(
                 "Not calibrated yet: after the first load on this machine, the fastest threads, "
@@ -189,12 +218,12 @@ class TunedSettingsBox(QGroupBox):
             text = self.tr("Tuned for this machine: {0} — {1}").format(
                 describe(cal.best), figures(cal.best_trial)
             )
-        if not self.use_tuned.isChecked():
+        if not tuned:
             text = self.tr("Tuned settings off: the values above are used.") + (
                 " " + self.tr("(Tuned: {0}.)").format(describe(cal.best)) if cal else ""
             )
-        self.line.setText(self.tr("{0}. {1}").format(note, text) if note else text)
-        self.table_button.setEnabled(cal is not None)
+        said = note() if callable(note) else note
+        return self.tr("{0}. {1}").format(said, text) if said else text
 
     def _fill_table(self) -> None:
         cal = self._calibration

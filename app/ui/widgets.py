@@ -9,9 +9,11 @@ from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSpinBox,
     QComboBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QMessageBox,
+    QScrollArea,
     QSlider,
     QStyle,
     QWidget,
@@ -137,3 +139,14 @@ def install_wheel_guard(app: QCoreApplication) -> WheelGuard:
     guard = WheelGuard(app)
     app.installEventFilter(guard)
     return guard
+
+
+def scrolling(panel: QWidget) -> QScrollArea:
+    """``panel`` in a frameless area that scrolls it up and down when the window is too short
+    for it, rather than squeezing its wrapped hints or pushing the docks below off the window."""
+    area = QScrollArea()
+    area.setWidget(panel)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    return area

@@ -541,6 +541,24 @@
         <source>Keyboard Shortcuts</source>
         <translation>键盘快捷键</translation>
     </message>
+    <message>
+        <source>(load a model)</source>
+        <translation>（请加载模型）</translation>
+    </message>
+    <message>
+        <source>ContextLens {0}
+llama-cpp-python {1}
+llama.cpp build: {2}
+Qt (PySide6) {3}</source>
+        <translation>ContextLens {0}
+llama-cpp-python {1}
+llama.cpp 构建：{2}
+Qt (PySide6) {3}</translation>
+    </message>
+    <message>
+        <source>About ContextLens</source>
+        <translation>关于 ContextLens</translation>
+    </message>
 </context>
 <context>
     <name>HistoryPanel</name>
@@ -882,10 +900,6 @@
         <source>&amp;Language</source>
         <translation>语言(&amp;L)</translation>
     </message>
-    <message>
-        <source>The language changes the next time ContextLens starts.</source>
-        <translation>语言将在下次启动 ContextLens 时更改。</translation>
-    </message>
 </context>
 <context>
     <name>MainActions</name>
@@ -1093,30 +1107,16 @@
         <translation>请选择二至四个策略进行比较（“比较”菜单）。</translation>
     </message>
     <message>
+        <source>v{0} ({1}, {2}) resumed from its saved KV state: {3:,} prompt token(s) evaluated</source>
+        <translation>v{0}（{1}，{2}）已从保存的 KV 状态恢复：评估了 {3:,} 个提示词 token</translation>
+    </message>
+    <message>
         <source>ContextLens</source>
         <translation>ContextLens</translation>
     </message>
     <message>
         <source>Unexpected error (details in the log): {0}: {1}</source>
         <translation>意外错误（详情见日志）：{0}：{1}</translation>
-    </message>
-    <message>
-        <source>About ContextLens</source>
-        <translation>关于 ContextLens</translation>
-    </message>
-    <message>
-        <source>ContextLens {0}
-llama-cpp-python {1}
-llama.cpp build: {2}
-Qt (PySide6) {3}</source>
-        <translation>ContextLens {0}
-llama-cpp-python {1}
-llama.cpp 构建：{2}
-Qt (PySide6) {3}</translation>
-    </message>
-    <message>
-        <source>(load a model)</source>
-        <translation>（请加载模型）</translation>
     </message>
     <message>
         <source>Resuming v{0} ({1}, {2}) from its saved KV state…</source>
@@ -1933,6 +1933,10 @@ Qt (PySide6) {3}</translation>
         <translation>无</translation>
     </message>
     <message>
+        <source>Done: {0} · {1:,} of {2:,} prompt tokens evaluated, {3:,} reused from the KV cache</source>
+        <translation>完成：{0} · 评估了 {1:,} / {2:,} 个提示词 token，{3:,} 个取自 KV 缓存</translation>
+    </message>
+    <message>
         <source>Done: {0}</source>
         <translation>完成：{0}</translation>
     </message>
@@ -2036,6 +2040,29 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>extract</source>
         <translation>提取</translation>
+    </message>
+</context>
+<context>
+    <name>ThreadView</name>
+    <message>
+        <source>Click a question to open its version</source>
+        <translation>点击问题可打开其版本</translation>
+    </message>
+    <message>
+        <source>1 question</source>
+        <translation>1 个问题</translation>
+    </message>
+    <message>
+        <source>{0} questions</source>
+        <translation>{0} 个问题</translation>
+    </message>
+    <message>
+        <source>Thread: {0}</source>
+        <translation>对话：{0}</translation>
+    </message>
+    <message>
+        <source>v{0} · {1}</source>
+        <translation>v{0} · {1}</translation>
     </message>
 </context>
 <context>

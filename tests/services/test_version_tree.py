@@ -125,3 +125,33 @@ def test_the_windows_run_survives_a_deletion_of_its_place(repo: Repository) -> N
     fresh = versions.record_continuing(repo, DOC, outcome("middle"),
                                        versions.Target(first.session, moved.versions[0]))
     assert fresh.session != first.session and fresh.parent is None
+
+
+def asked(questions: tuple[str, ...], answers: tuple[str, ...]) -> JobOutcome:
+    """An ask job's end: one "answer i" output per question."""
+    outputs = [OutputSpan(f"answer {i + 1}", a, ((0, 40),), 1, "stop")
+               for i, a in enumerate(answers)]  # fmt: skip
+    result = JobResult("ask", "head", "stop", 512, prompt_tokens=60, outputs=outputs)
+    return JobOutcome(JobSpec("ask", ("head",), questions=questions), results=[result],
+                      engine=FACTS)  # fmt: skip
+
+
+def test_the_thread_is_the_questions_along_the_line_of_work(repo: Repository) -> None:
+    first = versions.record_outcome(repo, DOC, asked(("Where?",), ("At the harbour.",)))
+    [q1] = first.versions
+    to = versions.Target(first.session, q1)
+    [summary] = versions.record_outcome(repo, DOC, outcome("head"), to).versions
+    to = versions.Target(first.session, summary)
+    [q2] = versions.record_outcome(repo, DOC, asked(("When?", "Who?"), ("At dawn.", "Boats.")),
+                                   to).versions  # fmt: skip
+    # a branch from q1: not on q2's line
+    [aside] = versions.record_outcome(repo, DOC, asked(("Why?",), ("No one says.",)),
+                                      versions.Target(first.session, q1)).versions  # fmt: skip
+
+    turns = versions.thread(repo, q2)
+    assert [(t.version, t.question, t.answer) for t in turns] == [
+        (q1, "Where?", "At the harbour."), (q2, "When?", "At dawn."), (q2, "Who?", "Boats."),
+    ]  # the summary between them is passed over
+    assert [t.number for t in turns] == [1, 3, 3] and turns[0].finish_reason == "stop"
+    assert [t.question for t in versions.thread(repo, aside)] == ["Where?", "Why?"]
+    assert versions.thread(repo, summary)[-1].version == q1

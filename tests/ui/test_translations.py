@@ -9,37 +9,25 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QCoreApplication, QLocale, QSettings, Qt
-from PySide6.QtGui import QAction
+from PySide6.QtCore import QCoreApplication, QLocale, QSettings
 from PySide6.QtWidgets import (
-    QAbstractButton,
     QApplication,
-    QComboBox,
-    QDockWidget,
-    QGroupBox,
-    QLabel,
-    QLineEdit,
-    QMenu,
-    QTableView,
-    QTabWidget,
-    QTreeView,
     QWidget,
 )
 
 from app.core.engine.types import KV_CACHE_TYPE_NAMES
-from app.core.paths import project_root, resources_dir
+from app.core.paths import project_root
 from app.core.planning.strategies import STRATEGIES
 from app.ui import i18n
 from app.ui.main_window import MainWindow
+from tests.ui.ui_texts import TS, tool, visible_texts
 
-TS = resources_dir() / "translations" / "contextlens_zh_CN.ts"
 UI_SOURCES = sorted(str(p) for p in (project_root() / "app" / "ui").glob("*.py"))
 PLACEHOLDER = re.compile(r"\{[^{}]*\}|%\d+")
 ACCELERATOR = re.compile(r"&([^&\s])")
@@ -52,15 +40,11 @@ ALLOWED = [
     *KV_CACHE_TYPE_NAMES,  # llama.cpp's cache type names
     # technical terms, which Chinese software writes in Latin letters too
     *(r"GGUF v\d+", r"GGUF", r"llama\.cpp", r"KV", r"GPU", r"CPU", r"n_ctx", r"Flash Attention"),
-    r"[\w.-]+\.(?:gguf|ctxlens|txt)",  # file names
+    r"(?:/[\w.-]+)*/?[\w.-]+\.(?:gguf|ctxlens|txt)",  # file names and paths (a tooltip's)
+    r"%p%",  # a progress bar's format: Qt puts the percentage there
     r"https?://[\w.:/-]+",  # addresses (the server's)
     r"\d[\d,.]*\s*(?:MiB|GiB|MB|B|M|s)?\b",  # numbers and their units
 ]
-
-
-def _tool(name: str) -> str:
-    """pyside6-lupdate / pyside6-lrelease of the environment running the tests."""
-    return str(Path(sys.executable).with_name(f"pyside6-{name}"))
 
 
 def _messages(path: Path) -> dict[tuple[str, str], ET.Element]:
@@ -73,15 +57,6 @@ def _messages(path: Path) -> dict[tuple[str, str], ET.Element]:
     return found
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding contextlens_zh_CN.qm compiled from the committed .ts."""
-    folder = tmp_path_factory.mktemp("translations")
-    subprocess.run([_tool("lrelease"), "-silent", str(TS), "-qm",
-                    str(folder / "contextlens_zh_CN.qm")], check=True)  # fmt: skip
-    return folder
-
-
 @pytest.fixture
 def chinese(qapp: QApplication, compiled: Path) -> Iterator[None]:
     """The zh_CN translators installed for one test, then taken off again."""
@@ -92,7 +67,7 @@ def chinese(qapp: QApplication, compiled: Path) -> Iterator[None]:
 
 def test_every_marked_string_has_a_finished_translation(tmp_path: Path) -> None:
     fresh = tmp_path / "fresh.ts"
-    subprocess.run([_tool("lupdate"), "-silent", *UI_SOURCES, "-ts", str(fresh)], check=True)
+    subprocess.run([tool("lupdate"), "-silent", *UI_SOURCES, "-ts", str(fresh)], check=True)
     extracted = _messages(fresh)
     committed = _messages(TS)
     assert len(extracted) > 300
@@ -124,37 +99,6 @@ def test_translations_keep_placeholders_accelerators_and_ellipses() -> None:
     assert not wrong, "\n".join(map(repr, wrong))
 
 
-def _visible_texts(window: MainWindow) -> list[tuple[str, str]]:
-    """(where, text) for every string a person can see or hover in the window."""
-    texts: list[tuple[str, str]] = [("title", window.windowTitle()),
-                                    ("status", window.statusBar().currentMessage())]  # fmt: skip
-    for w in window.findChildren(QWidget):
-        kind = type(w).__name__
-        texts.append((f"{kind} tooltip", w.toolTip()))
-        if isinstance(w, QLabel | QAbstractButton):
-            texts.append((kind, w.text()))
-        elif isinstance(w, QGroupBox):
-            texts.append((kind, w.title()))
-        elif isinstance(w, QDockWidget):
-            texts.append((kind, w.windowTitle()))
-        elif isinstance(w, QLineEdit):
-            texts.append((f"{kind} placeholder", w.placeholderText()))
-        elif isinstance(w, QTabWidget):
-            texts += [(kind, w.tabText(i)) for i in range(w.count())]
-        elif isinstance(w, QComboBox):
-            texts += [(kind, w.itemText(i)) for i in range(w.count())]
-        elif isinstance(w, QMenu):
-            texts.append((kind, w.title()))
-        if isinstance(w, QTableView | QTreeView) and w.model() is not None:
-            model = w.model()
-            header = w.horizontalHeader() if isinstance(w, QTableView) else w.header()
-            texts += [(f"{kind} header", str(model.headerData(c, Qt.Orientation.Horizontal)))
-                      for c in range(header.count())]  # fmt: skip
-    for action in window.findChildren(QAction):
-        texts += [("QAction", action.text()), ("QAction tooltip", action.toolTip())]
-    return [(where, text) for where, text in texts if text and text != "None"]
-
-
 def test_the_window_shows_chinese_throughout(qtbot, tmp_path: Path, chinese: None) -> None:
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(None, None, db_path=tmp_path / "h.db", settings=settings)
@@ -165,7 +109,7 @@ def test_the_window_shows_chinese_throughout(qtbot, tmp_path: Path, chinese: Non
     data = [re.escape(card.value(k)) for k in ("name", "arch", "quant")]  # the model's own words
     allowed = re.compile("|".join(rf"(?<!\w)(?:{a})(?!\w)" for a in [*data, *ALLOWED]))
     untranslated = []
-    for where, text in _visible_texts(window):
+    for where, text in visible_texts(window):
         bare = re.sub(r"\(&\w\)|&(?=\S)", "", text)
         if not CJK.search(bare) and re.search(r"[A-Za-z]", allowed.sub("", bare)):
             untranslated.append((where, text))
@@ -195,11 +139,19 @@ def test_the_language_setting(qapp: QApplication, compiled: Path, tmp_path: Path
         i18n.install_translator(qapp, "en")
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    told: list[str] = []
     parent = QWidget()
-    menu = i18n.language_menu(parent, settings, told.append)
+    menu = i18n.LanguageMenu(parent, settings, folder=compiled)
     choices = {a.data(): a for a in menu.actions()}
-    assert choices["system"].isChecked() and "en" in choices
-    choices["en"].trigger()
-    assert settings.value(i18n.SETTINGS_KEY) == "en" and choices["en"].isChecked()
-    assert told == ["The language changes the next time ContextLens starts."]
+    assert choices["system"].isChecked() and {"en", "zh_CN"} <= choices.keys()
+    try:
+        choices["zh_CN"].trigger()  # installed at once, and stored for the next start
+        QCoreApplication.processEvents()  # Qt posts the language change to the widgets
+        assert settings.value(i18n.SETTINGS_KEY) == "zh_CN" and choices["zh_CN"].isChecked()
+        assert i18n.current_language() == "zh_CN" and file_menu() == "文件(&F)"
+        assert menu.title() == "语言(&L)" and choices["zh_CN"].text() == "简体中文"
+        choices["en"].trigger()
+        QCoreApplication.processEvents()
+        assert settings.value(i18n.SETTINGS_KEY) == "en" and file_menu() == "&File"
+        assert i18n.current_language() == "en" and menu.title() == "&Language"
+    finally:
+        i18n.install_translator(qapp, "en")
