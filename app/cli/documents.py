@@ -127,14 +127,27 @@ def cmd_count(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from app.core.engine.types import ContextOverflowError
     from app.core.planning.frame import document_budget, preflight
-    from app.core.planning.strategies import STRATEGIES, Planner, PlanOptions, needle_spans
+    from app.core.planning.retrieve import NEEDS_QUESTION
+    from app.core.planning.strategies import (
+        QUESTION_STRATEGIES,
+        STRATEGIES,
+        Planner,
+        PlanOptions,
+        needle_spans,
+    )
     from app.core.tokens import counter_method
 
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
+    questions = [q for q in args.question or () if q.strip()]
     try:
         if args.strategy != "all" and args.strategy not in STRATEGIES:
             raise BadInput(f"unknown strategy {args.strategy!r} (choose one of "
                            f"{', '.join(STRATEGIES)}, or all)")  # fmt: skip
+        if args.strategy in QUESTION_STRATEGIES and not questions:
+            raise BadInput(NEEDS_QUESTION)  # `all` shows its plan refused with that sentence
+        # one plan per question for a strategy that ranks the document against it
+        asks = [(n, q) for n in names
+                for q in ((questions or [""]) if n in QUESTION_STRATEGIES else [""])]  # fmt: skip
         if args.reserve is None:
             args.reserve = min(DEFAULT_RESERVE, args.n_ctx // 4)
         if args.n_ctx < 1 or args.reserve < 0:
@@ -148,8 +161,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                      counter=counter, task=args.task)  # fmt: skip
             preflight(budget.template_tokens + 1, budget.n_ctx, budget.reserve)
             planner = Planner(doc, counter)
-            plans = [planner.plan(n, budget.available, PlanOptions(overlap=args.overlap))
-                     for n in names]  # fmt: skip
+            plans = [planner.plan(n, budget.available, PlanOptions(overlap=args.overlap,
+                                                                   question=q))
+                     for n, q in asks]  # fmt: skip
     except BadInput as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
     except ContextOverflowError as exc:
@@ -189,6 +203,8 @@ def _print_plan(p: Any, budget: Any, counter: Any) -> None:
         f"{p.strategy}: budget {p.budget:,} tokens = context {budget.n_ctx:,} - template "
         f"{budget.template_tokens:,} - reply reserve {budget.reserve:,} ({counter.name}, {kind})"
     )
+    if p.question:
+        print(f"  for the question: {p.question}")
     if isinstance(counter, LlamaCounter):  # exact but slow: say why, so a long wait is explained
         print(f"  counted by {counter_method(counter)}")
     print(
@@ -259,6 +275,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--strategy", required=True, help=f"{', '.join(STRATEGIES)}, or all")
     p.add_argument("--task", default="Summarize the document.", help="the instruction")
     p.add_argument("--overlap", type=float, default=0.15, help="window overlap for semantic")
+    p.add_argument("--question", action="append",
+                   help="what retrieve ranks the document against (repeatable: one plan per "
+                        "question)")  # fmt: skip
     p.add_argument("--needle", action="append", help="a planted fact to look for (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object per plan")
     p.set_defaults(func=cmd_plan)

@@ -253,8 +253,9 @@ def _print_event(ev: object) -> None:
     from app.core.jobs.tasks import ChunkEvaluated, LanesStarted, PartialResult, PlanReady
 
     if isinstance(ev, PlanReady):
-        print(f"plan {ev.strategy}: {ev.kept_tokens:,} of {ev.total_tokens:,} tokens reach the "
-              f"model in {ev.passes} pass(es) of at most {ev.budget:,} tokens",
+        asked = f" for {ev.question!r}" if ev.question else ""
+        print(f"plan {ev.strategy}{asked}: {ev.kept_tokens:,} of {ev.total_tokens:,} tokens "
+              f"reach the model in {ev.passes} pass(es) of at most {ev.budget:,} tokens",
               file=sys.stderr)  # fmt: skip
     elif isinstance(ev, LanesStarted):
         print(f"--- {ev.windows} replies, {ev.lanes} at a time in parallel lanes ---",
@@ -278,7 +279,8 @@ def add_commands(sub: Any) -> None:
             p.add_argument("--strategies", required=True, help="comma-separated, e.g. head,tail")
         p.add_argument("document")
         p.add_argument("--task", default="summarize", help=", ".join(TASKS))
-        p.add_argument("--question", action="append", help="for ask (repeatable)")
+        p.add_argument("--question", action="append",
+                       help="for ask (repeatable); retrieve plans once per question")
         p.add_argument("--instruction", help="for extract: what to do with each part")
         p.add_argument("--model", help="GGUF model (default: the default model)")
         p.add_argument("--n-ctx", type=int,

@@ -16,7 +16,8 @@ from app.core.engine.lanes import MAX_LANES
 from app.core.engine.types import KVState, SamplingSettings
 from app.core.jobs.audit import Audit
 from app.core.jobs.tasks import DEFAULT_LANES, TASKS, CancelToken, JobFinished, JobResult
-from app.core.planning.strategies import STRATEGIES
+from app.core.planning.retrieve import NEEDS_QUESTION
+from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES
 from app.services.errors import BadOption, BadRequest
 
 
@@ -56,6 +57,8 @@ class JobSpec:
             raise BadRequest("ask needs at least one question")
         if self.task == "extract" and not self.instruction.strip():
             raise BadRequest("extract needs an instruction")
+        if self.task == "summarize" and QUESTION_STRATEGIES & set(self.strategies):
+            raise BadRequest(NEEDS_QUESTION)  # a summary has no question to rank against
 
     def options(self, n_ctx: int, cancel: CancelToken) -> dict[str, Any]:
         """The keyword arguments of the core job (app.core.jobs.tasks) for this spec."""

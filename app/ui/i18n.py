@@ -55,6 +55,7 @@ STRATEGY_NAMES = {
     "semantic": QT_TRANSLATE_NOOP("Strategy", "semantic"),
     "entropy": QT_TRANSLATE_NOOP("Strategy", "entropy"),
     "map-reduce": QT_TRANSLATE_NOOP("Strategy", "map-reduce"),
+    "retrieve": QT_TRANSLATE_NOOP("Strategy", "retrieve"),
 }
 # Why a reply ended, as the engine and the jobs record it, and what the window says.
 FINISH_NAMES = {

@@ -15,6 +15,7 @@ from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication
 
 _N = r"([\d,]+)"  # a figure as the planner writes it (1,755), kept as written
 _P = r"(\d+%)"
+_F = r"(\d+\.\d+)"  # a score (12.41)
 SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(f"^{pattern}$"), template)
     for pattern, template in (
@@ -51,6 +52,21 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
          QT_TRANSLATE_NOOP("PlanReason", "low information: {0} new after compression")),
         (f"nothing of the document fits: the budget is {_N} tokens",
          QT_TRANSLATE_NOOP("PlanReason", "nothing of the document fits: the budget is {0} tokens")),
+        (f"rank {_N} of {_N} matching parts \\(score {_F}; terms: (.+)\\)",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "rank {0} of {1} matching parts (score {2}; terms: {3})")),
+        (f"rank {_N} of {_N} matching parts \\(score {_F}\\), past the budget",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "rank {0} of {1} matching parts (score {2}), past the budget")),
+        (f"next to the part ranked {_N} \\(context\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "next to the part ranked {0} (context)")),
+        ("matches no term of the question",
+         QT_TRANSLATE_NOOP("PlanReason", "matches no term of the question")),
+        ("retrieve needs a question to rank the document against: ask a question, or extract "
+         "with an instruction",
+         QT_TRANSLATE_NOOP("PlanReason", "retrieve needs a question to rank the document "
+                                         "against: ask a question, or extract with an "
+                                         "instruction")),
         (f"a single character here needs {_N} tokens, over the budget",
          QT_TRANSLATE_NOOP("PlanReason",
                            "a single character here needs {0} tokens, over the budget")),

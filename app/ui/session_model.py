@@ -402,6 +402,7 @@ class SessionModel(QObject):
         self._plan_generation += 1
         generation = self._plan_generation
         strategy = self._choices.strategy
+        question = self._choices.question if self._choices.task != "summarize" else ""
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
         model, framing, counter = self._frame_source(), self._framing(), self._engine.driver.counter
         doc, (where, key) = self._doc, self._planning()
@@ -414,7 +415,8 @@ class SessionModel(QObject):
             # made and they are frozen, or full collections of 20-165 ms each hold the GIL.
             with gc_paused():
                 plan = _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx,
-                             reserve=reserve, instruction=instruction, ticket=ticket)  # fmt: skip
+                             reserve=reserve, instruction=instruction, question=question,
+                             ticket=ticket)  # fmt: skip
                 planned = None if plan is None else (plan, index_plan(plan))  # off the GUI
                 gc.freeze()
             return planned
@@ -727,6 +729,8 @@ class SessionModel(QObject):
             self._engine.request_job.emit(JobRequest(spec, doc.text, planner))
             return
         plans, model, n_ctx = self._plans, self._frame_source(), self._loaded.n_ctx
+        # what `retrieve` ranks the document against, as the job does (the window asks one)
+        question = spec.questions[0] if spec.questions else spec.instruction
         asks = [(strategy, *planning(spec.task, strategy, counter, max_tokens=spec.max_tokens,
                                      questions=spec.questions, instruction=spec.instruction))
                 for strategy in spec.strategies]  # fmt: skip
@@ -735,7 +739,8 @@ class SessionModel(QObject):
             made = []
             for strategy, instruction, reserve in asks:
                 plan = _plan(plans, doc, key, strategy, model=model, n_ctx=n_ctx,
-                             reserve=reserve, instruction=instruction)  # fmt: skip
+                             reserve=reserve, instruction=instruction,
+                             question=question)  # fmt: skip
                 if plan is None:
                     return None
                 made.append(plan)
@@ -1064,16 +1069,17 @@ class SessionModel(QObject):
 
 
 def _plan(where: PlanProcess | Planner, doc: Document, key: str | None, strategy: str, *,
-          model: FrameSource, n_ctx: int, reserve: int, instruction: str,
+          model: FrameSource, n_ctx: int, reserve: int, instruction: str, question: str = "",
           ticket: int | None = None) -> Plan | None:  # fmt: skip
-    """``plan_for`` in the child (None when superseded) or by a planner of this process."""
+    """``plan_for`` in the child (None when superseded) or by a planner of this process;
+    ``question``: what `retrieve` ranks the document against."""
     if isinstance(where, Planner):
         return plan_for(where, strategy, model, instruction=instruction, n_ctx=n_ctx,
-                        reserve=reserve)  # fmt: skip
+                        reserve=reserve, question=question)  # fmt: skip
     assert key is not None
     try:
         return where.plan(doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
-                          instruction=instruction, ticket=ticket)  # fmt: skip
+                          instruction=instruction, question=question, ticket=ticket)  # fmt: skip
     except Superseded:
         return None
 

@@ -1565,6 +1565,26 @@ Qt (PySide6) {3}</translation>
         <translation>文档的任何部分都放不下：预算为 {0} 个token</translation>
     </message>
     <message>
+        <source>rank {0} of {1} matching parts (score {2}; terms: {3})</source>
+        <translation>匹配片段中排名第 {0}（共 {1} 个；得分 {2}；匹配词：{3}）</translation>
+    </message>
+    <message>
+        <source>rank {0} of {1} matching parts (score {2}), past the budget</source>
+        <translation>匹配片段中排名第 {0}（共 {1} 个；得分 {2}），超出预算</translation>
+    </message>
+    <message>
+        <source>next to the part ranked {0} (context)</source>
+        <translation>紧邻排名第 {0} 的片段（上下文）</translation>
+    </message>
+    <message>
+        <source>matches no term of the question</source>
+        <translation>与问题中的任何词都不匹配</translation>
+    </message>
+    <message>
+        <source>retrieve needs a question to rank the document against: ask a question, or extract with an instruction</source>
+        <translation>检索策略需要一个问题来为文档排序：请提问，或使用带指令的提取任务</translation>
+    </message>
+    <message>
         <source>a single character here needs {0} tokens, over the budget</source>
         <translation>此处单个字符需要 {0} 个token，超出预算</translation>
     </message>
@@ -2002,6 +2022,10 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>map-reduce</source>
         <translation>映射归约</translation>
+    </message>
+    <message>
+        <source>retrieve</source>
+        <translation>检索</translation>
     </message>
 </context>
 <context>

@@ -14,6 +14,7 @@ import pytest
 
 from app.core.jobs.tasks import SUMMARIZE
 from app.core.paths import sample_document
+from app.core.planning.retrieve import NEEDS_QUESTION
 from app.core.tokens import gguf_encoding
 from tests.cli.runner import assert_one_line_error, run
 
@@ -81,9 +82,12 @@ def test_plan_all_prints_one_plan_per_strategy(model_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     plans = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [p["strategy"] for p in plans] == ["refuse", "head", "tail", "middle", "rolling",
-                                              "semantic", "entropy", "map-reduce"]  # fmt: skip
+                                              "semantic", "entropy", "map-reduce",
+                                              "retrieve"]  # fmt: skip
     for p in plans:
         assert p["peak_tokens"] <= p["budget"]
+    # retrieve without a question: its plan says what it needs (`--strategy retrieve` exits 2)
+    assert plans[-1]["refused"] == NEEDS_QUESTION and plans[-1]["kept"] == []
 
 
 def test_plan_refuse_exits_4_with_the_numbers(model_path: Path) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from app.core.planning.frame import model_frame
-from app.core.planning.strategies import MULTI_PASS, STRATEGIES
+from app.core.planning.retrieve import NEEDS_QUESTION
+from app.core.planning.strategies import MULTI_PASS, QUESTION_STRATEGIES, STRATEGIES
 from app.core.tokens import TokenCounter, gguf_encoding
 from tests.cli.runner import assert_one_line_error, run
 from tests.edge_cases import EdgeTally
@@ -277,6 +278,10 @@ def test_plan_with_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so
             assert p["refused"] and _numbers(p["refused"]) == [p["total_tokens"], budget]
             edges.add("budget under a sentence", "refused")
             continue
+        if name in QUESTION_STRATEGIES:  # `all` without --question: said in its plan
+            assert p["refused"] == NEEDS_QUESTION and p["kept"] == []
+            edges.add("budget under a sentence", "refused")
+            continue
         assert p["refused"] is None
         if name in MULTI_PASS:
             assert len(p["windows"]) >= 2 and p["boundary_integrity"] < 1
@@ -302,7 +307,8 @@ def test_plan_every_strategy_on_a_5_mb_line(
 ) -> None:
     text = one_line(kind)
     proc = run("plan", str(line_files[kind]), "--strategy", "all", "--n-ctx", str(N_CTX),
-               "--reserve", "2", "--json", timeout=1700)  # fmt: skip
+               "--reserve", "2", "--question", "Who calls himself Ishmael?", "--json",
+               timeout=1700)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     plans = _lines(proc)
     assert [p["strategy"] for p in plans] == list(STRATEGIES)

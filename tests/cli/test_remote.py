@@ -92,6 +92,29 @@ def test_the_same_run_sends_the_same_prompt_locally_and_on_the_server(
     )
 
 
+def test_ask_with_retrieve_plans_each_question_alike_on_the_server(
+    server: Server, model_path: Path, tmp_path: Path
+) -> None:
+    """`retrieve` plans on this machine (BM25 over the chunks the model's counter cut), so a
+    server runs the same plan per question as the local engine, and answers each."""
+    doc = _excerpt(tmp_path / "jargon.txt", 0, 60_000)
+    common = ["run", str(doc), "--task", "ask", "--strategy", "retrieve", "--question",
+              "Who edited the Jargon File?", "--question", "What is a hacker?", "--max-tokens",
+              "8", "--n-ctx", str(N_CTX), "--model", str(model_path), "--db",
+              str(tmp_path / "h.db"), "--json"]  # fmt: skip
+    local = _cli(*common)
+    remote = _cli(*common, "--engine", server.url)
+    assert local.returncode == EXIT_OK, local.stderr
+    assert remote.returncode == EXIT_OK, remote.stderr
+    ready = [[line for line in _lines(side.stdout) if line["type"] == "plan_ready"]
+             for side in (local, remote)]  # fmt: skip
+    assert ready[0] == ready[1] and [r["question"] for r in ready[1]] == [
+        "Who edited the Jargon File?", "What is a hacker?"]  # fmt: skip
+    done = _lines(remote.stdout)[-1]
+    assert [o["step"] for o in done["outputs"]] == ["answer 1", "answer 2"]  # type: ignore[union-attr]
+    assert _plan(done) == _plan(_lines(local.stdout)[-1])
+
+
 def test_generate_streams_from_the_server(server: Server) -> None:
     done = _cli("generate", "--engine", server.url, "--n-ctx", str(N_CTX), "--raw",
                 "--prompt", "The capital of France is", "--max-tokens", "8", "--json")  # fmt: skip

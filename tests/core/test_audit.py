@@ -29,7 +29,8 @@ from app.core.jobs.tasks import (
     summarize,
 )
 from app.core.planning.chunking import Boundary, Chunk
-from app.core.planning.strategies import STRATEGIES, Planner
+from app.core.planning.retrieve import NEEDS_QUESTION
+from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES, Planner
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 from tests.conftest import DATA
 
@@ -43,6 +44,15 @@ CORPUS = {
     "web": "sample.html",
 }
 TASKS = ("summarize", "ask", "extract")
+# What `retrieve` ranks each document against (an ask's question, an extract's instruction):
+# words the document holds, so that its plan keeps something to audit.
+RETRIEVE = {
+    "english": "Why does Ishmael go to sea when he feels grim?",
+    "chinese": "圣人如何处无为之事？",
+    "code": "How does insort keep the list sorted with a key?",
+    "mixed": "Which settings file format is used for the migration?",
+    "web": "What does the reading guide say about the Gettysburg Address?",
+}
 # for the closing summary (tests/core/conftest.py)
 AUDITED: dict[str, Any] = {"jobs": 0, "calls": 0, "document_tokens": 0, "documents": set()}
 
@@ -70,7 +80,9 @@ class Bench:
     def audited(self, kind: str, task: str, strategy: str) -> JobResult:
         """Run a job with the audit and require it to pass, having checked real work."""
         doc, planner = self.docs[kind]
-        result, audit = run_job(self.host, task, strategy, doc, self.counter, planner=planner)
+        question = RETRIEVE[kind] if strategy in QUESTION_STRATEGIES else None
+        result, audit = run_job(self.host, task, strategy, doc, self.counter, planner=planner,
+                                question=question)  # fmt: skip
         audit.raise_if_failed()
         assert result.error is None, result.error
         AUDITED["jobs"] += 1
@@ -79,6 +91,8 @@ class Bench:
         AUDITED["documents"].add(kind)
         if strategy == "refuse":  # every document here overflows N_CTX: refused with numbers
             assert result.refused and "budget" in result.refused and audit.counts.calls == 0
+        elif strategy in QUESTION_STRATEGIES and task == "summarize":  # a summary has none
+            assert result.refused == NEEDS_QUESTION and audit.counts.calls == 0
         else:
             assert audit.counts.calls >= 1 and audit.counts.chunks >= 1
             assert audit.counts.document_tokens > 0 and audit.counts.template_tokens > 0
@@ -105,9 +119,11 @@ def run_job(
     *,
     planner: Planner | None = None,
     audited_by: Any = None,
+    question: str | None = None,
 ) -> tuple[JobResult, Audit]:
     """One job with the audit on; the result and the audit (not yet asked to raise).
-    ``audited_by``: the engine the audit reads (by default the job's)."""
+    ``audited_by``: the engine the audit reads (by default the job's); ``question``: the ask's
+    question and the extract's instruction, in place of the usual ones."""
     audit = Audit(audited_by or engine, exact_counts=True)
     options: dict[str, Any] = {
         "strategy": strategy,
@@ -117,9 +133,11 @@ def run_job(
         "audit": audit,
     }
     if task == "ask":
-        events = ask(engine, doc.text, counter, questions=["What is it about?"], **options)
+        events = ask(engine, doc.text, counter, questions=[question or "What is it about?"],
+                     **options)  # fmt: skip
     elif task == "extract":
-        events = extract(engine, doc.text, counter, instruction="List the names.", **options)
+        events = extract(engine, doc.text, counter, instruction=question or "List the names.",
+                         **options)  # fmt: skip
     else:
         events = summarize(engine, doc.text, counter, **options)
     result = next(ev.result for ev in events if isinstance(ev, JobFinished))
@@ -144,6 +162,8 @@ def test_every_strategy_summarizes_code_exactly_as_planned(bench: Bench, strateg
         ("english", "extract", "semantic"),
         ("english", "summarize", "middle"),
         ("web", "ask", "entropy"),
+        ("chinese", "ask", "retrieve"),
+        ("english", "extract", "retrieve"),
     ],
 )
 def test_jobs_on_chinese_mixed_and_english_run_exactly_as_planned(

@@ -47,7 +47,15 @@ from app.core.jobs.tasks import (
 )
 from app.core.planning.frame import model_frame
 from app.core.planning.plan import Plan
-from app.core.planning.strategies import MULTI_PASS, STRATEGIES, Planner, plan_for
+from app.core.planning.retrieve import NEEDS_QUESTION
+from app.core.planning.strategies import (
+    MULTI_PASS,
+    QUESTION_STRATEGIES,
+    STRATEGIES,
+    Planner,
+    PlanOptions,
+    plan_for,
+)
 from app.core.telemetry import memory_preflight
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 from tests.edge_cases import EdgeTally
@@ -55,6 +63,7 @@ from tests.edge_docs import LONG_SENTENCE, ONE_LINE_KINDS, one_line, prose, text
 
 N_CTX = 256  # the smallest context llama.cpp makes (it rounds up to a multiple of 256)
 QUESTION = "Who tells this story?"
+SENTENCE_QUESTION = "When does the drizzly November make him go to sea?"  # LONG_SENTENCE's words
 SINGLE_PASS = tuple(s for s in STRATEGIES if s not in MULTI_PASS)
 TRAIN_CTX = 8192  # SmolLM2-135M's training context
 
@@ -361,6 +370,10 @@ def test_every_strategy_at_every_edge_size(
     tokens = _doc_tokens(size, frame, budget)
     text = bench.doc(tokens)
     run = bench.run(text, strategy, task=task, max_tokens=max_tokens)
+    if strategy in QUESTION_STRATEGIES and task == "summarize":  # a summary has no question
+        assert run.result.refused == NEEDS_QUESTION and not run.calls
+        edges.add("prompt at the context's edge", "refused")
+        return
     outcome = check_either(run, text, N_CTX)
     assert run.plan is not None and run.plan.budget == budget
     assert run.plan.total_tokens == tokens, "the plan counts the document as the counter does"
@@ -411,7 +424,7 @@ def test_plans_for_a_reply_reserve_of_the_whole_context_are_refused_with_the_num
         frame = bench.frame(instruction)
         for reserve in (N_CTX, N_CTX - frame):
             plan = plan_for(planner, strategy, bench.model_path, instruction=instruction,
-                            n_ctx=N_CTX, reserve=reserve)  # fmt: skip
+                            n_ctx=N_CTX, reserve=reserve, question=QUESTION)  # fmt: skip
             assert plan.refused == (
                 f"prompt needs {frame + 1:,} tokens, context is {N_CTX:,} (reply reserve "
                 f"{reserve:,})"
@@ -421,7 +434,7 @@ def test_plans_for_a_reply_reserve_of_the_whole_context_are_refused_with_the_num
             assert spans == [(0, len(planner.text), plan.refused)]
             edges.add("reply reserve", "refused")
         plan = plan_for(planner, strategy, bench.model_path, instruction=instruction,
-                        n_ctx=N_CTX, reserve=N_CTX - frame - 1)  # fmt: skip
+                        n_ctx=N_CTX, reserve=N_CTX - frame - 1, question=QUESTION)  # fmt: skip
         assert plan.budget == 1 and (plan.refused is None) == (strategy != "refuse")
         edges.add("reply reserve", "planned")
 
@@ -478,7 +491,7 @@ def test_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
     assert bench.counter.count(text) > 4 * 12
     planner = Planner(text, bench.counter)
     for strategy in STRATEGIES:
-        plan = planner.plan(strategy, budget)
+        plan = planner.plan(strategy, budget, PlanOptions(question=SENTENCE_QUESTION))
         check_plan(plan, text)
         if strategy == "refuse":
             assert plan.refused == (
@@ -525,6 +538,10 @@ def test_a_budget_of_a_few_tokens_under_every_strategy(
     else:
         max_tokens = N_CTX - frame - budget
     run = bench.run(text, strategy, max_tokens=max_tokens)
+    if strategy in QUESTION_STRATEGIES:  # a summary has no question: refused, whatever fits
+        assert run.result.refused == NEEDS_QUESTION and not run.calls
+        edges.add("budget under a sentence", "refused")
+        return
     outcome = check_either(run, text, N_CTX)
     if strategy == "refuse":
         assert outcome == "refused"
@@ -666,7 +683,7 @@ def test_every_strategy_plans_a_5_mb_line(
     """Plans only: on a 5 MB line the multi-pass strategies would make thousands of calls."""
     text = one_line(kind)
     _, budget = bench.boundary("summarize", strategy, 2)
-    plan = bench.line_planner(kind).plan(strategy, budget)
+    plan = bench.line_planner(kind).plan(strategy, budget, PlanOptions(question=QUESTION))
     check_plan(plan, text)
     if strategy == "refuse":
         assert plan.refused and f"{plan.total_tokens:,} tokens" in plan.refused
@@ -681,7 +698,8 @@ def test_single_pass_jobs_on_a_5_mb_line(
     bench: Bench, kind: str, strategy: str, edges: EdgeTally
 ) -> None:
     text = one_line(kind)
-    run = bench.run(text, strategy, max_tokens=2, planner=bench.line_planner(kind))
+    task = "ask" if strategy in QUESTION_STRATEGIES else "summarize"  # retrieve needs a question
+    run = bench.run(text, strategy, task=task, max_tokens=2, planner=bench.line_planner(kind))
     outcome = check_either(run, text, N_CTX)
     assert outcome == ("refused" if strategy == "refuse" else "worked")
     if outcome == "worked":

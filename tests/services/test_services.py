@@ -35,6 +35,9 @@ def session(model_path: Path) -> object:
     (JobSpec("ask", ("head",)), "ask needs at least one question"),
     (JobSpec("ask", ("head",), questions=("  ",)), "ask needs at least one question"),
     (JobSpec("extract", ("head",)), "extract needs an instruction"),
+    (JobSpec("summarize", ("head", "retrieve")), "^retrieve needs a question to rank the "
+                                                 "document against: ask a question, or extract "
+                                                 "with an instruction$"),
 ])  # fmt: skip
 def test_a_job_that_cannot_run_is_refused_in_one_sentence(spec: JobSpec, message: str) -> None:
     with pytest.raises(BadRequest, match=message):

@@ -31,7 +31,7 @@ def test_three_questions_make_a_thread_and_a_same_plan_evaluates_only_the_questi
     assert w.repo is not None and w.history is not None
     repo = w.repo
     w.task_box.setCurrentIndex(w.task_box.findData("ask"))
-    w.strategy_box.setCurrentIndex(w.strategy_box.findData("head"))
+    w.strategy_box.setCurrentIndex(w.strategy_box.findData("retrieve"))  # by the question
     w.max_tokens.setValue(8)
 
     results, statuses = [], []

@@ -143,3 +143,20 @@ def test_a_job_on_the_real_model_is_recorded_and_resumes_from_its_kv_state(
     assert resumed.text == result.text and restored == [choices.sampling]
     assert started[-1] == StartedJob(N_CTX, ("head",), resumed=True)
     assert repo.runs(rolled_back.id)[0]["outputs"][0]["text"] == result.text
+
+
+def test_retrieve_plans_the_question_typed(qtbot, session: SessionModel) -> None:
+    """The plan shown for `retrieve` ranks the document against the question in the box (as
+    the job will): each question its own kept spans, with their rank and the terms matched."""
+    _open(qtbot, session)
+    plans = {}
+    for question in ("How are documents decoded and counted?", "Which strategy keeps the end?"):
+        chosen = JobChoices(task="ask", question=question, strategy="retrieve", max_tokens=32)
+        with qtbot.waitSignal(session.plan_changed, timeout=WAIT) as shown:
+            session.update_plan(chosen)
+        plan = shown.args[0]
+        assert plan.strategy == "retrieve" and plan.question == question and plan.dropped
+        ranked = [s for s in plan.kept if s.rank is not None]
+        assert ranked and all(s.terms for s in ranked)
+        plans[question] = {(s.start, s.end) for s in plan.kept}
+    assert len({frozenset(spans) for spans in plans.values()}) == 2  # not the same spans

@@ -11,8 +11,10 @@ from app.services.versions import Turn
 from app.ui.thread_view import ThreadView
 from tests.ui.ui_texts import assert_follows_language
 
-TURNS = [Turn(4, 1, "Where is the harbour?", "In the north.", "stop", "head"),
-         Turn(7, 2, "When do <boats> leave?", "At dawn,\nmostly.", "length", "retrieve")]  # fmt: skip
+TURNS = [
+    Turn(4, 1, "Where is the harbour?", "In the north.", "stop", "head"),
+    Turn(7, 2, "When do <boats> leave?", "At dawn,\nmostly.", "length", "retrieve"),
+]
 
 
 def test_the_thread_shows_each_question_and_answer_and_opens_a_version(qtbot) -> None:

@@ -11,7 +11,8 @@ position, the cells used, ``llama_memory_seq_pos_min/max``) and checks:
   a check by text alone misses a chunk that spells the right text in other tokens, a special
   token among them), their pieces spell exactly its text, and they number what the plan counted;
 * the chunks of each call are the kept chunks of the plan (or one of its windows), and together
-  the calls evaluated everything the plan kept;
+  the calls evaluated everything the plan kept (with a plan per question, `retrieve`: each
+  call holds its own question's plan, and every question's kept chunks were evaluated);
 * the ring agrees with llama.cpp, and the reply's tokens are the ones resident after the prompt;
 * each output names as its sources the chunks resident when it was generated;
 * a job that left any of the document out says so (``truncated``), and the store says the same.
@@ -129,7 +130,7 @@ class _Job:
     text: str
     exact_counts: bool
     passes: list[tuple[Span, ...]] = field(default_factory=list)  # chunk groups a call may hold
-    kept: tuple[Span, ...] = ()  # every chunk the plan keeps
+    kept: tuple[Span, ...] = ()  # every chunk the plans (one per question, or one) keep
     chunk_tokens: dict[Span, int] = field(default_factory=dict)  # what the plan counted
     dropped: bool = False
     evaluated: set[Span] = field(default_factory=set)  # chunks found in the KV cache
@@ -194,14 +195,19 @@ class Audit:
         self.counts.jobs += 1
 
     def planned(self, kept: Sequence[Any], passes: Sequence[Sequence[Any]], dropped: bool) -> None:
-        """The plan shown: the kept chunks, the chunk groups its calls evaluate, whether it
-        dropped anything (chunks are ``app.core.planning.chunking.Chunk``)."""
+        """A plan shown: the kept chunks, the chunk groups its calls evaluate, whether it
+        dropped anything (chunks are ``app.core.planning.chunking.Chunk``).
+
+        A job that plans once per question (`retrieve`) reports each plan before its calls:
+        the calls that follow must hold one of that plan's groups, and by the job's end every
+        plan's kept chunks must have reached the model.
+        """
         job = self._need_job()
-        job.kept = tuple((c.start, c.end) for c in kept)
-        job.chunk_tokens = {(c.start, c.end): c.tokens for group in passes for c in group}
+        job.kept = tuple(dict.fromkeys((*job.kept, *((c.start, c.end) for c in kept))))
+        job.chunk_tokens.update({(c.start, c.end): c.tokens for group in passes for c in group})
         job.chunk_tokens.update({(c.start, c.end): c.tokens for c in kept})
         job.passes = [tuple((c.start, c.end) for c in group) for group in passes]
-        job.dropped = dropped
+        job.dropped = job.dropped or dropped
 
     def batch(self, step: str, ring: Ring, sources: Sequence[Span], ring_version: int) -> None:
         """A batch of output was recorded with ``sources``: they must be what is resident."""

@@ -5,8 +5,9 @@ KV stage, and keeps a :class:`~app.core.jobs.ring.Ring` in step with what llama.
 piece of output is recorded with the ring version and the document spans that were resident
 when it was generated. Nothing here polls: each engine reply becomes events as it arrives.
 
-Jobs: ``summarize``, ``ask`` (several questions reuse the evaluated document), ``extract`` (an
-instruction per window, merged in document order) and ``compare`` (one job, several strategies).
+Jobs: ``summarize``, ``ask`` (several questions reuse the evaluated document; `retrieve` plans
+each question apart), ``extract`` (an instruction per window, merged in document order) and
+``compare`` (one job, several strategies).
 """
 
 from __future__ import annotations
@@ -52,7 +53,14 @@ from app.core.planning.frame import (
     split_at_document,
 )
 from app.core.planning.plan import Plan
-from app.core.planning.strategies import MULTI_PASS, STRATEGIES, Planner
+from app.core.planning.retrieve import NEEDS_QUESTION
+from app.core.planning.strategies import (
+    MULTI_PASS,
+    QUESTION_STRATEGIES,
+    STRATEGIES,
+    Planner,
+    PlanOptions,
+)
 from app.core.tokens import TokenCounter
 
 # The instructions (SUMMARIZE, ASK, ...) and their frames live in app.core.planning.frame.
@@ -100,6 +108,8 @@ class PlanReady:
     passes: int
     boundary_integrity: float
     dropped_spans: int
+    # the question this plan was made for (`retrieve` plans once per question), else ""
+    question: str = ""
 
 
 @dataclass(frozen=True)
@@ -606,10 +616,13 @@ def _planned(
     *,
     reserve: int,
     later: Sequence[str] = (),
+    question: str = "",
 ) -> Generator[Event, None, Plan | None]:
     """The plan for the document next to ``instruction`` with ``reserve`` tokens kept free;
     None (and the refusal recorded) when nothing can be done. ``later``: the instructions of
-    the job's later calls (combining partial results), which need a token of room too."""
+    the job's later calls (combining partial results), which need a token of room too.
+    ``question``: what `retrieve` ranks the document against; a job that plans once per
+    question calls this once per question, each plan with its own :class:`PlanReady`."""
     result = session.result
     frame = session.frame(instruction)
     budget = result.n_ctx - frame.tokens - reserve
@@ -621,12 +634,16 @@ def _planned(
             f"(reply reserve {reserve:,})"
         )
         return None
-    plan = planner.plan(strategy, budget)
+    plan = planner.plan(strategy, budget, PlanOptions(question=question))
     result.plan = {k: v for k, v in plan.as_dict().items() if k not in ("kept", "dropped")}
-    result.truncated = bool(plan.dropped)
+    result.truncated = result.truncated or bool(plan.dropped)  # any question's plan
     passes = max(1, len(plan.windows))
     yield PlanReady(strategy, budget, plan.kept_tokens, plan.total_tokens, passes,
-                    plan.boundary_integrity, len(plan.dropped))  # fmt: skip
+                    plan.boundary_integrity, len(plan.dropped), plan.question)  # fmt: skip
+    if plan.refused == NEEDS_QUESTION:  # not a matter of room: said as it is
+        result.finish_reason = "error"
+        result.refused = plan.refused
+        return None
     if plan.refused:
         result.finish_reason = "error"
         result.refused = (
@@ -783,6 +800,9 @@ def ask(
     With a single-pass strategy the document comes first and the question after it, so every
     question after the first reuses the evaluated document from the KV cache (only the question
     is evaluated). Multi-pass strategies ask each window and then combine the answers.
+    `retrieve` plans once per question (each its own :class:`PlanReady`, its own kept chunks in
+    the same budget): a later question reuses the prompt's start as far as the two plans keep
+    the same chunks, and evaluates the rest.
     """
     t0 = time.perf_counter()
     result, session = _job("ask", strategy, n_ctx, engine, cancel, audit=audit, text=text,
@@ -795,14 +815,25 @@ def ask(
                                         questions=questions)  # fmt: skip
         room = reserve - max_tokens  # the longest question, after the document
         later = (COMBINE_ANSWERS,) if strategy in MULTI_PASS else ()
-        plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve,
-                                   later=later)  # fmt: skip
-        if plan is None:
-            return
+        per_question = strategy in QUESTION_STRATEGIES
+        plan = None
+        if not per_question:  # one plan, whatever is asked
+            plan = yield from _planned(session, planner, strategy, instruction, reserve=reserve,
+                                       later=later)  # fmt: skip
+            if plan is None:
+                return
         for i, q in enumerate(questions):
             if session.cancel.is_set():
                 return
             step = f"answer {i + 1}"
+            if per_question:  # each question its own plan, in the same budget; the engine
+                # keeps what the prompts share at their start (the frame, the leading chunks)
+                plan = yield from _planned(session, planner, strategy, instruction,
+                                           reserve=reserve, later=later,
+                                           question=q)  # fmt: skip
+                if plan is None:
+                    return
+            assert plan is not None
             if not plan.multi_pass:
                 doc = _chunk_segments(text, plan.kept_chunks())
                 yield from session.call(step, ASK, [*doc, _Segment(_question(q), None)], max_tokens)
@@ -853,7 +884,9 @@ def extract(
         task_instruction, reserve = planning(
             "extract", strategy, counter, max_tokens=max_tokens, instruction=instruction
         )
-        plan = yield from _planned(session, planner, strategy, task_instruction, reserve=reserve)
+        # `retrieve` ranks the document against the instruction
+        plan = yield from _planned(session, planner, strategy, task_instruction, reserve=reserve,
+                                   question=instruction)  # fmt: skip
         if plan is None:
             return
         windows = [_Window(f"part {w + 1}", _chunk_segments(text, chunks))

@@ -1,4 +1,4 @@
-"""Chunkings, plans and whole-document counts, made once per document and tokenizer.
+"""Chunkings, plans, whole-document counts and BM25 indexes, made once per document and tokenizer.
 
 Counting is what planning costs: chunking a few MB takes seconds, a plan made from chunks that
 are already counted takes milliseconds. Work is keyed by the document's sha256 and format, the
@@ -34,11 +34,13 @@ from app.core import paths
 from app.core.planning.chunking import Boundary, Chunk
 from app.core.planning.codec import pack_plan, unpack_plan
 from app.core.planning.plan import Plan
+from app.core.planning.retrieve import Index
 
 FORMAT = 1  # bump when the stored layout changes
 DISK_BYTES = 200 * 1024 * 1024
 MEMORY_ROWS = 1_000_000  # chunks and spans held in memory, ~150 bytes each
 MAX_PLANS = 64
+MAX_INDEXES = 8  # BM25 indexes held in memory: a document's, at a few context sizes
 _MAGIC = b"CLPC"
 _DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 # The modules whose code decides what a document's chunks and plans are.
@@ -58,6 +60,8 @@ class CacheStats:
     plans_reused: int = 0
     counts_made: int = 0  # whole documents counted
     counts_reused: int = 0
+    indexes_made: int = 0  # BM25 indexes of a chunking (`retrieve`) built
+    indexes_reused: int = 0
     disk_reads: int = 0  # of the reuses, those found on disk
     disk_writes: int = 0
     disk_errors: int = 0  # entries that could not be read or written (dropped, made again)
@@ -115,7 +119,7 @@ class BoundedLru:
 class _Kind:
     """How one kind of entry is counted in the stats, weighed, and stored on disk."""
 
-    name: str  # "chunkings" | "plans" | "counts": the stats fields' stem
+    name: str  # "chunkings" | "plans" | "counts" | "indexes": the stats fields' stem
     rows: Callable[[Any], int]
     encode: Callable[[Any], dict[str, np.ndarray]]
     decode: Callable[[dict[str, np.ndarray]], Any]
@@ -143,6 +147,7 @@ class PlanCache:
             "chunkings": BoundedLru(1 << 16, memory_rows),
             "plans": BoundedLru(max_plans, memory_rows),
             "counts": BoundedLru(1 << 12, 1 << 12),
+            "indexes": BoundedLru(MAX_INDEXES, memory_rows),
         }
         self._disk = _open_disk(directory, disk_bytes) if directory is not None else None
 
@@ -158,6 +163,10 @@ class PlanCache:
 
     def count(self, key: Key, make: Callable[[], int]) -> int:
         return self._get_or_make(_COUNTS, key, make)
+
+    def index(self, key: Key, make: Callable[[], Index]) -> Index:
+        """A chunking's BM25 index (`retrieve`): built once, whatever the question."""
+        return self._get_or_make(_INDEXES, key, make)
 
     def remember_plan(self, key: Key, plan: Plan) -> None:
         """Hold ``plan`` in memory (made elsewhere, which stored it on disk if it keeps one)."""
@@ -339,3 +348,4 @@ def _decode_count(arrays: dict[str, np.ndarray]) -> int:
 _CHUNKS = _Kind("chunkings", len, _encode_chunks, _decode_chunks)
 _PLANS = _Kind("plans", _plan_rows, _encode_plan, _decode_plan)
 _COUNTS = _Kind("counts", lambda _n: 1, _encode_count, _decode_count)
+_INDEXES = _Kind("indexes", lambda index: index.rows, Index.to_arrays, Index.from_arrays)

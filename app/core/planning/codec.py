@@ -8,6 +8,7 @@ bytecode lets the GIL change hands every few milliseconds. The rebuilt plan ``==
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,10 +22,13 @@ _BOUNDARIES = {int(b): b for b in Boundary}
 
 
 def pack_plan(plan: Plan) -> dict[str, Any]:
-    """Plain values and int64 arrays; reasons as a table of distinct strings and indices."""
+    """Plain values and int64 arrays; reasons as a table of distinct strings and indices. The
+    figures of scored spans (`retrieve`), when there are any, as a float64 array beside them
+    (score, rank, next_to, terms; -1 for none) with their terms as a table too."""
     reasons: dict[str, int] = {}
     packed: dict[str, Any] = {
         "strategy": plan.strategy,
+        "question": plan.question,
         "budget": plan.budget,
         "total_tokens": plan.total_tokens,
         "refused": plan.refused,
@@ -39,7 +43,21 @@ def pack_plan(plan: Plan) -> dict[str, Any]:
         ]
         packed[name] = _array(rows, width=4)
     packed["reasons"] = list(reasons)
+    if any(s.scored for s in (*plan.kept, *plan.dropped)):
+        terms: dict[str, int] = {}
+        for name, spans in (("kept", plan.kept), ("dropped", plan.dropped)):
+            notes = [
+                (_or(s.score, np.nan), _or(s.rank, -1), _or(s.next_to, -1),
+                 terms.setdefault(" ".join(s.terms), len(terms)) if s.terms else -1)
+                for s in spans
+            ]  # fmt: skip
+            packed[f"{name}_notes"] = np.array(notes, dtype=np.float64).reshape(len(notes), 4)
+        packed["terms"] = list(terms)
     return packed
+
+
+def _or(value: float | None, none: float) -> float:
+    return none if value is None else value
 
 
 def unpack_plan(packed: dict[str, Any]) -> Plan:
@@ -51,6 +69,13 @@ def unpack_plan(packed: dict[str, Any]) -> Plan:
         tuple(Span(s, e, t, reasons[r]) for s, e, t, r in _rows(packed[name]))
         for name in ("kept", "dropped")
     )
+    if "kept_notes" in packed:
+        table: list[str] = packed["terms"]
+        kept, dropped = (
+            tuple(_noted(span, note, table) for span, note in
+                  zip(spans, packed[f"{name}_notes"].tolist(), strict=True))
+            for name, spans in (("kept", kept), ("dropped", dropped))
+        )  # fmt: skip
     return Plan(
         strategy=packed["strategy"],
         budget=packed["budget"],
@@ -62,7 +87,16 @@ def unpack_plan(packed: dict[str, Any]) -> Plan:
         boundary_integrity=packed["boundary_integrity"],
         seconds=packed["seconds"],
         chunks=chunks,
+        question=packed.get("question") or "",
     )
+
+
+def _noted(span: Span, note: list[float], table: list[str]) -> Span:
+    score, rank, next_to, terms = note
+    return Span(span.start, span.end, span.tokens, span.reason,
+                None if math.isnan(score) else score,
+                None if rank < 0 else int(rank), tuple(table[int(terms)].split()) if terms >= 0
+                else (), None if next_to < 0 else int(next_to))  # fmt: skip
 
 
 def _array(rows: Sequence[tuple[int, ...]], width: int = 5) -> np.ndarray:

@@ -18,6 +18,34 @@ class Span:
     end: int
     tokens: int
     reason: str
+    # Why a span of a plan made for a question (`retrieve`) is kept or dropped, in figures: its
+    # BM25 score, its rank among the parts that match (None: it matches nothing), the question's
+    # words it holds, and for a neighbour kept as context the rank of the match it is next to.
+    score: float | None = None
+    rank: int | None = None
+    terms: tuple[str, ...] = ()
+    next_to: int | None = None
+
+    @property
+    def scored(self) -> bool:
+        return self.score is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its fields; those of a scored span only when it is one (other plans stay as before)."""
+        out: dict[str, Any] = {"start": self.start, "end": self.end, "tokens": self.tokens,
+                               "reason": self.reason}  # fmt: skip
+        if self.score is not None:
+            out |= {"score": round(self.score, 4), "rank": self.rank, "terms": list(self.terms),
+                    "next_to": self.next_to}  # fmt: skip
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Span:
+        """A span as :meth:`as_dict` wrote it (a recorded plan read back)."""
+        score = data.get("score")
+        return cls(int(data["start"]), int(data["end"]), int(data["tokens"]), str(data["reason"]),
+                   None if score is None else float(score), data.get("rank"),
+                   tuple(data.get("terms") or ()), data.get("next_to"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +71,7 @@ class Plan:
     boundary_integrity: float = 1.0
     seconds: float = field(default=0.0, compare=False)  # how long it took, not what it is
     chunks: tuple[Chunk, ...] = field(default=(), repr=False)
+    question: str = ""  # what the document was ranked against (`retrieve`), else ""
 
     @property
     def kept_tokens(self) -> int:
@@ -83,11 +112,13 @@ class Plan:
         return hit / len(needles)
 
     def as_dict(self) -> dict[str, Any]:
+        question = {"question": self.question} if self.question else {}
         return {
             "strategy": self.strategy,
+            **question,
             "budget": self.budget,
-            "kept": [asdict(s) for s in self.kept],
-            "dropped": [asdict(s) for s in self.dropped],
+            "kept": [s.as_dict() for s in self.kept],
+            "dropped": [s.as_dict() for s in self.dropped],
             "windows": [asdict(w) for w in self.windows],
             "kept_tokens": self.kept_tokens,
             "total_tokens": self.total_tokens,

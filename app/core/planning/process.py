@@ -42,7 +42,7 @@ from app.core.planning.cache import BoundedLru, doc_id, on_disk
 from app.core.planning.codec import pack_plan, unpack_plan
 from app.core.planning.frame import FrameSource, ServerTemplate
 from app.core.planning.plan import Plan
-from app.core.planning.strategies import Planner, plan_for
+from app.core.planning.strategies import Planner, plan_for, question_for
 from app.core.tokens import counter_for_key
 
 CLOSE_TIMEOUT_S = 5.0
@@ -123,14 +123,17 @@ class PlanProcess:
         n_ctx: int,
         reserve: int,
         instruction: str,
+        question: str = "",
         ticket: int | None = None,
     ) -> Plan:
         """``plan_for`` on the child's copy of ``doc``; equal to the plan made in this process.
-        ``model`` frames the document: a GGUF's path, a server's template, or None."""
+        ``model`` frames the document: a GGUF's path, a server's template, or None. ``question``:
+        what `retrieve` ranks the document against (ignored by the other strategies)."""
         if model is not None and not isinstance(model, ServerTemplate):
             model = os.fspath(model)
         args = {"strategy": strategy, "model": model, "n_ctx": n_ctx, "reserve": reserve,
-                "instruction": instruction}  # fmt: skip
+                "instruction": instruction,
+                "question": question_for(strategy, question)}  # fmt: skip
         key = ("plan", doc.sha256, doc.format, counter_key, *args.values())
         found = self._answered(key, ticket)
         if found is not None:
@@ -370,7 +373,8 @@ class _Child:
     def plan(self, request: dict[str, Any]) -> dict[str, Any]:
         plan = plan_for(self.planner(request), request["strategy"], request["model"],
                         n_ctx=request["n_ctx"], reserve=request["reserve"],
-                        instruction=request["instruction"])  # fmt: skip
+                        instruction=request["instruction"],
+                        question=request.get("question", ""))  # fmt: skip
         return pack_plan(plan)
 
     def count(self, request: dict[str, Any]) -> int:

@@ -7,7 +7,8 @@ a span's tokens are the sum of its chunks' exact counts and a plan's totals are 
 
 Single-pass strategies (refuse, head, tail, middle, entropy) keep at most ``budget`` tokens.
 Multi-pass strategies (rolling, semantic, map-reduce) let every chunk reach the model, each
-window at most ``budget`` tokens.
+window at most ``budget`` tokens. `retrieve` (single pass) keeps the chunks that best match a
+question (retrieve.py); without one its plan is refused with the sentence that says so.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from app.core.planning.cache import CacheStats, PlanCache, doc_id, text_id
 from app.core.planning.chunking import Boundary, Chunk, chunk_document, sliding_windows
 from app.core.planning.frame import FrameSource, document_budget
 from app.core.planning.plan import Plan, PlanWindow, Span
+from app.core.planning.retrieve import ANALYZER, NEEDS_QUESTION, Index, select
 from app.core.tokens import TokenCounter, counter_fingerprint
 
 
@@ -32,9 +34,22 @@ from app.core.tokens import TokenCounter, counter_fingerprint
 class PlanOptions:
     overlap: float = 0.15  # semantic windows share about this share of their tokens
     chunk_tokens: int | None = None  # unit size; None: chosen from the budget
+    # what `retrieve` ranks the document against (an ask's question, an extract's instruction);
+    # the other strategies plan the same whatever it is, and their plans are cached without it
+    question: str = ""
 
 
-StrategyFn = Callable[[Sequence[Chunk], str, int, PlanOptions], "_Draft"]
+StrategyFn = Callable[..., "_Draft"]  # (chunks, text, budget, options) -> what it decides
+
+
+@dataclass(frozen=True)
+class _Note:
+    """A scored chunk's figures, carried into its span (see :class:`Span`)."""
+
+    score: float
+    rank: int | None
+    terms: tuple[str, ...]
+    next_to: int | None
 
 
 @dataclass
@@ -46,6 +61,8 @@ class _Draft:
     windows: list[tuple[int, int]] = field(default_factory=list)  # (first, last) chunk index
     refused: str | None = None
     window_ends_are_cuts: bool = True  # False for rolling: the next chunk follows at once
+    keep_reasons: dict[int, str] = field(default_factory=dict)  # a kept chunk's own reason
+    notes: dict[int, _Note] = field(default_factory=dict)  # scored chunks' figures
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,6 +138,28 @@ def _entropy(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions)
     return _Draft("more informative than what was dropped", drop)
 
 
+def _retrieve(
+    chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions,
+    index: Index | None = None,
+) -> _Draft:  # fmt: skip
+    """The chunks that best match ``opts.question`` (see retrieve.py); ``index``: the chunks'
+    BM25 index, as the planner caches it (built here when not given)."""
+    question = opts.question.strip()
+    if not question:
+        return _Draft("", dict.fromkeys(range(len(chunks)), NEEDS_QUESTION),
+                      refused=NEEDS_QUESTION)  # fmt: skip
+    if index is None:
+        index = Index.build([text[c.start : c.end] for c in chunks])
+    draft = _Draft("")
+    for c, v in zip(chunks, select(chunks, index, question, budget).verdicts, strict=True):
+        if v.kept:
+            draft.keep_reasons[c.index] = v.reason
+        else:
+            draft.drop[c.index] = v.reason
+        draft.notes[c.index] = _Note(v.score, v.rank, v.terms, v.next_to)
+    return draft
+
+
 STRATEGIES: dict[str, StrategyFn] = {
     "refuse": _refuse,
     "head": _head,
@@ -130,8 +169,18 @@ STRATEGIES: dict[str, StrategyFn] = {
     "semantic": _semantic,
     "entropy": _entropy,
     "map-reduce": _map_reduce,
+    "retrieve": _retrieve,
 }
 MULTI_PASS = frozenset({"rolling", "semantic", "map-reduce"})
+# Strategies whose plan depends on the question: planned once per question, and refused
+# without one (a summary has none).
+QUESTION_STRATEGIES = frozenset({"retrieve"})
+
+
+def question_for(strategy: str, question: str) -> str:
+    """The question a plan of ``strategy`` is made for: "" where the strategy ignores it, so
+    that its plans (and their cache entries) are the same whatever was asked."""
+    return question.strip() if strategy in QUESTION_STRATEGIES else ""
 
 
 def _fit_prefix(chunks: Sequence[Chunk], budget: int) -> int:
@@ -294,7 +343,7 @@ class Planner:
 
         The caller vouches that ``plan`` was made for this document and counter.
         """
-        opts = opts or PlanOptions()
+        opts = opts or PlanOptions(question=plan.question)
         self.cache.remember_plan(self._plan_key(plan.strategy, plan.budget, opts), plan)
         if plan.budget >= 1 and plan.strategy in STRATEGIES:
             split_at = Boundary.PARAGRAPH if plan.strategy == "entropy" else None
@@ -311,6 +360,17 @@ class Planner:
         """The tokens of the whole document."""
         return self.cache.count(self._key("count"), lambda: self.counter.count(self.text))
 
+    def index(self, max_tokens: int, split_at: Boundary | None = None) -> Index:
+        """The BM25 index of a chunking (`retrieve`): the same for every question, so it is
+        built once and kept in the cache (in memory, and on disk with a disk cache)."""
+        key = self._key("index", max_tokens, -1 if split_at is None else int(split_at), ANALYZER)
+
+        def build() -> Index:
+            text = self.text
+            return Index.build([text[c.start : c.end] for c in self.chunks(max_tokens, split_at)])
+
+        return self.cache.index(key, build)
+
     def plan(self, strategy: str, budget: int, opts: PlanOptions | None = None) -> Plan:
         if strategy not in STRATEGIES:
             names = ", ".join(STRATEGIES)
@@ -324,23 +384,31 @@ class Planner:
         return self._key("chunks", max_tokens, -1 if split_at is None else int(split_at))
 
     def _plan_key(self, strategy: str, budget: int, opts: PlanOptions) -> tuple[object, ...]:
-        return self._key("plan", strategy, budget, opts.overlap, opts.chunk_tokens)
+        question = question_for(strategy, opts.question)
+        return self._key("plan", strategy, budget, opts.overlap, opts.chunk_tokens, question)
 
     def _make(self, strategy: str, budget: int, opts: PlanOptions) -> Plan:
         t0 = time.perf_counter()
+        question = question_for(strategy, opts.question)
         if budget < 1:
             total = self.count()
             text = self.text
             message = f"nothing of the document fits: the budget is {budget:,} tokens"
             dropped = (Span(0, len(text), total, message),) if text else ()
             return Plan(strategy, budget, total, (), dropped, refused=message,
-                        boundary_integrity=1.0, seconds=time.perf_counter() - t0)  # fmt: skip
+                        boundary_integrity=1.0, seconds=time.perf_counter() - t0,
+                        question=question)  # fmt: skip
         # entropy judges paragraphs one by one, so they must not share a chunk
         split_at = Boundary.PARAGRAPH if strategy == "entropy" else None
-        chunks = self.chunks(unit_tokens(strategy, budget, opts), split_at)
-        draft = STRATEGIES[strategy](chunks, self.text, budget, opts)
+        unit = unit_tokens(strategy, budget, opts)
+        chunks = self.chunks(unit, split_at)
+        extra = {}
+        if strategy in QUESTION_STRATEGIES and question:
+            extra["index"] = self.index(unit, split_at)
+        draft = STRATEGIES[strategy](chunks, self.text, budget, opts, **extra)
         draft = _drop_oversize(draft, chunks, budget)
-        return _assemble(strategy, budget, chunks, draft, time.perf_counter() - t0)
+        plan = _assemble(strategy, budget, chunks, draft, time.perf_counter() - t0)
+        return replace(plan, question=question) if question else plan
 
 
 def plan_for(
@@ -351,8 +419,10 @@ def plan_for(
     instruction: str,
     n_ctx: int,
     reserve: int,
+    question: str = "",
 ) -> Plan:
-    """The plan of ``strategy`` within the budget the model's prompt and the reply leave.
+    """The plan of ``strategy`` within the budget the model's prompt and the reply leave
+    (for ``question``, where the strategy ranks the document against one: `retrieve`).
 
     When they leave nothing, every strategy's plan is refused with the preflight's sentence
     (``prompt needs N tokens, context is M (reply reserve R)``), as the job will refuse: a
@@ -360,10 +430,11 @@ def plan_for(
     """
     budget = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=planner.counter,
                              task=instruction)  # fmt: skip
+    opts = PlanOptions(question=question)
     if budget.available >= 1:
-        return planner.plan(strategy, budget.available)
+        return planner.plan(strategy, budget.available, opts)
     message = str(ContextOverflowError(budget.template_tokens + 1, n_ctx, reserve))
-    nothing = planner.plan(strategy, 0)
+    nothing = planner.plan(strategy, 0, opts)
     return replace(nothing, refused=message,
                    dropped=tuple(replace(s, reason=message) for s in nothing.dropped))  # fmt: skip
 
@@ -400,15 +471,26 @@ def _assemble(
 ) -> Plan:
     kept: list[Span] = []
     dropped: list[Span] = []
-    for c in chunks:  # merge runs of chunks with the same fate and reason into one span
+    notes: dict[int, _Note] = draft.notes
+    last_note: list[_Note | None] = [None, None]  # of the last kept and the last dropped span
+    for c in chunks:  # merge runs of chunks with the same fate, reason and figures into one span
         reason = draft.drop.get(c.index)
+        side = 0 if reason is None else 1
         target = kept if reason is None else dropped
-        reason = draft.keep_reason if reason is None else reason
+        if reason is None:
+            reason = draft.keep_reasons.get(c.index, draft.keep_reason)
+        note = notes.get(c.index)
         last = target[-1] if target else None
-        if last is not None and last.end == c.start and last.reason == reason:
-            target[-1] = Span(last.start, c.end, last.tokens + c.tokens, reason)
-        else:
+        if (last is not None and last.end == c.start and last.reason == reason
+                and last_note[side] == note):  # fmt: skip
+            target[-1] = (Span(last.start, c.end, last.tokens + c.tokens, reason) if note is None
+                          else replace(last, end=c.end, tokens=last.tokens + c.tokens))
+        elif note is None:
             target.append(Span(c.start, c.end, c.tokens, reason))
+        else:
+            target.append(Span(c.start, c.end, c.tokens, reason, note.score, note.rank,
+                               note.terms, note.next_to))  # fmt: skip
+        last_note[side] = note
     windows = tuple(
         PlanWindow(chunks[a].start, chunks[b].end, sum(c.tokens for c in chunks[a : b + 1]), a, b)
         for a, b in draft.windows

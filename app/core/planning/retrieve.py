@@ -1,0 +1,344 @@
+"""The `retrieve` strategy: the parts of a document that best match a question, in their order.
+
+Every local chat app that answers questions on a document too long for the context (LM Studio,
+GPT4All's LocalDocs, Open WebUI, AnythingLLM) picks the parts relevant to the question; the
+other strategies keep the same spans whatever is asked, so a fact on page 300 of a long document
+reaches the model only if `map-reduce` reads all of it. Here the chunks of the plan are scored
+against the question with BM25 (``bm25s``: sparse scores precomputed per term, so a question
+costs one sum over a few posting lists) and the best of them are kept, in document order, with
+their neighbours where the budget leaves room.
+
+Terms come from a plain word analyzer rather than the model's tokens: BM25 wants words whose
+forms a question and the document share ("edited" and "editor" both reach "edit"), which
+subword pieces are not. It treats Chinese, Japanese and Korean (no spaces between words) as
+single characters and pairs of characters, and Latin and other spaced scripts as words.
+
+The index depends on the document's chunking and the analyzer, never on the question: it is
+built once and cached with the plans (:class:`~app.core.planning.cache.PlanCache`, in memory and
+on disk), so a second question on the same document only sums posting lists and sorts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+import Stemmer
+
+from app.core.planning.chunking import Chunk
+
+if TYPE_CHECKING:
+    import bm25s
+
+# The analyzer's name in cache keys: an index built by an older analyzer is never read.
+ANALYZER = "words-1"
+
+# The sentence a plan without a question is refused with (and a summary under `retrieve`).
+NEEDS_QUESTION = (
+    "retrieve needs a question to rank the document against: ask a question, or extract "
+    "with an instruction"
+)
+NO_MATCH = "matches no term of the question"
+FITS = "fits the budget"  # a document that fits is kept whole (as `refuse` words it)
+
+# The best matches first, up to this share of the budget; then their neighbours, for the
+# sentence before and after a fact cut at a chunk's edge; then further matches as they fit;
+# then wider context around them.
+FIRST_SHARE = 2 / 3
+
+# Han, kana, Hangul syllables and their extensions: scripts written without spaces between words
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002ebef"
+_TOKEN = re.compile(f"(?P<cjk>[{_CJK}]+)|(?P<word>[^\\W_{_CJK}]+)")
+
+# English function words (NLTK's list): they match every part of a document and say nothing
+# of what a question is about. Question words are among them.
+_STOP_WORDS = """
+    a about above after again against ain all am an and any are aren arent as at be because been
+    before being below between both but by can couldn couldnt d did didn didnt do does doesn
+    doesnt doing don dont down during each few for from further had hadn hadnt has hasn hasnt
+    have haven havent having he her here hers herself him himself his how i if in into is isn
+    isnt it its itself just ll m ma me mightn mightnt more most mustn mustnt my myself needn
+    neednt no nor not now o of off on once only or other our ours ourselves out over own re s
+    same shan shant she shes should shouldn shouldnt shouldve so some such t than that thatll
+    the their theirs them themselves then there these they this those through to too under until
+    up ve very was wasn wasnt we were weren werent what when where which while who whom why will
+    with won wont wouldn wouldnt y you youd youll your youre yours yourself yourselves youve
+"""
+STOP_WORDS = frozenset(_STOP_WORDS.split())
+
+
+@cache
+def _stemmer() -> Stemmer.Stemmer:
+    """Snowball's English stemmer (C, with its own cache of recent words)."""
+    return Stemmer.Stemmer("english")
+
+
+def analyze(text: str) -> list[tuple[str, str]]:
+    """(term, the word it came from) for each term of ``text``, in order.
+
+    Lowercased (NFKC first, so full-width letters and ligatures read as plain ones); words are
+    Unicode letters and digits; a run of CJK characters gives each character and each pair of
+    neighbours; other words lose English stop words and are stemmed with Snowball's English
+    stemmer, so that a question's paraphrase meets the document's own forms.
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    out: list[tuple[str, str]] = []
+    words: list[str] = []
+    at: list[int] = []  # where each word's term goes in out
+    for m in _TOKEN.finditer(text):
+        run = m.group("cjk")
+        if run is not None:
+            out.extend((ch, ch) for ch in run)
+            out.extend((run[i : i + 2], run[i : i + 2]) for i in range(len(run) - 1))
+            continue
+        word = m.group("word")
+        if word in STOP_WORDS:
+            continue
+        at.append(len(out))
+        words.append(word)
+        out.append(("", word))
+    for i, stem in zip(at, _stemmer().stemWords(words), strict=True):
+        out[i] = (stem, out[i][1])
+    return out
+
+
+def terms(text: str) -> list[str]:
+    """The terms of ``text`` (see :func:`analyze`), repeats kept: what a chunk is indexed as."""
+    return [t for t, _ in analyze(text)]
+
+
+def question_terms(question: str) -> dict[str, str]:
+    """Each distinct term of ``question`` and the first of its words that gave it."""
+    found: dict[str, str] = {}
+    for term, word in analyze(question):
+        found.setdefault(term, word)
+    return found
+
+
+@dataclass(eq=False)
+class Index:
+    """BM25 (Lucene's variant, ``bm25s``) over the chunks of one chunking of a document."""
+
+    bm25: bm25s.BM25
+    chunks: int
+    seconds: float = 0.0  # how long it took to build
+
+    @classmethod
+    def build(cls, texts: Iterable[str]) -> Index:
+        """The index of ``texts`` (a chunking's chunks, in order).
+
+        Each chunk's terms become ids as it is read, kept as 4 bytes each: a 50 MB document is
+        never held as millions of term strings at once (CJK text gives two terms a character).
+        """
+        t0 = time.perf_counter()
+        vocab: dict[str, int] = {"": 0}  # the empty term: a vocabulary even of no words
+        ids = [np.array([vocab.setdefault(t, len(vocab)) for t in terms(text)], dtype=np.int32)
+               for text in texts]  # fmt: skip
+        rows = ids
+        if not any(len(a) for a in ids):  # no word anywhere (or no chunk): the empty term once
+            rows = [np.zeros(1, dtype=np.int32)] * max(1, len(ids))  # a mean length, not 0 / 0
+        model = _bm25()
+        # bm25s's own build from ids (what BM25.index does after mapping tokens to ids)
+        model.scores = model.build_index_from_ids(list(vocab.values()), _Ids(rows),
+                                                  show_progress=False)  # fmt: skip
+        model.vocab_dict = vocab
+        model.unique_token_ids_set = set(vocab.values())
+        return cls(model, len(ids), time.perf_counter() - t0)
+
+    def scores(self, question: Iterable[str]) -> np.ndarray:
+        """Each chunk's BM25 score for the (distinct) terms ``question``; 0 where none occurs."""
+        ids = self.bm25.get_tokens_ids([t for t in dict.fromkeys(question) if t])
+        if not ids:
+            return np.zeros(self.chunks, dtype=np.float32)
+        return np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)[: self.chunks]
+
+    def matched(self, term: str) -> np.ndarray:
+        """The chunks that hold ``term``."""
+        tid = self.bm25.vocab_dict.get(term)
+        if tid is None or not term:
+            return np.zeros(0, dtype=np.int64)
+        indptr = self.bm25.scores["indptr"]
+        return self.bm25.scores["indices"][indptr[tid] : indptr[tid + 1]]
+
+    @property
+    def rows(self) -> int:
+        """Its weight in the plan cache's rows (~150 bytes each)."""
+        s = self.bm25.scores
+        size = s["data"].nbytes + s["indices"].nbytes + s["indptr"].nbytes
+        return 1 + (size + 60 * len(self.bm25.vocab_dict)) // 150
+
+    # ----- as arrays, for the disk cache (no pickle on the way back) -----
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        s = self.bm25.scores
+        vocab = json.dumps(self.bm25.vocab_dict, ensure_ascii=False).encode()
+        return {"data": np.asarray(s["data"]), "indices": np.asarray(s["indices"]),
+                "indptr": np.asarray(s["indptr"]),
+                "shape": np.array([self.chunks, s["num_docs"]], dtype=np.int64),
+                "vocab": np.frombuffer(vocab, dtype=np.uint8)}  # fmt: skip
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Index:
+        chunks, num_docs = (int(n) for n in arrays["shape"])
+        vocab = json.loads(arrays["vocab"].tobytes())
+        if not isinstance(vocab, dict) or len(arrays["indptr"]) != len(vocab) + 1:
+            raise ValueError("an index whose vocabulary and postings differ")  # made again
+        model = _bm25()
+        model.vocab_dict = vocab
+        model.unique_token_ids_set = set(vocab.values())
+        model.nonoccurrence_array = None  # Lucene's BM25 scores only the terms that occur
+        model.scores = {"data": arrays["data"], "indices": arrays["indices"],
+                        "indptr": arrays["indptr"], "num_docs": num_docs}  # fmt: skip
+        return cls(model, chunks)
+
+
+def _bm25() -> bm25s.BM25:
+    """An empty BM25 model (Lucene's variant). bm25s loads here, not with the planner: every
+    command imports the planner to list its strategies, and only a question needs BM25."""
+    import bm25s  # noqa: PLC0415 (~25 ms with tqdm, for `contextlens-cli --help` too)
+
+    return bm25s.BM25(method="lucene")
+
+
+class _Ids:
+    """Each chunk's term ids as bm25s reads them (lists, one chunk at a time), from arrays."""
+
+    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        self.arrays = arrays
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (a.tolist() for a in self.arrays)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the plan does with one chunk, and why."""
+
+    kept: bool
+    reason: str
+    score: float
+    rank: int | None = None  # among the chunks that match the question, from 1
+    terms: tuple[str, ...] = ()  # the question's words it holds
+    next_to: int | None = None  # kept as context next to the chunk of this rank
+
+
+@dataclass
+class Selection:
+    verdicts: list[Verdict] = field(default_factory=list)  # one per chunk, in order
+
+
+def kept_reason(rank: int, matching: int, score: float, words: Sequence[str]) -> str:
+    return (f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}; terms: "
+            f"{', '.join(words)})")  # fmt: skip
+
+
+def neighbour_reason(rank: int) -> str:
+    return f"next to the part ranked {rank:,} (context)"
+
+
+def past_budget_reason(rank: int, matching: int, score: float) -> str:
+    return f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}), past the budget"
+
+
+def select(chunks: Sequence[Chunk], index: Index, question: str, budget: int) -> Selection:
+    """Which chunks a plan for ``question`` keeps within ``budget`` tokens, each with why.
+
+    A document that fits the budget is kept whole. Otherwise the chunks that match the question
+    are ranked by score (ties: the earlier first). The best are kept while they fill up to
+    :data:`FIRST_SHARE` of the budget; then each one's next and previous chunk, best match
+    first (a fact cut at a chunk's edge, the sentence that introduces it); then further matches
+    by rank, as they fit; then the context around every kept match widens, a chunk on each side
+    at a time, best match first, until nothing more fits. The plan lays them out in document
+    order, as any other plan.
+    """
+    wanted = question_terms(question)
+    scores = index.scores(wanted)
+    n = len(chunks)
+    ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i))
+    rank = {i: r + 1 for r, i in enumerate(ranked)}
+    words: dict[int, list[str]] = {}
+    for term, word in wanted.items():
+        for i in index.matched(term).tolist():
+            if i < n and word not in words.setdefault(i, []):
+                words[i].append(word)
+    if sum(c.tokens for c in chunks) <= budget:
+        kept: dict[int, int | None] = dict.fromkeys(range(n))
+    else:
+        kept = _within(chunks, ranked, rank, budget)
+
+    matching = len(ranked)
+    out = Selection()
+    for i in range(n):
+        score = float(scores[i]) if i < len(scores) else 0.0
+        r, found = rank.get(i), tuple(words.get(i, ()))
+        if i in kept and kept[i] is not None:
+            out.verdicts.append(Verdict(True, neighbour_reason(kept[i]), score, r, found, kept[i]))
+        elif i in kept:
+            reason = FITS if r is None else kept_reason(r, matching, score, found)
+            out.verdicts.append(Verdict(True, reason, score, r, found))
+        elif r is not None:
+            out.verdicts.append(Verdict(False, past_budget_reason(r, matching, score), score, r,
+                                        found))  # fmt: skip
+        else:
+            out.verdicts.append(Verdict(False, NO_MATCH, 0.0))
+    return out
+
+
+def _within(
+    chunks: Sequence[Chunk], ranked: Sequence[int], rank: dict[int, int], budget: int
+) -> dict[int, int | None]:
+    """The chunks kept of a document over the budget: chunk -> the rank of the match it is
+    kept next to, None for a match kept for its own rank (see :func:`select`)."""
+    n = len(chunks)
+    kept: dict[int, int | None] = {}
+    used = 0
+
+    def take(i: int, next_to: int | None, limit: float = budget) -> bool:
+        nonlocal used
+        if i in kept or used + chunks[i].tokens > limit:
+            return False
+        kept[i] = next_to
+        used += chunks[i].tokens
+        return True
+
+    # the next chunk not kept on each side of a match (None: that side cannot grow: the edge of
+    # the document, or a chunk that does not fit, which never will as the budget only fills)
+    sides: dict[int, list[int | None]] = {}
+
+    def widen(hits: Sequence[int]) -> bool:
+        """One chunk more on each side of each of ``hits`` where it fits; whether any did."""
+        grew = False
+        for h in hits:
+            ends = sides.setdefault(h, [h + 1, h - 1])
+            for k, step in ((0, 1), (1, -1)):  # after a match first: its text goes on there
+                j = ends[k]
+                while j is not None and 0 <= j < n and j in kept:
+                    j += step  # past what is kept already, around this match or another
+                if j is None or not 0 <= j < n or not take(j, rank[h]):
+                    ends[k] = None
+                    continue
+                ends[k], grew = j + step, True
+        return grew
+
+    for i in ranked:
+        if chunks[i].tokens > budget:
+            continue  # never fits (the plan says so: one character of too many tokens)
+        if not take(i, None, budget * FIRST_SHARE if kept else budget):
+            break
+    widen([i for i in ranked if i in kept])
+    for i in ranked:
+        take(i, None)
+    hits = [i for i in ranked if kept.get(i, 0) is None]
+    while widen(hits):
+        pass
+    return kept

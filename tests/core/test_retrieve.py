@@ -1,0 +1,450 @@
+"""The `retrieve` strategy: words as BM25 sees them (Latin and CJK), plans that keep the parts
+that best match a question in document order within the budget and say why (score, rank, the
+question's words; neighbours kept as context), an index built once per document and chunking
+(in memory and on disk), a fact planted 300k tokens deep in the 400k-token Jargon File found by a
+question that paraphrases it, and the jobs: one plan per question, audited against llama.cpp;
+a summary refused with the sentence that says retrieve needs a question."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.core.default_model import default_model_path
+from app.core.documents import document_from_text, load_document
+from app.core.engine.host import EngineHost
+from app.core.engine.types import Finished, GenerationStats, LoadSettings
+from app.core.jobs.audit import Audit
+from app.core.jobs.tasks import JobFinished, PlanReady, ask, extract, planning, summarize
+from app.core.paths import sample_document
+from app.core.planning.cache import PlanCache
+from app.core.planning.codec import pack_plan, unpack_plan
+from app.core.planning.plan import Plan, Span
+from app.core.planning.process import PlanProcess
+from app.core.planning.retrieve import NEEDS_QUESTION, NO_MATCH, analyze, question_terms, terms
+from app.core.planning.strategies import Planner, PlanOptions, plan_for
+from app.core.tokens import (
+    TiktokenCounter,
+    counter_key,
+    exact_counter,
+    gguf_encoding,
+    host_tokenize,
+)
+from tests.core.doc_strategies import markdown_documents
+
+N_CTX = 2048
+INSTRUCTION = "List the people who edited the Jargon File."
+JOB_CTX = 1024  # the jobs' context on the real model (prompt evaluation is what they cost)
+DEPTH = 300_000  # tokens before the planted fact that must be found
+# Facts planted in the Jargon File, each with a question that says it in other words: the
+# depth (share of the document's characters) where each goes, the fact, the question.
+FACTS = [
+    (0.10, "Mirela Quast, the archivist of the Tarvo collective, catalogued exactly 4,913 punched "
+           "cards in the winter of 1971.",
+     "How many punch cards did the archivist of the Tarvo group list that winter?"),
+    (0.45, "The Zephyr build farm drew its power from a retired submarine battery that everyone "
+           "called Old Marguerite.",
+     "What name was given to the old battery that ran the Zephyr farm of build machines?"),
+    (None, "At the Vostrikov labs the spare coffee grinder was kept in locker 7204, behind the "
+           "tape drives.",
+     "In which locker did the Vostrikov staff store their extra grinder for coffee?"),
+    (0.93, "For nineteen years the password of the Halvorsen mainframe console was the word "
+           "periwinkle.",
+     "Which word served as the console password of the Halvorsen mainframe for almost two "
+     "decades?"),
+]  # fmt: skip
+SPAN_REASONS = [
+    re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d; terms: [\w, ]+\)"),
+    re.compile(r"next to the part ranked [\d,]+ \(context\)"),
+    re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d\), past the budget"),
+    re.compile(re.escape(NO_MATCH)),
+    re.compile("fits the budget"),
+    re.compile(r"a single character here needs [\d,]+ tokens, over the budget"),
+]
+
+
+@pytest.fixture(scope="module")
+def counter(model_path: Path) -> TiktokenCounter:
+    return gguf_encoding(model_path)
+
+
+@pytest.fixture(scope="module")
+def jargon() -> str:
+    return sample_document().read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def planted(jargon: str, counter: TiktokenCounter) -> tuple[str, list[tuple[int, int]]]:
+    """The Jargon File (~405k tokens) with each fact as a paragraph of its own: the one without
+    a depth exactly :data:`DEPTH` tokens in (give or take a paragraph), the others spread out.
+    The text and each fact's character range."""
+    total = counter.count(jargon)
+    assert total > 400_000
+    text = jargon
+    spans = []
+    for depth, fact, _ in FACTS:
+        share = depth if depth is not None else DEPTH / total
+        at = text.index("\n\n", int(len(text) * share)) + 1
+        text = f"{text[:at]}\n   {fact}\n{text[at:]}"
+    for _, fact, _ in FACTS:
+        start = text.index(fact)
+        spans.append((start, start + len(fact)))
+    deep = spans[2][0]
+    assert DEPTH - 2_000 < counter.count(text[:deep]) < DEPTH + 2_000
+    return text, spans
+
+
+@pytest.fixture(scope="module")
+def planner(planted: tuple[str, list[tuple[int, int]]], counter: TiktokenCounter) -> Planner:
+    return Planner(planted[0], counter)
+
+
+def _budget(counter: TiktokenCounter, question: str) -> tuple[str, int]:
+    """(instruction, reserve) of an ask with ``question``, as the job plans it."""
+    return planning("ask", "retrieve", counter, max_tokens=256, questions=[question])
+
+
+def _plan(planner: Planner, question: str) -> Plan:
+    instruction, reserve = _budget(planner.counter, question)  # type: ignore[arg-type]
+    return plan_for(planner, "retrieve", default_model_path(), instruction=instruction,
+                    n_ctx=N_CTX, reserve=reserve, question=question)  # fmt: skip
+
+
+def _check(plan: Plan, text: str) -> None:
+    """Kept and dropped spans partition the text, the budget holds, every span says why in one
+    of the fixed shapes, and its figures agree with its words."""
+    spans = sorted([*plan.kept, *plan.dropped], key=lambda s: s.start)
+    assert spans[0].start == 0 and spans[-1].end == len(text)
+    assert all(a.end == b.start for a, b in itertools.pairwise(spans))
+    assert plan.peak_tokens == plan.kept_tokens <= plan.budget
+    assert list(plan.kept) == sorted(plan.kept, key=lambda s: s.start), "document order"
+    for s in spans:
+        assert any(p.fullmatch(s.reason) for p in SPAN_REASONS), s.reason
+        assert s.score is not None and s.score >= 0
+        assert (s.rank is None) == (s.score == 0) == (not s.terms)
+        if SPAN_REASONS[-1].fullmatch(s.reason):  # one character of more tokens than the budget
+            assert s in plan.dropped
+        elif s.next_to is not None:
+            assert s in plan.kept and s.reason == f"next to the part ranked {s.next_to:,} (context)"
+        elif s.rank is not None:
+            assert f"rank {s.rank:,} of " in s.reason and f"(score {s.score:.2f}" in s.reason
+            if s in plan.kept:
+                assert s.reason.endswith(f"terms: {', '.join(s.terms)})")
+        elif s in plan.kept:
+            assert s.reason == "fits the budget"  # the whole document did
+        else:
+            assert s.reason == NO_MATCH
+
+
+# ----- the analyzer --------------------------------------------------------------------------
+
+
+def test_latin_words_are_lowercased_stemmed_and_stop_words_dropped() -> None:
+    assert terms("Who EDITED the Jargon Files? The editors’ ﬁles!") == [
+        "edit", "jargon", "file", "editor", "file"]  # fmt: skip
+    assert terms("What is it about, and why?") == []  # function words only
+    assert terms("café_bar 4,913 Größe") == ["café", "bar", "4", "913", "grösse"]
+    # a question and a document meet on the stem, and the question keeps its own word
+    assert question_terms("Which hackers maintained it?") == {"hacker": "hackers",
+                                                              "maintain": "maintained"}
+
+
+def test_cjk_text_is_single_characters_and_pairs() -> None:
+    assert terms("黑客词典") == ["黑", "客", "词", "典", "黑客", "客词", "词典"]
+    # mixed scripts: each run by its own rule, full-width letters read as plain ones
+    assert analyze("用ＧＰＵ训练 Modèles") == [
+        ("用", "用"), ("gpu", "gpu"), ("训", "训"), ("练", "练"), ("训练", "训练"),
+        ("modèl", "modèles")]  # fmt: skip
+    assert terms("東京タワー") == ["東", "京", "タ", "ワ", "ー", "東京", "京タ", "タワ", "ワー"]
+    assert terms("서울 특별시") == ["서", "울", "서울", "특", "별", "시", "특별", "별시"]
+
+
+# ----- plans -------------------------------------------------------------------------------
+
+
+def test_the_best_parts_are_kept_in_document_order_and_say_why(
+    planner: Planner, planted: tuple[str, list[tuple[int, int]]]
+) -> None:
+    text = planted[0]
+    question = "What does the word kludge mean?"
+    plan = _plan(planner, question)
+    _check(plan, text)
+    assert plan.strategy == "retrieve" and plan.question == question and plan.refused is None
+    assert plan.budget - 200 < plan.kept_tokens <= plan.budget  # the budget is used, not passed
+    own = [s for s in plan.kept if s.next_to is None]
+    ranks = sorted(s.rank for s in own if s.rank is not None)
+    assert ranks[:3] == [1, 2, 3]  # the best matches are all kept
+    best = next(s for s in own if s.rank == 1)
+    assert "kludge" in best.terms and "kludge" in text[best.start : best.end].lower()
+    assert set(itertools.chain.from_iterable(s.terms for s in plan.kept)) <= {"word", "kludge",
+                                                                               "mean"}
+    # every dropped match ranks below every kept one that was kept for its own rank, but for
+    # those that did not fit what the budget had left
+    dropped = [s for s in plan.dropped if s.rank is not None]
+    assert dropped and all(s.reason.endswith("past the budget") for s in dropped)
+    assert min(s.rank for s in dropped) > 3  # type: ignore[type-var]
+    as_json = plan.as_dict()
+    assert as_json["question"] == question
+    assert all({"score", "rank", "terms", "next_to"} <= set(s) for s in as_json["kept"])
+    assert as_json["kept"][0]["score"] == round(plan.kept[0].score or 0, 4)
+
+
+@pytest.mark.parametrize("budget", [1_400, 6_000])
+def test_neighbours_widen_the_context_around_a_kept_match(planner: Planner, budget: int) -> None:
+    """Each neighbour lies beside its match, or beside what is kept around it: nothing between
+    them was dropped. A larger budget keeps wider context, and fills up."""
+    question = "Who maintains the Jargon File?"
+    plan = planner.plan("retrieve", budget, PlanOptions(question=question))
+    own = {s.rank: s for s in plan.kept if s.next_to is None and s.rank is not None}
+    neighbours = [s for s in plan.kept if s.next_to is not None]
+    assert neighbours and plan.kept_tokens > budget * 0.9
+    for s in neighbours:
+        match = own[s.next_to]
+        lo, hi = min(s.end, match.end), max(s.start, match.start)
+        assert not [d for d in plan.dropped if lo <= d.start < hi], "a gap in the context"
+    assert any(s.end == own[1].start for s in plan.kept)  # the text before the best match
+    assert any(s.start == own[1].end for s in plan.kept)  # and after it
+
+
+def test_a_document_that_fits_is_kept_whole(planner: Planner, jargon: str) -> None:
+    text = jargon[:20_000]
+    small = Planner(text, planner.counter)
+    plan = small.plan("retrieve", 10_000, PlanOptions(question="What is a hacker?"))
+    assert plan.dropped == () and plan.kept_tokens == small.count()
+    assert {s.reason for s in plan.kept if s.rank is None} == {"fits the budget"}
+    assert any(s.rank == 1 and s.reason.startswith("rank 1 of ") for s in plan.kept)
+
+
+@pytest.mark.parametrize("budget", [20, 150, 700, 5_000, 10**6])
+def test_the_budget_holds_at_every_size(planner: Planner, budget: int) -> None:
+    plan = planner.plan("retrieve", budget, PlanOptions(question="hacker ethic and free software"))
+    assert plan.kept_tokens <= budget
+    _check_partition(plan, planner.text)
+    if budget >= 150:
+        assert any(s.rank == 1 for s in plan.kept)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(markdown_documents(), st.integers(1, 400), st.integers(0, 2**16))
+def test_any_document_any_budget_any_question(
+    counter: TiktokenCounter, text: str, budget: int, seed: int
+) -> None:
+    """Markdown-ish text of every shape (CJK, code, odd whitespace), planned for a question
+    made of some of its own words and one it lacks: the budget holds, spans partition the
+    text, each says why in one of the shapes."""
+    words = re.findall(r"\w+", text)
+    picked = [words[(seed + 7 * k) % len(words)] for k in range(3)] if words else []
+    question = " ".join([*picked, "zyzzogeton"])
+    doc = document_from_text(text, format="markdown")
+    plan = Planner(doc, counter).plan("retrieve", budget, PlanOptions(question=question))
+    if not doc.text:
+        assert plan.kept == () and plan.dropped == ()
+        return
+    _check(plan, doc.text)
+
+
+def _check_partition(plan: Plan, text: str) -> None:
+    spans = sorted([*plan.kept, *plan.dropped], key=lambda s: s.start)
+    assert spans[0].start == 0 and spans[-1].end == len(text)
+    assert all(a.end == b.start for a, b in itertools.pairwise(spans))
+
+
+def test_a_question_of_no_known_word_keeps_nothing_and_says_so(planner: Planner) -> None:
+    plan = planner.plan("retrieve", 1_000, PlanOptions(question="Xylqvorph zzyzzx?"))
+    assert plan.kept == () and plan.refused is None
+    assert [s.reason for s in plan.dropped] == [NO_MATCH]
+
+
+def test_without_a_question_the_plan_is_refused_with_one_sentence(planner: Planner) -> None:
+    for question in ("", "   "):
+        plan = planner.plan("retrieve", 1_000, PlanOptions(question=question))
+        assert plan.refused == NEEDS_QUESTION and plan.kept == ()
+        assert {s.reason for s in plan.dropped} == {NEEDS_QUESTION}
+    assert NEEDS_QUESTION.count(".") == 0 and NEEDS_QUESTION[0].islower()  # one sentence
+
+
+def test_a_fact_300k_tokens_deep_is_kept_for_a_question_in_other_words(
+    planner: Planner, planted: tuple[str, list[tuple[int, int]]]
+) -> None:
+    text, spans = planted
+    assert planner.count() > 400_000
+    retained = []
+    for (_, fact, question), span in zip(FACTS, spans, strict=True):
+        assert fact not in question
+        plan = _plan(planner, question)
+        _check(plan, text)
+        assert plan.budget < 1_800  # a 2,048 context: 0.4% of the document reaches the model
+        retained.append(plan.needle_retention([span]))
+        if fact.startswith("At the Vostrikov"):  # the one 300k tokens deep
+            assert retained[-1] == 1.0
+            holder = next(s for s in plan.kept if s.start <= span[0] and span[1] <= s.end)
+            assert holder.rank == 1 and {"vostrikov", "locker", "grinder"} <= set(holder.terms)
+    assert retained == [1.0] * len(FACTS)
+
+
+# ----- the index: built once per document and chunking ------------------------------------
+
+
+def test_a_second_question_reuses_the_index(counter: TiktokenCounter, jargon: str) -> None:
+    planner = Planner(jargon, counter)
+    first = planner.plan("retrieve", 1_500, PlanOptions(question="What is a hacker?"))
+    assert planner.stats.indexes_made == 1 and planner.stats.chunkings_made == 1
+    second = planner.plan("retrieve", 1_500, PlanOptions(question="Where did the word foo come "
+                                                                  "from?"))  # fmt: skip
+    assert planner.stats.indexes_made == 1 and planner.stats.indexes_reused == 1
+    assert planner.stats.chunkings_made == 1 and second.kept != first.kept
+    # the same question again is the same plan, found made; other strategies ignore questions
+    again = planner.plan("retrieve", 1_500, PlanOptions(question="  What is a hacker? "))
+    assert again is first and planner.stats.plans_reused == 1
+    head = planner.plan("head", 1_500, PlanOptions(question="anything"))
+    assert head is planner.plan("head", 1_500) and head.question == ""
+    # a context of another size is another chunking, and another index
+    planner.plan("retrieve", 700, PlanOptions(question="What is a hacker?"))
+    assert planner.stats.indexes_made == 2
+
+
+def test_the_index_and_scored_plans_are_kept_on_disk(
+    counter: TiktokenCounter, jargon: str, tmp_path: Path
+) -> None:
+    text = jargon[:200_000]
+    opts = PlanOptions(question="Who wrote the hacker's dictionary?")
+    first = Planner(text, counter, cache=PlanCache(tmp_path / "plans"))
+    made = first.plan("retrieve", 800, opts)
+    assert first.stats.indexes_made == 1 and first.stats.disk_writes == 3  # chunks, index, plan
+    later = Planner(text, counter, cache=PlanCache(tmp_path / "plans"))  # as after a restart
+    assert later.plan("retrieve", 800, opts) == made
+    other = later.plan("retrieve", 800, PlanOptions(question="What is a kludge?"))
+    stats = later.stats
+    assert stats.indexes_made == 0 and stats.chunkings_made == 0 and stats.disk_reads == 3
+    assert other == Planner(text, counter).plan("retrieve", 800,
+                                                PlanOptions(question="What is a kludge?"))
+
+
+def test_scored_spans_cross_the_codec_whole(planner: Planner) -> None:
+    plan = _plan(planner, "What is a kludge?")
+    back = unpack_plan(pack_plan(plan))
+    assert back == plan and back.question == plan.question
+    assert [s.terms for s in back.kept] == [s.terms for s in plan.kept]
+    plain = planner.plan("head", 500)
+    packed = pack_plan(plain)
+    assert "kept_notes" not in packed and unpack_plan(packed) == plain
+    assert "score" not in plain.as_dict()["kept"][0]  # other plans print as before
+    recorded = Span.from_dict(plan.kept[0].as_dict())  # as the history reads it back
+    assert recorded == replace(plan.kept[0], score=round(plan.kept[0].score or 0, 4))
+
+
+def test_the_planning_child_plans_for_the_question(tmp_path: Path, model_path: Path) -> None:
+    path = tmp_path / "part.txt"
+    path.write_text(sample_document().read_text(encoding="utf-8")[:120_000], encoding="utf-8")
+    doc = load_document(path)
+    counter = gguf_encoding(model_path)
+    key = counter_key(counter)
+    assert key is not None
+    process = PlanProcess()
+    try:
+        args = {"model": model_path, "n_ctx": 1024, "reserve": 64, "instruction": "Answer."}
+        for question in ("What is a hacker?", "Who is RMS?"):
+            theirs = process.plan(doc, key, "retrieve", question=question, **args)
+            ours = plan_for(Planner(doc, counter), "retrieve", question=question,
+                            **args)  # fmt: skip
+            assert theirs == ours and theirs.question == question
+        assert process.child_stats()["indexes_made"] == 1
+        refused = process.plan(doc, key, "retrieve", **args)
+        assert refused.refused == NEEDS_QUESTION
+    finally:
+        process.close()
+
+
+# ----- jobs on the real engine -------------------------------------------------------------
+
+
+class Recording:
+    """The engine host, with every generate call's figures kept."""
+
+    def __init__(self, host: EngineHost) -> None:
+        self.host = host
+        self.calls: list[GenerationStats] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.host, name)
+
+    def generate(self, prompt: list[int], **kwargs: object) -> Iterator[object]:
+        for event in self.host.generate(prompt, **kwargs):
+            if isinstance(event, Finished):
+                self.calls.append(event.stats)
+            yield event
+
+
+@pytest.fixture(scope="module")
+def engine(model_path: Path) -> Iterator[EngineHost]:
+    """The default model in a 1,024-token context: each prompt about 1k tokens, a few seconds
+    on two cores."""
+    with EngineHost() as host:
+        host.load(model_path, LoadSettings(n_ctx=JOB_CTX))
+        yield host
+
+
+@pytest.fixture(scope="module")
+def exact(engine: EngineHost, model_path: Path) -> TiktokenCounter:
+    return exact_counter(model_path, host_tokenize(engine))  # type: ignore[return-value]
+
+
+def test_ask_plans_each_question_and_runs_exactly_that_plan(
+    engine: EngineHost, exact: TiktokenCounter, planted: tuple[str, list[tuple[int, int]]]
+) -> None:
+    text, spans = planted
+    questions = [FACTS[2][2], "What is the meaning of the word kludge?"]
+    planner = Planner(text, exact)
+    audit = Audit(engine, exact_counts=True)
+    recording = Recording(engine)
+    events = list(ask(recording, text, exact, questions=questions, strategy="retrieve",  # type: ignore[arg-type]
+                      n_ctx=JOB_CTX, max_tokens=12, planner=planner, audit=audit))  # fmt: skip
+    audit.raise_if_failed()
+    result = next(e.result for e in events if isinstance(e, JobFinished))
+    assert result.error is None and result.refused is None and result.truncated
+    ready = [e for e in events if isinstance(e, PlanReady)]
+    assert [e.question for e in ready] == questions and len(recording.calls) == 2
+    assert [o.step for o in result.outputs] == ["answer 1", "answer 2"]
+    plans = [planner.plan("retrieve", ready[0].budget, PlanOptions(question=q)) for q in questions]
+    for plan, out, ev in zip(plans, result.outputs, ready, strict=True):
+        assert ev.kept_tokens == plan.kept_tokens and ev.budget == plan.budget
+        held = [(c.start, c.end) for c in plan.kept_chunks()]
+        assert list(out.source_spans) == held  # each answer came from its own question's plan
+    deep = spans[2]
+    assert any(a <= deep[0] and deep[1] <= b for a, b in result.outputs[0].source_spans)
+    assert set(audit.evaluated) >= {(c.start, c.end) for p in plans for c in p.kept_chunks()}
+    # the second prompt's start (the frame, and the chunks both plans keep first) was reused
+    assert recording.calls[1].prompt_eval_tokens < recording.calls[1].prompt_tokens
+
+
+def test_extract_ranks_the_document_against_its_instruction(
+    engine: EngineHost, exact: TiktokenCounter, planted: tuple[str, list[tuple[int, int]]]
+) -> None:
+    text = planted[0][:100_000]
+    audit = Audit(engine, exact_counts=True)
+    events = list(extract(engine, text, exact, instruction=INSTRUCTION,
+                          strategy="retrieve", n_ctx=JOB_CTX, max_tokens=8,
+                          audit=audit))  # type: ignore[arg-type]  # fmt: skip
+    audit.raise_if_failed()
+    ready = next(e for e in events if isinstance(e, PlanReady))
+    assert ready.question == INSTRUCTION and ready.kept_tokens > 0
+    assert audit.counts.calls == 1 and audit.counts.chunks >= 1
+
+
+def test_a_summary_under_retrieve_is_refused_with_its_sentence(
+    engine: EngineHost, exact: TiktokenCounter
+) -> None:
+    recording = Recording(engine)
+    events = list(summarize(recording, "A short text. " * 400, exact, strategy="retrieve",  # type: ignore[arg-type]
+                            n_ctx=JOB_CTX, max_tokens=8))  # fmt: skip
+    result = next(e.result for e in events if isinstance(e, JobFinished))
+    assert result.refused == NEEDS_QUESTION and result.finish_reason == "error"
+    assert recording.calls == [] and result.outputs == []
