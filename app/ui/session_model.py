@@ -674,10 +674,10 @@ class SessionModel(QObject):
         self._choices = choices
         spec = self._spec(choices, strategies, lambda: self.run_compare(choices, strategies))
         if spec is not None:
-            self._measure_needles(strategies)
+            self.measure_needles(strategies)
             self._start(spec, comparing=True)
 
-    def _measure_needles(self, strategies: tuple[str, ...]) -> None:
+    def measure_needles(self, strategies: tuple[str, ...]) -> None:
         """Each compared strategy's needle retention (the plans the window shows), in the
         background."""
         wanted = list(self._choices.needles)
@@ -686,6 +686,7 @@ class SessionModel(QObject):
         model, framing, counter = self._frame_source(), self._framing(), self._engine.driver.counter
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
         doc, (where, key) = self._doc, self._planning()
+        question = self._choices.question if self._choices.task != "summarize" else ""
 
         def work() -> list[tuple[str, float]] | None:
             spans = needle_spans(doc.text, wanted)
@@ -695,7 +696,8 @@ class SessionModel(QObject):
             for strategy in strategies:
                 instruction, reserve = framing(strategy, counter)
                 plan = _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx,
-                             reserve=reserve, instruction=instruction)  # fmt: skip
+                             reserve=reserve, instruction=instruction,
+                             question=question)  # fmt: skip
                 if plan is None:
                     return None
                 found.append((strategy, plan.needle_retention(spans)))

@@ -160,3 +160,19 @@ def test_retrieve_plans_the_question_typed(qtbot, session: SessionModel) -> None
         assert ranked and all(s.terms for s in ranked)
         plans[question] = {(s.start, s.end) for s in plan.kept}
     assert len({frozenset(spans) for spans in plans.values()}) == 2  # not the same spans
+
+
+def test_needles_are_measured_on_the_plans_for_the_question(qtbot, session: SessionModel) -> None:
+    """Compare's needles column: the share of the needles each strategy's plan keeps, for
+    `retrieve` the plan made for the question asked (not a refusal for want of one)."""
+    _open(qtbot, session)
+    text = session.document.text
+    needle = "counted in tokens and cut into chunks"
+    assert needle in text and text.index(needle) > 0
+    session.choose(JobChoices(task="ask", question="How are documents counted in tokens?",
+                              strategy="retrieve", max_tokens=32, needles=(needle,)))  # fmt: skip
+    found: dict[str, float] = {}
+    session.needle_retention.connect(lambda strategy, share: found.update({strategy: share}))
+    session.measure_needles(("retrieve", "tail"))
+    qtbot.waitUntil(lambda: len(found) == 2, timeout=WAIT)
+    assert found == {"retrieve": 1.0, "tail": 0.0}
