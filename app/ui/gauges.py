@@ -284,6 +284,14 @@ class GaugesPanel(FollowsLanguage, QWidget):
             self._kv_source = "llama.cpp"
             self._dirty = True
 
+    def clear_progress(self) -> None:
+        """Hide the prompt and passes rows: a run that evaluates no prompt of its own (a
+        rollback resumed from its KV state) must not show the last run's figures as its own."""
+        self._eval, self._pass = None, None
+        for row in self._progress_rows:
+            for widget in row:
+                widget.hide()
+
     def on_event(self, ev: object) -> None:
         """Store the numbers an event carries; drawing waits for the timer."""
         now = time.monotonic()

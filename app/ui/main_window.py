@@ -421,6 +421,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self._resuming = v
         if not job.resumed:
             self.gauges.reset(job.n_ctx)
+        else:  # the cache figures stay (the state restored holds them); the prompt is not run
+            self.gauges.clear_progress()
         if job.comparing:
             self.compare.start(list(job.strategies))
             self.tabs.setCurrentWidget(self.compare)

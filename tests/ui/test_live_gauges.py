@@ -94,6 +94,12 @@ def test_prompt_progress_shows_the_rate_and_the_time_left(qtbot, gauges) -> None
     gauges.on_event(EvalProgress("part 2", 6_000, 9_000, 4.0))
     qtbot.waitUntil(lambda: gauges.prompt_text.text().startswith("6,000"))
     assert len(gauges.prompt_curve.getData()[1]) == 1  # the same call's point, moved
+    # a rollback resumed from its KV state evaluates no prompt: the last run's rows go, and
+    # stay gone through the redraws that follow
+    gauges.clear_progress()
+    count = gauges.redraw_count
+    qtbot.waitUntil(lambda: gauges.redraw_count > count + 2)
+    assert gauges.prompt_bar.isHidden() and gauges.pass_bar.isHidden()
     gauges.stop()
 
 
