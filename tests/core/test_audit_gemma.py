@@ -34,7 +34,8 @@ from app.core.jobs.tasks import (
     summarize,
 )
 from app.core.planning.frame import COMPLETION_CUES, SUMMARIZE, model_frame
-from app.core.planning.strategies import STRATEGIES, Planner, plan_for
+from app.core.planning.retrieve import NEEDS_QUESTION
+from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES, Planner, plan_for
 from app.core.tokens import LlamaCounter, TokenCounter, host_tokenize
 from tests.conftest import DATA
 from tests.core.test_audit import AUDITED, CORPUS
@@ -49,6 +50,7 @@ INSTRUCTION = "List the numbers."
 COMPACT = {
     "refuse": "summarize", "head": "summarize", "tail": "ask", "middle": "extract",
     "rolling": "summarize", "semantic": "extract", "entropy": "ask", "map-reduce": "ask",
+    "retrieve": "ask",
 }  # fmt: skip
 
 
@@ -104,10 +106,14 @@ class Bench:
         run.audit.raise_if_failed()
         result, counts = run.result, run.audit.counts
         assert result.error is None, result.error
+        if strategy in QUESTION_STRATEGIES and task == "summarize":  # a summary has no question
+            assert result.refused == NEEDS_QUESTION and counts.calls == 0
+            return run
         instruction, reserve = planning(task, strategy, self.counter, max_tokens=MAX_TOKENS,
                                         questions=[QUESTION], instruction=INSTRUCTION)  # fmt: skip
+        question = {"ask": QUESTION, "extract": INSTRUCTION}.get(task, "")  # what retrieve ranks by
         shown = plan_for(planner, strategy, self.path, instruction=instruction, n_ctx=self.n_ctx,
-                         reserve=reserve)  # fmt: skip
+                         reserve=reserve, question=question)  # fmt: skip
         assert shown.budget == run.ready.budget  # the plan's frame is the job's, token for token
         assert (shown.kept_tokens, shown.total_tokens) == (
             result.plan["kept_tokens"], result.plan["total_tokens"])  # fmt: skip

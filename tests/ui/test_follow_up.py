@@ -35,12 +35,15 @@ def test_three_questions_make_a_thread_and_a_same_plan_evaluates_only_the_questi
     w.max_tokens.setValue(8)
 
     results, statuses = [], []
+    said: list[str] = []  # the status lines, as the session model says them
+    w.session.status.connect(lambda text, _ms: said.append(text))
     for question in QUESTIONS:
         w.question.setText(question)
+        said.clear()
         with qtbot.waitSignal(w.job_finished, timeout=WAIT) as done:
             w.run_job()
         results.append(done.args[0].results[0])
-        statuses.append(w.statusBar().currentMessage())
+        statuses.append(next((t for t in said if t.startswith("Done: ")), ""))
         qtbot.waitUntil(lambda: len(repo.history()) == len(results), timeout=WAIT)
         # the box takes the next question: focused, its text selected for typing over
         assert w.question.hasFocus() and w.question.selectedText() == question
