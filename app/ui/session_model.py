@@ -74,6 +74,12 @@ class JobChoices:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     needles: tuple[str, ...] = ()  # facts whose share a comparison measures
 
+    @property
+    def ranked_by(self) -> str:
+        """What `retrieve` ranks the document against: the question or the instruction (a
+        summary has neither)."""
+        return self.question if self.task != "summarize" else ""
+
 
 @dataclass(frozen=True)
 class StartedJob:
@@ -402,7 +408,7 @@ class SessionModel(QObject):
         self._plan_generation += 1
         generation = self._plan_generation
         strategy = self._choices.strategy
-        question = self._choices.question if self._choices.task != "summarize" else ""
+        question = self._choices.ranked_by
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
         model, framing, counter = self._frame_source(), self._framing(), self._engine.driver.counter
         doc, (where, key) = self._doc, self._planning()
@@ -686,7 +692,7 @@ class SessionModel(QObject):
         model, framing, counter = self._frame_source(), self._framing(), self._engine.driver.counter
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
         doc, (where, key) = self._doc, self._planning()
-        question = self._choices.question if self._choices.task != "summarize" else ""
+        question = self._choices.ranked_by
 
         def work() -> list[tuple[str, float]] | None:
             spans = needle_spans(doc.text, wanted)
