@@ -53,6 +53,10 @@ def done_record(result: Any) -> dict[str, Any]:
         "finish_reason": data["finish_reason"],
         "prompt_tokens": data["prompt_tokens"],
         "evaluated_tokens": data["evaluated_tokens"],
+        # what llama.cpp evaluated (the cache held the rest) against the document's size
+        "prompt_tokens_evaluated": data["prompt_tokens_evaluated"],
+        "document_tokens": data["document_tokens"],
+        "evaluated_per_document_token": data["evaluated_per_document_token"],
         "completion_tokens": data["completion_tokens"],
         "kv_peak_cells": data["kv_peak_cells"],
         "n_ctx": data["n_ctx"],

@@ -229,6 +229,7 @@ class JobResult:
     n_ctx: int
     prompt_tokens: int = 0
     evaluated_tokens: int = 0  # prompt tokens llama.cpp actually evaluated (not found cached)
+    document_tokens: int = 0  # the document's tokens as planned (the first plan's total)
     completion_tokens: int = 0
     kv_peak_cells: int = 0
     ttft_s: list[float] = field(default_factory=list)
@@ -248,9 +249,19 @@ class JobResult:
     def text(self) -> str:
         return self.outputs[-1].text if self.outputs else ""
 
+    @property
+    def evaluated_per_document_token(self) -> float | None:
+        """Prompt tokens evaluated per document token: the job's overhead at a glance (1.0: each
+        document token once and nothing else; None before a plan counted the document)."""
+        if not self.document_tokens:
+            return None
+        return round(self.evaluated_tokens / self.document_tokens, 4)
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         del d["final_prompt"]
+        d["prompt_tokens_evaluated"] = self.evaluated_tokens
+        d["evaluated_per_document_token"] = self.evaluated_per_document_token
         d["outputs"] = [
             {"step": o.step, "text": o.text, "source_spans": [list(s) for s in o.source_spans],
              "finish_reason": o.finish_reason, "ring_version": o.ring_version}
@@ -637,6 +648,7 @@ def _planned(
     plan = planner.plan(strategy, budget, PlanOptions(question=question))
     result.plan = {k: v for k, v in plan.as_dict().items() if k not in ("kept", "dropped")}
     result.truncated = result.truncated or bool(plan.dropped)  # any question's plan
+    result.document_tokens = result.document_tokens or plan.total_tokens
     passes = max(1, len(plan.windows))
     yield PlanReady(strategy, budget, plan.kept_tokens, plan.total_tokens, passes,
                     plan.boundary_integrity, len(plan.dropped), plan.question)  # fmt: skip
