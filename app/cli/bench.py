@@ -36,7 +36,7 @@ BENCH_DIR_ENV = "CONTEXTLENS_BENCH_DIR"
 # batched map-reduce, GUI stall; benchmarks not named here run after these, by name.
 ORDER = ("bench_tokens", "bench_chunking", "bench_engine_host", "bench_calibration", "bench_kv",
          "bench_rollback", "bench_batched_map", "bench_gui_responsiveness",
-         "bench_needles")  # fmt: skip
+         "bench_needles", "bench_peers")  # fmt: skip
 EXIT_BENCH_FAILED = EXIT_ENGINE_CRASHED  # a benchmark crashed: the code the CLI uses for a crash
 STOP_GRACE_S = 10.0  # after Ctrl+C, how long a benchmark gets to end before it is killed
 ROW_KEYS = {"figure": str, "baseline": str, "value": (int, float), "ratio": (int, float),

@@ -57,6 +57,10 @@ def done_record(result: Any) -> dict[str, Any]:
         "prompt_tokens_evaluated": data["prompt_tokens_evaluated"],
         "document_tokens": data["document_tokens"],
         "evaluated_per_document_token": data["evaluated_per_document_token"],
+        # a pass streamed through the KV ring (segments evicted, tokens they held), or why not
+        "evictions": data["evictions"],
+        "evicted_tokens": data["evicted_tokens"],
+        "fallback": data["fallback"],
         "completion_tokens": data["completion_tokens"],
         "kv_peak_cells": data["kv_peak_cells"],
         "n_ctx": data["n_ctx"],

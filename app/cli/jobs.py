@@ -250,6 +250,7 @@ def _report_compare(results: list[Any], as_json: bool,
 
 
 def _print_event(ev: object) -> None:
+    from app.core.jobs.events import KVShifted, RingFallback
     from app.core.jobs.tasks import ChunkEvaluated, LanesStarted, PartialResult, PlanReady
 
     if isinstance(ev, PlanReady):
@@ -262,6 +263,13 @@ def _print_event(ev: object) -> None:
               file=sys.stderr)  # fmt: skip
     elif isinstance(ev, ChunkEvaluated):
         pass  # too many to print; --json has them
+    elif isinstance(ev, KVShifted):
+        moved = f", {ev.moved:,} moved down" if ev.moved else ""
+        print(f"\n[{ev.step}: KV positions {ev.start:,}..{ev.end - 1:,} evicted "
+              f"({', '.join(dict.fromkeys(ev.kinds))}){moved}]", file=sys.stderr)  # fmt: skip
+    elif isinstance(ev, RingFallback):
+        print(f"note: {ev.strategy} re-prompts each window with the summary so far instead of "
+              f"streaming through the KV ring: {ev.reason}", file=sys.stderr)  # fmt: skip
     elif isinstance(ev, PartialResult):
         print(f"\n--- {ev.step} done ---", file=sys.stderr)
 

@@ -64,6 +64,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.jobs.events import KVShifted
 from app.core.jobs.ring import SegmentKind
 from app.core.jobs.tasks import (
     ChunkEvaluated,
@@ -91,6 +92,7 @@ KIND_COLOURS: dict[SegmentKind, QColor] = {
     SegmentKind.CHUNK: QColor(74, 144, 217),
     SegmentKind.QUESTION: QColor(230, 162, 60),
     SegmentKind.OUTPUT: QColor(82, 179, 107),
+    SegmentKind.NOTES: QColor(46, 139, 120),
 }
 _LOOSE_TEXT = QColor(150, 170, 190)  # context text without a document span (a carried summary)
 
@@ -326,7 +328,9 @@ class KVLayout:
         cells = max(0, min(cells_used, self.n_ctx))
         last = self.segments[-1] if self.segments else None
         output = last.tokens if last is not None and last.kind is SegmentKind.OUTPUT else 0
-        known = [s for s in self.segments if s.kind in (SegmentKind.SYSTEM, SegmentKind.CHUNK)]
+        known = list(self.segments)  # all but the call's own question and output at the end
+        while known and known[-1].kind in (SegmentKind.QUESTION, SegmentKind.OUTPUT):
+            known.pop()
         self.segments = known
         prompt_end = max(self.used, cells - output)
         if self.used < prompt_end:
@@ -339,6 +343,12 @@ class KVLayout:
                 self.segments.append(BarSegment(SegmentKind.SYSTEM, 0, prompt_end))
         if cells > self.used:
             self.segments.append(BarSegment(SegmentKind.OUTPUT, self.used, cells - self.used))
+
+    def lay_out(self, layout: Sequence[tuple[str, int, int, Span | None]]) -> None:
+        """The cache exactly as the job's ring holds it (after a streamed pass made room)."""
+        self.segments = [BarSegment(SegmentKind(kind), pos, tokens,
+                                    tuple(source) if source else None)  # type: ignore[arg-type]
+                         for kind, pos, tokens, source in layout]  # fmt: skip
 
     def evict(self, source: Span) -> bool:
         """Remove the chunk holding ``source``; everything after it moves down (a KV shift)."""
@@ -406,6 +416,8 @@ class KVBar(QWidget):
                 SegmentKind.CHUNK: self.tr("Context text without a document span"),
                 SegmentKind.QUESTION: self.tr("Question and the reply's turn markers"),
                 SegmentKind.OUTPUT: self.tr("Generated output"),
+                SegmentKind.NOTES: self.tr("Notes the model wrote on earlier parts, kept in the "
+                                           "cache (evicted last)"),
             }[seg.kind]
         where = self.tr("KV positions {0:,}–{1:,} ({2:,} tokens)").format(
             seg.pos, seg.end - 1, seg.tokens
@@ -471,7 +483,7 @@ class KVBar(QWidget):
 class _Legend(FollowsLanguage, QWidget):
     """A swatch and a name per segment kind; the names use the palette's own text colour."""
 
-    COLUMNS = 3  # two short rows: a narrow dock keeps the whole legend
+    COLUMNS = 4  # two short rows: a narrow dock keeps the whole legend
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -480,7 +492,7 @@ class _Legend(FollowsLanguage, QWidget):
         grid.setHorizontalSpacing(4)
         colours = (KIND_COLOURS[SegmentKind.SYSTEM], KIND_COLOURS[SegmentKind.CHUNK], _LOOSE_TEXT,
                    KIND_COLOURS[SegmentKind.QUESTION], KIND_COLOURS[SegmentKind.OUTPUT],
-                   None)  # fmt: skip
+                   KIND_COLOURS[SegmentKind.NOTES], None)  # fmt: skip
         self._names: list[QLabel] = []  # in the order of ``colours``
         for i, colour in enumerate(colours):
             swatch = QLabel()
@@ -496,7 +508,8 @@ class _Legend(FollowsLanguage, QWidget):
 
     def retranslate(self) -> None:
         names = (self.tr("pinned prefix"), self.tr("document chunks"), self.tr("other context"),
-                 self.tr("question"), self.tr("output"), self.tr("free"))  # fmt: skip
+                 self.tr("question"), self.tr("output"), self.tr("notes"),
+                 self.tr("free"))  # fmt: skip
         for label, name in zip(self._names, names, strict=True):
             label.setText(name)
 
@@ -668,6 +681,8 @@ class BufferPanel(FollowsLanguage, QWidget):
                 self._on_evaluated(ev)
             case ChunkEvicted():
                 self._on_evicted(ev)
+            case KVShifted():
+                self._on_shifted(ev)
             case KVStats():
                 self._on_kv_stats(ev)
             case LanesStarted():
@@ -815,6 +830,15 @@ class BufferPanel(FollowsLanguage, QWidget):
         self.queue.set_state((ev.start, ev.end), ChunkState.EVICTED)
         if self.kv.evict((ev.start, ev.end)):
             self._show_kv()
+
+    def _on_shifted(self, ev: KVShifted) -> None:
+        """Room made in the ring: the bar shows the cache as it now is, and the next call's
+        text is placed after what stays (not over an emptied bar)."""
+        if not self._in_call:
+            self._start_call()
+        self._evaluated = True
+        self.kv.lay_out(ev.layout)
+        self._show_kv()
 
     def _on_tokens(self, ev: TokenBatch) -> None:
         if not self._in_call:  # a call with no document chunks (combining partial results)

@@ -38,6 +38,7 @@ from app.core.engine.types import (
     SamplingSettings,
 )
 from app.core.gc_pause import gc_paused
+from app.core.jobs.events import RingFallback
 from app.core.jobs.tasks import JobFinished, planning
 from app.core.planning.frame import FrameSource
 from app.core.planning.plan import Plan
@@ -52,7 +53,7 @@ from app.store.repository import Repository, VersionInfo
 from app.ui.background import run_in_background
 from app.ui.background_calibration import BackgroundCalibration, CalibrationJob
 from app.ui.engine_thread import EngineThread, JobRequest, TuneSpec
-from app.ui.i18n import finish_label
+from app.ui.i18n import finish_label, strategy_label
 from app.ui.plan_index import PlanIndex, index_plan
 
 log = logging.getLogger(__name__)
@@ -803,6 +804,9 @@ class SessionModel(QObject):
         for ev in events:
             if isinstance(ev, JobFinished) and ev.result.refused:
                 self.status.emit(self.tr("Refused: {0}").format(ev.result.refused), 0)
+            elif isinstance(ev, RingFallback):  # said while it runs, not only in the record
+                text = self.tr("{0} re-prompts each window with the summary so far: {1}")
+                self.status.emit(text.format(strategy_label(ev.strategy), ev.reason), 0)
         self.job_events.emit(events)
 
     def _on_job_done(self, outcome: JobOutcome) -> None:

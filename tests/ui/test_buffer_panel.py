@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QApplication, QToolTip
 
 from app.core.engine.host import EngineHost
 from app.core.engine.types import LoadSettings
+from app.core.jobs.events import KVShifted
 from app.core.jobs.ring import Ring, SegmentKind
 from app.core.jobs.tasks import (
     ChunkEvaluated,
@@ -217,6 +218,8 @@ def _anchor_point(panel: BufferPanel, index: int) -> QPoint:
             if frag.charFormat().anchorHref() == f"span:{index}" and frag.length() > 1:
                 cursor = QTextCursor(doc)
                 cursor.setPosition(frag.position() + frag.length() // 2)
+                panel.output.setTextCursor(cursor)  # scrolled into view
+                panel.output.ensureCursorVisible()
                 return panel.output.cursorRect(cursor).center()
             it += 1
         block = block.next()
@@ -293,6 +296,56 @@ def test_a_call_without_document_chunks_takes_its_sources_from_the_result(qtbot)
     assert [s for *_, s in panel.queue.states()] == [ChunkState.DONE] * 2
 
 
+def test_a_click_on_a_combine_step_emits_the_sources_it_was_made_from(qtbot) -> None:
+    """map-reduce's combining rounds stream with no document resident (their token batches name
+    none), one after another or in lanes; the finished job names what each was made from, and
+    a click on a combine output emits exactly those spans."""
+    panel = _panel(qtbot)
+    ring = Ring(N_CTX)
+    parts = {"part 1": WINDOW_1[:2], "part 2": WINDOW_1[2:], "part 3": WINDOW_2[:1],
+             "part 4": WINDOW_2[1:]}  # fmt: skip
+    for step, chunks in parts.items():
+        _feed(panel, _call(ring, step, chunks, [(f"{step} said", 2)]))
+    # level 1 in two lanes; level 2, a single call, and the summary one call after another
+    panel.on_event(LanesStarted(2, 2, N_CTX))
+    for lane, step in enumerate(("combine 1.1", "combine 1.2")):
+        panel.on_event(TokenBatch(step, f"{step} ", 1, 1, (), lane))
+        panel.on_event(TokenBatch(step, "text", 2, 2, (), lane))
+    for lane in (1, 0):  # the lanes finish in any order
+        panel.on_event(KVStats(70, N_CTX, 0, lane))
+    _feed(panel, _call(ring, "combine 2.1", [], [("Both ", 1), ("halves", 1)], prefix=60))
+    _feed(panel, _call(ring, "summary", [], [("All of it", 3)], prefix=60))
+    shown = dict(panel.spans())
+    combines = ("combine 1.1", "combine 1.2", "combine 2.1", "summary")
+    assert all(shown[step] == () for step in combines)  # streamed: nothing was resident
+
+    def spans(*steps: str) -> tuple[tuple[int, int], ...]:
+        return tuple(sorted({(a, b) for s in steps for a, b, _ in parts[s]}))
+
+    made_from = {"combine 1.1": spans("part 1", "part 2"), "combine 1.2": spans("part 3", "part 4"),
+                 "combine 2.1": spans(*parts), "summary": spans(*parts)}  # fmt: skip
+    result = JobResult("summarize", "map-reduce", "stop", N_CTX)
+    result.outputs = [OutputSpan(step, panel.output_text(step), spans(step), 5, "stop")
+                      for step in parts]  # fmt: skip
+    result.outputs += [OutputSpan(step, panel.output_text(step), made_from[step], 9, "stop")
+                       for step in combines]  # fmt: skip
+    panel.on_event(JobFinished(result))
+    assert len(panel.spans()) == len(result.outputs)  # each output shown once
+    assert dict(panel.spans()) == {o.step: o.source_spans for o in result.outputs}
+
+    def click(step: str) -> list[object]:
+        index = [s for s, _ in panel.spans()].index(step)
+        link = f"span:{index}"
+        qtbot.waitUntil(lambda: panel.output.anchorAt(_anchor_point(panel, index)) == link)
+        with qtbot.waitSignal(panel.source_clicked) as clicked:
+            qtbot.mouseClick(panel.output.viewport(), Qt.MouseButton.LeftButton,
+                             pos=_anchor_point(panel, index))  # fmt: skip
+        return clicked.args
+
+    for step in ("combine 1.2", "combine 2.1", "summary"):
+        assert click(step) == [list(made_from[step])]
+
+
 def test_a_real_rolling_job_through_both_panels(qtbot, model_path: Path) -> None:
     panel = _panel(qtbot)
     gauges = GaugesPanel(N_CTX)
@@ -312,12 +365,19 @@ def test_a_real_rolling_job_through_both_panels(qtbot, model_path: Path) -> None
             gauges.on_event(ev)
             panel.kv.check()  # contiguous, never past n_ctx
             assert panel.kv.used <= N_CTX
+            if isinstance(ev, KVShifted):  # room made in the ring: the bar is the ring, exactly
+                bar = [(s.kind.value, s.pos, s.tokens, s.source) for s in panel.kv.segments]
+                assert bar == list(ev.layout)
     finally:
         host.close()
     done = events[-1]
     assert isinstance(done, JobFinished)
     result = done.result
     assert result.finish_reason in ("stop", "length") and len(result.outputs) >= 3
+    shifted = [ev for ev in events if isinstance(ev, KVShifted)]
+    assert shifted and any(kind == "notes" for kind, *_ in shifted[-1].layout)
+    # the window 1 notes stay in the cache through window 2, drawn as notes
+    assert any(s.kind is SegmentKind.NOTES for s in panel.kv.segments)
     states = panel.queue.states()
     assert states and all(s in (ChunkState.DONE, ChunkState.EVICTED) for *_, s in states)
     queued = {(ev.start, ev.end) for ev in events if isinstance(ev, ChunkQueued)}

@@ -119,6 +119,8 @@ class AuditCounts:
     template_tokens: int = 0  # chat template and question tokens, compared the same way
     output_tokens: int = 0
     batches: int = 0  # output batches whose sources were checked
+    evictions: int = 0  # segments a streamed pass removed, the cache read back after each
+    shifts: int = 0  # removals after which later positions moved down
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -137,6 +139,9 @@ class _Job:
     call_sources: dict[str, tuple[Span, ...]] = field(default_factory=dict)
     failed_calls: set[str] = field(default_factory=set)
     resumed: bool = False
+    # the calls stream through the ring: each holds a run of consecutive kept chunks (what is
+    # still resident of one window, and the next), not one of ``passes`` as a whole
+    streamed: bool = False
 
 
 class Audit:
@@ -164,6 +169,8 @@ class Audit:
             f"{c.document_tokens:,} document, {c.template_tokens:,} template and "
             f"{c.output_tokens:,} output tokens checked against llama.cpp"
         )
+        if c.evictions:
+            head += f", after {c.evictions:,} evicted segment(s) and {c.shifts:,} shift(s)"
         if self.ok:
             return f"audit passed: {head}"
         return f"audit FAILED with {len(self.findings)} mismatch(es) after {head}"
@@ -194,13 +201,17 @@ class Audit:
         self._job = _Job(f"{task}/{strategy}", text, self.exact_counts, resumed=resumed)
         self.counts.jobs += 1
 
-    def planned(self, kept: Sequence[Any], passes: Sequence[Sequence[Any]], dropped: bool) -> None:
+    def planned(
+        self, kept: Sequence[Any], passes: Sequence[Sequence[Any]], dropped: bool, *,
+        streamed: bool = False,
+    ) -> None:  # fmt: skip
         """A plan shown: the kept chunks, the chunk groups its calls evaluate, whether it
         dropped anything (chunks are ``app.core.planning.chunking.Chunk``).
 
         A job that plans once per question (`retrieve`) reports each plan before its calls:
         the calls that follow must hold one of that plan's groups, and by the job's end every
-        plan's kept chunks must have reached the model.
+        plan's kept chunks must have reached the model. ``streamed``: the calls hold runs of
+        consecutive kept chunks as the ring evicts and appends them.
         """
         job = self._need_job()
         job.kept = tuple(dict.fromkeys((*job.kept, *((c.start, c.end) for c in kept))))
@@ -208,6 +219,20 @@ class Audit:
         job.chunk_tokens.update({(c.start, c.end): c.tokens for c in kept})
         job.passes = [tuple((c.start, c.end) for c in group) for group in passes]
         job.dropped = job.dropped or dropped
+        job.streamed = streamed
+
+    def shifted(
+        self, step: str, ring: Ring, laid: Mapping[int, Sequence[int]], *, removed: int,
+        shifts: int,
+    ) -> None:  # fmt: skip
+        """A streamed pass removed ``removed`` segments, ``shifts`` times moving what followed
+        down: the ring must agree with llama.cpp, and every segment still hold its own tokens
+        (``laid``, by segment id)."""
+        self.counts.evictions += removed
+        self.counts.shifts += shifts
+        kv = list(self.engine.kv_tokens())
+        for mismatch in ring_mismatches(ring, kv, self.engine.kv_usage(), laid):
+            self.fail(step, "shift", mismatch)
 
     def batch(self, step: str, ring: Ring, sources: Sequence[Span], ring_version: int) -> None:
         """A batch of output was recorded with ``sources``: they must be what is resident."""
@@ -353,7 +378,13 @@ class Audit:
             item.segment.source for item in laid
             if item.segment.kind is SegmentKind.CHUNK and item.segment.source is not None
         )  # fmt: skip
-        if chunks and chunks not in job.passes:
+        if chunks and job.streamed:
+            at = {span: i for i, span in enumerate(job.kept)}
+            places = [at.get(span, -1) for span in chunks]
+            if -1 in places or places != list(range(places[0], places[0] + len(places))):
+                self.fail(step, "plan", f"the call held chunks {_spans(chunks)}, which are not "
+                          "consecutive kept chunks of the plan shown")  # fmt: skip
+        elif chunks and chunks not in job.passes:
             self.fail(step, "plan", f"the call evaluated chunks {_spans(chunks)}, which are not "
                       "the kept chunks of the plan shown nor one of its windows")  # fmt: skip
 

@@ -20,6 +20,7 @@ class SegmentKind(StrEnum):
     CHUNK = "chunk"  # a span of the document
     QUESTION = "question"  # the question and the template's turn markers
     OUTPUT = "output"  # generated text
+    NOTES = "notes"  # an earlier reply kept resident: the running notes of a streamed pass
 
 
 class RingError(ValueError):
@@ -126,6 +127,17 @@ class Ring:
         self._segments[-1] = seg
         self.version += 1
         return seg
+
+    def retag(
+        self, segment_id: int, kind: SegmentKind, *, source: tuple[int, int] | None = None
+    ) -> Segment:
+        """The same positions under another kind (a reply kept as notes, with the document span
+        it stands for); only the ring's description changes, not the cache."""
+        seg = self.get(segment_id)
+        new = replace(seg, kind=kind, source=source)
+        self._segments[self._segments.index(seg)] = new
+        self.version += 1
+        return new
 
     def evict(self, segment_id: int | None = None) -> Removal:
         """Remove a named segment, or the oldest unpinned one; later segments move down."""

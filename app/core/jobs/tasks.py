@@ -7,14 +7,17 @@ when it was generated. Nothing here polls: each engine reply becomes events as i
 
 Jobs: ``summarize``, ``ask`` (several questions reuse the evaluated document; `retrieve` plans
 each question apart), ``extract`` (an instruction per window, merged in document order) and
-``compare`` (one job, several strategies).
+``compare`` (one job, several strategies). ``rolling``, and ``semantic``'s overlapping windows
+run one at a time, stream the document through the ring (:mod:`app.core.jobs.streaming`): each
+document token evaluated once. The events and the result are in :mod:`app.core.jobs.events`.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.core.engine.chat_template import ChatTemplateError
@@ -36,7 +39,28 @@ from app.core.engine.types import (
     TextDelta,
 )
 from app.core.jobs.audit import Audit, CallRecord, LaidSegment, chunk_tokens
+from app.core.jobs.events import (
+    CancelToken,
+    ChunkEvaluated,
+    ChunkEvicted,
+    ChunkQueued,
+    EvalProgress,
+    Event,
+    JobError,
+    JobFinished,
+    JobResult,
+    KVLive,
+    KVStats,
+    LanesStarted,
+    OutputSpan,
+    PartialResult,
+    PassStarted,
+    PlanReady,
+    RingFallback,
+    TokenBatch,
+)
 from app.core.jobs.ring import Ring, Segment, SegmentKind
+from app.core.jobs.streaming import rolling_stream, shift_refusal, windows_stream
 from app.core.planning.chunking import Boundary, Chunk, sliding_windows
 from app.core.planning.frame import (
     ASK,
@@ -96,211 +120,6 @@ class Engine(Protocol):
     def kv_usage(self) -> KVUsage: ...
 
 
-# ----- events ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PlanReady:
-    strategy: str
-    budget: int
-    kept_tokens: int
-    total_tokens: int
-    passes: int
-    boundary_integrity: float
-    dropped_spans: int
-    # the question this plan was made for (`retrieve` plans once per question), else ""
-    question: str = ""
-
-
-@dataclass(frozen=True)
-class ChunkQueued:
-    step: str
-    start: int
-    end: int
-    tokens: int
-
-
-@dataclass(frozen=True)
-class ChunkEvaluated:
-    step: str
-    start: int
-    end: int
-    tokens: int
-    kv_start: int  # KV positions the chunk occupies
-    kv_end: int
-    ring_version: int
-    lane: int | None = None  # the sequence of a batched map phase; None: the one sequence
-
-
-@dataclass(frozen=True)
-class ChunkEvicted:
-    step: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class TokenBatch:
-    step: str
-    text: str
-    tokens: int
-    ring_version: int
-    sources: tuple[tuple[int, int], ...]  # document spans resident while this was generated
-    lane: int | None = None
-
-
-@dataclass(frozen=True)
-class KVStats:
-    cells_used: int
-    n_ctx: int
-    state_bytes: int
-    lane: int | None = None  # a lane's own figures (its sequence in the lanes' shared cache)
-    reported_by: str = "llama.cpp"  # a server's endpoint, or "": the server does not report KV
-
-
-@dataclass(frozen=True)
-class KVLive:
-    """llama.cpp's KV figures in the middle of a model call, a few times a second while its
-    prompt is evaluated and its reply generated (:class:`KVStats` closes the call)."""
-
-    step: str
-    cells_used: int
-    n_ctx: int
-    state_bytes: int
-    lane: int | None = None  # a lane's own figures (the one sequence: None)
-
-
-@dataclass(frozen=True)
-class EvalProgress:
-    """A model call's prompt in llama.cpp so far: ``evaluated`` of the ``total`` tokens it
-    evaluates (a prefix the cache held already is in neither), after ``seconds``."""
-
-    step: str
-    evaluated: int
-    total: int
-    seconds: float
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.evaluated / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class PassStarted:
-    """Pass ``index`` (from 1) of ``count`` over the document begins: a window of a rolling
-    summary, a part or a combining round of a map phase."""
-
-    step: str
-    index: int
-    count: int
-
-
-@dataclass(frozen=True)
-class LanesStarted:
-    """A batched map phase begins: ``windows`` replies, ``lanes`` generated together as parallel
-    sequences of one llama.cpp context; each lane holds at most ``n_ctx`` positions."""
-
-    lanes: int
-    windows: int
-    n_ctx: int
-
-
-@dataclass(frozen=True)
-class PartialResult:
-    step: str
-    text: str
-    sources: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True)
-class OutputSpan:
-    step: str
-    text: str
-    source_spans: tuple[tuple[int, int], ...]
-    ring_version: int
-    finish_reason: str
-
-
-@dataclass
-class JobResult:
-    task: str
-    strategy: str
-    finish_reason: str  # stop, length, repetition (a loop was cut), cancelled, error
-    n_ctx: int
-    prompt_tokens: int = 0
-    evaluated_tokens: int = 0  # prompt tokens llama.cpp actually evaluated (not found cached)
-    document_tokens: int = 0  # the document's tokens as planned (the first plan's total)
-    completion_tokens: int = 0
-    kv_peak_cells: int = 0
-    ttft_s: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-    outputs: list[OutputSpan] = field(default_factory=list)
-    truncated: bool = False  # some of the document never reached the model
-    refused: str | None = None
-    error: str | None = None
-    prompt_lengths: list[int] = field(default_factory=list)  # per model call, for the histogram
-    plan: dict[str, Any] = field(default_factory=dict)
-    lanes: int | None = None  # the map phase's replies ran this many at a time (None: one by one)
-    # The token ids of the last model call's prompt: with the KV state saved right after the job,
-    # a rollback can resume that call without evaluating it again. Not part of as_dict().
-    final_prompt: tuple[int, ...] = field(default=(), repr=False)
-
-    @property
-    def text(self) -> str:
-        return self.outputs[-1].text if self.outputs else ""
-
-    @property
-    def evaluated_per_document_token(self) -> float | None:
-        """Prompt tokens evaluated per document token: the job's overhead at a glance (1.0: each
-        document token once and nothing else; None before a plan counted the document)."""
-        if not self.document_tokens:
-            return None
-        return round(self.evaluated_tokens / self.document_tokens, 4)
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        del d["final_prompt"]
-        d["prompt_tokens_evaluated"] = self.evaluated_tokens
-        d["evaluated_per_document_token"] = self.evaluated_per_document_token
-        d["outputs"] = [
-            {"step": o.step, "text": o.text, "source_spans": [list(s) for s in o.source_spans],
-             "finish_reason": o.finish_reason, "ring_version": o.ring_version}
-            for o in self.outputs
-        ]  # fmt: skip
-        return d
-
-
-@dataclass(frozen=True)
-class JobError:
-    """The engine failed mid-job; the outputs so far are kept in the result that follows."""
-
-    message: str
-
-
-@dataclass(frozen=True)
-class JobFinished:
-    result: JobResult
-
-
-Event = (
-    PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | TokenBatch | KVStats | KVLive
-    | EvalProgress | PassStarted | LanesStarted | PartialResult | JobError | JobFinished
-)  # fmt: skip
-
-
-class CancelToken:
-    """Set from any thread; the job stops at its next step (the engine is cancelled separately)."""
-
-    def __init__(self) -> None:
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-
-    def is_set(self) -> bool:
-        return self._set
-
-
 # ----- one model call over segments ----------------------------------------------------------
 
 
@@ -312,8 +131,8 @@ class _Segment:
 
 @dataclass(frozen=True)
 class _Window:
-    """One call of a map phase: its step name, what it holds, and the document spans its
-    partial result stands for (None: the spans the call held)."""
+    """One call of a map phase: its step name, what it holds, and, for a call that holds no
+    document chunk (it combines earlier outputs), the document spans those were made from."""
 
     step: str
     segments: Sequence[_Segment]
@@ -367,7 +186,12 @@ class _Session:
         self.cancel = cancel
         self.audit = audit
         self.lanes = lanes
+        self.last_reply: list[int] = []  # the token ids of the last call's reply
         self._frames: dict[str, _Frame] = {}
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
 
     def frame(self, instruction: str) -> _Frame:
         if instruction not in self._frames:
@@ -418,17 +242,22 @@ class _Session:
         With ``lanes`` the windows are parallel sequences of one batch (the instruction prefix
         evaluated once); otherwise, or when the job is audited (the audit reads the cache of
         the loaded context after each call) or there is one window, one call after another.
-        Stops early when cancelled; the outputs come in window order.
+        Stops early when cancelled; the outputs come in window order. A window that holds no
+        document chunk (it combines earlier outputs) names its ``stands_for`` as its sources.
         """
         if self.lanes is None or self.audit is not None or len(windows) < 2:
+            if _overlap(windows) and shift_refusal(self.engine) is None:
+                # semantic's sliding windows: the chunks two windows share stay in the cache
+                return (yield from windows_stream(self, instruction, windows, max_tokens))
             outs: list[OutputSpan] = []
             for i, win in enumerate(windows):
                 if self.cancel.is_set():
                     break
                 yield PassStarted(win.step, i + 1, len(windows))
-                out = yield from self.call(win.step, instruction, win.segments, max_tokens)
+                out = yield from _call_made_from(self, win.step, instruction, win.segments,
+                                                 max_tokens, made_from=win.stands_for)  # fmt: skip
                 outs.append(out)
-                yield PartialResult(out.step, out.text, win.stands_for or out.source_spans)
+                yield PartialResult(out.step, out.text, out.source_spans)
             return outs
         return (yield from self._map_in_lanes(instruction, windows, max_tokens))
 
@@ -502,10 +331,10 @@ class _Session:
                     ring.cut(min(stats.n_past, ring.used))
                     self._count(stats, stats.n_past)
                     yield KVStats(ev.cells[lane], result.n_ctx, 0, lane)
-                    done[i] = OutputSpan(windows[i].step, "".join(parts[i]).strip(), sources[i],
-                                         ring.version, stats.finish_reason)  # fmt: skip
-                    yield PartialResult(done[i].step, done[i].text,
-                                        windows[i].stands_for or sources[i])  # fmt: skip
+                    done[i] = _made_from(OutputSpan(windows[i].step, "".join(parts[i]).strip(),
+                                                    sources[i], ring.version, stats.finish_reason),
+                                         windows[i].stands_for)  # fmt: skip
+                    yield PartialResult(done[i].step, done[i].text, done[i].source_spans)
                 elif isinstance(ev, LaneCells):
                     for i, lane in lane_of.items():  # the lanes whose reply is under way
                         if i not in done and lane < len(ev.cells):
@@ -515,8 +344,9 @@ class _Session:
         except EngineError:
             for i, texts in parts.items():  # the text so far of replies the failure cut short
                 if i not in done and (partial := "".join(texts).strip()):
-                    done[i] = OutputSpan(windows[i].step, partial, sources[i],
-                                         rings[lane_of[i]].version, "error")  # fmt: skip
+                    done[i] = _made_from(OutputSpan(windows[i].step, partial, sources[i],
+                                                    rings[lane_of[i]].version, "error"),
+                                         windows[i].stands_for)  # fmt: skip
             result.outputs.extend(done[i] for i in sorted(done))
             raise
         outs = [done[i] for i in sorted(done)]
@@ -543,6 +373,7 @@ class _Session:
         t0 = time.perf_counter()
         parts: list[str] = []
         generated: list[int] = []
+        self.last_reply = generated
         finished: Finished | None = None
         output = None
         first = True
@@ -664,7 +495,8 @@ def _planned(
         )
         return None
     if session.audit is not None:
-        session.audit.planned(plan.kept_chunks(), _passes(plan), dropped=bool(plan.dropped))
+        session.audit.planned(plan.kept_chunks(), _passes(plan), dropped=bool(plan.dropped),
+                              streamed=strategy == "rolling")  # fmt: skip
     return plan
 
 
@@ -861,8 +693,12 @@ def ask(
             partials = [_Segment(out.text, None) for out in outs]
             fits = _fit(partials, counter, n_ctx - session.frame(COMBINE_ANSWERS).tokens
                         - max_tokens - room)  # fmt: skip
-            yield from session.call(step, COMBINE_ANSWERS, [*fits, _Segment(_question(q), None)],
-                                    max_tokens)  # fmt: skip
+            if len(fits) < len(partials):  # answers left out of the combining call
+                session.result.truncated = True
+            made_from = [s for out in outs[: len(fits)] for s in out.source_spans]
+            yield from _call_made_from(session, step, COMBINE_ANSWERS,
+                                       [*fits, _Segment(_question(q), None)], max_tokens,
+                                       made_from=made_from)  # fmt: skip
     except EngineError as exc:
         yield _failed(result, session, exc)
     finally:
@@ -908,7 +744,7 @@ def extract(
             return
         if len(pieces) > 1:
             merged = "\n".join(p.text for p in pieces if p.text)
-            sources = tuple(s for p in pieces for s in p.source_spans)
+            sources = _union([s for p in pieces for s in p.source_spans])
             last = pieces[-1]
             result.outputs.append(OutputSpan("merged", merged, sources, last.ring_version,
                                              last.finish_reason))  # fmt: skip
@@ -1051,14 +887,14 @@ def _map_reduce(
     # window, at least 32 tokens, never more than that room
     part_tokens = min(max_tokens, max(32, plan.budget // 4))
     windows = [
-        _Window(f"part {i + 1}", _chunk_segments(text, plan.chunks[w.first : w.last + 1]),
-                ((w.start, w.end),))
+        _Window(f"part {i + 1}", _chunk_segments(text, plan.chunks[w.first : w.last + 1]))
         for i, w in enumerate(plan.windows)
     ]  # fmt: skip
     outs = yield from session.map(SUMMARIZE_PART, windows, part_tokens)
     if session.cancel.is_set():
         return
-    partials = [(out.text, (w.start, w.end)) for out, w in zip(outs, plan.windows, strict=True)]
+    # each partial result with the document spans it stands for (a part: the chunks it held)
+    partials = [(out.text, out.source_spans) for out in outs]
     level = 1
     frame = session.frame(COMBINE)
     budget = max(1, n_ctx - frame.tokens - max_tokens)
@@ -1071,23 +907,29 @@ def _map_reduce(
         # Too many partial summaries for one call: combine them in groups, then again.
         pseudo = [Chunk(i, 0, 0, n, Boundary.END) for i, n in enumerate(sizes)]
         groups = [partials[w.first : w.last + 1] for w in sliding_windows(pseudo, budget, 0.0)]
-        spans = [(group[0][1][0], group[-1][1][1]) for group in groups]
         combines = [
-            _Window(f"combine {level}.{g + 1}", [_Segment(p, None) for p, _ in group], (span,))
-            for g, (group, span) in enumerate(zip(groups, spans, strict=True))
-        ]
+            _Window(f"combine {level}.{g + 1}", [_Segment(p, None) for p, _ in group],
+                    _union([s for _, spans in group for s in spans]))
+            for g, group in enumerate(groups)
+        ]  # fmt: skip
         outs = yield from session.map(COMBINE, combines, part_tokens)
         if session.cancel.is_set():
             return
-        merged = [(out.text, span) for out, span in zip(outs, spans, strict=True)]
+        merged = [(out.text, out.source_spans) for out in outs]
         if len(merged) >= len(partials):
             break  # no progress: the final call keeps what fits
         partials, level = merged, level + 1
     fits = _fit([_Segment(p, None) for p, _ in partials], counter, budget)
     if len(fits) < len(partials):
         session.result.truncated = True
-    yield from session.call("summary", COMBINE, fits, max_tokens)
-    session.result.outputs[-1] = _with_sources(session.result.outputs[-1], [s for _, s in partials])
+    made_from = [s for _, spans in partials[: len(fits)] for s in spans]  # what the call holds
+    yield from _call_made_from(session, "summary", COMBINE, fits, max_tokens, made_from=made_from)
+
+
+def _overlap(windows: Sequence[_Window]) -> bool:
+    """Whether consecutive windows share a document chunk (a sliding window with overlap)."""
+    spans = [{seg.source for seg in w.segments if seg.source is not None} for w in windows]
+    return any(a & b for a, b in itertools.pairwise(spans))
 
 
 def _chunk_segments(text: str, chunks: Sequence[Chunk]) -> list[_Segment]:
@@ -1098,12 +940,55 @@ def _with_sources(span: OutputSpan, sources: Sequence[tuple[int, int]]) -> Outpu
     return OutputSpan(span.step, span.text, tuple(sources), span.ring_version, span.finish_reason)
 
 
+def _union(spans: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The document spans of several outputs as one output's sources: sorted, each once."""
+    return tuple(sorted({(a, b) for a, b in spans}))
+
+
+def _made_from(span: OutputSpan, made_from: Sequence[tuple[int, int]] | None) -> OutputSpan:
+    """``span`` naming the sources of what it was made from (``made_from``: the spans of the
+    earlier outputs its call combined) when its call held no document chunk. An output of a
+    call that held chunks keeps naming exactly those (the audit checks it), as do its
+    :class:`TokenBatch` events, which name what was resident while they were generated."""
+    if span.source_spans or made_from is None:
+        return span
+    return _with_sources(span, _union(made_from))
+
+
+def _call_made_from(
+    session: _Session,
+    step: str,
+    instruction: str,
+    segments: Sequence[_Segment],
+    max_tokens: int,
+    *,
+    made_from: Sequence[tuple[int, int]] | None,
+) -> Generator[Event, None, OutputSpan]:
+    """:meth:`_Session.call`, its recorded output naming ``made_from`` (see :func:`_made_from`);
+    also the text kept when the engine fails mid-reply."""
+    try:
+        out = yield from session.call(step, instruction, segments, max_tokens)
+    finally:  # the output the call recorded (none when it failed before any text)
+        outputs = session.result.outputs
+        if outputs and outputs[-1].step == step:
+            outputs[-1] = _made_from(outputs[-1], made_from)
+    return _made_from(out, made_from)
+
+
 def _rolling(
     session: _Session, text: str, plan: Plan, max_tokens: int
 ) -> Generator[Event, None, None]:
-    """Windows of the document in order, each with the summary so far pinned in front of it."""
-    summary = ""
+    """The document in order, window by window, through the KV ring in one pass
+    (:mod:`app.core.jobs.streaming`); where the cache cannot shift, each window re-prompted
+    with the summary so far, and the reason said."""
     windows = _disjoint_windows(plan)
+    reason = shift_refusal(session.engine)
+    if reason is None:
+        yield from rolling_stream(session, text, plan, windows, max_tokens)
+        return
+    session.result.fallback = reason
+    yield RingFallback("rolling", reason)
+    summary = ""
     seen: list[tuple[int, int]] = []
     for i, (first, last) in enumerate(windows):
         if session.cancel.is_set():

@@ -101,18 +101,10 @@ def _middle(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) 
 
 
 def _rolling(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) -> _Draft:
-    """One window per resident state: the chunks in the context just before each eviction."""
-    windows: list[tuple[int, int]] = []
-    first, used = 0, 0
-    for i, c in enumerate(chunks):
-        if used + c.tokens > budget and i > first:
-            windows.append((first, i - 1))
-            while used + c.tokens > budget and first < i:
-                used -= chunks[first].tokens
-                first += 1
-        used += c.tokens
-    if chunks:
-        windows.append((first, len(chunks) - 1))
+    """The windows the model is called on, in order: runs of consecutive chunks that fill the
+    budget, each chunk in one. The job streams them through the KV ring, each appended after
+    the last one's reply (app.core.jobs.streaming), so the context goes on at a window's end."""
+    windows = [(w.first, w.last) for w in sliding_windows(chunks, budget, 0.0)]
     return _Draft("passes through the rolling window", windows=windows, window_ends_are_cuts=False)
 
 

@@ -1,0 +1,242 @@
+"""The events a job yields and the result it ends with: plain data, no engine, no Qt.
+
+The CLI prints them as JSON lines, the window turns them into signals on its thread, the store
+records a :class:`JobResult`. Each names its step (the model call: "part 2", "window 3") so a
+face can tell the calls of one job apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PlanReady:
+    strategy: str
+    budget: int
+    kept_tokens: int
+    total_tokens: int
+    passes: int
+    boundary_integrity: float
+    dropped_spans: int
+    # the question this plan was made for (`retrieve` plans once per question), else ""
+    question: str = ""
+
+
+@dataclass(frozen=True)
+class ChunkQueued:
+    step: str
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ChunkEvaluated:
+    step: str
+    start: int
+    end: int
+    tokens: int
+    kv_start: int  # KV positions the chunk occupies
+    kv_end: int
+    ring_version: int
+    lane: int | None = None  # the sequence of a batched map phase; None: the one sequence
+
+
+@dataclass(frozen=True)
+class ChunkEvicted:
+    step: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class KVShifted:
+    """KV positions ``[start, end)`` left llama.cpp's cache and the ``moved`` positions after
+    them moved down by ``end - start`` (``llama_memory_seq_rm`` + ``llama_memory_seq_add``):
+    room made for the next part of a document streamed through the ring. ``layout`` is the
+    ring afterwards, one (kind, first position, tokens, document span or None) per segment."""
+
+    step: str
+    start: int
+    end: int
+    moved: int
+    kinds: tuple[str, ...]  # the kinds of the segments that left, in KV order
+    layout: tuple[tuple[str, int, int, tuple[int, int] | None], ...]
+
+
+@dataclass(frozen=True)
+class RingFallback:
+    """A streamed pass cannot run on this engine: the job re-prompts each window instead."""
+
+    strategy: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    step: str
+    text: str
+    tokens: int
+    ring_version: int
+    sources: tuple[tuple[int, int], ...]  # document spans resident while this was generated
+    lane: int | None = None
+
+
+@dataclass(frozen=True)
+class KVStats:
+    cells_used: int
+    n_ctx: int
+    state_bytes: int
+    lane: int | None = None  # a lane's own figures (its sequence in the lanes' shared cache)
+    reported_by: str = "llama.cpp"  # a server's endpoint, or "": the server does not report KV
+
+
+@dataclass(frozen=True)
+class KVLive:
+    """llama.cpp's KV figures in the middle of a model call, a few times a second while its
+    prompt is evaluated and its reply generated (:class:`KVStats` closes the call)."""
+
+    step: str
+    cells_used: int
+    n_ctx: int
+    state_bytes: int
+    lane: int | None = None  # a lane's own figures (the one sequence: None)
+
+
+@dataclass(frozen=True)
+class EvalProgress:
+    """A model call's prompt in llama.cpp so far: ``evaluated`` of the ``total`` tokens it
+    evaluates (a prefix the cache held already is in neither), after ``seconds``."""
+
+    step: str
+    evaluated: int
+    total: int
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.evaluated / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class PassStarted:
+    """Pass ``index`` (from 1) of ``count`` over the document begins: a window of a rolling
+    summary, a part or a combining round of a map phase."""
+
+    step: str
+    index: int
+    count: int
+
+
+@dataclass(frozen=True)
+class LanesStarted:
+    """A batched map phase begins: ``windows`` replies, ``lanes`` generated together as parallel
+    sequences of one llama.cpp context; each lane holds at most ``n_ctx`` positions."""
+
+    lanes: int
+    windows: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class PartialResult:
+    step: str
+    text: str
+    sources: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class OutputSpan:
+    step: str
+    text: str
+    source_spans: tuple[tuple[int, int], ...]
+    ring_version: int
+    finish_reason: str
+
+
+@dataclass
+class JobResult:
+    task: str
+    strategy: str
+    finish_reason: str  # stop, length, repetition (a loop was cut), cancelled, error
+    n_ctx: int
+    prompt_tokens: int = 0
+    evaluated_tokens: int = 0  # prompt tokens llama.cpp actually evaluated (not found cached)
+    document_tokens: int = 0  # the document's tokens as planned (the first plan's total)
+    # A pass streamed through the KV ring: segments evicted and the tokens they held; or why
+    # the job re-prompted each window instead (None: it did not have to)
+    evictions: int = 0
+    evicted_tokens: int = 0
+    fallback: str | None = None
+    completion_tokens: int = 0
+    kv_peak_cells: int = 0
+    ttft_s: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    outputs: list[OutputSpan] = field(default_factory=list)
+    truncated: bool = False  # some of the document never reached the model
+    refused: str | None = None
+    error: str | None = None
+    prompt_lengths: list[int] = field(default_factory=list)  # per model call, for the histogram
+    plan: dict[str, Any] = field(default_factory=dict)
+    lanes: int | None = None  # the map phase's replies ran this many at a time (None: one by one)
+    # The token ids of the last model call's prompt: with the KV state saved right after the job,
+    # a rollback can resume that call without evaluating it again. Not part of as_dict().
+    final_prompt: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def text(self) -> str:
+        return self.outputs[-1].text if self.outputs else ""
+
+    @property
+    def evaluated_per_document_token(self) -> float | None:
+        """Prompt tokens evaluated per document token: the job's overhead at a glance (1.0: each
+        document token once and nothing else; None before a plan counted the document)."""
+        if not self.document_tokens:
+            return None
+        return round(self.evaluated_tokens / self.document_tokens, 4)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["final_prompt"]
+        d["prompt_tokens_evaluated"] = self.evaluated_tokens
+        d["evaluated_per_document_token"] = self.evaluated_per_document_token
+        d["outputs"] = [
+            {"step": o.step, "text": o.text, "source_spans": [list(s) for s in o.source_spans],
+             "finish_reason": o.finish_reason, "ring_version": o.ring_version}
+            for o in self.outputs
+        ]  # fmt: skip
+        return d
+
+
+@dataclass(frozen=True)
+class JobError:
+    """The engine failed mid-job; the outputs so far are kept in the result that follows."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    result: JobResult
+
+
+Event = (
+    PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | KVShifted | RingFallback
+    | TokenBatch | KVStats | KVLive | EvalProgress | PassStarted | LanesStarted | PartialResult
+    | JobError | JobFinished
+)  # fmt: skip
+
+
+class CancelToken:
+    """Set from any thread; the job stops at its next step (the engine is cancelled separately)."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
