@@ -878,6 +878,10 @@ Qt (PySide6) {3}</translation>
         <translation>生成的输出</translation>
     </message>
     <message>
+        <source>Notes the model wrote on earlier parts, kept in the cache (evicted last)</source>
+        <translation>模型对前面各部分写下的笔记，保留在缓存中（最后才被逐出）</translation>
+    </message>
+    <message>
         <source>KV positions {0:,}–{1:,} ({2:,} tokens)</source>
         <translation>KV 位置 {0:,}–{1:,}（{2:,} 个 token）</translation>
     </message>
@@ -1949,6 +1953,10 @@ Qt (PySide6) {3}</translation>
         <translation>已拒绝：{0}</translation>
     </message>
     <message>
+        <source>{0} re-prompts each window with the summary so far: {1}</source>
+        <translation>{0} 对每个窗口重新提示，并附上目前的摘要：{1}</translation>
+    </message>
+    <message>
         <source>nothing</source>
         <translation>无</translation>
     </message>
@@ -2241,6 +2249,10 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>output</source>
         <translation>输出</translation>
+    </message>
+    <message>
+        <source>notes</source>
+        <translation>笔记</translation>
     </message>
     <message>
         <source>free</source>
