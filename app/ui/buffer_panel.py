@@ -483,7 +483,7 @@ class KVBar(QWidget):
 class _Legend(FollowsLanguage, QWidget):
     """A swatch and a name per segment kind; the names use the palette's own text colour."""
 
-    COLUMNS = 4  # two short rows: a narrow dock keeps the whole legend
+    COLUMNS = 3  # short rows: a narrow dock keeps the whole legend
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication, QToolTip
 from app.core.paths import sample_document
 from app.core.planning.chunking import Chunk
 from app.core.planning.plan import Plan, Span
-from app.core.planning.strategies import Planner
+from app.core.planning.strategies import Planner, PlanOptions
 from app.core.tokens import cl100k
 from app.ui.document_view import (
     BUDGET_ON_SCALE,
@@ -225,10 +225,15 @@ def test_windows_of_multi_pass_plans_alternate_and_overlaps_stand_out(qtbot) -> 
     assert f"In pass 2 of {len(semantic.windows)}" in view.describe(second.start + 1)
     assert kinds_in_block(view, semantic.windows[0].start) & {KEPT_A, KEPT_A_SHARED}
 
-    rolling = planner.plan("rolling", 96)
-    view.show_plan(rolling)
+    wide = planner.plan("semantic", 96, PlanOptions(overlap=0.6))  # windows sharing chunks
+    view.show_plan(wide)
     assert {KEPT_A_SHARED, KEPT_B_SHARED} & set(view._layers.kinds)
-    assert "In passes " in view.describe(rolling.windows[1].start + 1)
+    assert "In passes " in view.describe(wide.windows[1].start + 1)
+
+    rolling = planner.plan("rolling", 96)  # windows in turn, each chunk in one: none shared
+    view.show_plan(rolling)
+    assert not {KEPT_A_SHARED, KEPT_B_SHARED} & set(view._layers.kinds)
+    assert f"In pass 2 of {len(rolling.windows)}" in view.describe(rolling.windows[1].start + 1)
 
 
 def test_highlight_sources_scrolls_to_the_first_and_clears(qtbot, sample, head) -> None:
