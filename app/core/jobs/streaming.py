@@ -21,7 +21,6 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.core.engine.types import KVUsage
 from app.core.jobs.audit import Audit, LaidSegment, chunk_tokens
 from app.core.jobs.events import (
     ChunkEvicted,
@@ -40,21 +39,6 @@ from app.core.planning.plan import Plan
 # Before each window after the first: the notes so far end, the document goes on.
 NEXT_PART = "\n\nNext part of the document:\n"
 Span = tuple[int, int]
-
-
-class RingEngine(Protocol):
-    def tokenize(
-        self,
-        text: str,
-        *,
-        add_special: bool = ...,
-        parse_special: bool = ...,
-        continuation: bool = ...,
-    ) -> list[int]: ...
-
-    def kv_usage(self) -> KVUsage: ...
-
-    def remove(self, start: int, end: int) -> Any: ...
 
 
 class Framed(Protocol):
@@ -118,12 +102,8 @@ def rolling_stream(
     """Summarize ``windows`` (runs of ``plan.chunks``, in order) in one pass through the ring;
     the last window's notes are the summary. The caller checked :func:`shift_refusal`."""
     ring, engine, result = session.ring, session.engine, session.result
-    frame = session.frame(ROLLING)
+    frame, laid, held = _pinned(session, ROLLING)
     label = engine.tokenize(NEXT_PART, add_special=False, parse_special=False, continuation=True)
-    ring.clear()
-    system = ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
-    laid: dict[int, tuple[int, ...]] = {system.id: tuple(frame.before)}
-    held = list(frame.before)  # the token at each KV position, as the engine holds them
     summary = ""
     seen: list[Span] = []
     for i, (first, last) in enumerate(windows):
@@ -138,26 +118,10 @@ def rolling_stream(
         need = len(lead) + sum(len(t) for _, t in pieces) + len(frame.after) + max_tokens
         yield from _make_room(session, step, need, laid, held)
         yield PassStarted(step, i + 1, len(windows))
-        new: list[int] = []
-        placed = []
-        for kind, tokens, piece in [
-            *([(SegmentKind.QUESTION, lead, None)] if lead else []),
-            *[(SegmentKind.CHUNK, t, p) for p, t in pieces],
-            (SegmentKind.QUESTION, frame.after, None),
-        ]:
-            seg = ring.append(kind, len(tokens), source=piece.source if piece else None)
-            laid[seg.id] = tuple(tokens)
-            new += tokens
-            if piece is not None:
-                placed.append((piece, seg))
-                yield ChunkQueued(step, seg.source[0], seg.source[1], seg.tokens)
-        prompt = held + new
-        result.final_prompt = tuple(prompt)
-        sources = tuple(ring.resident_sources())
-        order = [LaidSegment(s, laid[s.id]) for s in ring]
-        out = yield from session.stream(step, prompt, placed, sources, max_tokens, laid=order)
+        out = yield from _call(session, step, [
+            *([(lead, None)] if lead else []), *[(t, p) for p, t in pieces], (frame.after, None),
+        ], laid, held, max_tokens=max_tokens)  # fmt: skip
         seen.append((chunks[0].start, chunks[-1].end))
-        held[:] = _held_after(session, laid, prompt)
         reply = next((s for s in ring if s.kind is SegmentKind.OUTPUT), None)
         if reply is not None:  # the reply stays resident: the running notes, evicted last
             ring.retag(reply.id, SegmentKind.NOTES, source=(seen[0][0], seen[-1][1]))
@@ -170,6 +134,46 @@ def rolling_stream(
         end = result.outputs[-1]
         result.outputs.append(OutputSpan("summary", summary, tuple(seen), end.ring_version,
                                          end.finish_reason))  # fmt: skip
+
+
+def _pinned(
+    session: RingSession, instruction: str
+) -> tuple[Framed, dict[int, tuple[int, ...]], list[int]]:
+    """A new pass: the ring holds the instruction's frame alone, pinned. Returns the frame,
+    each segment's token ids by id, and the token at each KV position as the engine holds
+    them (the first call evaluates whatever else the cache holds away)."""
+    frame = session.frame(instruction)
+    session.ring.clear()
+    system = session.ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
+    return frame, {system.id: tuple(frame.before)}, list(frame.before)
+
+
+def _call(
+    session: RingSession, step: str, new: Sequence[tuple[Sequence[int], Any]],
+    laid: dict[int, tuple[int, ...]], held: list[int], *, max_tokens: int,
+) -> Generator[Event, None, OutputSpan]:  # fmt: skip
+    """Append ``new`` (token ids, and the document chunk they are, or None for template text)
+    after what the cache holds and generate: llama.cpp evaluates only what was appended.
+    ``held`` follows the cache (the reply included)."""
+    ring = session.ring
+    placed = []
+    appended: list[int] = []
+    for tokens, piece in new:
+        source = piece.source if piece is not None else None
+        seg = ring.append(SegmentKind.CHUNK if source else SegmentKind.QUESTION, len(tokens),
+                          source=source)  # fmt: skip
+        laid[seg.id] = tuple(tokens)
+        appended += tokens
+        if source is not None:
+            placed.append((piece, seg))
+            yield ChunkQueued(step, source[0], source[1], seg.tokens)
+    prompt = held + appended
+    session.result.final_prompt = tuple(prompt)
+    sources = tuple(ring.resident_sources())
+    order = [LaidSegment(s, laid[s.id]) for s in ring]
+    out = yield from session.stream(step, prompt, placed, sources, max_tokens, laid=order)
+    held[:] = _held_after(session, laid, prompt)
+    return out
 
 
 def _held_after(session: RingSession, laid: dict[int, tuple[int, ...]],
@@ -193,11 +197,7 @@ def windows_stream(
     span (a question); its reply and that text leave before the next window, and its output
     names the chunks it held."""
     ring, engine = session.ring, session.engine
-    frame = session.frame(instruction)
-    ring.clear()
-    system = ring.append(SegmentKind.SYSTEM, len(frame.before), pinned=True)
-    laid: dict[int, tuple[int, ...]] = {system.id: tuple(frame.before)}
-    held = list(frame.before)
+    frame, laid, held = _pinned(session, instruction)
     outs: list[OutputSpan] = []
     for i, win in enumerate(windows):
         if session.cancelled:
@@ -214,25 +214,10 @@ def windows_stream(
         victims = [s for s in ring if not s.pinned and s.id not in kept]
         yield from _evict(session, win.step, victims, laid, held)
         yield PassStarted(win.step, i + 1, len(windows))
-        new: list[int] = []
-        placed = []
-        for kind, seg, tokens in [
-            *[(SegmentKind.CHUNK, seg, t) for seg, t in chunks[len(keep) :]],
-            *[(SegmentKind.QUESTION, seg, t) for seg, t in tail],
-            (SegmentKind.QUESTION, None, frame.after),
-        ]:
-            at = ring.append(kind, len(tokens), source=seg.source if seg is not None else None)
-            laid[at.id] = tuple(tokens)
-            new += tokens
-            if kind is SegmentKind.CHUNK:
-                placed.append((seg, at))
-                yield ChunkQueued(win.step, at.source[0], at.source[1], at.tokens)
-        prompt = held + new
-        session.result.final_prompt = tuple(prompt)
-        sources = tuple(ring.resident_sources())
-        order = [LaidSegment(s, laid[s.id]) for s in ring]
-        out = yield from session.stream(win.step, prompt, placed, sources, max_tokens, laid=order)
-        held[:] = _held_after(session, laid, prompt)
+        out = yield from _call(session, win.step, [
+            *[(t, seg) for seg, t in chunks[len(keep) :]], *[(t, None) for _, t in tail],
+            (frame.after, None),
+        ], laid, held, max_tokens=max_tokens)  # fmt: skip
         outs.append(out)
         yield PartialResult(out.step, out.text, out.source_spans)
         if out.finish_reason == "cancelled":
