@@ -59,6 +59,15 @@ class Display:
         do it): keys then reach it as the person's keys reach the active window."""
         self.xdotool("windowfocus", "--sync", window)
 
+    def dialog(self, title: str, app: App, timeout: float = 30) -> str:
+        """Wait for the dialog titled ``title`` and give it the keyboard before anything is
+        typed: the window is mapped before Qt moves the focus to it, and on a busy machine the
+        first keys of a typed path went to the main window (the dialog then read the rest as
+        a file name and said "File not found")."""
+        dialog = str(wait_for(lambda: self.window(title), f"the {title} dialog", app, timeout))
+        self.focus(dialog)
+        return dialog
+
     def key(self, *keys: str) -> None:
         """Real key presses, one after another (``"ctrl+r"``, ``"alt+y"``, ``"Down"``)."""
         for k in keys:

@@ -62,7 +62,7 @@ def test_open_summarize_roll_back_and_export_with_real_keys(
         display.focus(window)
 
         display.key("ctrl+o")  # File > Open Document…, then the path typed into its dialog
-        wait_for(lambda: display.window("Open Document"), "the Open dialog", app, 30)
+        display.dialog("Open Document", app)
         display.type(str(DOCUMENT))
         display.key("Return")
         titled = f"ContextLens — {DOCUMENT.name}"
@@ -84,7 +84,7 @@ def test_open_summarize_roll_back_and_export_with_real_keys(
         display.shot(shots / "3-rolled-back.png")
 
         display.key("ctrl+4", "alt+e")  # back to the History; Export… offers a file at home
-        wait_for(lambda: display.window("Export Session"), "the Export dialog", app, 30)
+        display.dialog("Export Session", app)
         display.key("Return")
         exported = wait_for(lambda: list(home.glob("*.ctxlens")), "the exported file", app)
         display.shot(shots / "4-exported.png")
