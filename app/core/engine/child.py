@@ -92,6 +92,11 @@ _LOG_LINES = 40
 # job's, and the cache's first position read 888 instead of 0.
 _STATE_SEQ = -1
 
+# A removal of at least this many cells moves the rest to the front of the cache (remove's
+# compact). llama.cpp's attention spans the cells in blocks of 256; a smaller hole saves
+# little, and the state's copy costs a few milliseconds per thousand cells of a small model.
+COMPACT_MIN = 256
+
 
 class _SandboxedTemplateCheck:
     """Stands in for llama-cpp-python's ``Jinja2ChatFormatter`` in this process.
@@ -687,9 +692,16 @@ class Engine:
         self.tokens = list(state.tokens)
         return len(self.tokens)
 
-    def remove(self, start: int, end: int) -> KVEdit:
+    def remove(self, start: int, end: int, *, compact: bool = True) -> KVEdit:
         """Remove KV positions ``[start, end)``; what follows moves down so positions stay
-        contiguous. Where llama.cpp cannot shift this cache, what follows is evaluated again."""
+        contiguous. Where llama.cpp cannot shift this cache, what follows is evaluated again.
+
+        ``compact``: after a hole of at least :data:`COMPACT_MIN` cells on the CPU, the cells
+        are also moved to the front of the cache (:meth:`_compact`). llama.cpp moves positions,
+        not cells: the text behind the hole keeps its high cells, and every later decode
+        attends over the cache up to the highest cell in use, so refilling the hole ran about
+        20 % slower (tests/benchmarks/bench_kv.py). False leaves them (the benchmark's baseline).
+        """
         self._require()
         lc = self._lc
         if not 0 <= start < end <= len(self.tokens):
@@ -701,19 +713,53 @@ class Engine:
         mem = self._mem
         rest = self.tokens[end:]
         reevaluated = 0
+        compacted = False
         if not rest or lc.llama_memory_can_shift(mem):
             lc.llama_memory_seq_rm(mem, 0, start, end)
             if rest:
                 lc.llama_memory_seq_add(mem, 0, end, -1, start - end)
             del self.tokens[start:end]
+            assert self.settings is not None  # set with the model
+            if (rest and compact and end - start >= COMPACT_MIN
+                    and self.settings.n_gpu_layers == 0):  # fmt: skip
+                compacted = self._compact()
         else:
             lc.llama_memory_seq_rm(mem, 0, start, -1)
             del self.tokens[start:]
             self._decode(rest, abortable=False)
             reevaluated = len(rest)
-        # llama.cpp applies the position change to the cached keys itself at the next decode.
+        # Without compaction llama.cpp applies the position change to the cached keys itself
+        # at the next decode.
         return KVEdit(end - start, len(rest), reevaluated, time.perf_counter() - t0,
-                      len(self.tokens))  # fmt: skip
+                      len(self.tokens), compacted)  # fmt: skip
+
+    def _compact(self) -> bool:
+        """Move the sequence's cells to the front of the cache, in the order they are in.
+
+        llama.cpp rotates the shifted keys at the next decode, so the last token is decoded
+        again first (its keys and values come out as a fresh evaluation's); the sequence's state
+        is then read out, the cache cleared and the state put back, which llama.cpp writes into
+        contiguous cells from the first. The keys are the same bytes; only the cells' places
+        change (the logits after it differ from the uncompacted cache's by the order of float
+        sums, less than either differs from evaluating the text afresh, and the same token
+        wins: tests/core/test_kv_compaction.py). False, with the cache as it was, where
+        llama.cpp refused to take the state back (then it is evaluated again)."""
+        llm = self._require()
+        lc = self._lc
+        last = self.tokens.pop()
+        lc.llama_memory_seq_rm(self._mem, 0, len(self.tokens), -1)
+        self._decode([last], abortable=False)
+        size = lc.llama_state_seq_get_size(llm.ctx, _STATE_SEQ)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_seq_get_data(llm.ctx, buf, size, _STATE_SEQ)
+        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        if n and lc.llama_state_seq_set_data(llm.ctx, buf, n, 0) == n \
+                and lc.llama_memory_seq_pos_max(self._mem, 0) == len(self.tokens) - 1:  # fmt: skip
+            return True
+        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)  # not expected; nothing is lost either way
+        tokens, self.tokens = self.tokens, []
+        self._decode(tokens, abortable=False)
+        return False
 
     def _check_ids(self, tokens: Sequence[int]) -> None:
         check_token_ids(tokens, self._require().n_vocab())

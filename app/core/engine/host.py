@@ -469,10 +469,13 @@ class EngineHost:
         assert self._tmpdir is not None
         return self._tmpdir / "kv-state.bin"
 
-    def remove(self, start: int, end: int) -> KVEdit:
-        """Remove KV positions ``[start, end)`` and move what follows down (see Ring.evict)."""
+    def remove(self, start: int, end: int, *, compact: bool = True) -> KVEdit:
+        """Remove KV positions ``[start, end)`` and move what follows down (see Ring.evict);
+        ``compact``: and the cells to the front of the cache after a large hole (the default;
+        False is the benchmark's baseline)."""
         self._need_model()
-        return self._call("remove", "removing from the KV cache", start=start, end=end)
+        return self._call("remove", "removing from the KV cache", start=start, end=end,
+                          compact=compact)  # fmt: skip
 
     def crash_for_test(self, kind: str) -> None:
         """Fault injection: make the child die the way a native bug would."""
