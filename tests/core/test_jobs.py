@@ -74,7 +74,8 @@ def _check(events: list[object], result: JobResult, text: str) -> None:
     for out in result.outputs:
         for start, end in out.source_spans:
             assert 0 <= start < end <= len(text)
-    assert result.finish_reason in ("stop", "length")
+    # a normal end: the 135M model's greedy reply may also loop and be stopped (repetition)
+    assert result.finish_reason in ("stop", "length", "repetition")
     assert result.text, "a summary was produced"
 
 
