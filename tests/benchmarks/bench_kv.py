@@ -166,6 +166,7 @@ def bench_compaction(host: EngineHost, n_ctx: int, rounds: int) -> Row:
     ratio = statistics.median(seconds[False]) / statistics.median(seconds[True])
     print(f"replies after it: compacted {replies[True]!r}, left in place {replies[False]!r}")
     print(f"left in place / compacted (median): {ratio:.3f}")
+    print(f"goal: >= 1.1: {'PASS' if ratio >= 1.1 else 'FAIL'}")
     return row("next window after a removal, compacted (speed-up)", "cells left in place",
                statistics.median(seconds[True]), ratio, ">= 1.1", unit="s",
                note=f"windows of {window:,} tokens at n_ctx {n_ctx:,}, {rounds} rounds",
