@@ -1,4 +1,4 @@
-"""Compaction after a removal (EngineChild.remove): the cells move to the front of the cache and
+"""Compaction after a removal (Engine.remove): the cells move to the front of the cache and
 nothing else changes. The proof is llama.cpp's own serialisation: the sequence's state after a
 compacted removal is byte for byte the state after the same removal left in place once its
 shift is applied (the state lists cells in order, not where they sit). Both test models: Gemma 3

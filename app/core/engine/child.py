@@ -699,8 +699,9 @@ class Engine:
         ``compact``: after a hole of at least :data:`COMPACT_MIN` cells on the CPU, the cells
         are also moved to the front of the cache (:meth:`_compact`). llama.cpp moves positions,
         not cells: the text behind the hole keeps its high cells, and every later decode
-        attends over the cache up to the highest cell in use, so refilling the hole ran about
-        20 % slower (tests/benchmarks/bench_kv.py). False leaves them (the benchmark's baseline).
+        attends over the cache up to the highest cell in use: the next window after a removal
+        took 1.39x as long (tests/benchmarks/bench_kv.py). False leaves them (the benchmark's
+        baseline).
         """
         self._require()
         lc = self._lc
@@ -739,11 +740,10 @@ class Engine:
         llama.cpp rotates the shifted keys at the next decode, so the last token is decoded
         again first (its keys and values come out as a fresh evaluation's); the sequence's state
         is then read out, the cache cleared and the state put back, which llama.cpp writes into
-        contiguous cells from the first. The keys are the same bytes; only the cells' places
-        change (the logits after it differ from the uncompacted cache's by the order of float
-        sums, less than either differs from evaluating the text afresh, and the same token
-        wins: tests/core/test_kv_compaction.py). False, with the cache as it was, where
-        llama.cpp refused to take the state back (then it is evaluated again)."""
+        contiguous cells from the first. The state is byte for byte the one the removal left
+        in place would have (tests/core/test_kv_compaction.py); only the cells' places change,
+        and with them the order of float sums over them. False where llama.cpp refused to take
+        the state back: the cache is then evaluated again from its tokens."""
         llm = self._require()
         lc = self._lc
         last = self.tokens.pop()

@@ -284,7 +284,7 @@ class KVEdit:
     reevaluated: int  # of those, how many had to be evaluated again
     seconds: float
     n_past: int
-    compacted: bool = False  # the cells moved to the front of the cache (see EngineChild.remove)
+    compacted: bool = False  # the cells moved to the front of the cache (see child.Engine.remove)
 
 
 # ----- streamed generation events -----
