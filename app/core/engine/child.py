@@ -619,14 +619,21 @@ class Engine:
             can_shift=bool(lc.llama_memory_can_shift(mem)),
         )
 
+    def _state_out(self) -> tuple[ctypes.Array[ctypes.c_uint8], int]:
+        """The sequence's KV state in a buffer of its own, and how many of its bytes it fills."""
+        ctx = self._require().ctx
+        size = self._lc.llama_state_seq_get_size(ctx, _STATE_SEQ)
+        buf = (ctypes.c_uint8 * size)()
+        return buf, self._lc.llama_state_seq_get_data(ctx, buf, size, _STATE_SEQ)
+
     def save_state(self, path: str | None = None) -> KVState:
         """The sequence's KV state; with ``path`` the bytes go to that file, not the reply."""
         llm = self._require()
         lc = self._lc
-        size = lc.llama_state_seq_get_size(llm.ctx, _STATE_SEQ)
         assert self.settings is not None
         data = b""
         if path is not None:  # llama.cpp writes straight into the mapped file
+            size = lc.llama_state_seq_get_size(llm.ctx, _STATE_SEQ)
             with open(path, "w+b") as out:
                 out.truncate(size)
                 with mmap.mmap(out.fileno(), size) as view:
@@ -635,8 +642,7 @@ class Engine:
                     del buf  # the mapping closes only once nothing exports it
                 out.truncate(n)
         else:
-            buf = (ctypes.c_uint8 * size)()
-            n = lc.llama_state_seq_get_data(llm.ctx, buf, size, _STATE_SEQ)
+            buf, n = self._state_out()
             data = bytes(memoryview(buf)[:n])
         if self._fault is not None and self._fault.due("save"):
             self._fault.fire()
@@ -749,9 +755,7 @@ class Engine:
         last = self.tokens.pop()
         lc.llama_memory_seq_rm(self._mem, 0, len(self.tokens), -1)
         self._decode([last], abortable=False)
-        size = lc.llama_state_seq_get_size(llm.ctx, _STATE_SEQ)
-        buf = (ctypes.c_uint8 * size)()
-        n = lc.llama_state_seq_get_data(llm.ctx, buf, size, _STATE_SEQ)
+        buf, n = self._state_out()
         lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
         if n and lc.llama_state_seq_set_data(llm.ctx, buf, n, 0) == n \
                 and lc.llama_memory_seq_pos_max(self._mem, 0) == len(self.tokens) - 1:  # fmt: skip
