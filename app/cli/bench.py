@@ -34,7 +34,8 @@ from app.core.child_process import child_env, module_command
 BENCH_DIR_ENV = "CONTEXTLENS_BENCH_DIR"
 # The order of the issue: counting, chunking, engine overhead, prefix reuse and state restore,
 # batched map-reduce, GUI stall; benchmarks not named here run after these, by name.
-ORDER = ("bench_tokens", "bench_chunking", "bench_engine_host", "bench_calibration", "bench_kv",
+ORDER = ("bench_tokens", "bench_chunking", "bench_engine_host", "bench_contention",
+         "bench_calibration", "bench_kv",
          "bench_rollback", "bench_batched_map", "bench_gui_responsiveness",
          "bench_needles", "bench_peers")  # fmt: skip
 EXIT_BENCH_FAILED = EXIT_ENGINE_CRASHED  # a benchmark crashed: the code the CLI uses for a crash

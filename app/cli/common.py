@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import signal
@@ -65,6 +66,9 @@ def done_record(result: Any) -> dict[str, Any]:
         "kv_peak_cells": data["kv_peak_cells"],
         "n_ctx": data["n_ctx"],
         "lanes": data["lanes"],  # the map phase's replies generated this many at a time (or null)
+        # llama.cpp's thread count at the end, and each change while the job ran (why, when)
+        "threads": data["threads"],
+        "thread_changes": data["thread_changes"],
         "ttft_s": [round(t, 4) for t in data["ttft_s"]],
         "seconds": round(data["seconds"], 3),
         "truncated": data["truncated"],
@@ -95,3 +99,22 @@ def sigint_cancels(token: Any) -> Iterator[Callable[[Any], None]]:
         yield engines.append
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def add_thread_options(parser: argparse.ArgumentParser) -> None:
+    """``--threads`` and ``--fixed-threads``: the local engine's CPU threads."""
+    parser.add_argument("--threads", type=int, default=None,
+                        help="most CPU threads llama.cpp uses (default: the physical cores); "
+                             "fewer while other programs keep cores busy")  # fmt: skip
+    parser.add_argument("--fixed-threads", action="store_true",
+                        help="always use --threads, however busy the machine is")
+
+
+def load_settings(args: argparse.Namespace, **fields: Any) -> Any:
+    """LoadSettings from the thread options and ``fields``; --threads below 1 is refused by
+    LoadSettings.validate in one sentence."""
+    from app.core.engine.types import LoadSettings
+
+    if args.threads is not None:
+        fields["n_threads"] = args.threads
+    return LoadSettings(adapt_threads=not args.fixed_threads, **fields)

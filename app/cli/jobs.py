@@ -28,9 +28,11 @@ from app.cli.common import (
     EXIT_CONTEXT,
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
+    add_thread_options,
     db_path,
     done_record,
     fail,
+    load_settings,
     sentence,
     sigint_cancels,
 )
@@ -71,7 +73,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         EngineCrashedError,
         EngineError,
         InsufficientMemoryError,
-        LoadSettings,
     )
     from app.core.jobs.tasks import (
         JobFinished,
@@ -86,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         strategies = args.strategies.split(",") if args.command == "compare" else [args.strategy]
         spec = job_spec(args, strategies)
         check_remote_args(args)
-        settings = LoadSettings(n_ctx=args.n_ctx or LOCAL_N_CTX)
+        settings = load_settings(args, n_ctx=args.n_ctx or LOCAL_N_CTX)
         settings.validate()
         doc = read_document(args.document)
         if args.model:
@@ -250,7 +251,7 @@ def _report_compare(results: list[Any], as_json: bool,
 
 
 def _print_event(ev: object) -> None:
-    from app.core.jobs.events import KVShifted, RingFallback
+    from app.core.jobs.events import KVShifted, RingFallback, ThreadsSet
     from app.core.jobs.tasks import ChunkEvaluated, LanesStarted, PartialResult, PlanReady
 
     if isinstance(ev, PlanReady):
@@ -272,6 +273,8 @@ def _print_event(ev: object) -> None:
               f"streaming through the KV ring: {ev.reason}", file=sys.stderr)  # fmt: skip
     elif isinstance(ev, PartialResult):
         print(f"\n--- {ev.step} done ---", file=sys.stderr)
+    elif isinstance(ev, ThreadsSet):
+        print(f"\nnote: {ev.describe()}", file=sys.stderr)
 
 
 def add_commands(sub: Any) -> None:
@@ -295,6 +298,7 @@ def add_commands(sub: Any) -> None:
                        help=f"context size (default {LOCAL_N_CTX}; with --engine: the "
                             f"server's)")  # fmt: skip
         p.add_argument("--max-tokens", type=int, default=256, help="longest reply (default 256)")
+        add_thread_options(p)
         p.add_argument("--db", help="history database (default: the user's)")
         p.add_argument("--session", type=int, metavar="ID",
                        help="add the new version(s) to this session of the same document, "

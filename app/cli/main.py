@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 import threading
@@ -26,7 +27,9 @@ from app.cli.common import (
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
     BadInput,
+    add_thread_options,
     fail,
+    load_settings,
     sigint_cancels,
 )
 from app.cli.documents import add_commands
@@ -208,9 +211,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         EngineError,
         Finished,
         InsufficientMemoryError,
-        LoadSettings,
         ModelLoadError,
         TextDelta,
+        ThreadsChanged,
     )
 
     out: TextIO = sys.stdout
@@ -223,9 +226,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 raise FileNotFoundError(f"the model {args.model} does not exist")
         else:
             model_path = _resolve_model(args.model)
-        settings = LoadSettings(
+        settings = load_settings(
+            args,
             n_ctx=args.n_ctx or GENERATE_N_CTX,
-            n_threads=args.threads or LoadSettings().n_threads,
             n_gpu_layers=args.gpu_layers,
             kv_cache_type=args.kv_type,
             flash_attn=args.flash_attn,
@@ -275,6 +278,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     else:
                         out.write(ev.text)
                     out.flush()
+                elif isinstance(ev, ThreadsChanged):
+                    if args.json:
+                        out.write(json.dumps({"type": "threads_changed",
+                                              **dataclasses.asdict(ev)}) + "\n")  # fmt: skip
+                    else:
+                        print(f"\nnote: {ev.before} → {ev.after} threads: {ev.reason}",
+                              file=sys.stderr, flush=True)  # fmt: skip
                 elif isinstance(ev, Finished):
                     finished = ev
             assert finished is not None
@@ -335,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help=f"context size (default {GENERATE_N_CTX}; with --engine: the server's)",
     )
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    add_thread_options(p)
     p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload (-1: all)")
     p.add_argument("--kv-type", default="f16", choices=KV_CACHE_TYPE_NAMES, help="KV cache type")
     p.add_argument("--flash-attn", action="store_true", help="use flash attention")

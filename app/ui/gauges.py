@@ -26,6 +26,9 @@ gauges redraw once a second, for memory. Each figure and where it comes from:
   events, so this reads slightly low; it needs events delivered as they happen (a gap under
   20 ms is taken for batched delivery and not plotted). When the job ends, ``JobFinished``
   gives the job's own figure: evaluated tokens over the sum of its times to first token.
+- CPU threads: llama.cpp's thread count of :meth:`set_threads` (the loaded model's most), each
+  ``ThreadsSet`` (the engine gave a thread up while another program used a core, or took it
+  back) with its reason, and ``JobResult.threads`` at the end of a job.
 - Prompt lengths: ``JobResult.prompt_lengths`` against ``JobResult.n_ctx`` in tenths
   (``telemetry.PromptHistogram``), kept across runs; a refused job counts as "over".
 """
@@ -62,6 +65,7 @@ from app.core.jobs.tasks import (
     LanesStarted,
     PassStarted,
     StrategiesFinished,
+    ThreadsSet,
     TokenBatch,
 )
 from app.core.telemetry import GPUState, PromptHistogram
@@ -141,11 +145,12 @@ class GaugesPanel(FollowsLanguage, QWidget):
         self.kv_bar, self.kv_text = QProgressBar(), QLabel()
         self.ram_bar, self.ram_text = QProgressBar(), QLabel()
         self.vram_bar, self.vram_text = QProgressBar(), QLabel()
+        self.threads_bar, self.threads_text = QProgressBar(), QLabel()
         grid = QGridLayout()
         self._names: list[QLabel] = []  # each row's name, in retranslate()'s order
         for row, (bar, text) in enumerate(
             ((self.kv_bar, self.kv_text), (self.ram_bar, self.ram_text),
-             (self.vram_bar, self.vram_text))
+             (self.vram_bar, self.vram_text), (self.threads_bar, self.threads_text))
         ):  # fmt: skip
             bar.setTextVisible(False)
             bar.setMaximumHeight(14)
@@ -161,14 +166,14 @@ class GaugesPanel(FollowsLanguage, QWidget):
         self.lanes_row.hide()
         self._lanes_label = QLabel()  # shown with the row
         self._lanes_label.hide()
-        grid.addWidget(self._lanes_label, 3, 0)
-        grid.addWidget(self.lanes_row, 3, 1)
+        grid.addWidget(self._lanes_label, 4, 0)
+        grid.addWidget(self.lanes_row, 4, 1)
         # prompt processing and the passes of a multi-pass job, shown while they run
         self.prompt_bar, self.prompt_text = QProgressBar(), QLabel()
         self.pass_bar, self.pass_text = QProgressBar(), QLabel()
         self._progress_rows: list[tuple[QLabel, QProgressBar, QLabel]] = []
         for row, (bar, text) in enumerate(
-            ((self.prompt_bar, self.prompt_text), (self.pass_bar, self.pass_text)), start=4
+            ((self.prompt_bar, self.prompt_text), (self.pass_bar, self.pass_text)), start=5
         ):
             bar.setTextVisible(False)
             bar.setMaximumHeight(14)
@@ -214,6 +219,8 @@ class GaugesPanel(FollowsLanguage, QWidget):
         layout.addLayout(plots, 1)
         layout.addWidget(self.job_text)
         self._last_job: JobResult | None = None  # what the "Last job" line describes
+        self._threads_max = self._threads = 0  # llama.cpp's most threads, and now (0: unknown)
+        self._threads_change: ThreadsSet | None = None  # the last change, shown with its reason
         self.retranslate()
         self._apply_palette()
         self.reset(n_ctx)
@@ -221,7 +228,7 @@ class GaugesPanel(FollowsLanguage, QWidget):
     def retranslate(self) -> None:
         """The rows' names, the plots' titles, axes and legend; the figures are drawn again in
         the words of the language now installed."""
-        names = (self.tr("KV cache"), self.tr("RAM"), self.tr("VRAM"))
+        names = (self.tr("KV cache"), self.tr("RAM"), self.tr("VRAM"), self.tr("CPU"))
         for label, name in zip(self._names, names, strict=True):
             label.setText(name)
         self._lanes_label.setText(self.tr("Lanes"))
@@ -284,6 +291,16 @@ class GaugesPanel(FollowsLanguage, QWidget):
             self._kv_source = "llama.cpp"
             self._dirty = True
 
+    def set_threads(self, n_threads: int) -> None:
+        """The loaded model's most threads (0: none loaded, or a server's, which does not
+        say); the engine starts each model at that count."""
+        self._threads_max = self._threads = max(0, n_threads)
+        self._threads_change = None
+        self._dirty = True
+
+    def threads_text_shown(self) -> str:
+        return self.threads_text.text()
+
     def clear_progress(self) -> None:
         """Hide the prompt and passes rows: a run that evaluates no prompt of its own (a
         rollback resumed from its KV state) must not show the last run's figures as its own."""
@@ -345,7 +362,12 @@ class GaugesPanel(FollowsLanguage, QWidget):
                 self._queued_at = self._evaluated_at = None
                 self._prompt_tokens = 0
                 self._eval_x, self._engine_rate = None, False
+            case ThreadsSet():
+                self._threads, self._threads_change = ev.after, ev
+                self._threads_max = max(self._threads_max, ev.before, ev.after)
             case JobFinished():
+                if ev.result.threads:
+                    self._threads = ev.result.threads
                 self._finished(ev)
             case StrategiesFinished():
                 self._running = False
@@ -544,6 +566,7 @@ class GaugesPanel(FollowsLanguage, QWidget):
         ram = self.tr("app {0} + engine {1} of {2}")
         _set_text(self.ram_text, ram.format(_size(self._app_rss), engine, _size(self._total_ram)))
         self._draw_vram()
+        self._draw_threads()
         bins = [*self._histogram.bins, self._histogram.over]
         if bins != self._hist_drawn:
             self._hist_drawn = bins
@@ -551,6 +574,26 @@ class GaugesPanel(FollowsLanguage, QWidget):
             self.hist.setYRange(0, max(1, *bins), padding=0.05)
             title = self.tr("Prompt length, % of n_ctx ({0:,} prompts)")
             self.hist.setTitle(title.format(sum(bins)))
+
+    def _draw_threads(self) -> None:
+        """How many threads llama.cpp computes with, of its most, and why the count last
+        changed ("2 → 1 threads: another program is using a core")."""
+        _set_bar(self.threads_bar, max(1, self._threads_max), self._threads)
+        if not self._threads_max:
+            _set_text(self.threads_text, self.tr("–"))
+            return
+        text = self.tr("{0} of {1} threads").format(self._threads, self._threads_max)
+        ch = self._threads_change
+        if ch is not None:
+            why = {"busy": self.tr("another program is using a core"),
+                   "quiet": self.tr("the machine is quiet again"),
+                   "slow": self.tr("decoding became much slower than before")}  # fmt: skip
+            text = self.tr("{0} → {1} threads: {2}").format(ch.before, ch.after,
+                                                            why.get(ch.cause, ch.reason))
+        _set_text(self.threads_text, text, self.tr(
+            "llama.cpp computes on fewer threads while other programs keep cores busy: its "
+            "threads wait for each other at every step, and one that has to share a core "
+            "holds up the rest"))  # fmt: skip
 
     def _draw_progress(self) -> None:
         """The prompt being evaluated (of its total, at the engine's rate, time left) and the

@@ -366,18 +366,21 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self.model_panel.set_capabilities(caps)
         self.gauges.set_engine_pid(self.engine.driver.engine_pid)
         self.gauges.set_n_ctx(loaded.n_ctx)
+        self.gauges.set_threads(max(loaded.n_threads, loaded.n_threads_batch))
 
     def _on_server_connected(self, info: ServerInfo) -> None:
         self.model_panel.show_server(info)
         self.buffers.set_sliding_window(0, 0, 0)  # a server does not say
         self.gauges.set_engine_pid(None)
         self.gauges.set_n_ctx(info.n_ctx)
+        self.gauges.set_threads(0)  # the server's own
 
     def _on_model_unloaded(self) -> None:
         self.model_panel.show_unloaded()
         self.buffers.set_sliding_window(0, 0, 0)
         self.gauges.set_engine_pid(None)
         self.gauges.set_n_ctx(0)
+        self.gauges.set_threads(0)
 
     def _on_calibration_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)

@@ -419,6 +419,10 @@
         <translation>显存</translation>
     </message>
     <message>
+        <source>CPU</source>
+        <translation>CPU</translation>
+    </message>
+    <message>
         <source>Lanes</source>
         <translation>通道</translation>
     </message>
@@ -485,6 +489,30 @@
     <message>
         <source>Prompt length, % of n_ctx ({0:,} prompts)</source>
         <translation>提示词长度，占 n_ctx 的百分比（{0:,} 个提示词）</translation>
+    </message>
+    <message>
+        <source>{0} of {1} threads</source>
+        <translation>{0} / {1} 个线程</translation>
+    </message>
+    <message>
+        <source>another program is using a core</source>
+        <translation>另一个程序正在占用一个核心</translation>
+    </message>
+    <message>
+        <source>the machine is quiet again</source>
+        <translation>机器重新空闲</translation>
+    </message>
+    <message>
+        <source>decoding became much slower than before</source>
+        <translation>解码速度比之前慢了很多</translation>
+    </message>
+    <message>
+        <source>{0} → {1} threads: {2}</source>
+        <translation>{0} → {1} 个线程：{2}</translation>
+    </message>
+    <message>
+        <source>llama.cpp computes on fewer threads while other programs keep cores busy: its threads wait for each other at every step, and one that has to share a core holds up the rest</source>
+        <translation>其他程序占用核心时，llama.cpp 会减少计算线程：它的线程在每一步都互相等待，一个需要与别的程序共用核心的线程会拖慢其余所有线程</translation>
     </message>
     <message>
         <source>{0:,} tokens evaluated in {1:.1f} s ({2:,.0f} tokens/s)</source>

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.core.engine.decoding import MIN_SLICE, REPORT_S, ReportGate, SlicePacer
+from app.core.engine.decoding import ReportGate
 from app.core.engine.host import EngineHost
 from app.core.engine.types import (
     Finished,
@@ -37,20 +37,6 @@ N_CTX = 10_240
 
 
 # ----- the pacing of prompt slices and of reports -----
-
-
-def test_the_first_slice_measures_then_slices_follow_the_rate() -> None:
-    pacer = SlicePacer(512)
-    assert pacer.size == MIN_SLICE
-    pacer.done(MIN_SLICE, 0.01)  # 6,400 tokens/s: a full batch fits in REPORT_S
-    assert pacer.size == 512
-    pacer.done(512, 0.5)  # 1,024 tokens/s: about REPORT_S worth, in whole MIN_SLICEs
-    assert pacer.size == int(1024 * REPORT_S) // MIN_SLICE * MIN_SLICE
-    pacer.done(pacer.size, 10.0)  # very slow: never under MIN_SLICE
-    assert pacer.size == MIN_SLICE
-    pacer.done(7, 0.001)  # a short last slice says nothing about the rate
-    assert pacer.size == MIN_SLICE
-    assert SlicePacer(32).size == 32  # never more than n_batch
 
 
 def test_reports_are_at_most_one_per_gap_but_the_last_always_goes() -> None:

@@ -179,3 +179,27 @@ def test_one_kv_bar_per_lane_while_lanes_run(qtbot, gauges) -> None:
     qtbot.waitUntil(gauges.lanes_row.isHidden)
     assert "300 of 512 cells" in gauges.kv_text.text()
     gauges.stop()
+
+
+def test_the_thread_count_and_why_it_changed(qtbot, gauges) -> None:
+    from app.core.jobs.events import ThreadsSet  # noqa: PLC0415
+
+    gauges.start()
+    qtbot.waitUntil(lambda: gauges.threads_text_shown() == "–")  # nothing loaded
+    gauges.set_threads(2)
+    qtbot.waitUntil(lambda: gauges.threads_text_shown() == "2 of 2 threads")
+    assert (gauges.threads_bar.value(), gauges.threads_bar.maximum()) == (2, 2)
+    gauges.on_event(ThreadsSet("summary", 2, 1, "busy", "another program is using a core", 1.0))
+    qtbot.waitUntil(lambda: gauges.threads_text_shown()
+                    == "2 → 1 threads: another program is using a core")  # fmt: skip
+    assert gauges.threads_bar.value() == 1
+    assert "share a core" in gauges.threads_text.toolTip()
+    gauges.on_event(ThreadsSet("summary", 1, 2, "quiet", "the machine is quiet again", 0.0))
+    qtbot.waitUntil(lambda: gauges.threads_text_shown()
+                    == "1 → 2 threads: the machine is quiet again")  # fmt: skip
+    result = JobResult("summarize", "head", "stop", N_CTX, threads=1)
+    gauges.on_event(JobFinished(result))  # the job's own figure at its end
+    qtbot.waitUntil(lambda: gauges.threads_bar.value() == 1)
+    gauges.set_threads(0)  # a server: its threads are its own
+    qtbot.waitUntil(lambda: gauges.threads_text_shown() == "–")
+    gauges.stop()

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QSettings, QTimer
 
 from app.core import telemetry
+from app.core.engine.threads import default_threads
 from app.core.jobs.tasks import (
     ChunkQueued,
     EvalProgress,
@@ -141,6 +144,8 @@ def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run
     gauge = window.gauges.kv_text
     qtbot.waitUntil(lambda: gauge.text() == "0 of 2,048 cells · 0 MiB", timeout=60_000)
     assert window.gauges.kv_bar.maximum() == 2_048
+    cores = default_threads()
+    qtbot.waitUntil(lambda: window.gauges.threads_text_shown() == f"{cores} of {cores} threads")
 
     doc = tmp_path / "doc.txt"
     doc.write_text(sample_document().read_text(encoding="utf-8")[:12_000], encoding="utf-8")
@@ -163,6 +168,22 @@ def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run
     distinct = [text for text, _ in itertools.groupby(shown)]  # each change of the gauge
     assert len(distinct) >= 5, distinct  # four changes or more before the first output token
     assert all(used <= total == 2_048 for used, total in map(_cells_shown, distinct))
+
+    if cores > 1:  # a program that keeps a core busy: the CPU row says the engine gave it up
+        window.strategy_box.setCurrentIndex(window.strategy_box.findData("tail"))
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                start_new_session=True)  # fmt: skip
+        try:
+            qtbot.wait(1_500)  # the engine's meter reports the last second
+            with qtbot.waitSignal(window.job_finished, timeout=300_000):
+                window.run_job()
+        finally:
+            busy.kill()
+            busy.wait()
+        qtbot.waitUntil(lambda: window.gauges.threads_bar.value() < cores)
+        text = window.gauges.threads_text_shown()
+        assert text.endswith(" threads: another program is using a core") or \
+            text == f"1 of {cores} threads", text  # fmt: skip  (busy before the first run)
     window.close()
 
 

@@ -20,6 +20,7 @@ import argparse
 import collections
 import contextlib
 import ctypes
+import dataclasses
 import json
 import mmap
 import os
@@ -29,7 +30,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
@@ -48,7 +49,7 @@ from app.core.engine.decoding import (
     DecodeCancelled,
     LlamaHandles,
     ReportGate,
-    SlicePacer,
+    ThreadPilot,
     abort_armed,
     check_token_ids,
     decode_batch,
@@ -59,6 +60,7 @@ from app.core.engine.kv_alloc import parse_kv_log
 from app.core.engine.lanes import generate_lanes
 from app.core.engine.reply_text import STREAM_INTERVAL_S, ReplyText, token_bytes
 from app.core.engine.sampler import build_sampler
+from app.core.engine.threads import Change, CpuMeter, ThreadGovernor
 from app.core.engine.types import (
     CancelledError,
     ContextOverflowError,
@@ -78,6 +80,7 @@ from app.core.engine.types import (
     SamplingSettings,
     Shifted,
     TextDelta,
+    ThreadsChanged,
 )
 from app.core.textutil import utf8
 
@@ -218,7 +221,21 @@ class Engine:
         self._loading = False
         self._install_log_capture()
         self._parent = os.getppid()
-        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._stopped())
+        # llama.cpp calls this after each node of the graph it computes: cancel is seen inside a
+        # long decode, and the nodes counted tell how far a prompt slice is (_decode)
+        self._abort_cb = llama_cpp.ggml_abort_callback(self._on_node)
+        self._nodes = 0  # nodes computed in the current decode (while the callback is armed)
+        self._node_hook: Callable[[], None] | None = None
+        self._nodes_per_graph = 0  # learned from a decode of one micro-batch; 0: not yet
+        self._meter = CpuMeter().start()  # other programs' CPU use, for the thread count
+        self._pilot: ThreadPilot | None = None  # set by load
+        self._t_request = time.perf_counter()  # when the current request began
+
+    def _on_node(self, _data: Any) -> bool:
+        self._nodes += 1
+        if self._node_hook is not None:
+            self._node_hook()
+        return self._stopped()
 
     def _stopped(self) -> bool:
         """Cancelled, or orphaned: a parent killed outright (``timeout``, a crash) cannot cancel,
@@ -264,27 +281,39 @@ class Engine:
         *,
         abortable: bool,
         prompt: bool = False,
-        progress: Callable[[int], None] | None = None,
+        progress: Callable[[int, bool], None] | None = None,
     ) -> None:
         """Append ``tokens`` to the KV cache in n_batch slices; logits for the last token only.
         ``prompt``: these are a prompt's tokens (not a generated one, not a re-evaluation).
-        ``progress``: told how many of ``tokens`` are in the cache after each slice, the slices
-        then sized by :class:`SlicePacer` so that it is told a few times a second."""
+        ``progress``: told how many of ``tokens`` are in the cache after each slice (False), and
+        a few times a second during one (True: counted from the graph nodes llama.cpp has
+        computed, see :meth:`_inside`). The thread count is set before each slice (ThreadPilot).
+        """
         llm = self._require()
         lc = self._lc
+        pilot = self._pilot
+        assert pilot is not None  # set with llm
         n_ctx = llm.n_ctx()
         if len(self.tokens) + len(tokens) > n_ctx:
             raise ContextOverflowError(len(self.tokens) + len(tokens), n_ctx, 0)
-        pacer = SlicePacer(llm.n_batch) if progress is not None else None
+        n_ubatch = max(1, int(llm.context_params.n_ubatch))
         i = 0
         with abort_armed(lc, llm.ctx, self._abort_cb, abortable):
             while i < len(tokens):
                 if prompt and self._fault is not None and self._fault.due("prompt"):
                     self._fault.fire()
-                piece = list(tokens[i : i + (pacer.size if pacer else llm.n_batch)])
+                # until a decode has shown how many nodes a graph has, a first small slice
+                # learns it, so the progress of every later one can be told from inside it
+                size = llm.n_batch
+                if progress is not None and not self._nodes_per_graph and abortable:
+                    size = min(MIN_SLICE, n_ubatch)
+                piece = list(tokens[i : i + size])
                 n_past = len(self.tokens)
-                t0 = time.perf_counter()
                 llm._batch.set_batch(batch=piece, n_past=n_past, logits_all=False)
+                started = pilot.before(llm.ctx)
+                self._nodes = 0
+                if progress is not None and abortable and self._nodes_per_graph:
+                    self._node_hook = self._inside(i, len(piece), n_ubatch, progress)
                 try:
                     decode_batch(lc, llm.ctx, llm._batch.batch, armed=abortable,
                                  stopped=self._stopped, log=self.log)  # fmt: skip
@@ -292,11 +321,37 @@ class Engine:
                     # Drop whatever the failed batch left behind so tokens and KV agree.
                     lc.llama_memory_seq_rm(self._mem, -1, n_past, -1)
                     raise
+                finally:
+                    self._node_hook = None
+                if abortable and len(piece) <= n_ubatch and self._nodes:
+                    self._nodes_per_graph = self._nodes
+                pilot.after(llm.ctx, len(piece), started)
                 self.tokens.extend(piece)
                 i += len(piece)
-                if pacer is not None and progress is not None:
-                    pacer.done(len(piece), time.perf_counter() - t0)
-                    progress(i)
+                if progress is not None:
+                    progress(i, False)
+
+    def _inside(
+        self, done: int, size: int, n_ubatch: int, progress: Callable[[int, bool], None]
+    ) -> Callable[[], None]:
+        """The node hook of a slice of ``size`` tokens after ``done``: every REPORT_S, how many
+        of its tokens the nodes computed so far stand for (never all: the slice's end is
+        reported once llama.cpp returns). Runs on llama.cpp's first worker, which is this
+        thread, between two nodes, with the GIL: it does arithmetic and, a few times a second,
+        sends one event."""
+        expected = self._nodes_per_graph * -(-size // n_ubatch)
+        last = time.perf_counter()
+
+        def hook() -> None:
+            nonlocal last
+            if self._nodes & 15:  # the clock is read every 16 nodes
+                return
+            now = time.perf_counter()
+            if now - last >= REPORT_S:
+                last = now
+                progress(done + min(size - 1, size * self._nodes // expected), True)
+
+        return hook
 
     def _handles(self) -> LlamaHandles:
         """The loaded model's handles and this engine's cancel check, for code that decodes
@@ -314,7 +369,28 @@ class Engine:
             log=self.log,
             stopped=self._stopped,
             abort_callback=self._abort_cb,
+            pilot=self._require_pilot(),
         )
+
+    def _require_pilot(self) -> ThreadPilot:
+        assert self._pilot is not None  # set with llm
+        return self._pilot
+
+    @contextlib.contextmanager
+    def _reporting(self, emit: Callable[[Any], None]) -> Iterator[None]:
+        """During a streamed request, each change of the thread count is an event of it."""
+        pilot = self._require_pilot()
+        t0 = self._t_request = time.perf_counter()
+
+        def changed(ch: Change) -> None:
+            emit(ThreadsChanged(ch.before, ch.after, ch.cause, ch.reason, ch.others,
+                                time.perf_counter() - t0))  # fmt: skip
+
+        pilot.on_change = changed
+        try:
+            yield
+        finally:
+            pilot.on_change = None
 
     # ----- operations (each is one request from the parent) -----
 
@@ -384,6 +460,9 @@ class Engine:
         self._install_log_capture()  # Llama() may have replaced the global log callback
         load_s = time.perf_counter() - t0
         self.settings = settings
+        governor = ThreadGovernor(max(settings.n_threads, n_threads_batch), self._meter,
+                                  adaptive=settings.adapt_threads)  # fmt: skip
+        self._pilot = ThreadPilot(lc, governor, settings.n_threads, n_threads_batch)
         self.tokens = []
         n_ctx_train = self.llm._model.n_ctx_train()
         if settings.n_ctx > n_ctx_train:
@@ -461,6 +540,7 @@ class Engine:
         self.tokenizer_path, self.space_prefix = "", None
         self.tokens = []
         self.settings = None
+        self._pilot = None
 
     def load_vocab(self, path: str) -> int:
         """Load only the vocabulary (llama.cpp's ``vocab_only``): counting needs no weights, and
@@ -812,7 +892,24 @@ class Engine:
             lc.llama_memory_seq_rm(self._mem, 0, reused, -1)
             del self.tokens[reused:]
         todo = prompt[reused:]
+        with self._reporting(emit):
+            self._generate(llm, prompt, todo, reused, max_tokens=max_tokens, sampling=sampling,
+                           stop=stop, emit=emit, shift_keep=keep if on_full == "shift" else None)
 
+    def _generate(
+        self,
+        llm: Any,
+        prompt: list[int],
+        todo: list[int],
+        reused: int,
+        *,
+        max_tokens: int,
+        sampling: SamplingSettings,
+        stop: Sequence[str],
+        emit: Callable[[Any], None],
+        shift_keep: int | None,
+    ) -> None:
+        """generate's work once the prompt is checked: ``todo`` is what the cache lacks."""
         t0 = time.perf_counter()
         reason = "length"
         completion = 0
@@ -826,7 +923,6 @@ class Engine:
 
         t1 = time.perf_counter()
         if reason != "cancelled":
-            shift_keep = keep if on_full == "shift" else None
             reason, completion = self._stream(
                 llm, max_tokens=max_tokens, sampling=sampling, stop=stop, emit=emit,
                 shift_keep=shift_keep,
@@ -840,24 +936,41 @@ class Engine:
             gen_seconds=t_gen,
             finish_reason=reason,  # type: ignore[arg-type]
             n_past=len(self.tokens),
+            threads=self._require_pilot().current,
         )))  # fmt: skip
 
     def _prompt_reporter(
         self, total: int, t0: float, emit: Callable[[Any], None]
-    ) -> Callable[[int], None] | None:
+    ) -> Callable[[int, bool], None] | None:
         """What tells the parent how far a prompt of ``total`` tokens to evaluate is (None for
         one short enough to go in one small slice): :class:`PromptProgress` now, at 0, then
-        between slices, at most every REPORT_GAP_S, and always at the end."""
+        during and between slices, at most every REPORT_GAP_S, and always at the end.
+
+        Between slices the KV figures are read from llama.cpp. During one (``inside``) llama.cpp
+        is computing and is not asked: the cells are those read last plus the tokens the slice
+        has evaluated so far, the state's bytes scaled with them."""
         if total <= MIN_SLICE:
             return None
         gate = ReportGate()
+        read, read_at = self.kv_usage(), 0  # llama.cpp's figures, and how far the prompt was
 
-        def report(done: int) -> None:
+        def report(done: int, inside: bool) -> None:
+            nonlocal read, read_at
             now = time.perf_counter()
-            if gate.ready(now, last=done >= total):
-                emit(PromptProgress(done, total, now - t0, self.kv_usage()))
+            if not gate.ready(now, last=done >= total):
+                return
+            if inside:
+                cells = read.cells_used + done - read_at
+                per_cell = read.state_bytes / read.cells_used if read.cells_used else 0
+                kv = dataclasses.replace(read, cells_used=cells, pos_min=max(0, read.pos_min),
+                                         pos_max=read.pos_max + done - read_at,
+                                         state_bytes=int(per_cell * cells) or read.state_bytes)
+            else:
+                kv = read = self.kv_usage()
+                read_at = done
+            emit(PromptProgress(done, total, now - t0, kv))
 
-        report(0)
+        report(0, False)
         return report
 
     def _stream(
@@ -957,8 +1070,10 @@ class Engine:
     ) -> None:
         """Reply to ``prefix + suffix`` for each suffix, ``lanes`` at a time in one batch (see
         :mod:`app.core.engine.lanes`). The loaded context and its cache are left as they were."""
-        generate_lanes(self._handles(), prefix, suffixes, lanes=lanes, max_tokens=max_tokens,
-                       sampling=sampling, stop=stop, emit=emit)  # fmt: skip
+        with self._reporting(emit):
+            generate_lanes(self._handles(), prefix, suffixes, lanes=lanes,
+                           max_tokens=max_tokens, sampling=sampling, stop=stop,
+                           emit=emit)  # fmt: skip
 
     # ----- fault injection (tests of crash isolation use this; nothing else does) -----
 

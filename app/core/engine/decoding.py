@@ -11,21 +11,22 @@ their ``llama_cpp`` module.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.engine.threads import Change, ThreadGovernor
 from app.core.engine.types import LoadSettings
 
 DECODE_OK, DECODE_ABORTED = 0, 2  # llama_decode's success, and its answer to the abort callback
 
-# Live figures while a prompt is evaluated: the prompt goes to llama.cpp in slices sized so one
-# takes about REPORT_S, and the KV figures are read between slices. A model fast enough for full
-# n_batch slices in that time gets them (nothing changes); a slow one gets smaller slices, never
-# under MIN_SLICE tokens (smaller ones would cost more than the reports are worth). The slicing
-# does not change what llama.cpp computes: the logits are the same bit for bit. SmolLM2 on the
-# project's two cores (160-300 prompt tokens/s): 5-8 reports a second, and 2,000 tokens took
-# as long as in n_batch slices, within the machine's noise of about 8 %.
+# Live figures while a prompt is evaluated: the prompt goes to llama.cpp in n_batch slices (the
+# fastest way), and how far a slice is comes from inside it: llama.cpp's abort callback runs after
+# every node of the graph, the nodes are counted, and every REPORT_S the count is turned into
+# tokens (child.Engine._inside). The first prompt a model evaluates starts with one slice of
+# MIN_SLICE tokens, which shows how many nodes a graph has. Slices of 32-64 tokens, sized so that
+# each took REPORT_S, had cost 12% of the prompt speed at 1,900 tokens.
 REPORT_S = 0.2
 MIN_SLICE = 32
 REPORT_GAP_S = 0.05  # reports closer together than this are skipped (the last one never)
@@ -52,6 +53,7 @@ class LlamaHandles:
     log: Sequence[str]  # llama.cpp's latest warnings and errors, live: a failure quotes the last
     stopped: Callable[[], bool]  # cancelled, or the parent is gone
     abort_callback: Any  # llama.cpp's abort callback answering ``stopped``
+    pilot: ThreadPilot  # the thread count of every decode
 
     @property
     def vocab(self) -> Any:
@@ -108,27 +110,6 @@ def decode_failure(rc: int, log: Sequence[str]) -> str:
     return f"llama.cpp could not evaluate the tokens: {detail}" + (f" ({last})" if last else "")
 
 
-class SlicePacer:
-    """How many prompt tokens the next ``llama_decode`` takes, so that each takes about
-    :data:`REPORT_S` and progress can be reported between them (at least 4 times a second).
-
-    The first slice is :data:`MIN_SLICE` tokens: it measures the model on this machine; after
-    each slice the size follows the rate just measured, in multiples of MIN_SLICE, up to
-    ``n_batch`` (the cost of attention grows as the cache fills, so the rate is re-measured
-    at every slice rather than once)."""
-
-    def __init__(self, n_batch: int) -> None:
-        self.n_batch = max(1, n_batch)
-        self.size = min(MIN_SLICE, self.n_batch)
-
-    def done(self, tokens: int, seconds: float) -> None:
-        """A slice of ``tokens`` took ``seconds``: size the next one."""
-        if tokens < self.size or seconds <= 0:  # a short last slice, or no time to measure
-            return
-        fits = int(tokens / seconds * REPORT_S) // MIN_SLICE * MIN_SLICE
-        self.size = max(min(MIN_SLICE, self.n_batch), min(self.n_batch, fits))
-
-
 class ReportGate:
     """Lets a report through at most every :data:`REPORT_GAP_S` seconds (and always the one
     marked last), so a fast model's many small steps do not flood the pipe."""
@@ -142,3 +123,45 @@ class ReportGate:
             self._last = now
             return True
         return False
+
+
+class ThreadPilot:
+    """Applies the engine's :class:`~app.core.engine.threads.ThreadGovernor` to llama.cpp
+    contexts: ``before`` each decode sets the count it answers (``llama_set_n_threads``, which
+    llama.cpp reads at its next graph), ``after`` tells it how long the decode took, and each
+    change goes to ``on_change`` (the request's event stream)."""
+
+    def __init__(self, lc: Any, governor: ThreadGovernor, n_threads: int,
+                 n_threads_batch: int) -> None:  # fmt: skip
+        self.lc, self.governor = lc, governor
+        self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
+        self.on_change: Callable[[Change], None] | None = None
+        self._applied: tuple[int, int] | None = None  # (id of the context, count) last set
+
+    @property
+    def current(self) -> int:
+        return self.governor.current
+
+    def _apply(self, ctx: Any) -> None:
+        n = self.governor.current
+        if self._applied != (id(ctx), n):
+            self.lc.llama_set_n_threads(ctx, min(self.n_threads, n),
+                                        min(self.n_threads_batch, n))  # fmt: skip
+            self._applied = (id(ctx), n)
+
+    def _changed(self, change: Change | None) -> None:
+        if change is not None and self.on_change is not None:
+            self.on_change(change)
+
+    def before(self, ctx: Any) -> float:
+        """Set ``ctx``'s thread count for the decode about to start; returns the start time."""
+        self._changed(self.governor.before_decode())
+        self._apply(ctx)
+        return time.perf_counter()
+
+    def after(self, ctx: Any, tokens: int, started: float) -> None:
+        """The decode of ``tokens`` begun at ``started`` (``before``'s answer) is over."""
+        change = self.governor.after_decode(tokens, time.perf_counter() - started)
+        if change is not None:
+            self._apply(ctx)
+            self._changed(change)

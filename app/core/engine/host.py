@@ -33,6 +33,7 @@ from app.core.child_process import child_env, module_command
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
 from app.core.engine.ipc import SharedFlag
+from app.core.engine.threads import GOMP_SPINCOUNT
 from app.core.engine.types import (
     CancelledError,
     ContextOverflowError,
@@ -90,6 +91,14 @@ def describe_exit(exitcode: int | None) -> str:
         meaning = _SIGNAL_MEANING.get(sig)
         return f"{sig.name} ({meaning})" if meaning else sig.name
     return f"it exited with status {exitcode}"
+
+
+def engine_env() -> dict[str, str]:
+    """The engine child's environment: the app's, with OpenMP's barrier spin bounded
+    (threads.GOMP_SPINCOUNT) unless the person set it."""
+    env = child_env()
+    env.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
+    return env
 
 
 class EngineHost:
@@ -152,7 +161,7 @@ class EngineHost:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=log,
-                    env=child_env(),
+                    env=engine_env(),
                     start_new_session=True,  # a Ctrl+C in the terminal is the parent's to handle
                 )  # fmt: skip
             self._conn = Connection(ours.detach())

@@ -238,8 +238,10 @@ class _Run:
                 for j, (tok, pos, lane, logits) in enumerate(piece):
                     b.token[j], b.pos[j], b.n_seq_id[j], b.logits[j] = tok, pos, 1, logits
                     b.seq_id[j][0] = lane
+                started = llama.pilot.before(self.ctx.ctx)
                 decode_batch(lc, self.ctx.ctx, b, armed=abortable, stopped=llama.stopped,
                              log=llama.log)  # fmt: skip
+                llama.pilot.after(self.ctx.ctx, len(piece), started)
 
     def _prompt(self, tokens: Sequence[int], start: int, lane: int) -> None:
         """Evaluate a prompt's tokens into ``lane`` from position ``start``; logits for the
@@ -362,6 +364,7 @@ class _Run:
                 gen_seconds=time.perf_counter() - reply.t0,
                 finish_reason=reply.reason,  # type: ignore[arg-type]
                 n_past=reply.pos,
+                threads=self.llama.pilot.current,
             )
             cells = self.cells()
             self.emit(LaneFinished(reply.index, reply.lane, stats, cells))

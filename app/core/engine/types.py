@@ -8,12 +8,12 @@ the GUI observes; nothing here knows about processes or llama.cpp.
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from app.core.engine.kv_alloc import KVCacheAlloc
+from app.core.engine.threads import default_threads
 
 # "repetition": the reply ended in a loop and was stopped (app/core/engine/repetition.py)
 FinishReason = Literal["stop", "length", "cancelled", "error", "repetition"]
@@ -32,18 +32,17 @@ def default_context(n_ctx_train: int | None) -> int:
     return min(DEFAULT_N_CTX, n_ctx_train) if n_ctx_train else DEFAULT_N_CTX
 
 
-def default_threads() -> int:
-    """All physical-ish cores: llama-cpp-python's own default (cpu_count // 2) is 1 on 2 cores."""
-    return max(1, os.cpu_count() or 1)
-
-
 @dataclass(frozen=True)
 class LoadSettings:
     """How to create the llama.cpp model and context. Every field is explicit on purpose."""
 
     n_ctx: int = DEFAULT_N_CTX
+    # The most threads llama.cpp computes with: physical cores by default (threads.py says why).
     n_threads: int = field(default_factory=default_threads)
     n_threads_batch: int | None = None  # None: same as n_threads
+    # Fewer threads while other programs use the cores, and back when they stop (threads.py);
+    # False computes with n_threads whatever else runs.
+    adapt_threads: bool = True
     n_batch: int = 512
     n_ubatch: int = 512
     n_gpu_layers: int = 0
@@ -321,6 +320,7 @@ class GenerationStats:
     finish_reason: FinishReason
     n_past: int  # KV positions in use at the end
     error: str | None = None
+    threads: int = 0  # llama.cpp's thread count at the end (0: not known, a server's reply)
 
     @property
     def prompt_tokens_per_s(self) -> float:
@@ -338,12 +338,26 @@ class GenerationStats:
 
 
 @dataclass(frozen=True)
+class ThreadsChanged:
+    """The engine now computes with ``after`` threads instead of ``before``: ``cause`` "busy"
+    (other programs took ``others`` cores' worth of CPU), "quiet" (they stopped) or "slow" (a
+    decode ran far slower than the ones before it). See :mod:`app.core.engine.threads`."""
+
+    before: int
+    after: int
+    cause: str
+    reason: str  # the cause in words, English ("another program is using a core")
+    others: float  # cores' worth of CPU other programs used over the last second
+    seconds: float  # since the request began
+
+
+@dataclass(frozen=True)
 class Finished:
     stats: GenerationStats
 
 
 # KVUsage is streamed too: the cache's figures while a reply is generated, a few times a second
-GenerationEvent = TextDelta | Shifted | PromptProgress | KVUsage | Finished
+GenerationEvent = TextDelta | Shifted | PromptProgress | KVUsage | ThreadsChanged | Finished
 
 
 # ----- batched generation: several prompts as parallel sequences (lanes) -----

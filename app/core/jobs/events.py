@@ -121,6 +121,23 @@ class EvalProgress:
 
 
 @dataclass(frozen=True)
+class ThreadsSet:
+    """llama.cpp computes with ``after`` threads from now on, not ``before``: other programs
+    took a core ("busy"), gave it back ("quiet"), or a decode ran far slower than the ones
+    before it ("slow"); ``reason`` says it in English, ``others`` is their CPU use in cores."""
+
+    step: str
+    before: int
+    after: int
+    cause: str
+    reason: str
+    others: float
+
+    def describe(self) -> str:
+        return f"{self.before} → {self.after} threads: {self.reason}"
+
+
+@dataclass(frozen=True)
 class PassStarted:
     """Pass ``index`` (from 1) of ``count`` over the document begins: a window of a rolling
     summary, a part or a combining round of a map phase."""
@@ -181,6 +198,10 @@ class JobResult:
     prompt_lengths: list[int] = field(default_factory=list)  # per model call, for the histogram
     plan: dict[str, Any] = field(default_factory=dict)
     lanes: int | None = None  # the map phase's replies ran this many at a time (None: one by one)
+    threads: int = 0  # llama.cpp's thread count at the end (0: not known, a server)
+    # each change of the thread count while the job ran (engine/threads.py): step, from, to,
+    # cause, reason, others (other programs' CPU in cores) and at_s (seconds into the job)
+    thread_changes: list[dict[str, Any]] = field(default_factory=list)
     # The token ids of the last model call's prompt: with the KV state saved right after the job,
     # a rollback can resume that call without evaluating it again. Not part of as_dict().
     final_prompt: tuple[int, ...] = field(default=(), repr=False)
@@ -224,8 +245,8 @@ class JobFinished:
 
 Event = (
     PlanReady | ChunkQueued | ChunkEvaluated | ChunkEvicted | KVShifted | RingFallback
-    | TokenBatch | KVStats | KVLive | EvalProgress | PassStarted | LanesStarted | PartialResult
-    | JobError | JobFinished
+    | TokenBatch | KVStats | KVLive | EvalProgress | ThreadsSet | PassStarted | LanesStarted
+    | PartialResult | JobError | JobFinished
 )  # fmt: skip
 
 

@@ -37,6 +37,7 @@ from app.core.engine.types import (
     PromptProgress,
     SamplingSettings,
     TextDelta,
+    ThreadsChanged,
 )
 from app.core.jobs.audit import Audit, CallRecord, LaidSegment, chunk_tokens
 from app.core.jobs.events import (
@@ -57,6 +58,7 @@ from app.core.jobs.events import (
     PassStarted,
     PlanReady,
     RingFallback,
+    ThreadsSet,
     TokenBatch,
 )
 from app.core.jobs.ring import Ring, Segment, SegmentKind
@@ -188,6 +190,7 @@ class _Session:
         self.lanes = lanes
         self.last_reply: list[int] = []  # the token ids of the last call's reply
         self._frames: dict[str, _Frame] = {}
+        self.started = time.perf_counter()
 
     @property
     def cancelled(self) -> bool:
@@ -233,6 +236,18 @@ class _Session:
         result.prompt_lengths.append(stats.prompt_tokens)
         result.completion_tokens += stats.completion_tokens
         result.kv_peak_cells = max(result.kv_peak_cells, cells)
+        result.threads = stats.threads or result.threads
+
+    def threads_set(self, step: str, ev: ThreadsChanged) -> ThreadsSet:
+        """The engine's change of thread count as the job's event, recorded in its result."""
+        result = self.result
+        result.threads = ev.after
+        result.thread_changes.append({
+            "step": step, "from": ev.before, "to": ev.after, "cause": ev.cause,
+            "reason": ev.reason, "others": ev.others,
+            "at_s": round(time.perf_counter() - self.started, 3),
+        })  # fmt: skip
+        return ThreadsSet(step, ev.before, ev.after, ev.cause, ev.reason, ev.others)
 
     def map(
         self, instruction: str, windows: Sequence[_Window], max_tokens: int
@@ -339,6 +354,8 @@ class _Session:
                     for i, lane in lane_of.items():  # the lanes whose reply is under way
                         if i not in done and lane < len(ev.cells):
                             yield KVLive(windows[i].step, ev.cells[lane], result.n_ctx, 0, lane)
+                elif isinstance(ev, ThreadsChanged):
+                    yield self.threads_set("map", ev)
                 elif isinstance(ev, LanesFinished) and ev.finish_reason == "cancelled":
                     self.cancel.set()
         except EngineError:
@@ -387,6 +404,9 @@ class _Session:
                     continue
                 if isinstance(ev, KVUsage):
                     yield KVLive(step, ev.cells_used, ev.n_ctx, ev.state_bytes)
+                    continue
+                if isinstance(ev, ThreadsChanged):
+                    yield self.threads_set(step, ev)
                     continue
                 if first and isinstance(ev, TextDelta | Finished):  # the prompt is in the cache
                     first = False
