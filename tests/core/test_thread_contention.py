@@ -31,7 +31,7 @@ from app.core.paths import sample_document
 
 pytestmark = pytest.mark.skipif(default_threads() < 2, reason="one core: no thread to give up")
 
-SETTLE_S = 1.5  # the engine's meter reports the last second
+SETTLE_S = 1.5  # the engine's meter reports the last half second
 
 
 @pytest.fixture(scope="module")

@@ -54,8 +54,19 @@ def test_the_meter_counts_what_is_busy_and_not_ours() -> None:
     assert meter.others() == 0.0  # one sample: nothing to compare yet
     settle(m, meter, others=1.0, ours=1.0)
     assert meter.others() == pytest.approx(1.0)
-    settle(m, meter, others=0.0, ours=2.0)  # only the last second counts
+    settle(m, meter, others=0.0, ours=2.0)  # only the last half second counts
     assert meter.others() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_program_that_has_just_stopped_is_not_counted() -> None:
+    m = Machine()
+    meter = meter_on(m)
+    settle(m, meter, others=1.0, ours=1.0)
+    for _ in range(2):  # it stopped 0.2 s ago
+        m.run(0.1, others=0.0, ours=2.0)
+        meter.tick()
+    assert meter.others() == pytest.approx(0.25 / 0.45)  # the half second still holds it
+    assert meter.sustained() == pytest.approx(0.0, abs=1e-9)
 
 
 def test_the_meter_thread_samples_the_real_machine() -> None:

@@ -174,7 +174,7 @@ def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"],
                                 start_new_session=True)  # fmt: skip
         try:
-            qtbot.wait(1_500)  # the engine's meter reports the last second
+            qtbot.wait(1_500)  # the engine's meter reports the last half second
             with qtbot.waitSignal(window.job_finished, timeout=300_000):
                 window.run_job()
         finally:

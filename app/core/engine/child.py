@@ -49,6 +49,7 @@ from app.core.engine.decoding import (
     DecodeCancelled,
     LlamaHandles,
     ReportGate,
+    SlicePacer,
     ThreadPilot,
     abort_armed,
     check_token_ids,
@@ -283,7 +284,7 @@ class Engine:
         prompt: bool = False,
         progress: Callable[[int, bool], None] | None = None,
     ) -> None:
-        """Append ``tokens`` to the KV cache in n_batch slices; logits for the last token only.
+        """Append ``tokens`` to the KV cache in slices (SlicePacer); logits for the last token only.
         ``prompt``: these are a prompt's tokens (not a generated one, not a re-evaluation).
         ``progress``: told how many of ``tokens`` are in the cache after each slice (False), and
         a few times a second during one (True: counted from the graph nodes llama.cpp has
@@ -297,6 +298,7 @@ class Engine:
         if len(self.tokens) + len(tokens) > n_ctx:
             raise ContextOverflowError(len(self.tokens) + len(tokens), n_ctx, 0)
         n_ubatch = max(1, int(llm.context_params.n_ubatch))
+        pacer = SlicePacer(llm.n_batch)
         i = 0
         with abort_armed(lc, llm.ctx, self._abort_cb, abortable):
             while i < len(tokens):
@@ -304,7 +306,7 @@ class Engine:
                     self._fault.fire()
                 # until a decode has shown how many nodes a graph has, a first small slice
                 # learns it, so the progress of every later one can be told from inside it
-                size = llm.n_batch
+                size = pacer.size
                 if progress is not None and not self._nodes_per_graph and abortable:
                     size = min(MIN_SLICE, n_ubatch)
                 piece = list(tokens[i : i + size])
@@ -326,6 +328,7 @@ class Engine:
                 if abortable and len(piece) <= n_ubatch and self._nodes:
                     self._nodes_per_graph = self._nodes
                 pilot.after(llm.ctx, len(piece), started)
+                pacer.done(len(piece), time.perf_counter() - started)
                 self.tokens.extend(piece)
                 i += len(piece)
                 if progress is not None:

@@ -39,8 +39,12 @@ GOMP_SPINCOUNT = "3000"
 # the thread comes back (the gap keeps a program near the line from flipping it every check).
 BUSY_AT = 0.5
 QUIET_AT = 0.3
-METER_PERIOD_S = 0.25  # the meter samples the machine this often
-METER_WINDOW_S = 1.0  # and reports the last second
+# The meter samples the machine this often and reports the last half second: a program that
+# used the cores a second ago (the planning process, a previous job) is not taken for one that
+# uses them now, and one that starts is seen by the next slice.
+METER_PERIOD_S = 0.1
+METER_WINDOW_S = 0.5
+SUSTAINED_S = 0.2
 # A decode this many times slower per token than the recent ones at the same thread count is a
 # collapse (another program's bursts); the thread count then stays lower for HOLD_S, doubled at
 # each repeat up to HOLD_MAX_S.
@@ -103,7 +107,7 @@ def _busy_seconds() -> float:
 
 
 class CpuMeter:
-    """The CPU the rest of the machine uses, in cores, over about the last second.
+    """The CPU the rest of the machine uses, in cores, over about the last half second.
 
     A thread samples the machine's busy time and this process's own CPU time a few times a
     second (reading ``/proc/stat``: microseconds); what is busy and not ours is another
@@ -136,15 +140,26 @@ class CpuMeter:
             while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
                 self._samples.popleft()
 
-    def others(self) -> float:
-        """Cores' worth of CPU used by other programs over the window (0.0 until two samples)."""
+    def others(self, window_s: float | None = None) -> float:
+        """Cores' worth of CPU used by other programs over the last ``window_s`` (the meter's
+        window by default; at least the last two samples), 0.0 until there are two."""
         with self._lock:
             if len(self._samples) < 2:
                 return 0.0
-            (t0, busy0, own0), (t1, busy1, own1) = self._samples[0], self._samples[-1]
+            t1, busy1, own1 = self._samples[-1]
+            since = t1 - (self.window_s if window_s is None else window_s)
+            first = len(self._samples) - 2
+            while first > 0 and self._samples[first - 1][0] >= since:
+                first -= 1
+            t0, busy0, own0 = self._samples[first]
         if t1 - t0 <= 0:
             return 0.0
         return max(0.0, ((busy1 - busy0) - (own1 - own0)) / (t1 - t0))
+
+    def sustained(self) -> float:
+        """What other programs use both over the window and over its last SUSTAINED_S: a
+        program that has just stopped (a previous job, a planning process) is not counted."""
+        return min(self.others(), self.others(SUSTAINED_S))
 
     def start(self) -> CpuMeter:
         if self._thread is None:
@@ -207,7 +222,7 @@ class ThreadGovernor:
         if not self.adaptive:
             return None
         assert self.meter is not None
-        others = self.meter.others()
+        others = self.meter.sustained()
         target = min(self.ceiling, max(1, self._by_load(others)))
         if target > self.current and self._clock() < self._hold_until:
             return None  # a slow decode's hold: not back up yet
