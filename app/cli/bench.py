@@ -32,12 +32,11 @@ from app.cli.common import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_ENGINE_CRASHED, 
 from app.core.child_process import child_env, module_command
 
 BENCH_DIR_ENV = "CONTEXTLENS_BENCH_DIR"
-# The order of the issue: counting, chunking, engine overhead, prefix reuse and state restore,
-# batched map-reduce, GUI stall; benchmarks not named here run after these, by name.
+# The order of the issue: counting, chunking, engine overhead and a busy machine, prefix reuse and
+# state restore, batched map-reduce, GUI stall and CPU; benchmarks not named here run after these.
 ORDER = ("bench_tokens", "bench_chunking", "bench_engine_host", "bench_contention",
-         "bench_calibration", "bench_kv",
-         "bench_rollback", "bench_batched_map", "bench_gui_responsiveness",
-         "bench_needles", "bench_peers")  # fmt: skip
+         "bench_calibration", "bench_kv", "bench_rollback", "bench_batched_map",
+         "bench_gui_responsiveness", "bench_window_cpu", "bench_needles", "bench_peers")  # fmt: skip
 EXIT_BENCH_FAILED = EXIT_ENGINE_CRASHED  # a benchmark crashed: the code the CLI uses for a crash
 STOP_GRACE_S = 10.0  # after Ctrl+C, how long a benchmark gets to end before it is killed
 ROW_KEYS = {"figure": str, "baseline": str, "value": (int, float), "ratio": (int, float),

@@ -374,6 +374,9 @@ class ModelPanel(FollowsLanguage, QWidget):
         self._backend_label.setText(self.tr("Backend:"))
         self._kv_label.setText(self.tr("KV cache type:"))
         self._threads_label.setText(self.tr("Threads:"))
+        self.threads.setToolTip(self.tr(
+            "The most CPU threads llama.cpp computes with (the physical cores by default); it "
+            "uses fewer while other programs keep cores busy"))  # fmt: skip
         self._batch_label.setText(self.tr("Batch, micro-batch:"))
         self._show_capabilities()
         self._show_estimate(self.settings())

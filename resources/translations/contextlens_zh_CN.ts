@@ -1411,6 +1411,10 @@ Qt (PySide6) {3}</translation>
         <translation>线程数：</translation>
     </message>
     <message>
+        <source>The most CPU threads llama.cpp computes with (the physical cores by default); it uses fewer while other programs keep cores busy</source>
+        <translation>llama.cpp 计算时最多使用的 CPU 线程数（默认为物理核心数）；其他程序占用核心时会使用更少的线程</translation>
+    </message>
+    <message>
         <source>Batch, micro-batch:</source>
         <translation>批大小、微批大小：</translation>
     </message>

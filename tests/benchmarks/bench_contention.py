@@ -19,7 +19,6 @@ within 1.1x of it says the policy reaches the floor.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import resource
 import statistics
@@ -27,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from app.core.child_process import child_env, module_command  # noqa: E402
 from app.core.engine.threads import default_threads  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
+from tests.benchmarks.busy import busy_core  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 
 BUSY_GOAL, QUIET_GOAL, FLOOR_GOAL = "<= 1.7", "<= 1.05", "<= 1.1"
@@ -45,18 +44,6 @@ BUSY_WHY = (
     "With one of two cores taken the engine's fair share is one core: the floor is one thread's "
     "speed against two threads' on a quiet machine (prompt 126 against 232-250 tokens/s here)."
 )
-
-
-@contextlib.contextmanager
-def busy_core() -> Iterator[None]:
-    """A program that keeps one core busy, in a session of its own, for the block."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-    try:
-        time.sleep(1.0)  # running before the command starts, as another application would be
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def timed(argv: list[str], *, old: bool = False, one: bool = False,

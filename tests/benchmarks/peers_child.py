@@ -111,8 +111,9 @@ def run_langchain(kind: str, text: str, args: argparse.Namespace, marks: dict[st
     from langchain_text_splitters import RecursiveCharacterTextSplitter  # noqa: PLC0415
 
     marks["imported_at"] = time.time()
-    llm = LlamaCpp(model_path=str(args.model), n_ctx=args.n_ctx, n_threads=args.threads,
-                   n_batch=512, model_kwargs={"n_threads_batch": args.threads},
+    threads = {"n_threads": args.threads} if args.threads else {}  # 0: the library's default
+    llm = LlamaCpp(model_path=str(args.model), n_ctx=args.n_ctx, **threads, n_batch=512,
+                   model_kwargs={"n_threads_batch": args.threads} if args.threads else {},
                    temperature=0.0, max_tokens=args.max_tokens,
                    repeat_penalty=1.0,  # greedy as the others are (LangChain's default is 1.1)
                    verbose=False)  # fmt: skip
@@ -143,8 +144,8 @@ def run_llamaindex(text: str, args: argparse.Namespace, marks: dict[str, float],
     marks["imported_at"] = time.time()
     llm = LlamaCPP(model_path=str(args.model), temperature=0.0, max_new_tokens=args.max_tokens,
                    context_window=args.n_ctx,
-                   model_kwargs={"n_threads": args.threads, "n_threads_batch": args.threads,
-                                 "n_batch": 512},
+                   model_kwargs={"n_batch": 512, **({"n_threads": args.threads,
+                                 "n_threads_batch": args.threads} if args.threads else {})},
                    verbose=False)  # fmt: skip
     marks["loaded_at"] = time.time()
     model = llm._model
@@ -170,7 +171,8 @@ def main() -> int:
     parser.add_argument("--n-ctx", type=int, required=True)
     parser.add_argument("--max-tokens", type=int, required=True)
     parser.add_argument("--budget", type=int, required=True, help="chunk size in model tokens")
-    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--threads", type=int, required=True,
+                        help="n_threads and n_threads_batch; 0: llama-cpp-python's own default")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     text = args.doc.read_text(encoding="utf-8")
