@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.remote_server import ALIAS, Server, free_port
+from tests.remote_server import ALIAS, Server, free_port, server_env
 
 
 @contextlib.contextmanager
@@ -27,7 +27,8 @@ def default_server(model: Path, log: Path, *, n_ctx: int = 2048,
            ALIAS, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
            "--n_threads", str(os.cpu_count() or 1)]  # fmt: skip
     with log.open("wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                   env=server_env())
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:
         deadline = time.monotonic() + timeout_s

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from app.core.engine.threads import GOMP_SPINCOUNT
+
 ALIAS = "smollm2"  # the model id the server lists
 
 
@@ -40,6 +42,13 @@ class Server:
                 self.kill()
 
 
+def server_env() -> dict[str, str]:
+    """The test server's environment: OpenMP's barrier spin bounded as the engine's is
+    (app/core/engine/threads.py), so the suite's server does not collapse beside a busy core
+    (its threads wait for each other after every graph node)."""
+    return {**os.environ, "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT", GOMP_SPINCOUNT)}
+
+
 def free_port() -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind(("127.0.0.1", 0))
@@ -60,7 +69,7 @@ def start_server(model: Path, log: Path, *, n_ctx: int = 2048, api_key: str | No
     if api_key:
         cmd += ["--api_key", api_key]
     out = log.open("wb")
-    process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env())
     server = Server(f"http://127.0.0.1:{port}", process, log)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     deadline = time.monotonic() + timeout_s
