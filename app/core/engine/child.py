@@ -230,7 +230,6 @@ class Engine:
         self._nodes_per_graph = 0  # learned from a decode of one micro-batch; 0: not yet
         self._meter = CpuMeter().start()  # other programs' CPU use, for the thread count
         self._pilot: ThreadPilot | None = None  # set by load
-        self._t_request = time.perf_counter()  # when the current request began
 
     def _on_node(self, _data: Any) -> bool:
         self._nodes += 1
@@ -292,8 +291,7 @@ class Engine:
         """
         llm = self._require()
         lc = self._lc
-        pilot = self._pilot
-        assert pilot is not None  # set with llm
+        pilot = self._require_pilot()
         n_ctx = llm.n_ctx()
         if len(self.tokens) + len(tokens) > n_ctx:
             raise ContextOverflowError(len(self.tokens) + len(tokens), n_ctx, 0)
@@ -383,7 +381,7 @@ class Engine:
     def _reporting(self, emit: Callable[[Any], None]) -> Iterator[None]:
         """During a streamed request, each change of the thread count is an event of it."""
         pilot = self._require_pilot()
-        t0 = self._t_request = time.perf_counter()
+        t0 = time.perf_counter()
 
         def changed(ch: Change) -> None:
             emit(ThreadsChanged(ch.before, ch.after, ch.cause, ch.reason, ch.others,
