@@ -124,7 +124,7 @@ def test_fixed_threads_never_move() -> None:
     settle(m, meter, others=2.0)
     assert gov.before_decode() is None
     assert gov.after_decode(1, 100.0) is None and gov.after_decode(1, 1000.0) is None
-    assert gov.current == 2 and gov.changes == []
+    assert gov.current == 2 and not gov.changes
 
 
 def test_a_collapsed_decode_drops_a_thread_for_a_while() -> None:
