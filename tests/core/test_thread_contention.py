@@ -9,6 +9,8 @@ The policy's rules on a scripted machine: test_threads.py."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import sys
 import time
@@ -100,9 +102,6 @@ def test_the_cli_reports_the_thread_count(model_path: Path, tmp_path: Path) -> N
     out = tmp_path / "out.jsonl"
     argv = ["generate", "--model", str(model_path), "--prompt-file", str(prompt),
             "--max-tokens", "4", "--json", "--threads", "1", "--fixed-threads"]  # fmt: skip
-    import contextlib  # noqa: PLC0415
-    import json  # noqa: PLC0415
-
     with out.open("w", encoding="utf-8") as fh, contextlib.redirect_stdout(fh):
         assert main(argv) == 0
     lines: list[dict[str, Any]] = [json.loads(ln) for ln in out.read_text().splitlines()]
