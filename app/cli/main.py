@@ -283,8 +283,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                         out.write(json.dumps({"type": "threads_changed",
                                               **dataclasses.asdict(ev)}) + "\n")  # fmt: skip
                     else:
-                        print(f"\nnote: {ev.before} → {ev.after} threads: {ev.reason}",
-                              file=sys.stderr, flush=True)  # fmt: skip
+                        print(f"\nnote: {ev.describe()}", file=sys.stderr, flush=True)
                 elif isinstance(ev, Finished):
                     finished = ev
             assert finished is not None

@@ -81,6 +81,7 @@ def test_a_busy_program_costs_a_thread_and_changes_nothing_else(host: EngineHost
     for ch in changes:
         assert ch.after < ch.before and ch.cause in ("busy", "slow"), ch
         assert ch.reason and ch.others >= 0
+        assert ch.describe() == f"{ch.before} → {ch.after} threads: {ch.reason}"
     assert text == before  # the same greedy reply on one thread as on all
 
     time.sleep(SETTLE_S)

@@ -80,6 +80,12 @@ def default_threads() -> int:
     return max(1, min(physical, usable_cores()))
 
 
+def describe_change(before: int, after: int, reason: str) -> str:
+    """A change of the thread count in words: "2 → 1 threads: another program is using a
+    core" (the CLI's notes and the events' ``describe``)."""
+    return f"{before} → {after} threads: {reason}"
+
+
 @dataclass(frozen=True)
 class Change:
     """The thread count moved from ``before`` to ``after`` because of ``cause``; ``others`` is
@@ -95,8 +101,7 @@ class Change:
         return REASONS[self.cause]
 
     def describe(self) -> str:
-        """The change in words: "2 → 1 threads: another program is using a core"."""
-        return f"{self.before} → {self.after} threads: {self.reason}"
+        return describe_change(self.before, self.after, self.reason)
 
 
 def _busy_seconds() -> float:

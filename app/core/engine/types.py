@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from app.core.engine.kv_alloc import KVCacheAlloc
-from app.core.engine.threads import default_threads
+from app.core.engine.threads import default_threads, describe_change
 
 # "repetition": the reply ended in a loop and was stopped (app/core/engine/repetition.py)
 FinishReason = Literal["stop", "length", "cancelled", "error", "repetition"]
@@ -347,8 +347,11 @@ class ThreadsChanged:
     after: int
     cause: str
     reason: str  # the cause in words, English ("another program is using a core")
-    others: float  # cores' worth of CPU other programs used over the last second
+    others: float  # cores' worth of CPU other programs used over the last half second
     seconds: float  # since the request began
+
+    def describe(self) -> str:
+        return describe_change(self.before, self.after, self.reason)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.core.engine.threads import describe_change
+
 
 @dataclass(frozen=True)
 class PlanReady:
@@ -134,7 +136,7 @@ class ThreadsSet:
     others: float
 
     def describe(self) -> str:
-        return f"{self.before} → {self.after} threads: {self.reason}"
+        return describe_change(self.before, self.after, self.reason)
 
 
 @dataclass(frozen=True)
