@@ -18,8 +18,6 @@ from typing import Any
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_CONTEXT, EXIT_OK, BadInput, fail
 
-DEFAULT_RESERVE = 512
-
 
 def read_document(path: str) -> Any:
     """The document, or one sentence (BadInput) saying why not. HTML, PDF and DOCX are read in
@@ -125,46 +123,39 @@ def cmd_count(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    """The plans `run` would make, with its budget: the same task, reply room and frame
+    (app.services.jobs.plan_job), before any model is loaded for it."""
     from app.core.engine.types import ContextOverflowError
-    from app.core.planning.frame import document_budget, preflight
-    from app.core.planning.retrieve import NEEDS_QUESTION
-    from app.core.planning.strategies import (
-        QUESTION_STRATEGIES,
-        STRATEGIES,
-        Planner,
-        PlanOptions,
-        needle_spans,
-    )
+    from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES, Planner, needle_spans
     from app.core.tokens import counter_method
+    from app.services.errors import BadRequest
+    from app.services.jobs import JobSpec, plan_job
 
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
-    questions = [q for q in args.question or () if q.strip()]
     try:
         if args.strategy != "all" and args.strategy not in STRATEGIES:
             raise BadInput(f"unknown strategy {args.strategy!r} (choose one of "
                            f"{', '.join(STRATEGIES)}, or all)")  # fmt: skip
-        if args.strategy in QUESTION_STRATEGIES and not questions:
-            raise BadInput(NEEDS_QUESTION)  # `all` shows its plan refused with that sentence
-        # one plan per question for a strategy that ranks the document against it
-        asks = [(n, q) for n in names
-                for q in ((questions or [""]) if n in QUESTION_STRATEGIES else [""])]  # fmt: skip
-        if args.reserve is None:
-            args.reserve = min(DEFAULT_RESERVE, args.n_ctx // 4)
-        if args.n_ctx < 1 or args.reserve < 0:
+        spec = JobSpec(args.task, tuple(names), questions=tuple(args.question or ()),
+                       instruction=args.instruction or "", max_tokens=args.max_tokens)  # fmt: skip
+        # `all` under a summary shows retrieve's plan refused with the sentence run would say
+        checked = [n for n in names if args.strategy != "all" or args.task != "summarize"
+                   or n not in QUESTION_STRATEGIES]  # fmt: skip
+        JobSpec(**{**spec.__dict__, "strategies": tuple(checked)}).check()
+        if args.n_ctx < 1 or (args.reserve is not None and args.reserve < 0):
             raise BadInput("--n-ctx must be at least 1 and --reserve at least 0")
         if not 0 <= args.overlap < 1:
             raise BadInput("--overlap must be at least 0 and less than 1")
         doc = read_document(args.document)
         with ExitStack() as stack:
             counter, model = _counter(args.model, stack)
-            budget = document_budget(model, n_ctx=args.n_ctx, reserve=args.reserve,
-                                     counter=counter, task=args.task)  # fmt: skip
-            preflight(budget.template_tokens + 1, budget.n_ctx, budget.reserve)
-            planner = Planner(doc, counter)
-            plans = [planner.plan(n, budget.available, PlanOptions(overlap=args.overlap,
-                                                                   question=q))
-                     for n, q in asks]  # fmt: skip
-    except BadInput as exc:
+            made = plan_job(spec, Planner(doc, counter), model, args.n_ctx, reserve=args.reserve,
+                            overlap=args.overlap)  # fmt: skip
+            roomless = [m.budget for m in made if m.budget.available < 1]
+            if len(roomless) == len(made):  # not even the frame and the reply fit
+                b = roomless[0]
+                raise ContextOverflowError(b.template_tokens + 1, b.n_ctx, b.reserve)
+    except (BadInput, BadRequest) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
     except ContextOverflowError as exc:
         return fail(EXIT_CONTEXT, f"no room for the document: {exc}", args.json)
@@ -173,9 +164,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     needles = needle_spans(doc.text, args.needle or [])
     if args.needle and not needles:
         return fail(EXIT_BAD_INPUT, "none of the --needle texts occurs in the document", args.json)
-    for p in plans:
-        data = {**p.as_dict(), "counter": counter.name, "exact": counter.exact,
-                "counter_method": counter_method(counter),
+    for m in made:
+        p, budget = m.plan, m.budget
+        data = {**p.as_dict(), "task": spec.task, "counter": counter.name,
+                "exact": counter.exact, "counter_method": counter_method(counter),
                 **{k: v for k, v in budget.as_dict().items() if k != "available"}}  # fmt: skip
         if needles:
             data["needle_retention"] = round(p.needle_retention(needles), 4)
@@ -185,11 +177,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
             _print_plan(p, budget, counter)
             if needles:
                 print(f"  needle retention {data['needle_retention']:.0%} of {len(needles)}")
-    if len(plans) == 1 and plans[0].refused:
+    if len(made) == 1 and made[0].plan.refused:
         # the whole prompt against the context, as the preflight says it, then the plan's words
-        needed = budget.template_tokens + plans[0].total_tokens
+        p, budget = made[0].plan, made[0].budget
+        needed = budget.template_tokens + p.total_tokens
         message = (f"prompt needs {needed:,} tokens, context is {budget.n_ctx:,} "
-                   f"(reply reserve {budget.reserve:,}): {plans[0].refused}")  # fmt: skip
+                   f"(reply reserve {budget.reserve:,}): {p.refused}")  # fmt: skip
         print(f"error: refused: {message}", file=sys.stderr)
         return EXIT_CONTEXT
     return EXIT_OK
@@ -258,6 +251,7 @@ def cmd_chunk(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register count, plan and chunk on the main parser's subcommands."""
+    from app.core.jobs.tasks import TASKS
     from app.core.planning.strategies import STRATEGIES
 
     p = sub.add_parser("count", help="count a document's tokens (exact and cl100k)")
@@ -270,14 +264,17 @@ def add_commands(sub: Any) -> None:
     p.add_argument("document")
     p.add_argument("--model", help="GGUF model (default: the default model)")
     p.add_argument("--n-ctx", type=int, required=True, help="context size in tokens")
-    p.add_argument("--reserve", type=int, help="tokens kept for the reply (default: a quarter "
-                   f"of the context, at most {DEFAULT_RESERVE})")  # fmt: skip
     p.add_argument("--strategy", required=True, help=f"{', '.join(STRATEGIES)}, or all")
-    p.add_argument("--task", default="Summarize the document.", help="the instruction")
-    p.add_argument("--overlap", type=float, default=0.15, help="window overlap for semantic")
+    p.add_argument("--task", default="summarize", help=f"{', '.join(TASKS)}, as for run")
     p.add_argument("--question", action="append",
-                   help="what retrieve ranks the document against (repeatable: one plan per "
-                        "question)")  # fmt: skip
+                   help="for ask (repeatable); retrieve plans once per question")  # fmt: skip
+    p.add_argument("--instruction", help="for extract: what to do with each part")
+    p.add_argument("--max-tokens", type=int, default=256,
+                   help="longest reply, as for run (default 256): the reply's room")  # fmt: skip
+    p.add_argument("--reserve", type=int,
+                   help="tokens kept for the reply instead of what run keeps (--max-tokens, "
+                        "and room for the question or rolling's running summary)")  # fmt: skip
+    p.add_argument("--overlap", type=float, default=0.15, help="window overlap for semantic")
     p.add_argument("--needle", action="append", help="a planted fact to look for (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object per plan")
     p.set_defaults(func=cmd_plan)

@@ -15,9 +15,25 @@ from typing import Any
 from app.core.engine.lanes import MAX_LANES
 from app.core.engine.types import KVState, SamplingSettings
 from app.core.jobs.audit import Audit
-from app.core.jobs.tasks import DEFAULT_LANES, TASKS, CancelToken, JobFinished, JobResult
+from app.core.jobs.tasks import (
+    DEFAULT_LANES,
+    TASKS,
+    CancelToken,
+    JobFinished,
+    JobResult,
+    planning,
+)
+from app.core.planning.frame import Budget, FrameSource, document_budget
+from app.core.planning.plan import Plan
 from app.core.planning.retrieve import NEEDS_QUESTION
-from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES
+from app.core.planning.strategies import (
+    QUESTION_STRATEGIES,
+    STRATEGIES,
+    Planner,
+    PlanOptions,
+    plan_within,
+)
+from app.core.tokens import TokenCounter
 from app.services.errors import BadOption, BadRequest
 
 
@@ -60,6 +76,21 @@ class JobSpec:
         if self.task == "summarize" and QUESTION_STRATEGIES & set(self.strategies):
             raise BadRequest(NEEDS_QUESTION)  # a summary has no question to rank against
 
+    def ranked_by(self, strategy: str) -> tuple[str, ...]:
+        """What ``strategy``'s plans rank the document against, one plan each, as the job plans
+        them: each question under `retrieve` (the instruction for extract), else one plan."""
+        if strategy not in QUESTION_STRATEGIES:
+            return ("",)
+        if self.task == "extract":
+            return (self.instruction,)
+        return self.questions or ("",)
+
+    def framing(self, strategy: str, counter: TokenCounter) -> tuple[str, int]:
+        """(instruction, reply reserve) that ``strategy``'s document is planned next to in
+        the job's first call: what every face plans with (:func:`plan_job`, the window)."""
+        return planning(self.task, strategy, counter, max_tokens=self.max_tokens,
+                        questions=self.questions, instruction=self.instruction)  # fmt: skip
+
     def options(self, n_ctx: int, cancel: CancelToken) -> dict[str, Any]:
         """The keyword arguments of the core job (app.core.jobs.tasks) for this spec."""
         options: dict[str, Any] = {"n_ctx": n_ctx, "max_tokens": self.max_tokens,
@@ -70,6 +101,41 @@ class JobSpec:
         if self.task == "extract":
             options["instruction"] = self.instruction
         return options
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One plan a job makes, with the budget it was made in."""
+
+    strategy: str
+    question: str  # what it ranks the document against ("" for most strategies)
+    budget: Budget
+    plan: Plan
+
+
+def plan_job(
+    spec: JobSpec,
+    planner: Planner,
+    model: FrameSource,
+    n_ctx: int,
+    *,
+    reserve: int | None = None,
+    overlap: float = PlanOptions.overlap,
+) -> list[JobPlan]:
+    """The plans the job ``spec`` makes on ``n_ctx`` tokens, before anything loads: the same
+    instruction, frame (``model``'s chat template) and reply reserve as the job, so `plan`
+    shows the budget `run` executes. ``reserve`` overrides the reply's room and ``overlap``
+    semantic's (`plan --reserve`, `--overlap`). A strategy with no room for the document gets
+    a refused plan."""
+    made = []
+    for strategy in spec.strategies:
+        instruction, needed = spec.framing(strategy, planner.counter)
+        budget = document_budget(model, n_ctx=n_ctx, counter=planner.counter, task=instruction,
+                                 reserve=needed if reserve is None else reserve)  # fmt: skip
+        for question in spec.ranked_by(strategy):
+            plan = plan_within(planner, strategy, budget, question=question, overlap=overlap)
+            made.append(JobPlan(strategy, question, budget, plan))
+    return made
 
 
 @dataclass(frozen=True)

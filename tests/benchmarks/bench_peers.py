@@ -27,22 +27,21 @@ The pipelines, each in a fresh process of its own, one after another, so that it
   --lanes 4 ... --json`` (a fresh history database in a temporary folder).
 - ``contextlens-rolling``: the same with ``--strategy rolling``.
 
-The same for all: the model (``--model``, SmolLM2-135M-Instruct Q4_1 by default), ``--n-ctx``,
-the llama.cpp build (the installed llama-cpp-python), greedy decoding (temperature 0, no
-repetition penalty: LangChain's default of 1.1 is turned off), at most ``--max-tokens`` reply
-tokens per call, and the chunk budget: BUDGET is the document budget ContextLens plans its
-map-reduce windows with at that context and reply size, ROLLING_BUDGET its rolling windows'
-(both from ``contextlens-cli plan`` with the reserve and instruction a summarize job plans with:
-``app.core.jobs.tasks.planning``). Threads: by default each pipeline runs with its own
+The same for all: the model (``--model``, SmolLM2-135M-Instruct Q4_1 by default), ``--n-ctx``, the
+llama.cpp build (the installed llama-cpp-python), greedy decoding (temperature 0, no repetition
+penalty: LangChain's default of 1.1 is turned off), at most ``--max-tokens`` reply tokens per call,
+and the chunk budget: BUDGET is the document budget ContextLens plans its map-reduce windows with
+at that context and reply size, ROLLING_BUDGET its rolling windows' (both from ``contextlens-cli
+plan``, which plans as a summarize job does). Threads: by default each pipeline runs with its own
 defaults, the peers with llama-cpp-python's (``n_threads`` half the logical cores), ContextLens
 with its policy (the physical cores, fewer while other programs keep cores busy:
-app/core/engine/threads.py); ``--threads N --contextlens-threads N`` gives every pipeline the
-same fixed count, and ``--busy`` runs each beside a program that keeps one core busy
-(tests/benchmarks/busy.py). The peers' models otherwise are set as a careful practitioner would
-set them: ``n_batch`` 512 (llama-cpp-python's default; LangChain's is 8), ``n_ubatch`` 512 and
-no flash attention (the defaults, as ContextLens's engine has them). The peers prompt the
-model with their own templates as plain completions (neither applies the model's chat template
-by default); ContextLens frames its prompts with the model's chat template.
+app/core/engine/threads.py); ``--threads N --contextlens-threads N`` gives every pipeline the same
+fixed count, and ``--busy`` runs each beside a program that keeps one core busy
+(tests/benchmarks/busy.py). The peers' models otherwise are set as a careful practitioner would set
+them: ``n_batch`` 512 (llama-cpp-python's default; LangChain's is 8), ``n_ubatch`` 512 and no flash
+attention (the defaults, as ContextLens's engine has them). The peers prompt the model with their
+own templates as plain completions (neither applies the model's chat template by default);
+ContextLens frames its prompts with the model's chat template.
 
 Figures per pipeline: wall seconds; CPU seconds of its process tree (user + system, from
 ``getrusage`` of the finished children: less sensitive to other load on the machine than wall
@@ -91,7 +90,6 @@ sys.path.insert(0, str(ROOT))
 
 from app.core.child_process import child_env, module_command  # noqa: E402
 from app.core.default_model import default_model_path  # noqa: E402
-from app.core.jobs.tasks import planning  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
 from tests.benchmarks import peers_quality as q  # noqa: E402
 from tests.benchmarks.busy import busy_core  # noqa: E402
@@ -259,12 +257,9 @@ def cli(*args: str) -> list[str]:
 def plan_budget(path: Path, model: Path, strategy: str, *, n_ctx: int,
                 max_tokens: int) -> tuple[int, int]:  # fmt: skip
     """(budget, document tokens) as a summarize job under ``strategy`` plans them, read from
-    ``contextlens-cli plan`` given the job's instruction and reply reserve."""
-    instruction, reserve = planning("summarize", strategy, None,  # type: ignore[arg-type]
-                                    max_tokens=max_tokens)  # fmt: skip
+    ``contextlens-cli plan`` (which plans as `run` does)."""
     command = cli("plan", str(path), "--model", str(model), "--strategy", strategy,
-                  "--n-ctx", str(n_ctx), "--reserve", str(reserve), "--task", instruction,
-                  "--json")  # fmt: skip
+                  "--n-ctx", str(n_ctx), "--max-tokens", str(max_tokens), "--json")  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
                           env=child_env())  # fmt: skip
     if done.returncode != 0:

@@ -98,10 +98,10 @@ def test_plan_refuse_exits_4_with_the_numbers(model_path: Path) -> None:
     assert "tokens; the budget is" in proc.stderr
 
 
-def test_plan_default_reserve_is_a_quarter_of_a_small_context(model_path: Path) -> None:
+def test_plan_default_reserve_is_the_reply_run_keeps_room_for(model_path: Path) -> None:
     proc = run("plan", str(DATA / "sample.md"), "--n-ctx", "400", "--strategy", "tail", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["reserve"] == 100
+    assert json.loads(proc.stdout)["reserve"] == 256  # run's --max-tokens default
 
 
 def test_plan_with_no_room_for_the_document_exits_4(model_path: Path) -> None:

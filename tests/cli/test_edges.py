@@ -241,11 +241,11 @@ def test_run_above_the_training_context_warns_and_runs(tmp_path: Path, edges: Ed
 def test_plan_without_room_for_the_document_exits_4_with_the_numbers(
     tmp_path: Path, frame: int, case: str, edges: EdgeTally
 ) -> None:
-    n_ctx, reserve = {"n_ctx 16": (16, 4), "reserve n_ctx": (N_CTX, N_CTX),
+    n_ctx, reserve = {"n_ctx 16": (16, 256), "reserve n_ctx": (N_CTX, N_CTX),
                       "budget 0": (frame + 3, 3)}[case]  # fmt: skip
     doc = _file(tmp_path, LONG_SENTENCE)
     args = ["plan", str(doc), "--strategy", "all", "--n-ctx", str(n_ctx)]
-    if case != "n_ctx 16":  # there the default reserve: a quarter of the context
+    if case != "n_ctx 16":  # there the default reserve: run's reply room (--max-tokens 256)
         args += ["--reserve", str(reserve)]
     proc = run(*args)
     assert proc.returncode == 4, proc.stderr

@@ -40,8 +40,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_plan_json_prints_scored_spans_one_plan_per_question(planted: Path) -> None:
     second = "What does the word kludge mean?"
-    proc = run("plan", str(planted), "--strategy", "retrieve", "--question", QUESTION,
-               "--question", second, "--n-ctx", "2048", "--needle", FACT, "--json",
+    proc = run("plan", str(planted), "--strategy", "retrieve", "--task", "ask", "--question",
+               QUESTION, "--question", second, "--n-ctx", "2048", "--needle", FACT, "--json",
                timeout=300)  # fmt: skip
     assert proc.returncode == EXIT_OK, proc.stderr
     plans = _lines(proc.stdout)

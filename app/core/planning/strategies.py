@@ -24,7 +24,7 @@ from app.core.documents import Document
 from app.core.engine.types import ContextOverflowError
 from app.core.planning.cache import CacheStats, PlanCache, doc_id, text_id
 from app.core.planning.chunking import Boundary, Chunk, chunk_document, sliding_windows
-from app.core.planning.frame import FrameSource, document_budget
+from app.core.planning.frame import Budget, FrameSource, document_budget
 from app.core.planning.plan import Plan, PlanWindow, Span
 from app.core.planning.retrieve import ANALYZER, NEEDS_QUESTION, Index, select
 from app.core.tokens import TokenCounter, counter_fingerprint
@@ -422,10 +422,18 @@ def plan_for(
     """
     budget = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=planner.counter,
                              task=instruction)  # fmt: skip
-    opts = PlanOptions(question=question)
+    return plan_within(planner, strategy, budget, question=question)
+
+
+def plan_within(
+    planner: Planner, strategy: str, budget: Budget, *, question: str = "", overlap: float = 0.15
+) -> Plan:
+    """The plan of ``strategy`` in what ``budget`` leaves for the document; refused with the
+    preflight's sentence when it leaves nothing (see :func:`plan_for`)."""
+    opts = PlanOptions(question=question, overlap=overlap)
     if budget.available >= 1:
         return planner.plan(strategy, budget.available, opts)
-    message = str(ContextOverflowError(budget.template_tokens + 1, n_ctx, reserve))
+    message = str(ContextOverflowError(budget.template_tokens + 1, budget.n_ctx, budget.reserve))
     nothing = planner.plan(strategy, 0, opts)
     return replace(nothing, refused=message,
                    dropped=tuple(replace(s, reason=message) for s in nothing.dropped))  # fmt: skip
