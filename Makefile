@@ -17,7 +17,7 @@ QM     := $(TS:.ts=.qm)
 # Offscreen only on a Linux machine without a display (macOS and Windows always have one).
 export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,offscreen))
 
-.PHONY: all setup run test lint pytest bench clean clean-llama translations package package-test \
+.PHONY: all setup run test check lint pytest bench clean clean-llama translations package package-test \
 	gpu-check
 
 all: setup
@@ -74,10 +74,15 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check app tests
 	$(BIN)/lint-imports
 
-pytest: setup
-	$(BIN)/pytest $(PYTEST_ARGS)
+# The tiers (tests/tiers.py): `check` is the unit tier, no model, no Qt, no process (seconds to
+# a minute or two); `test` runs it first, then the model and window tiers, with the 20 slowest.
+check: $(VENV)/.installed lint
+	$(BIN)/pytest -m unit --durations=5 $(PYTEST_ARGS)
 
-test: setup lint pytest
+pytest: setup
+	$(BIN)/pytest -m "not unit" $(PYTEST_ARGS)
+
+test: setup check pytest
 
 # The benchmarks compare against other chunkers, which only they need (the `bench` extra).
 $(VENV)/.bench: pyproject.toml | $(VENV)/.installed

@@ -34,6 +34,7 @@ from app.core.default_model import GEMMA_3_270M, default_model_path
 from app.core.default_model import model_path as known_path
 from app.core.engine.host import EngineHost
 from app.core.engine.types import LoadSettings
+from tests import tiers
 from tests.edge_cases import EDGE_KEY, EdgeTally, edge_tally
 
 DATA = Path(__file__).parent / "data"
@@ -61,10 +62,12 @@ def gemma_path() -> Path:
 def qapp(qapp: object) -> object:
     """pytest-qt's application, collecting cycles on the GUI thread as the app does
     (app/ui/gui_gc.py): a window left over from one test must not be freed on a later test's
-    pool thread. The app's wheel guard is installed too (app/ui/widgets.py)."""
+    pool thread. The app's wheel guard and thread switch interval are set too."""
     from app.ui.gui_gc import collect_on_gui_thread  # noqa: PLC0415 (Qt only for Qt tests)
+    from app.ui.switch_interval import shorten_switch_interval  # noqa: PLC0415
     from app.ui.widgets import install_wheel_guard  # noqa: PLC0415
 
+    shorten_switch_interval()  # as main() does
     collect_on_gui_thread(qapp)
     install_wheel_guard(qapp)  # as main() does: the wheel changes only a focused value
     return qapp
@@ -79,14 +82,31 @@ def engine(model_path: Path) -> Iterator[object]:
     host.close()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` run only with SLOW=1 (``SLOW=1 make test``)."""
-    if os.environ.get("SLOW") == "1":
+    """Each test's tier marked before ``-m`` selects; ``slow`` tests deselected unless SLOW=1
+    (``SLOW=1 make test``). See tests/tiers.py."""
+    tiers.assign(config, items)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m unit`` (``make check``) reads only the modules that have unit tests: it imports
+    neither Qt nor llama.cpp for the others, and the unit guard can see a test import them."""
+    return tiers.ignored(collection_path, config)
+
+
+@pytest.fixture(autouse=True)
+def _tier_held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A ``unit`` test starts no process and loads neither llama.cpp nor Qt."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
         return
-    skip = pytest.mark.skip(reason="slow: run with SLOW=1")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    with tiers.held_to_unit(monkeypatch):
+        yield
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tiers.record(report)
 
 
 @pytest.fixture
@@ -98,6 +118,10 @@ def edges(request: pytest.FixtureRequest) -> EdgeTally:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
+    said = tiers.summary()
+    if said:
+        terminalreporter.write_sep("-", "tests per tier")
+        terminalreporter.write_line(said)
     tally = config.stash.get(EDGE_KEY, None)
     if tally is not None and tally.total:
         terminalreporter.write_sep("-", "context edges")

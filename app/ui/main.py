@@ -148,10 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.ui.gui_gc import collect_on_gui_thread
     from app.ui.main_window import DEFAULT_SIZE, MainWindow
     from app.ui.session_guard import SessionGuard
+    from app.ui.switch_interval import shorten_switch_interval
     from app.ui.theme import apply_theme
     from app.ui.widgets import install_wheel_guard
 
     _log_to_file()
+    shorten_switch_interval()  # the GUI thread waits at most 0.5 ms for the GIL
     app = QApplication(sys.argv[:1])
     collect_on_gui_thread(app)  # a Qt object must never be freed on a pool thread
     install_wheel_guard(app)  # the wheel changes a spin box's value only when it has the focus

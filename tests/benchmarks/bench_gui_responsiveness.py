@@ -35,6 +35,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
 from app.ui.main_window import MainWindow  # noqa: E402
+from app.ui.switch_interval import shorten_switch_interval  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 
 INTERVAL_MS = 10
@@ -171,6 +172,7 @@ def main() -> int:
                         help="the generation that runs while the document is counted")  # fmt: skip
     args = parse_args(parser, {"megabytes": 2, "max_tokens": 16, "n_ctx": 512, "load_tokens": 96})
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    shorten_switch_interval()  # as the app's entry point does
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         doc = big_document(folder, args.megabytes)

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
 from app.ui.main_window import MainWindow  # noqa: E402
+from app.ui.switch_interval import shorten_switch_interval  # noqa: E402
 from tests.benchmarks.bench_gui_responsiveness import wait_for  # noqa: E402
 from tests.benchmarks.report import parse_args, row, write_rows  # noqa: E402
 
@@ -55,6 +56,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64, help="each window's reply")
     args = parse_args(parser, {"chars": 12_000, "n_ctx": 512, "max_tokens": 16})
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    shorten_switch_interval()  # as the app's entry point does
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         doc = folder / "doc.txt"

@@ -1,0 +1,119 @@
+"""The suite's three tiers, chosen with ``-m``: what each test needs decides where it runs.
+
+- ``unit``: no model, no Qt, no subprocess. Pure logic against scripted parts (a fake engine on
+  the engine API, a real SQLite file): ``make check`` runs it first, in under two minutes.
+- ``model``: the real llama.cpp with the real test models, engine children, CLI processes,
+  servers.
+- ``window``: the Qt window (offscreen, and the real-display test on Xvfb).
+
+A test is ``unit`` only when it says so (``pytestmark = pytest.mark.unit`` in its module, or the
+mark on the test); otherwise tests under ``tests/ui`` are ``window`` and the rest ``model``. A
+``unit`` test is held to it while it runs: starting a process or loading llama.cpp or Qt fails
+it with a sentence that says which tier it belongs in, so the fast tier stays fast.
+
+``slow`` tests are deselected (never collected as skips) unless ``SLOW=1``.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import multiprocessing.process
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TIERS = ("unit", "model", "window")
+_TALLY: Counter[tuple[str, str]] = Counter()  # (tier, outcome) -> tests, for the summary
+# what a unit test must not import: the engine's native library and Qt
+HEAVY = ("llama_cpp", "PySide6", "shiboken6", "pyqtgraph")
+
+
+class TierError(AssertionError):
+    """A ``unit`` test reached for something only the other tiers may use."""
+
+
+def tier_of(item: pytest.Item) -> str:
+    for name in TIERS:
+        if item.get_closest_marker(name) is not None:
+            return name
+    if "ui" in Path(str(item.path)).parts:
+        return "window"
+    # TIER_PROBE=1 .venv/bin/pytest -m unit -rA tests/core: every test outside tests/ui held to
+    # the unit tier, to find the ones that could be marked so
+    return "unit" if os.environ.get("TIER_PROBE") == "1" else "model"
+
+
+def assign(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (before ``-m`` selects) and deselect ``slow`` ones."""
+    for item in items:
+        tier = tier_of(item)
+        if item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
+    if os.environ.get("SLOW") == "1":
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+def ignored(path: Path, config: pytest.Config) -> bool | None:
+    """True for tests/ui and each test module with no unit test when only the unit tier is
+    asked for (``-m unit``): a unit test says so in its module's text (``pytest.mark.unit``)."""
+    if (config.option.markexpr or "").strip() != "unit" or os.environ.get("TIER_PROBE") == "1":
+        return None
+    if path.is_dir():
+        return path.name == "ui" or None  # the window's tests need Qt, by definition
+    if path.suffix != ".py" or not path.name.startswith("test_"):
+        return None
+    return "pytest.mark.unit" not in path.read_text(encoding="utf-8")
+
+
+class _Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Sequence[str] | None, target: Any = None) -> None:
+        if name.partition(".")[0] in HEAVY:
+            raise TierError(f"a unit test imported {name}: mark the test `model` or `window`")
+
+
+def _refuse_process(*_args: object, **_kwargs: object) -> None:
+    raise TierError("a unit test started a process: mark the test `model` (tests/tiers.py)")
+
+
+@contextmanager
+def held_to_unit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No process and no new import of llama.cpp or Qt while a unit test runs. (In a run of
+    every tier an earlier test may have imported them already: the import check then has
+    nothing to catch; ``make check`` reads only unit modules, and catches it.)"""
+    monkeypatch.setattr(subprocess.Popen, "__init__", _refuse_process)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", _refuse_process)
+    finder = _Refuse()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def record(report: pytest.TestReport) -> None:
+    """Count a test once: by its call, or by a set-up that failed or skipped it."""
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        tier = next((t for t in TIERS if t in report.keywords), "model")
+        _TALLY[(tier, report.outcome)] += 1
+
+
+def summary() -> str | None:
+    """One line per tier: how many tests passed, failed, skipped."""
+    lines = []
+    for tier in TIERS:
+        counts = {outcome: n for (t, outcome), n in sorted(_TALLY.items()) if t == tier}
+        if counts:
+            said = ", ".join(f"{n:,} {outcome}" for outcome, n in counts.items())
+            lines.append(f"{tier:7s} {said}")
+    return "\n".join(lines)
