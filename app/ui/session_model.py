@@ -19,7 +19,7 @@ import gc
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QMetaMethod, QObject, QThreadPool, Signal
@@ -30,25 +30,19 @@ from app.core.documents import Document
 from app.core.documents.isolated import ReadCancelled, read_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
-from app.core.engine.types import (
-    DEFAULT_N_CTX,
-    EngineCapabilities,
-    LoadedModel,
-    LoadSettings,
-    SamplingSettings,
-)
+from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
 from app.core.gc_pause import gc_paused
-from app.core.jobs.events import RingFallback
-from app.core.jobs.tasks import JobFinished, planning
+from app.core.jobs.events import JobFinished, RingFallback
 from app.core.planning.frame import FrameSource
 from app.core.planning.plan import Plan
-from app.core.planning.process import PlanProcess, Superseded
-from app.core.planning.strategies import Planner, needle_spans, plan_for
+from app.core.planning.process import PlanProcess
+from app.core.planning.strategies import Planner
 from app.core.sampling import from_version
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
-from app.services import versions
+from app.services import versions, workbench
 from app.services.engine_session import ServerSpec
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
+from app.services.workbench import JobChoices, StartedJob
 from app.store.repository import Repository, VersionInfo
 from app.ui.background import run_in_background
 from app.ui.background_calibration import BackgroundCalibration, CalibrationJob
@@ -59,49 +53,6 @@ from app.ui.plan_index import PlanIndex, index_plan
 log = logging.getLogger(__name__)
 # a model load runs to its end; the calibration before it can stop (the load then goes on)
 CANCELLABLE = frozenset({"open", "plan", "run", "calibrate"})
-
-
-@dataclass(frozen=True)
-class JobChoices:
-    """The toolbar's choices as plain values: what the plans shown are framed for, and what
-    the next Run asks."""
-
-    task: str = "summarize"  # summarize, ask, extract
-    question: str = ""  # the question (ask) or the instruction (extract), stripped
-    strategy: str = "head"
-    max_tokens: int = 256
-    audit: bool = False
-    lanes: int | None = None  # a map phase's replies generated this many at a time
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    needles: tuple[str, ...] = ()  # facts whose share a comparison measures
-
-    @property
-    def ranked_by(self) -> str:
-        """What `retrieve` ranks the document against: the question or the instruction (a
-        summary has neither)."""
-        return self.question if self.task != "summarize" else ""
-
-
-@dataclass(frozen=True)
-class StartedJob:
-    """A job about to run, for the panels to make room for: its context, its strategies, side
-    by side or not, and whether a rollback resumes it from a saved KV state (``version``: the
-    version being run again, which the toolbar and the buffers show meanwhile)."""
-
-    n_ctx: int
-    strategies: tuple[str, ...]
-    comparing: bool = False
-    resumed: bool = False
-    version: VersionInfo | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class _JobPlace:
-    """The document a job runs on and where its versions go: the session current when it
-    started, under the version current then (the next Run branches from what was current)."""
-
-    doc: Document
-    target: versions.Target
 
 
 class SessionModel(QObject):
@@ -179,7 +130,7 @@ class SessionModel(QObject):
         self._resuming: VersionInfo | None = None  # the version a rollback is generating for
         self._current: tuple[int | None, int | None] = (None, None)  # session, version
         self._thread_reads = 0  # generation of the newest thread read; older answers are dropped
-        self._job_place: _JobPlace | None = None  # the job running: its document and target
+        self._job_place: workbench.JobPlace | None = None  # the running job's document, target
         # The candidates a first load measures (None: calibrate's own); fewer make it quicker.
         self.calibration_trials: tuple[LoadSettings, ...] | None = None
         self._lookup: CalibrationJob | None = None  # a tuned load that asks for a cached choice
@@ -360,15 +311,10 @@ class SessionModel(QObject):
         """(instruction, reserve) per strategy, as the job that Run starts now will plan it:
         the plan the window shows is the plan the job runs. Call it off the GUI thread (it may
         count the question, and build cl100k when no model is loaded)."""
-        chosen = self._choices
-        task, text, max_tokens = chosen.task, chosen.question, chosen.max_tokens
+        spec = self._choices.spec((self._choices.strategy,))
 
         def framing(strategy: str, counter: TokenCounter | None) -> tuple[str, int]:
-            return planning(
-                task, strategy, counter if counter is not None else cl100k(),
-                max_tokens=max_tokens, questions=(text,) if task == "ask" and text else (),
-                instruction=text if task == "extract" else "",
-            )  # fmt: skip
+            return spec.framing(strategy, counter if counter is not None else cl100k())
 
         return framing
 
@@ -421,9 +367,9 @@ class SessionModel(QObject):
             # as with a document's blocks (open_document), no collection runs while they are
             # made and they are frozen, or full collections of 20-165 ms each hold the GIL.
             with gc_paused():
-                plan = _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx,
-                             reserve=reserve, instruction=instruction, question=question,
-                             ticket=ticket)  # fmt: skip
+                plan = workbench.plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx,
+                                            reserve=reserve, instruction=instruction,
+                                            question=question, ticket=ticket)  # fmt: skip
                 planned = None if plan is None else (plan, index_plan(plan))  # off the GUI
                 gc.freeze()
             return planned
@@ -462,7 +408,8 @@ class SessionModel(QObject):
             show(self._doc_estimate)
             return
         plans, key = self._plans, self._child_key(None)
-        run_in_background(lambda: _count(plans, doc, key, cl100k), show, self.fail)
+        run_in_background(lambda: workbench.count_document(plans, doc, key, cl100k), show,
+                          self.fail)  # fmt: skip
 
     def _count_exact(self) -> None:
         """The document's tokens by the loaded model, then ``ready``."""
@@ -480,8 +427,8 @@ class SessionModel(QObject):
             if n is not None and doc is self._doc:
                 self._on_tokens_counted(n, len(doc.text))
 
-        run_in_background(lambda: _count(plans, doc, key, lambda: counter), counted,
-                          self.fail)  # fmt: skip
+        run_in_background(lambda: workbench.count_document(plans, doc, key, lambda: counter),
+                          counted, self.fail)  # fmt: skip
 
     # ----- the model -----
 
@@ -648,24 +595,22 @@ class SessionModel(QObject):
 
     def _spec(self, choices: JobChoices, strategies: tuple[str, ...],
               retry: Callable[[], None]) -> JobSpec | None:  # fmt: skip
-        if self._doc is None:
-            self.fail(self.tr("Open a document first."))
+        spec = workbench.job_for(choices, strategies, document=self._doc is not None,
+                                 model=self._loaded is not None)  # fmt: skip
+        if spec is workbench.Refusal.NO_MODEL and self.isSignalConnected(
+            QMetaMethod.fromSignal(self.model_needed)
+        ):
+            self.model_needed.emit(retry)  # the window offers a model, then runs it
             return None
-        if self._loaded is None:
-            if self.isSignalConnected(QMetaMethod.fromSignal(self.model_needed)):
-                self.model_needed.emit(retry)  # the window offers a model, then runs it
-            else:
-                self.fail(self.tr("Load a model first."))
+        if isinstance(spec, workbench.Refusal):
+            self.fail({
+                workbench.Refusal.NO_DOCUMENT: self.tr("Open a document first."),
+                workbench.Refusal.NO_MODEL: self.tr("Load a model first."),
+                workbench.Refusal.NO_QUESTION: self.tr(
+                    "Type the question (or the extract instruction) first."),
+            }[spec])  # fmt: skip
             return None
-        task, text = choices.task, choices.question
-        if task != "summarize" and not text:
-            self.fail(self.tr("Type the question (or the extract instruction) first."))
-            return None
-        return JobSpec(task, strategies, questions=(text,) if task == "ask" else (),
-                       instruction=text if task == "extract" else "",
-                       max_tokens=choices.max_tokens, lanes=choices.lanes,
-                       sampling=choices.sampling, keep_kv=True,
-                       audit=choices.audit)  # fmt: skip
+        return spec
 
     def run_job(self, choices: JobChoices, strategy: str | None = None) -> None:
         """Run the task under ``strategy`` (None: the one chosen)."""
@@ -687,28 +632,17 @@ class SessionModel(QObject):
     def measure_needles(self, strategies: tuple[str, ...]) -> None:
         """Each compared strategy's needle retention (the plans the window shows), in the
         background."""
-        wanted = list(self._choices.needles)
-        if not wanted or self._doc is None:
+        choices, doc = self._choices, self._doc
+        if not choices.needles or doc is None:
             return
-        model, framing, counter = self._frame_source(), self._framing(), self._engine.driver.counter
+        model, counter = self._frame_source(), self._engine.driver.counter
         n_ctx = self._loaded.n_ctx if self._loaded else self._n_ctx
-        doc, (where, key) = self._doc, self._planning()
-        question = self._choices.ranked_by
+        where, key = self._planning()
 
         def work() -> list[tuple[str, float]] | None:
-            spans = needle_spans(doc.text, wanted)
-            if not spans:
-                return []
-            found = []
-            for strategy in strategies:
-                instruction, reserve = framing(strategy, counter)
-                plan = _plan(where, doc, key, strategy, model=model, n_ctx=n_ctx,
-                             reserve=reserve, instruction=instruction,
-                             question=question)  # fmt: skip
-                if plan is None:
-                    return None
-                found.append((strategy, plan.needle_retention(spans)))
-            return found
+            return workbench.needle_retention(where, doc, key, choices=choices,
+                                              strategies=strategies, counter=counter or cl100k(),
+                                              model=model, n_ctx=n_ctx)  # fmt: skip
 
         def done(found: list[tuple[str, float]] | None) -> None:
             if found == []:
@@ -724,7 +658,7 @@ class SessionModel(QObject):
         assert self._loaded is not None and self._doc is not None
         self._running, self._comparing = True, comparing
         session, version = self._current
-        self._job_place = _JobPlace(self._doc, versions.Target(session, version))
+        self._job_place = workbench.JobPlace(self._doc, versions.Target(session, version))
         self.job_started.emit(StartedJob(self._loaded.n_ctx, spec.strategies, comparing))
         self._set_running(True)
         counter = self._engine.driver.counter
@@ -738,22 +672,9 @@ class SessionModel(QObject):
             self._engine.request_job.emit(JobRequest(spec, doc.text, planner))
             return
         plans, model, n_ctx = self._plans, self._frame_source(), self._loaded.n_ctx
-        # what `retrieve` ranks the document against, as the job does (the window asks one)
-        question = spec.questions[0] if spec.questions else spec.instruction
-        asks = [(strategy, *planning(spec.task, strategy, counter, max_tokens=spec.max_tokens,
-                                     questions=spec.questions, instruction=spec.instruction))
-                for strategy in spec.strategies]  # fmt: skip
 
         def work() -> list[Plan] | None:
-            made = []
-            for strategy, instruction, reserve in asks:
-                plan = _plan(plans, doc, key, strategy, model=model, n_ctx=n_ctx,
-                             reserve=reserve, instruction=instruction,
-                             question=question)  # fmt: skip
-                if plan is None:
-                    return None
-                made.append(plan)
-            return made
+            return workbench.job_plans(plans, doc, key, spec, counter, model=model, n_ctx=n_ctx)
 
         def done(made: list[Plan] | None) -> None:
             self._starting = None
@@ -866,20 +787,14 @@ class SessionModel(QObject):
     def _recorded(self, done: versions.Recorded, outcome: JobOutcome,
                   made_on: Document | None) -> None:  # fmt: skip
         if done.session and made_on is not None and made_on is self._doc:  # still open
-            self._set_current(done.session, self._pick(done, outcome))
+            chosen = self._choices.strategy
+            self._set_current(done.session,
+                              workbench.version_to_go_on_from(done, outcome, chosen))  # fmt: skip
         if done.session:
             self.recorded.emit(done.session)
             if made_on is None:  # a resumed reply: the current version's answer is new
                 self._read_thread()
         self.job_finished.emit(outcome)
-
-    def _pick(self, done: versions.Recorded, outcome: JobOutcome) -> int:
-        """The version a recorded job leaves current: of a comparison, the strategy chosen in
-        the toolbar when it was compared, else the first."""
-        strategies = [r.strategy for r in outcome.results]
-        chosen = self._choices.strategy
-        index = strategies.index(chosen) if chosen in strategies else 0
-        return done.versions[min(index, len(done.versions) - 1)]
 
     def _record_failed(self, message: str, outcome: JobOutcome) -> None:
         self.fail(self.tr("The run was not recorded: {0}").format(message))
@@ -963,20 +878,9 @@ class SessionModel(QObject):
         doc, (where, key) = self._doc, self._planning()
 
         def replan(opened: versions.OpenedVersion) -> Plan | None:
-            v = opened.version
-            n_ctx = v.settings.get("n_ctx")
-            if counter is None or doc is None or not sha or v.model_sha256 != sha:
+            if counter is None or doc is None or not sha or opened.version.model_sha256 != sha:
                 return None
-            if not isinstance(n_ctx, int):
-                return None
-            instruction, reserve = planning(
-                v.task, v.strategy, counter, max_tokens=int(v.settings.get("max_tokens", 256)),
-                questions=tuple(v.prompt.split("\n")) if v.task == "ask" else (),
-                instruction=v.prompt if v.task == "extract" else "",
-            )  # fmt: skip
-            plan = _plan(where, doc, key, v.strategy, model=model, n_ctx=n_ctx,
-                         reserve=reserve, instruction=instruction)  # fmt: skip
-            return plan if plan is not None and opened.is_its_plan(plan) else None
+            return workbench.replan_version(where, doc, key, opened, counter, model=model)
 
         return replan
 
@@ -995,18 +899,15 @@ class SessionModel(QObject):
             return
         resumable = has_kv and loaded is not None and bool(sha)
 
-        def work() -> tuple[bool, ResumeSpec | None]:
-            info = repo.session_info(version.session)
-            same = doc is not None and info["document_sha256"] == doc.sha256
-            if not resumable:
-                return same, None
-            assert loaded is not None
-            return same, versions.resume_spec(repo, version, model_sha256=sha,
-                                              n_ctx=loaded.n_ctx,
-                                              cache_type=loaded.kv_cache_type)  # fmt: skip
+        n_ctx = loaded.n_ctx if loaded is not None else 0
+        cache_type = loaded.kv_cache_type if loaded is not None else None
 
-        def done(answer: tuple[bool, ResumeSpec | None]) -> None:
-            same, spec = answer
+        def work() -> workbench.Rollback:
+            return workbench.rollback(repo, version, doc, resumable=resumable, model_sha256=sha,
+                                      n_ctx=n_ctx, cache_type=cache_type)  # fmt: skip
+
+        def done(answer: workbench.Rollback) -> None:
+            same, spec = answer.same_document, answer.resume
             if same and doc is self._doc:
                 self._set_current(version.session, version.id)
             if not resumable:
@@ -1079,30 +980,3 @@ class SessionModel(QObject):
         self._plans.close()
         self._plan_pool.waitForDone(10_000)
 
-
-def _plan(where: PlanProcess | Planner, doc: Document, key: str | None, strategy: str, *,
-          model: FrameSource, n_ctx: int, reserve: int, instruction: str, question: str = "",
-          ticket: int | None = None) -> Plan | None:  # fmt: skip
-    """``plan_for`` in the child (None when superseded) or by a planner of this process;
-    ``question``: what `retrieve` ranks the document against."""
-    if isinstance(where, Planner):
-        return plan_for(where, strategy, model, instruction=instruction, n_ctx=n_ctx,
-                        reserve=reserve, question=question)  # fmt: skip
-    assert key is not None
-    try:
-        return where.plan(doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
-                          instruction=instruction, question=question, ticket=ticket)  # fmt: skip
-    except Superseded:
-        return None
-
-
-def _count(plans: PlanProcess, doc: Document, key: str | None,
-           counter: Callable[[], TokenCounter]) -> int | None:  # fmt: skip
-    """The document's tokens: in the child when ``key`` names the counter there (None when
-    the child is closed), else here with ``counter()``."""
-    if key is None:
-        return counter().count(doc.text)
-    try:
-        return plans.count(doc, key)
-    except Superseded:
-        return None
