@@ -1,9 +1,10 @@
-"""Arming the engine child's one-shot fault (app/core/engine/child.py, ``Fault``) from a test,
+"""Arming the engine child's one-shot fault (tests/fault_child.py, ``Fault``) from a test,
 seeded random draws of where it strikes, and the tally the closing summary prints.
 
-A fault is a JSON file named by ``$CONTEXTLENS_ENGINE_FAULT``: the next engine child started reads
-it, deletes it, and kills itself with the real signal at that step of that phase. Engines started
-afterwards (the restart after the crash) find no file and are healthy.
+A fault is a JSON file named by ``$CONTEXTLENS_ENGINE_FAULT``, read by engine children started
+from tests/fault_child.py (``EngineHost.child_module``): the next one started reads it, deletes
+it, and kills itself with the real signal at that step of that phase. Engines started afterwards
+(the restart after the crash) find no file and are healthy.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.engine.child import FAULT_ENV, FAULT_PHASES, FAULT_SIGNALS
+from app.core.engine.host import EngineHost
+from tests.fault_child import FAULT_CHILD, FAULT_ENV, FAULT_PHASES, FAULT_SIGNALS
 
 # Where each phase can strike in the jobs of these tests (``after`` is drawn below the bound):
 # load — llama.cpp logs about 2,100 lines while it loads the default model; prompt — the prompt
@@ -59,12 +61,14 @@ def matrix(seed: int) -> list[Draw]:
 
 
 def arm(monkeypatch: pytest.MonkeyPatch, folder: Path, fault: Draw) -> Path:
-    """Write the fault file and point the environment at it: the next engine started takes it."""
+    """Write the fault file, point the environment at it and start engines from the test's
+    child: the next engine started takes it."""
     print(f"fault drawn: {fault}")  # shown with -s, and with the failure of the test
     path = folder / f"fault-{fault.phase}-{fault.signal}-{fault.after}.json"
     path.write_text(json.dumps({"phase": fault.phase, "signal": fault.signal,
                                 "after": fault.after}))  # fmt: skip
     monkeypatch.setenv(FAULT_ENV, str(path))
+    monkeypatch.setattr(EngineHost, "child_module", FAULT_CHILD)
     return path
 
 

@@ -180,7 +180,8 @@ def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: En
          stop: threading.Event) -> int:  # fmt: skip
     """Every document through ``spec``, ``args.concurrency`` at a time; each result recorded
     by this thread as it comes (the store's one writer)."""
-    from app.core.jobs.tasks import CancelToken, JobFinished
+    from app.core.jobs.events import JobFinished
+    from app.core.jobs.options import CancelToken
     from app.core.planning.strategies import Planner
     from app.services import versions
 
@@ -318,7 +319,7 @@ def _summary(args: argparse.Namespace, progress: _Progress, total: int, cancelle
 
 
 def add_commands(sub: Any) -> None:
-    from app.core.jobs.tasks import DEFAULT_LANES
+    from app.core.jobs.options import DEFAULT_LANES
     from app.core.planning.strategies import STRATEGIES
 
     p = sub.add_parser("batch", help="run a job over every document in a folder (resumable)")

@@ -251,7 +251,7 @@ def cmd_chunk(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register count, plan and chunk on the main parser's subcommands."""
-    from app.core.jobs.tasks import TASKS
+    from app.core.jobs.options import TASKS
     from app.core.planning.strategies import STRATEGIES
 
     p = sub.add_parser("count", help="count a document's tokens (exact and cl100k)")

@@ -121,7 +121,7 @@ def open_engine(args: argparse.Namespace, settings: Any, *, n_ctx_given: int | N
 
 
 def cmd_remote_info(args: argparse.Namespace) -> int:
-    from app.core.engine.remote import describe
+    from app.core.engine.remote_info import describe
     from app.core.engine.types import EngineError
 
     try:

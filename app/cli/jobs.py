@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         EngineError,
         InsufficientMemoryError,
     )
-    from app.core.jobs.tasks import (
+    from app.core.jobs.events import (
         JobFinished,
         PartialResult,
         StrategiesFinished,
@@ -251,8 +251,15 @@ def _report_compare(results: list[Any], as_json: bool,
 
 
 def _print_event(ev: object) -> None:
-    from app.core.jobs.events import KVShifted, RingFallback, ThreadsSet
-    from app.core.jobs.tasks import ChunkEvaluated, LanesStarted, PartialResult, PlanReady
+    from app.core.jobs.events import (
+        ChunkEvaluated,
+        KVShifted,
+        LanesStarted,
+        PartialResult,
+        PlanReady,
+        RingFallback,
+        ThreadsSet,
+    )
 
     if isinstance(ev, PlanReady):
         asked = f" for {ev.question!r}" if ev.question else ""
@@ -278,7 +285,7 @@ def _print_event(ev: object) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    from app.core.jobs.tasks import DEFAULT_LANES, TASKS
+    from app.core.jobs.options import DEFAULT_LANES, TASKS
     from app.core.planning.strategies import STRATEGIES
 
     for name in ("run", "compare"):

@@ -75,7 +75,7 @@ def _human_bytes(n: int) -> str:
 def cmd_backend(args: argparse.Namespace) -> int:
     import llama_cpp
 
-    from app.core.engine.child import build_capabilities
+    from app.core.engine.llama_engine import build_capabilities
 
     caps = build_capabilities(llama_cpp)
     data = {

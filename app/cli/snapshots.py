@@ -236,7 +236,7 @@ def _rollback(repo: Any, args: argparse.Namespace) -> int:
 def _resume(spec: Any, as_json: bool) -> tuple[Any, int]:
     """Load the model with the state's settings, restore it and stream the reply."""
     from app.core.engine.types import EngineError, InsufficientMemoryError
-    from app.core.jobs.tasks import JobFinished, TokenBatch
+    from app.core.jobs.events import JobFinished, TokenBatch
     from app.services import versions
     from app.services.engine_session import EngineSession
 

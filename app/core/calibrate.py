@@ -22,8 +22,9 @@ import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from app.core.engine.api import LocalEngine
 from app.core.engine.types import EngineCapabilities, EngineError, LoadSettings, SamplingSettings
 from app.core.paths import cache_dir
 
@@ -45,22 +46,6 @@ RETRIES = 2  # a trial something else ran alongside is measured again, this many
 
 class CalibrationCancelled(Exception):
     """The person stopped the calibration; the engine keeps the model as last loaded."""
-
-
-class CalibratedEngine(Protocol):
-    capabilities: EngineCapabilities | None
-
-    def start(self) -> EngineCapabilities: ...
-
-    def load(self, path: str | os.PathLike[str], settings: LoadSettings | None = None) -> Any: ...
-
-    def tokenize(self, text: str, *, add_special: bool = ..., parse_special: bool = ...) -> Any: ...
-
-    def evaluate(self, tokens: Sequence[int]) -> Any: ...
-
-    def reset(self) -> None: ...
-
-    def generate_text(self, prompt: Sequence[int], **kwargs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -191,7 +176,7 @@ def _save(calibration: Calibration) -> None:
 
 
 def calibrate(
-    host: CalibratedEngine,
+    host: LocalEngine,
     model: Path,
     model_sha256: str,
     base: LoadSettings,
@@ -236,7 +221,7 @@ def calibrate(
 
 
 def _measured(
-    host: CalibratedEngine,
+    host: LocalEngine,
     model: Path,
     settings: LoadSettings,
     cancelled: Callable[[], bool],
@@ -257,14 +242,14 @@ def _measured(
     return trial
 
 
-def measure(host: CalibratedEngine, model: Path, settings: LoadSettings) -> Trial:
+def measure(host: LocalEngine, model: Path, settings: LoadSettings) -> Trial:
     """Load ``model`` with ``settings`` and time it: what each candidate goes through (the
     benchmark measures a full sweep the same way)."""
     host.load(model, settings)
     return _trial(host, settings, TRIAL_TEXT)
 
 
-def _trial(host: CalibratedEngine, settings: LoadSettings, text: str) -> Trial:
+def _trial(host: LocalEngine, settings: LoadSettings, text: str) -> Trial:
     tokens = list(host.tokenize(text, add_special=False))[:PROMPT_TOKENS]
     host.reset()
     host.evaluate(tokens[:8])  # warm-up: the first decode pays one-off costs

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from app.core.calibrate import Calibration, cached, calibrate, candidates, machine_key
 from app.core.default_model import sha256_of
+from app.core.engine.api import Engine
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.host import EngineHost
 from app.core.engine.remote import NO_AUDIT, NO_KV_STATE, RemoteEngine, ServerInfo
@@ -90,7 +90,7 @@ class EngineSession:
     # ----- what is loaded -----
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
         """What the core jobs drive: the engine host, or the server's RemoteEngine."""
         return self._remote if self._remote is not None else self._host
 

@@ -21,7 +21,7 @@ from app.core.jobs.tasks import (
     CancelToken,
     JobFinished,
     JobResult,
-    planning,
+    planning,  # the faces' too (the window plans ahead): imported from here, not the job runner
 )
 from app.core.planning.frame import Budget, FrameSource, document_budget
 from app.core.planning.plan import Plan

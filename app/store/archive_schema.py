@@ -76,7 +76,9 @@ class ManifestModel(Strict):
     members: dict[str, MemberModel]
 
 
-class SessionModel(Strict):
+class ArchivedSession(Strict):
+    """A session's own fields in an archive (not the window's ``SessionModel``)."""
+
     name: str
     created: Moment
 
@@ -193,7 +195,7 @@ class KVStateModel(Strict):
 
 
 class SessionFileModel(Strict):
-    session: SessionModel
+    session: ArchivedSession
     document: DocumentModel | None
     versions: list[VersionModel]
     runs: list[RunModel]

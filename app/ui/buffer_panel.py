@@ -18,32 +18,24 @@ A batched map phase (``LanesStarted``) runs several model calls at once as paral
 the KV stage then shows one bar per lane (events carry their ``lane``), and since the lanes'
 replies stream interleaved, each reply goes to the output whole when its lane's ``KVStats``
 says it is done.
+
+The stages' parts have modules of their own: the chunk queue's model (chunk_queue.py) and the
+KV cache's picture and bar (kv_bar.py); this module puts them together with the output.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
-    QEvent,
     QModelIndex,
-    QObject,
-    QPersistentModelIndex,
-    QRect,
     Qt,
-    QTimer,
     QUrl,
     Signal,
 )
 from PySide6.QtGui import (
-    QBrush,
-    QColor,
     QFont,
-    QHelpEvent,
-    QPainter,
     QPalette,
     QPixmap,
     QTextCharFormat,
@@ -55,429 +47,37 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHeaderView,
     QLabel,
-    QSizePolicy,
     QSplitter,
     QTableView,
     QTextBrowser,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.jobs.events import KVShifted
-from app.core.jobs.ring import SegmentKind
-from app.core.jobs.tasks import (
+from app.core.jobs.events import (
     ChunkEvaluated,
     ChunkEvicted,
     ChunkQueued,
     JobError,
     JobFinished,
+    KVShifted,
     KVStats,
     LanesStarted,
     PlanReady,
     StrategyStarted,
     TokenBatch,
 )
+from app.core.jobs.ring import SegmentKind
+from app.ui.chunk_queue import ChunkQueueModel, ChunkState
 from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
+from app.ui.kv_bar import KIND_COLOURS, LOOSE_TEXT, BarSegment, KVBar, KVLayout
 from app.ui.thread_view import ThreadView
 from app.ui.widgets import plain_label
 
 Span = tuple[int, int]
-_ModelIndex = QModelIndex | QPersistentModelIndex
 
-# Fill colours of the KV bar: mid-tone hues that read on light and dark palettes alike (the
-# bar carries no text; its free cells, border and separators come from the palette).
-KIND_COLOURS: dict[SegmentKind, QColor] = {
-    SegmentKind.SYSTEM: QColor(142, 124, 195),
-    SegmentKind.CHUNK: QColor(74, 144, 217),
-    SegmentKind.QUESTION: QColor(230, 162, 60),
-    SegmentKind.OUTPUT: QColor(82, 179, 107),
-    SegmentKind.NOTES: QColor(46, 139, 120),
-}
-_LOOSE_TEXT = QColor(150, 170, 190)  # context text without a document span (a carried summary)
-
-
-# ----- stage 1: the chunk queue ----------------------------------------------------------------
-
-
-class ChunkState(Enum):
-    PENDING = "pending"  # queued for a model call, not evaluated yet
-    IN_KV = "in KV"  # evaluated: resident in the KV cache for the current call
-    DONE = "done"  # the call that read it has finished
-    EVICTED = "evicted"  # removed from the KV cache
-
-
-@dataclass
-class _Row:
-    number: int  # 0-based, in order of first appearance
-    start: int
-    end: int
-    tokens: int
-    state: ChunkState
-
-
-class ChunkQueueModel(QAbstractTableModel):
-    """Chunks of the document and their state; changes reach views in batches (see flush)."""
-
-    FLUSH_MS = 50
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._rows: list[_Row] = []  # what views see
-        self._new: list[_Row] = []  # queued since the last flush, not inserted yet
-        self._by_span: dict[Span, _Row] = {}
-        self._dirty: tuple[int, int] | None = None
-        self._headers: tuple[str, ...] = ()
-        self._labels: dict[ChunkState, str] = {}
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.setInterval(self.FLUSH_MS)
-        self._timer.timeout.connect(self.flush)
-        self.retranslate()
-
-    def retranslate(self) -> None:
-        """Headers and state names in the language now installed (a model gets no
-        ``LanguageChange`` of its own: its panel calls this), and views told so."""
-        self._headers = (self.tr("#"), self.tr("Characters"), self.tr("Tokens"), self.tr("State"))
-        self._labels = {
-            ChunkState.PENDING: self.tr("pending"),
-            ChunkState.IN_KV: self.tr("in KV"),
-            ChunkState.DONE: self.tr("done"),
-            ChunkState.EVICTED: self.tr("evicted"),
-        }
-        self.headerDataChanged.emit(Qt.Orientation.Horizontal, 0, len(self._headers) - 1)
-        if self._rows:
-            last = self.index(len(self._rows) - 1, len(self._headers) - 1)
-            self.dataChanged.emit(self.index(0, 0), last)
-
-    # ----- changes -----
-
-    def clear(self) -> None:
-        self._timer.stop()
-        self.beginResetModel()
-        self._rows, self._new, self._by_span, self._dirty = [], [], {}, None
-        self.endResetModel()
-
-    def queue(self, start: int, end: int, tokens: int) -> None:
-        """A chunk queued for a model call (again, when a later call reads it too)."""
-        row = self._by_span.get((start, end))
-        if row is None:
-            row = _Row(len(self._by_span), start, end, tokens, ChunkState.PENDING)
-            self._by_span[(start, end)] = row
-            self._new.append(row)
-            if not self._timer.isActive():
-                self._timer.start()
-            return
-        row.tokens = tokens
-        self._set(row, ChunkState.PENDING)
-
-    def set_state(self, span: Span, state: ChunkState) -> None:
-        row = self._by_span.get(span)
-        if row is not None:
-            self._set(row, state)
-
-    def finish(self, spans: Sequence[Span]) -> None:
-        """The model call that read ``spans`` has ended: those still in KV are done."""
-        for span in spans:
-            row = self._by_span.get(span)
-            if row is not None and row.state is ChunkState.IN_KV:
-                self._set(row, ChunkState.DONE)
-
-    def finish_all(self) -> None:
-        for row in self._by_span.values():
-            if row.state is ChunkState.IN_KV:
-                self._set(row, ChunkState.DONE)
-
-    def _set(self, row: _Row, state: ChunkState) -> None:
-        if row.state is state:
-            return
-        row.state = state
-        if row.number < len(self._rows):  # rows not inserted yet carry their state with them
-            lo, hi = self._dirty or (row.number, row.number)
-            self._dirty = (min(lo, row.number), max(hi, row.number))
-        if not self._timer.isActive():
-            self._timer.start()
-
-    def flush(self) -> None:
-        """Tell views what changed: one insertion of the new rows, one range of changed rows."""
-        self._timer.stop()
-        if self._new:
-            first = len(self._rows)
-            self.beginInsertRows(QModelIndex(), first, first + len(self._new) - 1)
-            self._rows.extend(self._new)
-            self._new = []
-            self.endInsertRows()
-        if self._dirty is not None:
-            lo, hi = self._dirty
-            self._dirty = None
-            self.dataChanged.emit(self.index(lo, 0), self.index(hi, len(self._headers) - 1))
-
-    # ----- reading -----
-
-    def states(self) -> list[tuple[int, int, ChunkState]]:
-        """Every chunk (also those not shown yet) as (start, end, state), in queue order."""
-        return [(r.start, r.end, r.state) for r in self._by_span.values()]
-
-    def span_at(self, row: int) -> Span | None:
-        return (self._rows[row].start, self._rows[row].end) if 0 <= row < len(self._rows) else None
-
-    def rowCount(self, parent: _ModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: _ModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._headers)
-
-    def data(self, index: _ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
-        if not index.isValid() or not 0 <= index.row() < len(self._rows):
-            return None
-        row, col = self._rows[index.row()], index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            return (
-                str(row.number + 1),
-                f"{row.start:,}–{row.end:,}",
-                f"{row.tokens:,}",
-                self._labels[row.state],
-            )[col]
-        if role == Qt.ItemDataRole.TextAlignmentRole and col != 3:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        return None
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> object:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return self._headers[section]
-        return None
-
-
-# ----- stage 2: the KV cache --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BarSegment:
-    kind: SegmentKind
-    pos: int  # first KV position
-    tokens: int
-    source: Span | None = None  # document characters, for chunks
-
-    @property
-    def end(self) -> int:
-        return self.pos + self.tokens
-
-
-@dataclass
-class KVLayout:
-    """The panel's picture of the KV cache: segments contiguous from 0, at most ``n_ctx``."""
-
-    n_ctx: int
-    segments: list[BarSegment] = field(default_factory=list)
-    question_hint: int = 0  # the question's length as measured at the end of the last call
-    # Sliding-window attention (Gemma 2/3, Mistral with SWA): ``windowed_layers`` of ``layers``
-    # attend to the last ``window`` positions only; 0 for full attention.
-    window: int = 0
-    windowed_layers: int = 0
-    layers: int = 0
-
-    @property
-    def used(self) -> int:
-        return self.segments[-1].end if self.segments else 0
-
-    @property
-    def outside_window(self) -> int:
-        """Positions ``[0, outside_window)`` lie behind the sliding window of the newest one:
-        the windowed layers no longer attend to them, the other layers still do."""
-        if not self.window or not self.windowed_layers:
-            return 0
-        return max(0, self.used - self.window)
-
-    @property
-    def free(self) -> int:
-        return max(0, self.n_ctx - self.used)
-
-    def clear(self) -> None:
-        self.segments.clear()
-
-    def place_chunk(self, pos: int, end: int, source: Span | None) -> None:
-        """A chunk evaluated at KV positions ``[pos, end)``; text in front of it fills the gap."""
-        pos, end = max(0, pos), min(end, self.n_ctx)
-        if end <= pos:
-            return
-        self._cut(pos)
-        if self.used < pos:  # the prefix, or context text without a document span
-            kind = SegmentKind.CHUNK if self.segments else SegmentKind.SYSTEM
-            self.segments.append(BarSegment(kind, self.used, pos - self.used))
-        self.segments.append(BarSegment(SegmentKind.CHUNK, pos, end - pos, source))
-
-    def grow_output(self, tokens: int) -> None:
-        """Generated tokens (never past n_ctx, as the ring caps them)."""
-        last = self.segments[-1] if self.segments else None
-        if last is None or last.kind is not SegmentKind.OUTPUT:
-            question = min(self.question_hint, self.free) if self.segments else 0
-            if question:  # provisional until the call's KVStats
-                self.segments.append(BarSegment(SegmentKind.QUESTION, self.used, question))
-            tokens = min(tokens, self.free)
-            if tokens > 0:
-                self.segments.append(BarSegment(SegmentKind.OUTPUT, self.used, tokens))
-            return
-        tokens = min(tokens, self.free)
-        if tokens > 0:
-            self.segments[-1] = BarSegment(SegmentKind.OUTPUT, last.pos, last.tokens + tokens)
-
-    def measured(self, cells_used: int) -> None:
-        """llama.cpp's cell count at the end of a call: the question and output placed exactly."""
-        cells = max(0, min(cells_used, self.n_ctx))
-        last = self.segments[-1] if self.segments else None
-        output = last.tokens if last is not None and last.kind is SegmentKind.OUTPUT else 0
-        known = list(self.segments)  # all but the call's own question and output at the end
-        while known and known[-1].kind in (SegmentKind.QUESTION, SegmentKind.OUTPUT):
-            known.pop()
-        self.segments = known
-        prompt_end = max(self.used, cells - output)
-        if self.used < prompt_end:
-            if known:
-                self.question_hint = prompt_end - self.used
-                self.segments.append(
-                    BarSegment(SegmentKind.QUESTION, self.used, self.question_hint)
-                )
-            else:  # a call without document chunks: its whole prompt is one prefix
-                self.segments.append(BarSegment(SegmentKind.SYSTEM, 0, prompt_end))
-        if cells > self.used:
-            self.segments.append(BarSegment(SegmentKind.OUTPUT, self.used, cells - self.used))
-
-    def lay_out(self, layout: Sequence[tuple[str, int, int, Span | None]]) -> None:
-        """The cache exactly as the job's ring holds it (after a streamed pass made room)."""
-        self.segments = [BarSegment(SegmentKind(kind), pos, tokens,
-                                    tuple(source) if source else None)  # type: ignore[arg-type]
-                         for kind, pos, tokens, source in layout]  # fmt: skip
-
-    def evict(self, source: Span) -> bool:
-        """Remove the chunk holding ``source``; everything after it moves down (a KV shift)."""
-        for i, s in enumerate(self.segments):
-            if s.kind is SegmentKind.CHUNK and s.source == source:
-                del self.segments[i]
-                self.segments[i:] = [
-                    BarSegment(t.kind, t.pos - s.tokens, t.tokens, t.source)
-                    for t in self.segments[i:]
-                ]
-                return True
-        return False
-
-    def segment_at(self, position: int) -> BarSegment | None:
-        return next((s for s in self.segments if s.pos <= position < s.end), None)
-
-    def check(self) -> None:
-        """AssertionError when the picture breaks an invariant (tests call it after events)."""
-        pos = 0
-        for s in self.segments:
-            assert s.pos == pos and s.tokens >= 1, f"{s} does not follow position {pos}"
-            pos = s.end
-        assert pos <= self.n_ctx, f"{pos} positions used of {self.n_ctx}"
-
-    def _cut(self, pos: int) -> None:
-        """Forget everything at or after KV position ``pos``."""
-        kept = []
-        for s in self.segments:
-            if s.end <= pos:
-                kept.append(s)
-            elif s.pos < pos:
-                kept.append(BarSegment(s.kind, s.pos, pos - s.pos, s.source))
-        self.segments = kept
-
-
-class KVBar(QWidget):
-    """n_ctx cells as one strip: a rectangle per segment, coloured by kind; hover for details."""
-
-    def __init__(self, layout: KVLayout, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.kv = layout
-        self.setMinimumHeight(22)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setMouseTracking(True)
-
-    def segment_at_x(self, x: float) -> BarSegment | None:
-        inner = self._inner()
-        if inner.width() <= 0 or not inner.left() <= x <= inner.right():
-            return None
-        position = int((x - inner.left()) * self.kv.n_ctx / inner.width())
-        return self.kv.segment_at(min(position, self.kv.n_ctx - 1))
-
-    def describe(self, seg: BarSegment | None) -> str:
-        """The tooltip for a segment (None: the free cells)."""
-        if seg is None:
-            return self.tr("Free: {0:,} of {1:,} positions").format(self.kv.free, self.kv.n_ctx)
-        if seg.kind is SegmentKind.CHUNK and seg.source is not None:
-            what = self.tr("Document chunk, characters {0:,}–{1:,}").format(*seg.source)
-        else:
-            what = {
-                SegmentKind.SYSTEM: self.tr(
-                    "Pinned prefix: chat template, task and any text carried in front of the "
-                    "document"
-                ),
-                SegmentKind.CHUNK: self.tr("Context text without a document span"),
-                SegmentKind.QUESTION: self.tr("Question and the reply's turn markers"),
-                SegmentKind.OUTPUT: self.tr("Generated output"),
-                SegmentKind.NOTES: self.tr("Notes the model wrote on earlier parts, kept in the "
-                                           "cache (evicted last)"),
-            }[seg.kind]
-        where = self.tr("KV positions {0:,}–{1:,} ({2:,} tokens)").format(
-            seg.pos, seg.end - 1, seg.tokens
-        )
-        behind = self.kv.outside_window
-        if seg.pos >= behind:
-            return f"{what}\n{where}"
-        full = self.kv.layers - self.kv.windowed_layers
-        note = self.tr(
-            "Behind the sliding window: {0} of {1} layers attend to the last {2:,} positions "
-            "only, so {3} layer(s) still see this text"
-        ).format(self.kv.windowed_layers, self.kv.layers, self.kv.window, full)
-        if seg.end > behind:
-            note = self.tr("Partly behind the sliding window (positions before {0:,}): {1}").format(
-                behind, note
-            )
-        return f"{what}\n{where}\n{note}"
-
-    def event(self, ev: QEvent) -> bool:
-        if ev.type() == QEvent.Type.ToolTip and isinstance(ev, QHelpEvent):
-            QToolTip.showText(ev.globalPos(), self.describe(self.segment_at_x(ev.pos().x())), self)
-            return True
-        return super().event(ev)
-
-    def paintEvent(self, _ev: object) -> None:
-        painter = QPainter(self)
-        pal = self.palette()
-        inner = self._inner()
-        painter.fillRect(inner, pal.color(QPalette.ColorRole.Base))
-        scale = inner.width() / max(1, self.kv.n_ctx)
-        separator = pal.color(QPalette.ColorRole.Base)
-        chunk_index = 0
-        for seg in self.kv.segments:
-            x0 = inner.left() + round(seg.pos * scale)
-            x1 = inner.left() + round(seg.end * scale)
-            rect = QRect(x0, inner.top(), max(1, x1 - x0), inner.height())
-            colour = KIND_COLOURS[seg.kind]
-            if seg.kind is SegmentKind.CHUNK:
-                if seg.source is None:
-                    colour = _LOOSE_TEXT
-                else:  # neighbouring chunks alternate in shade so their boundary shows
-                    colour = colour.lighter(125) if chunk_index % 2 else colour
-                    chunk_index += 1
-            painter.fillRect(rect, colour)
-            if rect.width() > 4:
-                painter.fillRect(QRect(x0, inner.top(), 1, inner.height()), separator)
-        behind = self.kv.outside_window
-        if behind:  # hatched: what the windowed layers no longer see; a line where it ends
-            x1 = inner.left() + round(behind * scale)
-            shade = QColor(pal.color(QPalette.ColorRole.Text))
-            shade.setAlpha(110)
-            painter.fillRect(QRect(inner.left(), inner.top(), x1 - inner.left(), inner.height()),
-                             QBrush(shade, Qt.BrushStyle.BDiagPattern))  # fmt: skip
-            painter.fillRect(QRect(x1, inner.top(), 2, inner.height()), shade)
-        painter.setPen(pal.color(QPalette.ColorRole.Mid))
-        painter.drawRect(inner.adjusted(0, 0, -1, -1))
-        painter.end()
-
-    def _inner(self) -> QRect:
-        return self.rect().adjusted(1, 1, -1, -1)
+# Names callers import from here, with this module's own.
+__all__ = ["BarSegment", "BufferPanel", "ChunkQueueModel", "ChunkState", "KVBar", "KVLayout"]
 
 
 class _Legend(FollowsLanguage, QWidget):
@@ -490,7 +90,7 @@ class _Legend(FollowsLanguage, QWidget):
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(4)
-        colours = (KIND_COLOURS[SegmentKind.SYSTEM], KIND_COLOURS[SegmentKind.CHUNK], _LOOSE_TEXT,
+        colours = (KIND_COLOURS[SegmentKind.SYSTEM], KIND_COLOURS[SegmentKind.CHUNK], LOOSE_TEXT,
                    KIND_COLOURS[SegmentKind.QUESTION], KIND_COLOURS[SegmentKind.OUTPUT],
                    KIND_COLOURS[SegmentKind.NOTES], None)  # fmt: skip
         self._names: list[QLabel] = []  # in the order of ``colours``

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.jobs.tasks import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
+from app.core.jobs.events import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
 from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
 from app.ui.widgets import fixed_font, plain_label
 

@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from app.core.calibrate import CalibrationCancelled
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import EngineCrashedError, EngineError, LoadSettings
-from app.core.jobs.tasks import JobFinished, KVStats, PartialResult
+from app.core.jobs.events import JobFinished, KVStats, PartialResult
 from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter
 from app.services.engine_session import EngineSession, ServerSpec

@@ -54,7 +54,7 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.core import telemetry
-from app.core.jobs.tasks import (
+from app.core.jobs.events import (
     ChunkEvaluated,
     ChunkQueued,
     EvalProgress,

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.engine.types import SamplingSettings
-from app.core.jobs.tasks import DEFAULT_LANES, TASKS
+from app.core.jobs.options import DEFAULT_LANES, TASKS
 from app.core.planning.strategies import STRATEGIES
 from app.ui.help import guide_dialog, shortcuts_dialog
 from app.ui.i18n import LanguageMenu, Retranslated, strategy_label, task_label

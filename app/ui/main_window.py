@@ -32,7 +32,7 @@ from app.core.documents import Document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
-from app.core.jobs.tasks import JobFinished
+from app.core.jobs.events import JobFinished
 from app.core.paths import models_dir
 from app.core.planning.plan import Plan
 from app.services.versions import OpenedVersion

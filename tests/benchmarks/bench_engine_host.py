@@ -8,7 +8,7 @@ from ``cancel()`` to the finished event) during generation and during a long pro
 Goal (issue: foundation): engine/bare >= 0.95 for both prompt processing and generation.
 
 A third figure is a job's own path: ``generate`` of a 1,900-token prompt with the live reports
-the gauges draw (at least 4 a second, counted from inside llama.cpp's decode: child.Engine._inside)
+the gauges draw (at least 4 a second, counted from inside llama.cpp's decode: LlamaBase._inside)
 against bare llama-cpp-python's ``eval`` of the same tokens; the row says what the live gauges
 cost in prompt speed (goal >= 0.97; 0.88 when the prompt went in 32-64-token slices), and a
 fourth how many reports a second came.

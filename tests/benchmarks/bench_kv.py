@@ -17,9 +17,9 @@ back to the child) is included.
   filling most of the context and the model's notes after it; the window is removed (the notes
   move down) and the next window appended. llama.cpp moves positions, not cells, so the notes
   keep their high cells and the next window's attention spans the whole cache; ``remove``
-  compacts the cells (``Engine._compact`` in app/core/engine/child.py). Removal plus the next
-  window, compacted against left in place, alternating rounds; both replies after it are
-  printed. Goal: >= 1.1x.
+  compacts the cells (``Compaction._compact`` in app/core/engine/compaction.py). Removal plus
+  the next window, compacted against left in place, alternating rounds; both replies after it
+  are printed. Goal: >= 1.1x.
 """
 
 from __future__ import annotations

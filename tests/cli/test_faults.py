@@ -1,7 +1,8 @@
 """contextlens-cli run when the engine child dies mid-job (issue 7, item 3, fault injection).
 
 A real process on the real default model and a real document, with the engine's one-shot fault
-armed through the environment (tests/fault_injection.py): the command exits with the
+armed through the environment (tests/fault_injection.py) in a CLI whose engine children start
+from tests/fault_child.py (tests/fault_cli.py): the command exits with the
 engine-crashed code and one sentence on stderr, the history keeps the run with the text generated
 before the crash and the error, and the next run, with the fault spent, succeeds.
 """
@@ -19,14 +20,16 @@ from typing import Any
 import pytest
 
 from app.cli.common import EXIT_ENGINE_CRASHED, EXIT_OK
-from app.core.engine.child import FAULT_ENV
 from app.store.archive import export_session, import_session
 from app.store.db import open_database
 from app.store.repository import Repository
 from tests.conftest import DATA
+from tests.fault_child import FAULT_ENV
 from tests.fault_injection import Draw, check_crash_sentence, draw, tally_of
 
 CLI = [sys.executable, "-m", "app.cli"]
+FAULT_CLI = [sys.executable, "-m", "tests.fault_cli"]  # the same, its engines from fault_child
+ROOT = Path(__file__).resolve().parents[2]  # where `tests` is a package
 DOC = DATA / "sample.docx"
 JOB = ("--strategy", "head", "--task", "summarize", "--n-ctx", "256", "--max-tokens", "16")
 SEED = 7003
@@ -34,9 +37,12 @@ SEED = 7003
 
 def cli(*args: str, fault: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    command = CLI
     if fault is not None:
         env[FAULT_ENV] = str(fault)
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300,
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        command = FAULT_CLI
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=300,
                           check=False, env=env)  # fmt: skip
 
 

@@ -5,7 +5,7 @@ The first five functions of bisect.py at n_ctx 256 plan five one-chunk windows; 
 replies the five partial summaries do not fit one combining call, so a first level of two
 (``combine 1.1``, ``combine 1.2``) runs. An audited run makes its calls one after another (the
 audit reads the cache after each); without the audit the parts and the combining level run in
-lanes (``_Session._map_in_lanes``).
+lanes (``CallRunner._map_in_lanes``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import sys
 import llama_cpp
 import pytest
 
-from app.core.engine.child import build_capabilities
+from app.core.engine.llama_engine import build_capabilities
 from app.core.engine.types import EngineCapabilities, backends_of
 
 # What llama_print_system_info writes for builds other than this machine's (llama.cpp 0.3.x).

@@ -1,4 +1,4 @@
-"""Compaction after a removal (Engine.remove): the cells move to the front of the cache and
+"""Compaction after a removal (LlamaEngine.remove): the cells move to the front of the cache and
 nothing else changes. The proof is llama.cpp's own serialisation: the sequence's state after a
 compacted removal is byte for byte the state after the same removal left in place once its
 shift is applied (the state lists cells in order, not where they sit). Both test models: Gemma 3
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.engine.child import COMPACT_MIN, Engine
+from app.core.engine.compaction import COMPACT_MIN
 from app.core.engine.host import EngineHost
 from app.core.engine.ipc import SharedFlag
+from app.core.engine.llama_engine import LlamaEngine
 from app.core.engine.types import LoadSettings
 from app.core.paths import sample_document
 
@@ -83,7 +84,7 @@ def test_small_holes_and_the_tail_are_not_compacted(host: EngineHost, text: str)
 def test_a_state_llama_cpp_refuses_back_is_evaluated_again(model_path: Path, tmp_path: Path,
                                                           text: str) -> None:  # fmt: skip
     """Should llama.cpp not take the state back, the cache is rebuilt from the tokens."""
-    engine = Engine(SharedFlag(tmp_path / "flag", create=True))
+    engine = LlamaEngine(SharedFlag(tmp_path / "flag", create=True))
     engine.load(str(model_path), LoadSettings(n_ctx=N_CTX))
     real = engine._lc
     engine._lc = types.SimpleNamespace(  # type: ignore[assignment]

@@ -13,6 +13,7 @@ import pytest
 from app.core.engine.decoding import FLOOR_SLICE, SLICE_S, ReportGate, SlicePacer
 from app.core.engine.host import EngineHost
 from app.core.engine.types import (
+    EngineError,
     Finished,
     GenerationStats,
     KVUsage,
@@ -89,6 +90,27 @@ class _ReportingEngine:
         yield Finished(GenerationStats(n, n, n / 1000, 2, 0.01, "stop", n + 1))
 
     held = 0
+
+    # the rest of the engine API (app/core/engine/api.py), which these jobs never reach
+
+    def detokenize(self, tokens: Sequence[int], **_kw: Any) -> str:
+        return "x" * len(tokens)
+
+    def generate_lanes(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]],
+                       **_kw: Any) -> Iterator[Any]:  # fmt: skip
+        raise EngineError("this scripted engine has no lanes")
+
+    def kv_tokens(self) -> list[int]:
+        return [7] * self.held
+
+    def remove(self, start: int, end: int, **_kw: Any) -> Any:
+        raise EngineError("this scripted engine cannot remove positions")
+
+    def cancel(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def test_a_call_streams_live_kv_and_prompt_progress_before_its_reply() -> None:

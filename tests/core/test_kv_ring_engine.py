@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.engine.child import Engine
 from app.core.engine.host import EngineHost
 from app.core.engine.ipc import SharedFlag
+from app.core.engine.llama_engine import LlamaEngine
 from app.core.engine.types import (
     ContextOverflowError,
     Finished,
@@ -152,12 +152,12 @@ def test_remove_checks_its_range(small_engine: EngineHost) -> None:
 def test_where_llama_cpp_cannot_shift_the_rest_is_evaluated_again(
     model_path: Path, tmp_path: Path
 ) -> None:
-    """The fallback of Engine.remove, driven in-process with can_shift forced to False.
+    """The fallback of LlamaEngine.remove, driven in-process with can_shift forced to False.
 
     (Every cache type of the default model can shift, so the path is forced here; re-evaluation
     is exact, so the result must equal evaluating the remaining tokens from scratch.)
     """
-    engine = Engine(SharedFlag(tmp_path / "flag", create=True))
+    engine = LlamaEngine(SharedFlag(tmp_path / "flag", create=True))
     engine.load(str(model_path), LoadSettings(n_ctx=N_CTX))
     real = engine._lc
     engine._lc = types.SimpleNamespace(  # type: ignore[assignment]

@@ -15,14 +15,7 @@ import pytest
 from app.core.default_model import default_model_path
 from app.core.documents import document_from_text
 from app.core.engine.host import EngineHost
-from app.core.engine.remote import (
-    NO_KV_STATE,
-    RemoteEngine,
-    UnsupportedRemotelyError,
-    _identify,
-    _kv_from_metrics,
-    _kv_from_slots,
-)
+from app.core.engine.remote import NO_KV_STATE, RemoteEngine, UnsupportedRemotelyError
 from app.core.engine.remote_http import (
     Connection,
     ServerError,
@@ -32,6 +25,7 @@ from app.core.engine.remote_http import (
     normalize_url,
     same_server,
 )
+from app.core.engine.remote_info import identify, kv_from_metrics, kv_from_slots
 from app.core.engine.repetition import ends_in_loop
 from app.core.engine.types import (
     ContextOverflowError,
@@ -434,13 +428,13 @@ def test_llama_server_props_give_context_slots_and_template() -> None:
     props = {"default_generation_settings": {"n_ctx": 8192, "params": {}}, "total_slots": 4,
              "chat_template": "{{ messages }}", "bos_token": "<s>",
              "eos_token": "</s>"}  # fmt: skip
-    assert _identify(props, {}) == ("llama-server", 8192, "/props", 4, "{{ messages }}")
+    assert identify(props, {}) == ("llama-server", 8192, "/props", 4, "{{ messages }}")
 
 
 def test_vllm_models_give_the_context() -> None:
     entry = {"id": "Qwen/Qwen2.5-7B", "object": "model", "max_model_len": 32768}
-    assert _identify(None, entry) == ("vllm", 32768, "/v1/models max_model_len", None, None)
-    assert _identify(None, {"id": "gpt"}) == ("openai-compatible", None, "", None, None)
+    assert identify(None, entry) == ("vllm", 32768, "/v1/models max_model_len", None, None)
+    assert identify(None, {"id": "gpt"}) == ("openai-compatible", None, "", None, None)
 
 
 def test_llama_server_slots_add_up_prompt_and_decoded_tokens() -> None:
@@ -451,21 +445,21 @@ def test_llama_server_slots_add_up_prompt_and_decoded_tokens() -> None:
          "next_token": {"n_decoded": 20}},
         {"id": 2, "n_ctx": 4096, "is_processing": False},
     ]  # fmt: skip
-    assert _kv_from_slots(slots) == 1574
-    assert _kv_from_slots([{"id": 0, "n_ctx": 4096}]) is None
-    assert _kv_from_slots({"error": "not supported"}) is None
+    assert kv_from_slots(slots) == 1574
+    assert kv_from_slots([{"id": 0, "n_ctx": 4096}]) is None
+    assert kv_from_slots({"error": "not supported"}) is None
 
 
 def test_metrics_give_kv_tokens_or_the_share_in_use() -> None:
     llama = ("# HELP llamacpp:kv_cache_usage_ratio KV-cache usage.\n"
              "llamacpp:kv_cache_usage_ratio 0.25\nllamacpp:kv_cache_tokens 1024\n")  # fmt: skip
-    assert _kv_from_metrics(llama) == (1024, 0.25)
+    assert kv_from_metrics(llama) == (1024, 0.25)
     vllm = ('vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.4\n'
             'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.1\n'
             'vllm:num_requests_running{model_name="m"} 2\n')  # fmt: skip
-    assert _kv_from_metrics(vllm) == (None, 0.4)
-    assert _kv_from_metrics("llamacpp:prompt_tokens_total 10\n") is None
-    assert _kv_from_metrics("vllm:kv_cache_usage_perc NaN\n") is None
+    assert kv_from_metrics(vllm) == (None, 0.4)
+    assert kv_from_metrics("llamacpp:prompt_tokens_total 10\n") is None
+    assert kv_from_metrics("vllm:kv_cache_usage_perc NaN\n") is None
 
 
 def test_stream_pieces_arrive_at_least_every_few_tokens(remote: RemoteEngine) -> None:

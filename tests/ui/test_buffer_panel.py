@@ -46,7 +46,7 @@ def _call(
     carried: int = 0,
     question: int = 5,
 ) -> list[object]:
-    """One model call's events, as ``_Session.call`` and ``stream`` emit them, from a real ring."""
+    """One model call's events, as ``CallRunner.call`` and ``stream`` emit them, on a real ring."""
     ring.clear()
     ring.append(SegmentKind.SYSTEM, prefix, pinned=True)
     if carried:  # rolling's "summary so far": a segment without a document span

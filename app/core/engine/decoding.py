@@ -23,7 +23,7 @@ DECODE_OK, DECODE_ABORTED = 0, 2  # llama_decode's success, and its answer to th
 
 # Live figures while a prompt is evaluated: how far a slice is comes from inside it: llama.cpp's
 # abort callback runs after every node of the graph, the nodes are counted, and every REPORT_S the
-# count is turned into tokens (child.Engine._inside). The first prompt a model evaluates starts
+# count is turned into tokens (LlamaBase._inside). The first prompt a model evaluates starts
 # with one slice of MIN_SLICE tokens, which shows how many nodes a graph has.
 REPORT_S = 0.2
 MIN_SLICE = 32

@@ -104,6 +104,10 @@ def engine_env() -> dict[str, str]:
 class EngineHost:
     """The app's handle on the engine child process."""
 
+    # The module the child runs (``python -m``, with ``--fd`` and ``--flag``): the app's own; the
+    # crash-isolation tests start theirs, which installs a fault and then runs this one's main.
+    child_module = "app.core.engine.child"
+
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -155,7 +159,7 @@ class EngineHost:
                 # the parent quotes it when the child dies. It never has the working directory on
                 # its path (child_process.py): a folder's own app/ is not imported in its place.
                 self._proc = subprocess.Popen(
-                    module_command("app.core.engine.child", "--fd", str(theirs.fileno()),
+                    module_command(self.child_module, "--fd", str(theirs.fileno()),
                                    "--flag", str(self._flag.path)),
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,

@@ -10,7 +10,7 @@ The C API does not expose the cache's buffers, but llama.cpp logs each cache as 
 
 A model with interleaved sliding-window attention gets two caches (full attention, then the
 windowed layers); others one. These figures are the "measured, not estimated" side of the KV
-numbers: the engine child collects the lines while it loads (child.py) and the model's card
+numbers: the engine child collects the lines while it loads (llama_engine.py) and the model's card
 (``ModelInfo.kv_bytes_per_token``) is tested against them. Sizes are printed to 0.01 MiB, so a
 cache's bytes here are exact to within 5,243 bytes (:data:`MIB_PRECISION`).
 """

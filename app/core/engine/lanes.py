@@ -96,7 +96,7 @@ def generate_lanes(
 
     Emits :class:`LaneStarted` when a prompt is in its lane's cache, :class:`LaneDelta` text
     (whole characters), :class:`LaneFinished` per prompt and :class:`LanesFinished` last. Each
-    reply is the one the engine's single reply (``Engine.generate``) would give with
+    reply is the one the engine's single reply (``LlamaEngine.generate``) would give with
     ``on_full="stop"``: with one lane the very same decodes in the same order (the first prompt
     whole, then each suffix after the cached prefix); with more, greedy replies may differ from
     it by floating-point rounding.

@@ -12,19 +12,17 @@ work over HTTP and is refused with the reason.
 Token counts are exact when the server tokenizes, or when the same GGUF is given locally (its fast
 encoding is then checked against the server's tokenizer, so a different model is noticed);
 otherwise they are cl100k estimates, marked as such. Prompts are sent as token ids to servers that
-take them, else as the text those ids decode to.
+take them, else as the text those ids decode to. What servers report is read in ``remote_info.py``,
+their tokenizers in ``remote_tokens.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import queue
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,18 @@ from app.core.engine.remote_http import (
     ServerError,
     StreamBrokenError,
 )
+from app.core.engine.remote_info import (
+    NO_AUDIT,
+    NO_KV_SHIFT,
+    NO_KV_STATE,
+    ServerInfo,
+    identify,
+    kv_from_metrics,
+    kv_from_slots,
+    n_ctx_train,
+    overflow_error,
+)
+from app.core.engine.remote_tokens import RemoteCounter, ServerTokenizer, TextMemo, same_tokens
 from app.core.engine.repetition import RepetitionDetector
 from app.core.engine.types import (
     ContextOverflowError,
@@ -45,6 +55,7 @@ from app.core.engine.types import (
     Finished,
     FinishReason,
     GenerationStats,
+    KVEdit,
     KVState,
     KVUsage,
     LaneDelta,
@@ -61,26 +72,11 @@ from app.core.tokens import (
     TokenizerUnsupported,
     cl100k,
     gguf_encoding,
-    probe_text,
     scrub,
 )
 
-NOT_REPORTED = "not reported by this server"
-NO_KV_STATE = (
-    "saving and restoring the KV state needs llama.cpp's own cache, which a server does not "
-    "hand out over HTTP"
-)
-NO_KV_SHIFT = (
-    "removing or shifting KV positions needs llama.cpp's own cache, which a server does not "
-    "let a client edit"
-)
-NO_AUDIT = (
-    "the faithfulness audit reads llama.cpp's KV cache position by position, which a server "
-    "does not expose"
-)
 STREAM_INTERVAL_S = 0.02  # one text delta per 20 ms at most, as the local engine sends them
 PROBE_TIMEOUT_S = 10.0
-COUNT_WORKERS = 8  # token counts asked of the server at once
 CUT_SHORT_RETRIES = 2  # a reply the server ended without a finish reason is asked for again
 CUT_SHORT = (
     "llama-cpp-python's server cuts a reply short when another request arrives, unless it runs "
@@ -90,189 +86,6 @@ CUT_SHORT = (
 
 class UnsupportedRemotelyError(EngineError):
     """The operation needs the local llama.cpp engine; the message says why."""
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What :meth:`RemoteEngine.connect` found out about the server, each with its source."""
-
-    url: str
-    kind: str  # "llama-server", "llama-cpp-python", "vllm" or "openai-compatible"
-    model: str  # the model id sent with every request
-    n_ctx: int
-    n_ctx_source: str  # "/props", "/v1/models max_model_len" or "given (--n-ctx)"
-    n_ctx_train: int | None  # as the server reports it, when it does
-    tokenizer: str  # where token counts come from
-    exact_counts: bool
-    chat_template: str  # where the chat template comes from; "" when prompts are plain
-    slots: int | None  # requests the server serves in parallel, when it says
-    kv_source: str  # "/slots", "/metrics", "" (not reported)
-    accepts_token_ids: bool  # prompts may be sent as token ids
-    warnings: tuple[str, ...] = ()
-    # What frames a document, for plans made elsewhere (the window's): the local GGUF's path,
-    # the server's template, or None (plain prompts)
-    frame: str | ServerTemplate | None = None
-
-    @property
-    def unsupported(self) -> dict[str, str]:
-        """Feature -> why it is off for this engine."""
-        return {"kv_state": NO_KV_STATE, "kv_shift": NO_KV_SHIFT, "audit": NO_AUDIT}
-
-    def kv_figures(self) -> str:
-        return f"from {self.kv_source}" if self.kv_source else NOT_REPORTED
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "url": self.url, "kind": self.kind, "model": self.model, "n_ctx": self.n_ctx,
-            "n_ctx_source": self.n_ctx_source, "n_ctx_train": self.n_ctx_train,
-            "tokenizer": self.tokenizer, "exact_counts": self.exact_counts,
-            "chat_template": self.chat_template or "none: plain prompts",
-            "parallel_slots": self.slots, "kv_figures": self.kv_figures(),
-            "prompts_as_token_ids": self.accepts_token_ids, "unsupported": self.unsupported,
-            "warnings": list(self.warnings),
-        }  # fmt: skip
-
-
-# ----- tokenizers -------------------------------------------------------------------------------
-
-
-class _ServerTokenizer:
-    """The server's own tokenizer over HTTP (exact by definition)."""
-
-    def __init__(self, client: Client, kind: str, model: str) -> None:
-        self._client, self._kind, self._model = client, kind, model
-        # what the model puts in front of a prompt (its BOS, for models that add one)
-        self.bos: tuple[int, ...] = ()
-
-    def probe(self) -> bool:
-        """Whether the endpoint answers; learns the tokens the model adds to an empty text."""
-        try:
-            self.bos = tuple(self._call("", True, add_special=True))
-        except ServerError:
-            return False
-        return True
-
-    @property
-    def endpoint(self) -> str:
-        return "/extras/tokenize" if self._kind == "llama-cpp-python" else "/tokenize"
-
-    def _call(self, text: str, special: bool, *, add_special: bool = False) -> list[int]:
-        if self._kind == "llama-cpp-python":  # always adds the BOS and parses special tokens
-            body: dict[str, Any] = {"input": text, "model": self._model}
-        elif self._kind == "vllm":
-            body = {"model": self._model, "prompt": text, "add_special_tokens": add_special}
-        else:
-            body = {"content": text, "add_special": add_special, "parse_special": special}
-        data = self._client.post_json(self.endpoint, body, "a request to count tokens")
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise ServerError(f"{self._client.host} answered {self.endpoint} without token ids")
-        return tokens
-
-    def encode(self, text: str, special: bool) -> list[int]:
-        """The tokens of ``text`` alone (no BOS)."""
-        tokens = self._call(text, special)
-        if (
-            self._kind == "llama-cpp-python"
-            and self.bos
-            and tokens[: len(self.bos)] == list(self.bos)
-        ):
-            tokens = tokens[len(self.bos) :]
-        return tokens
-
-    def decode(self, ids: Sequence[int]) -> str:
-        if self._kind == "llama-cpp-python":
-            body = {"tokens": list(ids), "model": self._model}
-            path, key = "/extras/detokenize", "text"
-        elif self._kind == "vllm":
-            path, body, key = "/detokenize", {"model": self._model, "tokens": list(ids)}, "prompt"
-        else:
-            path, body, key = "/detokenize", {"tokens": list(ids)}, "content"
-        data = self._client.post_json(path, body, "a request to turn tokens into text")
-        text = data.get(key) if isinstance(data, dict) else None
-        if not isinstance(text, str):
-            raise ServerError(f"{self._client.host} answered {path} without text")
-        return text
-
-
-class RemoteCounter:
-    """Exact counts from the server's tokenizer, several requests at once (for planning)."""
-
-    splits_at_spaces = False
-    exact = True
-
-    def __init__(self, tokenizer: _ServerTokenizer, name: str) -> None:
-        self._tokenizer = tokenizer
-        self.name = name
-        self.fingerprint: str | None = None  # the server's tokenizer may change: never cached
-
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(scrub(text), False)
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text)) if text else 0
-
-    def count_many(self, texts: Sequence[str]) -> list[int]:
-        if len(texts) < 2:
-            return [self.count(t) for t in texts]
-        with ThreadPoolExecutor(COUNT_WORKERS, thread_name_prefix="remote-count") as pool:
-            return list(pool.map(self.count, texts))
-
-    def count_special(self, text: str) -> int:
-        return len(self._tokenizer.encode(scrub(text), True)) if text else 0
-
-
-class _TextMemo:
-    """The text each token sequence was made from, for servers that take prompts as text only
-    and whose detokenizer drops special tokens (llama-cpp-python's renders none): a prompt is
-    put back together from the texts of the pieces it was built of, and only a stretch that
-    matches none is asked of the server."""
-
-    MAX_SEQUENCES = 200_000
-
-    def __init__(self) -> None:
-        self._by_first: dict[int, dict[tuple[int, ...], str]] = {}
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def remember(self, ids: Sequence[int], text: str) -> None:
-        if not ids:
-            return
-        with self._lock:
-            if self._count >= self.MAX_SEQUENCES:
-                self._by_first.clear()
-                self._count = 0
-            known = self._by_first.setdefault(ids[0], {})
-            if tuple(ids) not in known:
-                known[tuple(ids)] = text
-                self._count += 1
-
-    def text(self, ids: Sequence[int], decode: Callable[[Sequence[int]], str]) -> str:
-        """The text of ``ids``: remembered pieces, longest first, and ``decode`` between them."""
-        parts: list[str] = []
-        unknown_from = None
-        i, n = 0, len(ids)
-        with self._lock:
-            snapshot = {k: sorted(v.items(), key=lambda kv: -len(kv[0]))
-                        for k, v in self._by_first.items()}  # fmt: skip
-        while i < n:
-            match = None
-            for seq, text in snapshot.get(ids[i], ()):
-                if tuple(ids[i : i + len(seq)]) == seq:
-                    match = (seq, text)
-                    break
-            if match is None:
-                unknown_from = i if unknown_from is None else unknown_from
-                i += 1
-                continue
-            if unknown_from is not None:
-                parts.append(decode(ids[unknown_from:i]))
-                unknown_from = None
-            parts.append(match[1])
-            i += len(match[0])
-        if unknown_from is not None:
-            parts.append(decode(ids[unknown_from:]))
-        return "".join(parts)
 
 
 # ----- the engine -------------------------------------------------------------------------------
@@ -289,9 +102,6 @@ class _Reply:
     timings: dict[str, Any] = field(default_factory=dict)
     tokens: int = 0
 
-
-_CONTEXT_LIMIT = re.compile(r"(?:maximum context length|context (?:window|size)) (?:is|of) (\d+)")
-_PROMPT_SIZE = re.compile(r"\((\d+) in your prompt")
 
 
 class RemoteEngine:
@@ -315,11 +125,11 @@ class RemoteEngine:
         self._model_path = Path(model_path) if model_path else None
         self._given_n_ctx = n_ctx
         self._info: ServerInfo | None = None
-        self._server_tokenizer: _ServerTokenizer | None = None
+        self._server_tokenizer: ServerTokenizer | None = None
         self._local: TiktokenCounter | None = None  # the same GGUF's fast encoding
         self._estimate: TiktokenCounter | None = None
         self._template: tuple[str, str, str] | None = None  # template, bos text, eos text
-        self._memo = _TextMemo()
+        self._memo = TextMemo()
         self._cancel = threading.Event()
         self._last = threading.local()  # each thread's last request (a batch runs several)
         self._replies: InFlightGate | None = None  # replies in flight: the server's slots
@@ -362,10 +172,10 @@ class RemoteEngine:
             )
         entry = entries.get(model, {})
         props = client.get_json("/props", timeout=PROBE_TIMEOUT_S)
-        kind, n_ctx, source, slots, template = _identify(props, entry)
+        kind, n_ctx, source, slots, template = identify(props, entry)
         # the tokenizer's endpoint, probed once; only llama-cpp-python's server has
         # /extras/tokenize, so answering there also says which server this is
-        probed = _ServerTokenizer(
+        probed = ServerTokenizer(
             client, "llama-cpp-python" if kind == "openai-compatible" else kind, model
         )
         self._server_tokenizer = probed if probed.probe() else None
@@ -375,7 +185,7 @@ class RemoteEngine:
         self._hold_to(kind, slots)
         warnings: list[str] = []
         n_ctx, source = self._context_size(n_ctx, source, warnings)
-        train = _n_ctx_train(entry)
+        train = n_ctx_train(entry)
         has_tokenizer = self._server_tokenizer is not None
         tokenizer, exact = self._choose_tokenizer(has_tokenizer, warnings)
         template_source = self._choose_template(template, props, warnings)
@@ -439,7 +249,7 @@ class RemoteEngine:
             else:
                 if has_server:
                     assert self._server_tokenizer is not None
-                    mismatch = _same_tokens(local, self._server_tokenizer)
+                    mismatch = same_tokens(local, self._server_tokenizer)
                     if mismatch is not None:
                         raise ValueError(
                             f"{self._model_path.name} does not tokenize like the server's "
@@ -481,7 +291,7 @@ class RemoteEngine:
         if kind == "llama-server" and isinstance(self._client.get_json("/slots"), list):
             return "/slots"
         metrics = self._metrics_text()
-        if metrics is not None and _kv_from_metrics(metrics) is not None:
+        if metrics is not None and kv_from_metrics(metrics) is not None:
             return "/metrics"
         return ""
 
@@ -755,7 +565,7 @@ class RemoteEngine:
             if self._cancel.is_set():
                 reply.finish = "cancelled"
                 return
-            overflow = _overflow(exc, body)
+            overflow = overflow_error(exc, body)
             if overflow is not None:
                 raise overflow from None
             if isinstance(exc, StreamBrokenError) and reply.first is None:
@@ -775,7 +585,7 @@ class RemoteEngine:
         except ServerError:
             return
         if not response.is_success:
-            overflow = _overflow(self._client.error(response, "a completion request"), body)
+            overflow = overflow_error(self._client.error(response, "a completion request"), body)
             if overflow is not None:
                 raise overflow
 
@@ -905,10 +715,10 @@ class RemoteEngine:
         info = self.info
         cells: int | None = None
         if info.kv_source == "/slots":
-            cells = _kv_from_slots(self._client.get_json("/slots"))
+            cells = kv_from_slots(self._client.get_json("/slots"))
         elif info.kv_source == "/metrics":
             text = self._metrics_text()
-            found = _kv_from_metrics(text) if text is not None else None
+            found = kv_from_metrics(text) if text is not None else None
             if found is not None:
                 cells = found[0] if found[0] is not None else round(found[1] * info.n_ctx)
         if cells is None:
@@ -933,7 +743,7 @@ class RemoteEngine:
     def restore_state(self, state: KVState) -> int:
         raise UnsupportedRemotelyError(f"a rollback cannot resume instantly: {NO_KV_STATE}")
 
-    def remove(self, start: int, end: int) -> Any:
+    def remove(self, start: int, end: int, *, compact: bool = True) -> KVEdit:
         raise UnsupportedRemotelyError(f"KV positions cannot be removed: {NO_KV_SHIFT}")
 
     def kv_tokens(self) -> list[int]:
@@ -943,130 +753,3 @@ class RemoteEngine:
 @dataclass(frozen=True)
 class _LaneDone:
     lane: int
-
-
-# ----- reading what servers report --------------------------------------------------------------
-
-
-def _same_tokens(local: TiktokenCounter, server: _ServerTokenizer) -> str | None:
-    """Where the local GGUF's encoding and the server's tokenizer disagree, or None. Special
-    tokens are parsed on both sides: servers parse them in the text of a prompt (llama-cpp-
-    python's cannot do otherwise), so that is what a prompt sent as text becomes."""
-    text = probe_text()
-    for piece in [*text.splitlines(keepends=True)[:40], text]:
-        mine, theirs = local.encode_special(piece), server.encode(piece, True)
-        if mine != theirs:
-            return f"on {piece[:40]!r}: {mine[:12]} here, {theirs[:12]} on the server"
-    return None
-
-
-def _positive_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _identify(props: Any, entry: dict[str, Any]
-              ) -> tuple[str, int | None, str, int | None, str | None]:  # fmt: skip
-    """(kind, n_ctx, its source, parallel slots, chat template) from /props and the model's
-    /v1/models entry."""
-    if isinstance(props, dict) and isinstance(props.get("default_generation_settings"), dict):
-        settings = props["default_generation_settings"]
-        n_ctx = _positive_int(settings.get("n_ctx"))
-        template = props.get("chat_template")
-        return ("llama-server", n_ctx, "/props", _positive_int(props.get("total_slots")),
-                template if isinstance(template, str) and template else None)  # fmt: skip
-    max_len = _positive_int(entry.get("max_model_len"))
-    if max_len is not None:
-        return "vllm", max_len, "/v1/models max_model_len", None, None
-    return "openai-compatible", None, "", None, None
-
-
-def _n_ctx_train(entry: dict[str, Any]) -> int | None:
-    meta = entry.get("meta")
-    if isinstance(meta, dict) and _positive_int(meta.get("n_ctx_train")):
-        return int(meta["n_ctx_train"])
-    return None
-
-
-def _kv_from_slots(slots: Any) -> int | None:
-    """Cells in use over every slot, from llama-server's /slots (``n_past`` per slot, or the
-    prompt and decoded counts of newer versions)."""
-    if not isinstance(slots, list):
-        return None
-    total, seen = 0, False
-    for slot in slots:
-        if not isinstance(slot, dict):
-            continue
-        if isinstance(slot.get("n_past"), int):
-            total += max(0, slot["n_past"])
-            seen = True
-            continue
-        prompt = slot.get("n_prompt_tokens") or slot.get("n_prompt_tokens_processed")
-        nxt = slot.get("next_token")
-        decoded = (
-            nxt[0].get("n_decoded")
-            if isinstance(nxt, list) and nxt
-            else (nxt.get("n_decoded") if isinstance(nxt, dict) else None)
-        )
-        if isinstance(prompt, int) or isinstance(decoded, int):
-            total += int(prompt or 0) + int(decoded or 0)
-            seen = True
-    return total if seen else None
-
-
-_METRIC = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})?\s+([-+\d.eE]+|NaN)\s*$", re.MULTILINE)
-_KV_TOKENS = ("llamacpp:kv_cache_tokens",)
-_KV_RATIO = ("llamacpp:kv_cache_usage_ratio", "vllm:kv_cache_usage_perc",
-             "vllm:gpu_cache_usage_perc")  # fmt: skip
-
-
-def _kv_from_metrics(text: str) -> tuple[int | None, float] | None:
-    """(cells used, share of the cache in use) from Prometheus text, or None without either."""
-    values: dict[str, float] = {}
-    for name, value in _METRIC.findall(text):
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        if math.isnan(number):  # nothing measured yet
-            continue
-        # one line per label set (model, engine): tokens add up, a share is the fullest one's
-        values[name] = (
-            values.get(name, 0.0) + number
-            if name in _KV_TOKENS
-            else max(values.get(name, 0.0), number)
-        )
-    tokens = next((values[n] for n in _KV_TOKENS if n in values), None)
-    ratio = next((values[n] for n in _KV_RATIO if n in values), None)
-    if tokens is None and ratio is None:
-        return None
-    return (int(tokens) if tokens is not None else None, float(ratio or 0.0))
-
-
-def _overflow(exc: ServerError, body: dict[str, Any]) -> ContextOverflowError | None:
-    """The server's "prompt too long" as the engine's own refusal, with its numbers."""
-    error = exc.body.get("error") if isinstance(exc.body, dict) else None
-    if isinstance(error, dict):
-        n_ctx, n_prompt = error.get("n_ctx"), error.get("n_prompt_tokens")
-        if isinstance(n_ctx, int) and isinstance(n_prompt, int):
-            return ContextOverflowError(n_prompt, n_ctx, int(body.get("max_tokens") or 0))
-    text = str(exc)
-    limit = _CONTEXT_LIMIT.search(text)
-    if exc.status == 400 and limit:
-        prompt = _PROMPT_SIZE.search(text)
-        n_prompt = int(prompt.group(1)) if prompt else len(body.get("prompt") or ())
-        return ContextOverflowError(n_prompt, int(limit.group(1)), int(body.get("max_tokens") or 0))
-    return None
-
-
-def describe(info: ServerInfo) -> list[str]:
-    """Lines for people: what the server is and where each figure comes from."""
-    lines = [
-        f"server: {info.url} ({info.kind}), model {info.model}",
-        f"context: {info.n_ctx:,} tokens ({info.n_ctx_source})",
-        f"token counts: {info.tokenizer}" + ("" if info.exact_counts else " — estimates"),
-        f"chat template: {info.chat_template or 'none: prompts are plain text'}",
-        f"parallel slots: {info.slots if info.slots else NOT_REPORTED}",
-        f"KV figures: {info.kv_figures()}",
-    ]
-    lines += [f"not available remotely: {reason}" for reason in info.unsupported.values()]
-    return lines

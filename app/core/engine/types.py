@@ -283,7 +283,7 @@ class KVEdit:
     reevaluated: int  # of those, how many had to be evaluated again
     seconds: float
     n_past: int
-    compacted: bool = False  # the cells moved to the front of the cache (see child.Engine.remove)
+    compacted: bool = False  # the cells moved to the front of the cache (Compaction.remove)
 
 
 # ----- streamed generation events -----

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from app.core.engine.api import Engine
 from app.core.engine.types import GenerationStats, KVUsage
 from app.core.jobs.ring import Ring, Segment, SegmentKind
 
@@ -34,41 +35,11 @@ Span = tuple[int, int]
 MAX_FINDINGS = 200  # a broken job repeats one mistake thousands of times: keep the first ones
 
 
-class Tokenizes(Protocol):
-    def tokenize(
-        self,
-        text: str,
-        *,
-        add_special: bool = ...,
-        parse_special: bool = ...,
-        continuation: bool = ...,
-    ) -> list[int]: ...
-
-
-def chunk_tokens(engine: Tokenizes, text: str) -> list[int]:
+def chunk_tokens(engine: Engine, text: str) -> list[int]:
     """A document chunk's tokens as the jobs lay it in a prompt: on its own, no special token
     parsed, and as a continuation (without the space a Llama 2 / Mistral style vocabulary puts
     before a text's start). The jobs tokenize chunks with it; the audit checks them against it."""
     return list(engine.tokenize(text, add_special=False, parse_special=False, continuation=True))
-
-
-class AuditedEngine(Protocol):
-    """What the audit reads from the engine (the engine host has all of it)."""
-
-    def kv_tokens(self) -> list[int]: ...
-
-    def kv_usage(self) -> KVUsage: ...
-
-    def tokenize(
-        self,
-        text: str,
-        *,
-        add_special: bool = ...,
-        parse_special: bool = ...,
-        continuation: bool = ...,
-    ) -> list[int]: ...
-
-    def detokenize(self, tokens: Sequence[int], *, special: bool = ...) -> str: ...
 
 
 class AuditFailed(AssertionError):
@@ -147,7 +118,7 @@ class _Job:
 class Audit:
     """Checks jobs as they run, on the real engine; collect :attr:`findings`, or raise."""
 
-    def __init__(self, engine: AuditedEngine, *, exact_counts: bool = False) -> None:
+    def __init__(self, engine: Engine, *, exact_counts: bool = False) -> None:
         """``exact_counts``: the jobs plan with this model's own tokenizer, so every chunk's
         planned token count must equal what the model evaluated."""
         self.engine = engine

@@ -252,14 +252,15 @@ Event = (
 )  # fmt: skip
 
 
-class CancelToken:
-    """Set from any thread; the job stops at its next step (the engine is cancelled separately)."""
+@dataclass(frozen=True)
+class StrategyStarted:
+    """A job of several strategies (compare) starts the next one."""
 
-    def __init__(self) -> None:
-        self._set = False
+    strategy: str
 
-    def set(self) -> None:
-        self._set = True
 
-    def is_set(self) -> bool:
-        return self._set
+@dataclass(frozen=True)
+class StrategiesFinished:
+    """Every strategy of the job has finished: their results, in order."""
+
+    results: tuple[JobResult, ...]

@@ -21,6 +21,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.core.engine.api import Engine
 from app.core.jobs.audit import Audit, LaidSegment, chunk_tokens
 from app.core.jobs.events import (
     ChunkEvicted,
@@ -47,9 +48,9 @@ class Framed(Protocol):
 
 
 class RingSession(Protocol):
-    """What the stream needs from a job's session (``app.core.jobs.tasks._Session``)."""
+    """What the stream needs from a job's call runner (``app.core.jobs.call_runner.CallRunner``)."""
 
-    engine: Any
+    engine: Engine
     ring: Ring
     result: JobResult
     audit: Audit | None
@@ -80,7 +81,7 @@ class _Piece:
     source: Span | None
 
 
-def shift_refusal(engine: Any) -> str | None:
+def shift_refusal(engine: Engine) -> str | None:
     """Why ``engine``'s cache cannot stream a document (None: it can)."""
     if not callable(getattr(engine, "remove", None)):
         return "this engine cannot remove positions from its KV cache"

@@ -1,0 +1,196 @@
+"""llama.cpp behind a small, explicit API, in the engine child (:class:`LlamaEngine`).
+
+The engine is put together from its parts, each a module: what they share (the model, the
+cache's tokens, the log, cancel, decoding: ``llama_base.py``), the vocabulary and chat template
+(``vocabulary.py``), the KV state saved and restored (``kv_state_io.py``), removals and
+compaction (``compaction.py``), replies (``generation.py``). Here: loading a model, evaluating
+tokens, clearing the cache. Each public method is one request of the parent (``child.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gguf.constants import GGMLQuantizationType
+from jinja2 import TemplateError
+
+from app.core.engine.decoding import DecodeCancelled, ThreadPilot
+from app.core.engine.generation import Generation
+from app.core.engine.gguf import BASE_MODEL_NOTE, base_model_reason
+from app.core.engine.kv_alloc import parse_kv_log
+from app.core.engine.llama_base import plain_reason
+from app.core.engine.template_check import template_problem
+from app.core.engine.threads import ThreadGovernor
+from app.core.engine.types import (
+    CancelledError,
+    EngineCapabilities,
+    EvalResult,
+    LoadedModel,
+    LoadSettings,
+    ModelLoadError,
+)
+from app.core.engine.vocabulary import Vocabulary
+
+
+def build_capabilities(lc: Any) -> EngineCapabilities:
+    """What this llama.cpp build is and can do, read from the loaded ``llama_cpp`` module."""
+    return EngineCapabilities(
+        llama_cpp_python_version=lc.__version__,
+        system_info=lc.llama_print_system_info().decode("utf-8", "replace").strip(),
+        gpu_offload_supported=bool(lc.llama_supports_gpu_offload()),
+        pid=os.getpid(),
+    )
+
+
+class LlamaEngine(Vocabulary, Generation):
+    """llama.cpp behind a small, explicit API; lives only in the child process."""
+
+    # ----- operations (each is one request from the parent) -----
+
+    def capabilities(self) -> EngineCapabilities:
+        return build_capabilities(self._lc)
+
+    def load(self, path: str, settings: LoadSettings) -> LoadedModel:
+        settings.validate()
+        self.unload()
+        self.tokenizer_path = path
+        lc = self._lc
+        warnings: list[str] = []
+        offload = bool(lc.llama_supports_gpu_offload())
+        n_gpu_layers = settings.n_gpu_layers
+        if n_gpu_layers and not offload:
+            warnings.append(
+                "this llama.cpp build cannot offload to a GPU; every layer runs on the CPU"
+            )
+            n_gpu_layers = 0
+        cache_type = int(GGMLQuantizationType[settings.kv_cache_type.upper()])
+        n_threads_batch = settings.n_threads_batch or settings.n_threads
+        self.log.clear()
+        self.kv_log.clear()
+        self.first_error = ""
+        t0 = time.perf_counter()
+        try:
+            from llama_cpp import Llama  # noqa: PLC0415 (llama.cpp: engine process only)
+
+            self._loading = True
+            self.llm = Llama(
+                model_path=path,
+                n_ctx=settings.n_ctx,
+                n_batch=min(settings.n_batch, settings.n_ctx),
+                n_ubatch=min(settings.n_ubatch, settings.n_batch, settings.n_ctx),
+                n_threads=settings.n_threads,
+                n_threads_batch=n_threads_batch,
+                n_gpu_layers=n_gpu_layers,
+                type_k=cache_type,
+                type_v=cache_type,
+                flash_attn=settings.flash_attn,
+                seed=settings.seed,
+                # llama.cpp's default, said here because the app relies on it: sliding-window
+                # layers keep every position, so prefix reuse, rollback and the ring's shifts
+                # work on them as on any layer (and ModelInfo.kv_bytes_per_token counts them).
+                swa_full=True,
+                verbose=False,
+            )
+        except CancelledError:  # while the chat templates were checked
+            self.llm = None
+            raise CancelledError("loading cancelled") from None
+        except (ValueError, RuntimeError, OSError, TemplateError) as exc:
+            self.llm = None
+            said = self.first_error or next(
+                (ln for ln in reversed(self.log) if "error" in ln.lower()), ""
+            )
+            reason = plain_reason(said or str(exc))
+            # llama-cpp-python compiles the chat template while loading.
+            if isinstance(exc, TemplateError):
+                first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+                reason = f"its chat template is not valid Jinja ({plain_reason(first_line, 200)})"
+            elif isinstance(exc, RecursionError):
+                reason = "its chat template is nested too deeply to compile"
+            raise ModelLoadError(f"llama.cpp could not load {os.path.basename(path)}: {reason}") \
+                from None  # fmt: skip
+        finally:
+            self._loading = False
+        self._install_log_capture()  # Llama() may have replaced the global log callback
+        load_s = time.perf_counter() - t0
+        self.settings = settings
+        governor = ThreadGovernor(max(settings.n_threads, n_threads_batch), self._meter,
+                                  adaptive=settings.adapt_threads)  # fmt: skip
+        self._pilot = ThreadPilot(lc, governor, settings.n_threads, n_threads_batch)
+        self.tokens = []
+        n_ctx_train = self.llm._model.n_ctx_train()
+        if settings.n_ctx > n_ctx_train:
+            warnings.append(
+                f"n_ctx {settings.n_ctx:,} is larger than the {n_ctx_train:,} tokens the model "
+                "was trained on; quality may drop past that point"
+            )
+        try:
+            unusable = template_problem(self.llm.metadata, self.apply_chat_template)
+        except CancelledError:
+            self.unload()
+            raise CancelledError("loading cancelled") from None
+        if unusable:
+            warnings.append(
+                f"the model's chat template cannot be used ({unusable}); prompts are sent "
+                "without it"
+            )
+        can_shift = bool(lc.llama_memory_can_shift(self._mem))
+        if not can_shift:
+            warnings.append(
+                "llama.cpp cannot shift this model's KV cache: dropping text from the start of "
+                "the context re-evaluates what follows instead"
+            )
+        base_reason = base_model_reason(self.llm.metadata) or ""
+        if base_reason:
+            warnings.append(f"{BASE_MODEL_NOTE} ({base_reason})")
+        return LoadedModel(
+            path=path,
+            n_ctx=self.llm.n_ctx(),
+            n_ctx_train=n_ctx_train,
+            n_vocab=self.llm.n_vocab(),
+            n_threads=settings.n_threads,
+            n_threads_batch=n_threads_batch,
+            n_gpu_layers=n_gpu_layers,
+            gpu_offload_supported=offload,
+            kv_cache_type=settings.kv_cache_type,
+            flash_attn=settings.flash_attn,
+            load_seconds=load_s,
+            warnings=tuple(warnings),
+            kv_caches=parse_kv_log(self.kv_log),
+            can_shift=can_shift,
+            sliding_window=int(lc.llama_model_n_swa(self.llm.model)),
+            swa_full=bool(self.llm.context_params.swa_full),
+            is_base_model=bool(base_reason),
+            base_model_reason=base_reason,
+        )
+
+    def evaluate(self, tokens: Sequence[int]) -> EvalResult:
+        self._check_ids(tokens)
+        t0 = time.perf_counter()
+        try:
+            self._decode(tokens, abortable=True, prompt=True)
+        except DecodeCancelled:
+            raise CancelledError("evaluation cancelled") from None
+        return EvalResult(len(tokens), len(self.tokens), time.perf_counter() - t0)
+
+    def reset(self) -> None:
+        self._require()
+        self._lc.llama_memory_clear(self._mem, True)
+        self.tokens = []
+
+
+    # ----- fault injection (tests of crash isolation use this; nothing else does) -----
+
+    def crash(self, kind: str) -> None:
+        if kind == "segfault":
+            ctypes.string_at(0)
+        elif kind == "abort":
+            os.abort()
+        elif kind == "illegal-instruction":
+            os.kill(os.getpid(), signal.SIGILL)
+        raise ValueError(f"unknown crash kind {kind!r}")
+
