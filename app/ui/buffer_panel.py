@@ -28,19 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import (
-    QModelIndex,
-    Qt,
-    QUrl,
-    Signal,
-)
-from PySide6.QtGui import (
-    QFont,
-    QPalette,
-    QPixmap,
-    QTextCharFormat,
-    QTextCursor,
-)
+from PySide6.QtCore import QModelIndex, Qt, QUrl, Signal
+from PySide6.QtGui import QFont, QPalette, QPixmap, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGridLayout,
