@@ -128,5 +128,5 @@ def test_without_a_fast_form_llama_counts_long_text_in_exact_parallel_pieces(
     assert isinstance(counter, T.LlamaCounter) and counter._cut is not None
     parts = corpus(seed=6)
     text = parts["code"][:150_000] + parts["english"][:120_000] + parts["chinese"][:20_000]
-    assert len(text) > T._PARALLEL_CHARS
+    assert len(text) > T.PARALLEL_CHARS
     assert counter.encode(text) == host.tokenize(text, add_special=False)

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import gguf
 import pytest
+import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core import tokens as T
 from app.core.textutil import scrub
+from app.core.vocab_tokenizer import workers
 from tests.core.token_corpus import corpus, utf8_size
 
 
@@ -42,7 +44,7 @@ def test_long_texts_are_split_only_where_tokens_cannot_change(
     for spaces in (True, False):
         pieces = T.split_at_safe_points(text, spaces)
         assert "".join(pieces) == text
-        assert len(pieces) > 1 or T.workers() < 2
+        assert len(pieces) > 1 or workers() < 2
     ref = llama(text, False)
     assert fast.encode(text) == ref and fast.count(text) == len(ref)
     cl = T.cl100k()
@@ -98,7 +100,7 @@ def test_verify_passes_for_the_right_pattern_and_catches_a_wrong_one(
 ) -> None:
     assert T.verify(fast, llama) is None
     wrong = T.TiktokenCounter(
-        T.tiktoken.Encoding(
+        tiktoken.Encoding(
             name="wrong-pre-tokenizer",
             pat_str=T.PRE_TOKENIZERS["gpt2"][0],  # GPT-2 without SmolLM's digit split
             mergeable_ranks=fast.encoding._mergeable_ranks,

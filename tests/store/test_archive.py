@@ -12,6 +12,7 @@ import warnings
 import zipfile
 import zlib
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from sqlalchemy import func, select
 
 from app.core.documents import document_from_text
 from app.core.jobs.tasks import JobResult, OutputSpan
-from app.store import archive
+from app.store import archive, archive_export, archive_validation
 from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import unpack
 from app.store.models import Base, DocumentText, KVStateRow, PromptVersion, Session
@@ -218,7 +219,7 @@ def test_unknown_or_deleted_session_and_folder_target(tmp_path: Path, repo: Repo
         export_session(repo, 42, tmp_path / "a.ctxlens")
     assert not (tmp_path / "a.ctxlens").exists()
     sid = repo.create_session("gone")
-    repo.write(lambda s: setattr(s.get(archive.Session, sid), "deleted", archive.datetime.now()))
+    repo.write(lambda s: setattr(s.get(archive.Session, sid), "deleted", datetime.now()))
     with pytest.raises(ArchiveError, match=f"no session {sid}"):
         export_session(repo, sid, tmp_path / "a.ctxlens")
     live = repo.create_session("live")
@@ -236,7 +237,7 @@ def test_an_interrupted_export_leaves_the_old_file_and_no_temporary(
     folder.mkdir()
     target = folder / "s.ctxlens"
     target.write_bytes(b"the earlier export")
-    real_put = archive._put_member
+    real_put = archive_export._put_member
     calls = []
 
     def failing_put(*args: Any, **kwargs: Any) -> None:
@@ -249,7 +250,7 @@ def test_an_interrupted_export_leaves_the_old_file_and_no_temporary(
         raise OSError(5, "Input/output error")
 
     if where == "second member":
-        monkeypatch.setattr(archive, "_put_member", failing_put)
+        monkeypatch.setattr(archive_export, "_put_member", failing_put)
     elif where == "fsync":
         monkeypatch.setattr(archive.os, "fsync", fail)
     else:
@@ -305,7 +306,7 @@ def test_export_progress_is_steady_chunked_and_ends_at_total(
     tmp_path: Path, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sid = populate(repo)
-    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    monkeypatch.setattr(archive_export, "CHUNK", SMALL_CHUNK)
     rec = Recorder()
     export_session(repo, sid, tmp_path / "p.ctxlens", include_kv=True, progress=rec)
     assert_steady(rec.calls)
@@ -319,7 +320,7 @@ def test_import_progress_is_steady_and_counts_the_insert(
 ) -> None:  # fmt: skip
     target = tmp_path / "p.ctxlens"
     export_session(repo, populate(repo), target, include_kv=True)
-    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    monkeypatch.setattr(archive_validation, "CHUNK", SMALL_CHUNK)
     rec = Recorder()
     got = import_session(open_repo("y.db"), target, progress=rec)
     assert got.kv_states == 1
@@ -344,7 +345,7 @@ def test_a_cancelled_export_writes_nothing(
     tmp_path: Path, repo: Repository, monkeypatch: pytest.MonkeyPatch, point: str, earlier: bool
 ) -> None:
     sid = populate(repo)
-    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    monkeypatch.setattr(archive_export, "CHUNK", SMALL_CHUNK)
     calls = export_calls(repo, sid, tmp_path)
     at = {"before": None, "first": 0, "middle": len(calls) // 2, "last": len(calls) - 1}[point]
     assert point != "middle" or 0 < calls[at][0] < calls[at][1]
@@ -383,7 +384,7 @@ def test_a_cancelled_import_adds_nothing(
     source = tmp_path / "in.ctxlens"
     export_session(repo, populate(repo), source, include_kv=True)
     source_bytes = source.read_bytes()
-    monkeypatch.setattr(archive, "CHUNK", SMALL_CHUNK)
+    monkeypatch.setattr(archive_validation, "CHUNK", SMALL_CHUNK)
     dry = Recorder()
     import_session(open_repo("dry.db"), source, progress=dry)
     middle = next(i for i, (d, t) in enumerate(dry.calls) if d > t // 4)  # among the reads
@@ -664,11 +665,11 @@ def test_oversized_member_against_a_small_cap(
 ) -> None:
     bad = tmp_path / "big.ctxlens"
     bad.write_bytes(good.data)
-    monkeypatch.setattr(archive, "MAX_DOCUMENT_BYTES", 100)
+    monkeypatch.setattr(archive_validation, "MAX_DOCUMENT_BYTES", 100)
     before = fingerprint(repo)
     with pytest.raises(ArchiveError, match=r"too large to import \('document.txt'"):
         import_session(repo, bad)
-    monkeypatch.setattr(archive, "MAX_MEMBERS", 3)
+    monkeypatch.setattr(archive_validation, "MAX_MEMBERS", 3)
     with pytest.raises(ArchiveError, match="too many members"):
         import_session(repo, bad)
     assert fingerprint(repo) == before

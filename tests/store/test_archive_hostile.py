@@ -39,7 +39,7 @@ from sqlalchemy import func, select
 from app.core.documents import document_from_text
 from app.core.engine.host import EngineHost
 from app.core.engine.types import KVState, LoadSettings
-from app.store import archive
+from app.store import archive, archive_validation
 from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
 from app.store.blobs import pack, pack_tokens, unpack
 from app.store.db import open_database
@@ -165,7 +165,7 @@ def json_bomb(good: Good) -> bytes:
     chunk = b"".join(units)
     head, tail = json.dumps(good.body()).encode().split(b'"plan": {', 1)
     head += b'"plan": {"x": ['
-    n = (archive.MAX_SESSION_JSON_BYTES - len(head) - len(tail) - 64) // len(chunk)
+    n = (archive_validation.MAX_SESSION_JSON_BYTES - len(head) - len(tail) - 64) // len(chunk)
     return bomb_archive(good, {"session.json": repeated(chunk, n, head, b"0], " + tail)})
 
 
@@ -260,7 +260,7 @@ def test_a_json_member_too_costly_to_parse_is_refused_by_its_estimate(
     def flat_objects(body: dict[str, Any]) -> None:
         body["runs"][0]["plan"]["x"] = [{}] * 30_000
 
-    monkeypatch.setattr(archive, "MAX_PARSE_BYTES", 4 * MIB)
+    monkeypatch.setattr(archive_validation, "MAX_PARSE_BYTES", 4 * MIB)
     message = import_refused(victim, tmp_path, good.with_body(flat_objects), "too intricate")
     assert "at most 4 MiB" in message
 
@@ -274,7 +274,7 @@ def test_a_full_disk_while_spooling_is_one_sentence(
     def full(self: Any, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(archive._Packer, "write", full)
+    monkeypatch.setattr(archive_validation._Packer, "write", full)
     message = import_refused(victim, tmp_path, good.rebuilt({}), "could not be imported")
     assert (
         message == "bad.ctxlens could not be imported (No space left on device); nothing was added."
