@@ -77,7 +77,8 @@ class _ReportingEngine:
         return "<s>" + "".join(str(m["content"]) for m in messages) + "</s>"
 
     def kv_usage(self) -> KVUsage:
-        return KVUsage(N_CTX, self.held, 0, self.held - 1, self.held * 100, True)
+        # a cache that cannot move positions (it has no removal): rolling re-prompts each window
+        return KVUsage(N_CTX, self.held, 0, self.held - 1, self.held * 100, False)
 
     def generate(self, prompt: Sequence[int], **_kw: Any) -> Iterator[Any]:
         n = len(prompt)
