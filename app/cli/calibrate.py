@@ -30,10 +30,10 @@ from app.core.engine.types import DEFAULT_N_CTX
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from app.core.calibrate import CalibrationCancelled, cached, calibrate, machine_key
+    from app.core.calibrate import CalibrationCancelled
     from app.core.default_model import sha256_of
-    from app.core.engine.host import EngineHost
     from app.core.engine.types import EngineError, LoadSettings
+    from app.services.calibration import calibrate_model
 
     try:
         model = model_path_or_default(args.model)
@@ -51,11 +51,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               flush=True)  # fmt: skip
 
     try:
-        with sigint_cancels(stop), EngineHost() as host:
-            machine = machine_key(host.start())
-            was_cached = not args.fresh and cached(sha, machine, base.kv_cache_type) is not None
-            result = calibrate(host, Path(model), sha, base, progress=progress,
-                               cancelled=stop.is_set, use_cache=not args.fresh)  # fmt: skip
+        with sigint_cancels(stop):
+            result, was_cached = calibrate_model(
+                Path(model), sha, base, progress=progress, cancelled=stop.is_set,
+                fresh=args.fresh)  # fmt: skip
     except (CalibrationCancelled, KeyboardInterrupt):  # a second Ctrl+C does not wait
         return fail(EXIT_CANCELLED, "cancelled", args.json)
     except (EngineError, ValueError) as exc:

@@ -49,18 +49,14 @@ def _exact_counter(model: Path, *, continuation: bool = True) -> Iterator[Any]:
     """The exact counter for ``model``, with the engine host it was checked against (which holds
     only the vocabulary: no weights are read to count). ``continuation``: count texts as the
     jobs put them into a prompt (tokens.host_counter), else each as a whole text."""
-    from app.core.engine.gguf import GGUFError
-    from app.core.engine.host import EngineHost
-    from app.core.engine.types import EngineError
-    from app.core.tokens import host_counter
+    from app.services.errors import BadRequest
+    from app.services.local_engine import exact_counter
 
     with ExitStack() as stack:
-        host = stack.enter_context(EngineHost())
         try:
-            host.load_vocab(model)
-            counter = host_counter(model, host, continuation=continuation)
-        except (GGUFError, EngineError, ValueError) as exc:
-            raise BadInput(f"cannot count with {model.name}: {exc}") from None
+            counter = stack.enter_context(exact_counter(model, continuation=continuation))
+        except BadRequest as exc:
+            raise BadInput(str(exc)) from None
         yield counter  # the host stays up: a counter that falls back to llama.cpp needs it
 
 

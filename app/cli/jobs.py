@@ -93,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.model:
             model_path_or_default(args.model)  # a --model that is not there: said now
         from app.services import versions  # the store: only once the input is good
-        from app.store.db import StoreError
+        from app.services.history import StoreError
 
         versions.check_writable(db_path(args.db))  # now, not after a run it could not record
         target = _target(args, doc)

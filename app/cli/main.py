@@ -204,7 +204,6 @@ def _read_prompt(args: argparse.Namespace) -> str:
 def cmd_generate(args: argparse.Namespace) -> int:
     from app.cli.engine import check_remote_args, connect_remote
     from app.core.engine.chat_template import ChatTemplateError
-    from app.core.engine.host import EngineHost
     from app.core.engine.types import (
         ContextOverflowError,
         EngineCrashedError,
@@ -215,6 +214,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         TextDelta,
         ThreadsChanged,
     )
+    from app.services.local_engine import local_engine
 
     out: TextIO = sys.stdout
     try:
@@ -249,7 +249,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 watch(host)
                 warnings, has_template = host.info.warnings, bool(host.info.chat_template)
             else:
-                host = stack.enter_context(EngineHost())
+                host = stack.enter_context(local_engine())
                 watch(host)
                 loaded = host.load(model_path, settings)
                 warnings = loaded.warnings  # a context past the training one, no GPU offload

@@ -54,9 +54,7 @@ def history(db_arg: str | None) -> Iterator[Any]:
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
-    from app.store.archive import ArchiveError
-    from app.store.db import StoreError
-    from app.store.repository import RepositoryError
+    from app.services.history import ArchiveError, RepositoryError, StoreError
 
     try:
         with history(args.db) as opened:
@@ -66,7 +64,7 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
 
 
 def _act(repo: Any, args: argparse.Namespace) -> int:
-    from app.store.archive import export_session, import_session
+    from app.services.history import export_session, import_session
 
     if args.action == "list":
         if args.session is not None:
@@ -91,7 +89,7 @@ def _act(repo: Any, args: argparse.Namespace) -> int:
         if len(args.args) != 2:
             raise BadInput("export needs a session id and a file: export SESSION FILE")
         [session] = _ids(args.args[:1], 1)
-        done = export_session(repo, session, Path(args.args[1]), include_kv=args.kv)
+        done = export_session(repo, session, Path(args.args[1]), include_kv=args.kv).summary
         _report({"type": "exported", "path": str(done.path), "versions": done.versions,
                  "runs": done.runs, "kv_states": done.kv_states, "bytes": done.bytes},
                 f"session {session} written to {done.path} ({done.versions} versions, "
@@ -156,8 +154,9 @@ def _count(n: int, noun: str) -> str:
 def _import(repo: Any, path: Path, import_session: Any) -> Any:
     """Import ``path`` on a helper thread, so that Ctrl-C cancels it properly: the rows being
     written are rolled back and nothing is added (None), instead of the interrupt leaving the
-    store's writer to finish the import unasked. Errors come back as they were raised."""
-    from app.store.archive import ArchiveCancelled
+    store's writer to finish the import unasked. Errors come back as they were raised; else the
+    import's summary."""
+    from app.services.history import ArchiveCancelled
 
     cancel = threading.Event()
     finished = threading.Event()  # waited on, not join(): an interrupted join() can leave
@@ -165,7 +164,7 @@ def _import(repo: Any, path: Path, import_session: Any) -> Any:
 
     def work() -> None:
         try:
-            outcome["done"] = import_session(repo, path, cancel=cancel)
+            outcome["done"] = import_session(repo, path, cancel=cancel).summary
         except BaseException as exc:  # handed to the main thread below
             outcome["error"] = exc
         finally:
@@ -201,10 +200,11 @@ def _ids(values: list[str], n: int) -> list[int]:
 def _rollback(repo: Any, args: argparse.Namespace) -> int:
     from app.core.default_model import sha256_of
     from app.services import versions
+    from app.services.history import rollback
 
     [old_id] = _ids(args.args, 1)
     if not args.resume:
-        v = repo.rollback(old_id)
+        v = rollback(repo, old_id).version
         print(json.dumps(v.as_dict()) if args.json else f"new version #{v.id} (v{v.number})")
         return EXIT_OK
     old = repo.get_version(old_id)
@@ -218,7 +218,7 @@ def _rollback(repo: Any, args: argparse.Namespace) -> int:
             f"version {old_id} has no saved KV state for {model.name} "
             "(run it with --keep-kv to save one); nothing was changed"
         )
-    new = repo.rollback(old_id)
+    new = rollback(repo, old_id).version
     result, code = _resume(spec, args.json)
     if result is not None:
         versions.record_resumed(repo, new, result)

@@ -5,6 +5,7 @@ a small machine. Run on the engine that holds the person's model, it kept that m
 them until it ended. Here it runs on an engine child of its own, so the model the person uses
 stays loaded (with safe settings) and the result is offered when it is ready; the caller decides
 when the trials may run (``cancelled`` may wait) and says when other work disturbed one.
+``contextlens-cli calibrate`` measures the same way, with the cache (:func:`calibrate_model`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from app.core.calibrate import PROMPT_SHARE, Calibration, calibrate
+from app.core.calibrate import PROMPT_SHARE, Calibration, cached, calibrate, machine_key
 from app.core.engine.host import EngineHost
 from app.core.engine.types import LoadSettings
 
@@ -44,3 +45,24 @@ def calibrate_apart(
             started(host)
         return calibrate(host, model, model_sha256, base, trials=trials, progress=progress,
                          cancelled=cancelled, use_cache=False, disturbed=disturbed)  # fmt: skip
+
+
+def calibrate_model(
+    model: Path,
+    model_sha256: str,
+    base: LoadSettings,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+    fresh: bool = False,
+) -> tuple[Calibration, bool]:
+    """The fastest settings for ``model`` on this machine, measured on an engine child of its own
+    (closed after): the cached calibration unless ``fresh``, else each candidate around
+    ``base`` in turn (cached then). Returns it and whether it came from the cache. Raises
+    CalibrationCancelled, EngineError or ValueError (nothing could be measured)."""
+    with EngineHost() as host:
+        machine = machine_key(host.start())
+        was_cached = not fresh and cached(model_sha256, machine, base.kv_cache_type) is not None
+        found = calibrate(host, model, model_sha256, base, progress=progress,
+                          cancelled=cancelled, use_cache=not fresh)  # fmt: skip
+    return found, was_cached

@@ -17,7 +17,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.core.calibrate import CalibrationCancelled, candidates
-from app.core.engine.host import EngineHost
+from app.core.engine.api import Engine
 from app.core.engine.types import EngineError, LoadSettings
 from app.services.calibration import calibrate_apart
 
@@ -52,7 +52,7 @@ class BackgroundCalibration(QObject):
         self._free.set()
         self._lock = threading.Lock()
         self._disturbances = 0  # times other work began (a trial it overlaps is measured again)
-        self._host: EngineHost | None = None
+        self._host: Engine | None = None
         self.job: CalibrationJob | None = None
 
     @property
@@ -123,9 +123,9 @@ class BackgroundCalibration(QObject):
             with self._lock:
                 return self._disturbances != seen[0] or not self._free.is_set()
 
-        mine: list[EngineHost] = []
+        mine: list[Engine] = []
 
-        def started(host: EngineHost) -> None:
+        def started(host: Engine) -> None:
             mine.append(host)
             if not cancel.is_set():
                 self._host = host

@@ -7,8 +7,9 @@ strategy, settings, finish reason and reply, marks the current version (bold: th
 branches from it), opens a version again (double-click or Open), and marks the versions whose KV
 state is saved, because rolling back to those resumes instantly instead of evaluating the whole
 prompt again. Diff, rollback, branch, delete with undo, export and import all go through the
-store API (app.store) on a pool thread; the panel redraws from what the store answers. Export
-and import show their progress and can be cancelled, which leaves everything as it was. A
+history's services (app/services/history.py) on a pool thread; the panel redraws from the
+changes each reports (the version it selects next among them). Export and import show their
+progress and can be cancelled, which leaves everything as it was. A
 read-only database can be browsed and exported, and the actions that would change it say why
 they are off.
 """
@@ -53,14 +54,20 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.core.planning.frame import SUMMARIZE
-from app.store.archive import (
+from app.services import history as ops
+from app.services.history import (  # the archive's two by name: tests hold them mid-way
     ArchiveCancelled,
-    ExportSummary,
-    ImportSummary,
+    Changes,
+    Deleted,
+    Exported,
+    Imported,
+    NewVersion,
+    Repository,
+    Undone,
+    VersionInfo,
     export_session,
     import_session,
 )
-from app.store.repository import Repository, VersionInfo
 from app.ui.background import Progress, run_in_background
 from app.ui.i18n import FollowsLanguage, finish_label, strategy_label, task_label
 from app.ui.widgets import MessageLine, fixed_font
@@ -770,10 +777,11 @@ class HistoryPanel(FollowsLanguage, QWidget):
             return
         old = versions[0]
         repo = self._repo
-        self._background(lambda: repo.rollback(old.id), self._on_rolled_back, old,
+        self._background(lambda: ops.rollback(repo, old.id), self._on_rolled_back, old,
                          self.has_kv(old.id))  # fmt: skip
 
-    def _on_rolled_back(self, old: VersionInfo, has_kv: bool, new: VersionInfo) -> None:
+    def _on_rolled_back(self, old: VersionInfo, has_kv: bool, done: NewVersion) -> None:
+        new = done.version
         text = (
             self.tr("Rolled back to v{0} as v{1}: it resumes instantly from the saved KV state.")
             if has_kv
@@ -781,8 +789,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
                          "will be evaluated again.")
         )  # fmt: skip
         self.message.show_message(text.format(old.number, new.number), error=False)
-        self._select_after = new.id
-        self.refresh()
+        self.apply_changes(done)
         self.rolled_back.emit(new, has_kv)
 
     def branch_selected(self) -> None:
@@ -801,14 +808,15 @@ class HistoryPanel(FollowsLanguage, QWidget):
             return
         old, prompt = dialog.version, dialog.prompt()
         repo = self._repo
-        self._background(lambda: repo.branch(old.id, prompt=prompt), self._on_branched, old)
+        self._background(lambda: ops.branch(repo, old.id, prompt=prompt), self._on_branched,
+                         old)  # fmt: skip
 
-    def _on_branched(self, old: VersionInfo, new: VersionInfo) -> None:
+    def _on_branched(self, old: VersionInfo, done: NewVersion) -> None:
+        new = done.version
         self.message.show_message(
             self.tr("v{0} branched from v{1}.").format(new.number, old.number), error=False
         )
-        self._select_after = new.id
-        self.refresh()
+        self.apply_changes(done)
         self.branched.emit(new)
 
     def delete_selected(self) -> None:
@@ -819,44 +827,35 @@ class HistoryPanel(FollowsLanguage, QWidget):
         if not versions and not sessions:
             return
         repo = self._repo
+        self._background(lambda: ops.delete(repo, versions=versions, sessions=sessions),
+                         self._on_deleted)  # fmt: skip
 
-        def work() -> int:
-            for vid in versions:
-                repo.delete_version(vid)
-            for sid in sessions:
-                repo.delete_session(sid)
-            return len(versions) + len(sessions)
-
-        self._background(work, self._on_deleted)
-
-    def _on_deleted(self, count: int) -> None:
-        self._undoable += count
+    def _on_deleted(self, done: Deleted) -> None:
+        self._undoable += done.undoable
         self.message.show_message(
             self.tr("Deleted {0} item(s); Undo Delete brings them back until you quit.")
-            .format(count),
+            .format(done.undoable),
             error=False,
         )  # fmt: skip
-        self.refresh()
+        self.apply_changes(done)
 
     def undo_delete(self) -> None:
         if self._read_only or self._undoable <= 0:
             return
-        self._background(self._repo.undo_delete, self._on_undone)
+        repo = self._repo
+        self._background(lambda: ops.undo_delete(repo), self._on_undone)
 
-    def _on_undone(self, undone: tuple[str, int] | None) -> None:
-        if undone is None:
+    def _on_undone(self, done: Undone) -> None:
+        if done.kind is None:
             self._undoable = 0
             self.message.show_message(self.tr("Nothing to undo."), error=False)
         else:
             self._undoable = max(0, self._undoable - 1)
-            kind, item = undone
-            what = self.tr("version") if kind == "version" else self.tr("session")
+            what = self.tr("version") if done.kind == "version" else self.tr("session")
             self.message.show_message(
-                self.tr("The {0} #{1} is back.").format(what, item), error=False
+                self.tr("The {0} #{1} is back.").format(what, done.item), error=False
             )
-            if kind == "version":
-                self._select_after = item
-        self.refresh()
+        self.apply_changes(done)
 
     def export_session(self) -> None:
         """Ask for a file, then write the session to it in the background."""
@@ -880,20 +879,21 @@ class HistoryPanel(FollowsLanguage, QWidget):
         repo = self._repo
         wait = self._wait(self.tr("Exporting the session to {0}…").format(path.name))
 
-        def work() -> ExportSummary | None:  # holds plain values only (see _background)
+        def work() -> Exported | None:  # holds plain values only (see _background)
             return _unless_cancelled(lambda: export_session(
                 repo, session_id, path, include_kv=include_kv, progress=wait.report,
                 cancel=wait.cancel))  # fmt: skip
 
         self._background(work, self._on_exported, path, wait=wait)
 
-    def _on_exported(self, path: Path, summary: ExportSummary | None) -> None:
-        if summary is None:
+    def _on_exported(self, path: Path, done: Exported | None) -> None:
+        if done is None:
             self._cancelled(
                 self.tr("Export to {0} cancelled; no file was written and nothing changed.")
                 .format(path.name)
             )  # fmt: skip
             return
+        summary = done.summary
         self.message.show_message(
             self.tr("Exported {0} versions, {1} runs and {2} KV states to {3} "
                     "({4}).").format(
@@ -901,6 +901,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
                 self.locale().formattedDataSize(summary.bytes)),
             error=False,
         )  # fmt: skip
+        self.apply_changes(done)  # none: the history is as it was
         self.exported.emit(summary)
 
     def import_session(self) -> None:
@@ -928,19 +929,20 @@ class HistoryPanel(FollowsLanguage, QWidget):
         repo = self._repo
         wait = self._wait(self.tr("Importing {0}…").format(path.name))
 
-        def work() -> ImportSummary | None:  # holds plain values only (see _background)
+        def work() -> Imported | None:  # holds plain values only (see _background)
             return _unless_cancelled(lambda: import_session(
                 repo, path, progress=wait.report, cancel=wait.cancel))  # fmt: skip
 
         self._background(work, self._on_imported, path, wait=wait)
 
-    def _on_imported(self, path: Path, summary: ImportSummary | None) -> None:
-        if summary is None:
+    def _on_imported(self, path: Path, done: Imported | None) -> None:
+        if done is None:
             self._cancelled(
                 self.tr("Import of {0} cancelled; nothing changed in the history.")
                 .format(path.name)
             )  # fmt: skip
             return
+        summary = done.summary
         self.message.show_message(
             self.tr("Imported {0} as session #{1}: {2} versions, {3} runs, {4} KV states.")
             .format(path.name, summary.session_id, summary.versions, summary.runs,
@@ -948,8 +950,17 @@ class HistoryPanel(FollowsLanguage, QWidget):
             error=False,
         )  # fmt: skip
         self._session_id = summary.session_id  # show what came in
-        self.refresh()
+        self.apply_changes(done)
         self.imported.emit(summary)
+
+    def apply_changes(self, changes: Changes) -> None:
+        """Redraw after an operation from what it says it changed: the version it selects
+        next, and a new read when anything shown changed (every session's size is shown in
+        the session list, so any change is)."""
+        if changes.select is not None:
+            self._select_after = changes.select
+        if changes.changed:
+            self.refresh()
 
     def _cancelled(self, text: str) -> None:
         self.message.show_message(text, error=False)

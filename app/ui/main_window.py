@@ -35,9 +35,9 @@ from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel
 from app.core.jobs.events import JobFinished
 from app.core.paths import models_dir
 from app.core.planning.plan import Plan
+from app.services.errors import BadRequest
+from app.services.history import History, Repository, VersionInfo, open_history
 from app.services.versions import OpenedVersion
-from app.store.db import Database, StoreError, open_database
-from app.store.repository import Repository, VersionInfo
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import MAX_PANES, CompareView
 from app.ui.document_view import DocumentView
@@ -109,15 +109,15 @@ class MainWindow(FollowsLanguage, QMainWindow):
     # ----- building -----
 
     def _open_store(self, db_path: Path | None) -> None:
-        self.db: Database | None = None
+        self.store: History | None = None
         self.repo: Repository | None = None
         try:
-            self.db = open_database(db_path)
-        except StoreError as exc:
+            self.store = open_history(db_path)
+        except BadRequest as exc:
             self._store_problem = str(exc)
             return
-        self._store_problem = self.db.notice or ""
-        self.repo = Repository(self.db)
+        self._store_problem = self.store.notice
+        self.repo = self.store.repo
 
     def _build_panels(self) -> None:
         self.document_view = DocumentView()
@@ -592,10 +592,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self.settings.setValue(f"splitters/{splitter.objectName()}", splitter.saveState())
         self.gauges.stop()
         self.session.close()  # the file being read, the engine, the planning child
-        if self.repo is not None:
-            self.repo.close()
-        if self.db is not None:
-            self.db.close()
+        if self.store is not None:
+            self.store.close()  # deletions made final, then the database closed
         super().closeEvent(event)
         if event.isAccepted():
             self.closed.emit()

@@ -41,9 +41,9 @@ from app.core.sampling import from_version
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.services import versions, workbench
 from app.services.engine_session import ServerSpec
+from app.services.history import Repository, VersionInfo
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.workbench import JobChoices, StartedJob
-from app.store.repository import Repository, VersionInfo
 from app.ui.background import run_in_background
 from app.ui.background_calibration import BackgroundCalibration, CalibrationJob
 from app.ui.engine_thread import EngineThread, JobRequest, TuneSpec

@@ -1,0 +1,204 @@
+"""The history's operations, each answering what it changed.
+
+Rollback, branch, delete (and its undo), export and import of a ``.ctxlens`` archive: the window's
+History panel and ``contextlens-cli snapshots`` call these, never the store, and a face redraws
+from what comes back instead of guessing (Anki's ``CollectionOp`` and ``OpChanges`` are the
+model). Each returns a frozen :class:`Changes` (sessions and versions added, removed, changed; the
+version to select next) with what the operation made: the new version, how many deletions undo
+can bring back, the archive's summary.
+
+The types the faces name from the store (a version, the repository, its errors, an archive's
+summaries and cancellation) come through here too, so neither face imports ``app.store``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.services.versions import History, history, open_history
+from app.store import archive
+from app.store.archive import ArchiveCancelled, ArchiveError, ExportSummary, ImportSummary, Progress
+from app.store.db import StoreError
+from app.store.repository import Repository, RepositoryError, VersionInfo
+
+__all__ = [
+    "ArchiveCancelled",
+    "ArchiveError",
+    "Changes",
+    "Deleted",
+    "ExportSummary",
+    "Exported",
+    "History",
+    "ImportSummary",
+    "Imported",
+    "NewVersion",
+    "Repository",
+    "RepositoryError",
+    "StoreError",
+    "Undone",
+    "VersionInfo",
+    "branch",
+    "delete",
+    "delete_session",
+    "delete_version",
+    "export_session",
+    "history",
+    "import_session",
+    "open_history",
+    "rollback",
+    "undo_delete",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Changes:
+    """What an operation changed in the history. ``sessions_changed``: sessions that gained or
+    lost versions (not those added or removed whole); ``select``: the version a view selects
+    next (None: it keeps its selection)."""
+
+    sessions_added: tuple[int, ...] = ()
+    sessions_removed: tuple[int, ...] = ()
+    sessions_changed: tuple[int, ...] = ()
+    versions_added: tuple[int, ...] = ()
+    versions_removed: tuple[int, ...] = ()
+    select: int | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything a view of the history shows has changed (read it again)."""
+        return any((self.sessions_added, self.sessions_removed, self.sessions_changed,
+                    self.versions_added, self.versions_removed))  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewVersion(Changes):
+    """A rollback or a branch: the version it made (selected next)."""
+
+    version: VersionInfo
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deleted(Changes):
+    """A deletion: ``undoable`` is how many :func:`undo_delete` calls bring it all back (one per
+    version or session asked for; a session's versions come back with it)."""
+
+    undoable: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Undone(Changes):
+    """An undone deletion: what came back ("version" or "session", and its id), or ``kind``
+    None when there was nothing to undo (then nothing changed)."""
+
+    kind: str | None = None
+    item: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exported(Changes):
+    """An export: the file written (the history is unchanged)."""
+
+    summary: ExportSummary
+
+
+@dataclass(frozen=True, kw_only=True)
+class Imported(Changes):
+    """An import: the session it added, with its versions."""
+
+    summary: ImportSummary
+
+
+def _made(version: VersionInfo) -> NewVersion:
+    return NewVersion(version=version, versions_added=(version.id,),
+                      sessions_changed=(version.session,), select=version.id)  # fmt: skip
+
+
+def rollback(repo: Repository, version_id: int) -> NewVersion:
+    """A new version equal to ``version_id`` (its child), so nothing after it is lost;
+    RepositoryError when the version is gone, StoreError when nothing could be written."""
+    return _made(repo.rollback(version_id))
+
+
+def branch(repo: Repository, version_id: int, **changes: Any) -> NewVersion:
+    """A new version from ``version_id`` with ``changes`` (prompt, task, strategy, settings...),
+    beside the versions made from it before."""
+    return _made(repo.branch(version_id, **changes))
+
+
+def delete(repo: Repository, *, versions: tuple[int, ...] | list[int] = (),
+           sessions: tuple[int, ...] | list[int] = ()) -> Deleted:  # fmt: skip
+    """Soft-delete versions and whole sessions (a version in a session deleted too is passed
+    over): hidden at once, back with :func:`undo_delete` until the repository closes."""
+    session_set = set(sessions)
+    versions_of = {sid: tuple(v.id for v in repo.history(sid)) for sid in dict.fromkeys(sessions)}
+    mine = [(vid, repo.get_version(vid).session) for vid in dict.fromkeys(versions)]
+    mine = [(vid, sid) for vid, sid in mine if sid not in session_set]
+    for vid, _ in mine:
+        repo.delete_version(vid)
+    for sid in versions_of:
+        repo.delete_session(sid)
+    removed = [vid for vid, _ in mine] + [vid for ids in versions_of.values() for vid in ids]
+    changed = dict.fromkeys(sid for _, sid in mine)
+    return Deleted(versions_removed=tuple(dict.fromkeys(removed)),
+                   sessions_removed=tuple(versions_of), sessions_changed=tuple(changed),
+                   undoable=len(mine) + len(versions_of))  # fmt: skip
+
+
+def delete_version(repo: Repository, version_id: int) -> Deleted:
+    return delete(repo, versions=(version_id,))
+
+
+def delete_session(repo: Repository, session_id: int) -> Deleted:
+    return delete(repo, sessions=(session_id,))
+
+
+def undo_delete(repo: Repository) -> Undone:
+    """Bring back the last version or session deleted (the version is selected next)."""
+    undone = repo.undo_delete()
+    if undone is None:
+        return Undone()
+    kind, item = undone
+    if kind == "session":
+        back = tuple(v.id for v in repo.history(item))
+        return Undone(kind=kind, item=item, sessions_added=(item,), versions_added=back)
+    try:
+        session: tuple[int, ...] = (repo.get_version(item).session,)
+    except RepositoryError:  # its session is deleted still: the version comes back with it
+        session = ()
+    return Undone(kind=kind, item=item, versions_added=(item,), sessions_changed=session,
+                  select=item)  # fmt: skip
+
+
+def export_session(
+    repo: Repository,
+    session_id: int,
+    path: str | os.PathLike[str],
+    *,
+    include_kv: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Exported:
+    """Write one session to a ``.ctxlens`` file (see app.store.archive); ArchiveError when it
+    cannot, ArchiveCancelled once ``cancel`` is set (no file left, an earlier one untouched)."""
+    summary = archive.export_session(repo, session_id, path, include_kv=include_kv,
+                                     progress=progress, cancel=cancel)  # fmt: skip
+    return Exported(summary=summary)
+
+
+def import_session(
+    repo: Repository,
+    path: str | os.PathLike[str],
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Imported:
+    """Add the session a ``.ctxlens`` file holds as a new session, checked completely first;
+    ArchiveError (nothing added) when it cannot be, ArchiveCancelled once ``cancel`` is set."""
+    summary = archive.import_session(repo, Path(path), progress=progress, cancel=cancel)
+    added = tuple(v.id for v in repo.history(summary.session_id))
+    return Imported(summary=summary, sessions_added=(summary.session_id,),
+                    versions_added=added)  # fmt: skip
