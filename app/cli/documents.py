@@ -8,6 +8,7 @@ counts and plans use the cl100k estimate and say so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -137,7 +138,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         # `all` under a summary shows retrieve's plan refused with the sentence run would say
         checked = [n for n in names if args.strategy != "all" or args.task != "summarize"
                    or n not in QUESTION_STRATEGIES]  # fmt: skip
-        JobSpec(**{**spec.__dict__, "strategies": tuple(checked)}).check()
+        dataclasses.replace(spec, strategies=tuple(checked)).check()
         if args.n_ctx < 1 or (args.reserve is not None and args.reserve < 0):
             raise BadInput("--n-ctx must be at least 1 and --reserve at least 0")
         if not 0 <= args.overlap < 1:
