@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from app.core.jobs.tasks import SUMMARIZE
 from app.core.paths import sample_document
 from app.core.planning.retrieve import NEEDS_QUESTION
 from app.core.tokens import gguf_encoding
@@ -186,8 +185,8 @@ def test_run_executes_the_plan_that_plan_shows(tmp_path: Path, model_path: Path)
     """Both plan the Document with its structure (here: code, never cut inside a line)."""
 
     doc = str(DATA / "sample.py")
-    shown = run("plan", doc, "--n-ctx", "256", "--strategy", "head", "--reserve", "8",
-                "--task", SUMMARIZE, "--json", timeout=300)  # fmt: skip
+    shown = run("plan", doc, "--n-ctx", "256", "--strategy", "head", "--max-tokens", "8",
+                "--task", "summarize", "--json", timeout=300)  # fmt: skip
     ran = run("run", doc, "--strategy", "head", "--n-ctx", "256", "--max-tokens", "8",
               "--db", str(tmp_path / "h.db"), "--json", timeout=300)  # fmt: skip
     assert shown.returncode == 0 and ran.returncode == 0, (shown.stderr, ran.stderr)
