@@ -74,10 +74,12 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check app tests
 	$(BIN)/lint-imports
 
-# The tiers (tests/tiers.py): `check` is the unit tier, no model, no Qt, no process (seconds to
-# a minute or two); `test` runs it first, then the model and window tiers, with the 20 slowest.
+# The tiers (tests/tiers.py): `check` is the unit tier, no model, no Qt, no process (about a
+# minute on two workers); `test` runs it first, then the model and window tiers, with the 20
+# slowest.
+CHECK_WORKERS ?= 2
 check: $(VENV)/.installed lint
-	$(BIN)/pytest -m unit --durations=5 $(PYTEST_ARGS)
+	$(BIN)/pytest -m unit -n $(CHECK_WORKERS) --durations=5 $(PYTEST_ARGS)
 
 pytest: setup
 	$(BIN)/pytest -m "not unit" $(PYTEST_ARGS)

@@ -95,14 +95,18 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return tiers.ignored(collection_path, config)
 
 
-@pytest.fixture(autouse=True)
-def _tier_held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A ``unit`` test starts no process and loads neither llama.cpp nor Qt."""
-    if request.node.get_closest_marker("unit") is None:
-        yield
-        return
-    with tiers.held_to_unit(monkeypatch):
-        yield
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """A ``unit`` test starts no process and loads neither llama.cpp nor Qt, its fixtures'
+    set-up included (a module's shared engine fixture would start one)."""
+    with tiers.holding(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with tiers.holding(item):
+        return (yield)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

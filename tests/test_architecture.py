@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import app.core
 import app.services
 import app.store
@@ -77,6 +79,7 @@ def _circles(graph: object) -> list[list[str]]:
     return sorted(found)
 
 
+@pytest.mark.unit
 def test_no_import_circle_inside_app() -> None:
     """No module of ``app/`` imports itself back through others (issue 22): two modules that
     need each other share a part that belongs in a module of its own, which both import. Every

@@ -86,19 +86,37 @@ def _refuse_process(*_args: object, **_kwargs: object) -> None:
     raise TierError("a unit test started a process: mark the test `model` (tests/tiers.py)")
 
 
+def _refuse_model(*_args: object, **_kwargs: object) -> None:
+    raise TierError("a unit test loaded a model: mark the test `model` (tests/tiers.py)")
+
+
 @contextmanager
 def held_to_unit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No process and no new import of llama.cpp or Qt while a unit test runs. (In a run of
-    every tier an earlier test may have imported them already: the import check then has
-    nothing to catch; ``make check`` reads only unit modules, and catches it.)"""
+    """No process, no model loaded and no new import of llama.cpp or Qt while a unit test
+    runs. (In a run of every tier an earlier test may have imported them already: the import
+    check then has nothing to catch; ``make check`` reads only unit modules, and catches it.)"""
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse_process)
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", _refuse_process)
+    if hasattr(os, "fork"):
+        monkeypatch.setattr(os, "fork", _refuse_process)
+    if "llama_cpp" in sys.modules:  # imported at collection by a module the test shares
+        monkeypatch.setattr(sys.modules["llama_cpp"].Llama, "__init__", _refuse_model)
     finder = _Refuse()
     sys.meta_path.insert(0, finder)
     try:
         yield
     finally:
         sys.meta_path.remove(finder)
+
+
+@contextmanager
+def holding(item: pytest.Item) -> Iterator[None]:
+    """:func:`held_to_unit` around a ``unit`` test's set-up or call; nothing for the others."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as monkeypatch, held_to_unit(monkeypatch):
+        yield
 
 
 def record(report: pytest.TestReport) -> None:

@@ -82,6 +82,7 @@ def test_a_sampled_run_records_its_settings_and_a_rollback_resumes_with_them(
     assert shown["settings"]["sampling"] == sampling
 
 
+@pytest.mark.unit
 def test_a_batch_takes_a_run_sampled_otherwise_for_another_run(tmp_path: Path) -> None:
     """What a batch asks the history before running a document (``finished_version`` with the
     command's version content): done the same way, it is skipped; sampled otherwise, it runs.
@@ -128,6 +129,7 @@ BAD = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("flags", "message"), BAD)
 @pytest.mark.parametrize("command", ["run", "compare", "batch", "generate"])
 def test_bad_sampling_values_exit_2_with_one_sentence(

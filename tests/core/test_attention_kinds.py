@@ -75,6 +75,7 @@ def pattern(arch: str, value: int | Sequence[bool]) -> bytes:
 # ----- reading the attention kind ------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_gemma3_windows_five_of_every_six_layers(tmp_path: Path) -> None:
     info = card(tmp_path, "gemma3", 18, window("gemma3", 512))
     assert info.sliding_window == 512 and info.swa_type == "standard"
@@ -86,6 +87,7 @@ def test_gemma3_windows_five_of_every_six_layers(tmp_path: Path) -> None:
     assert card(tmp_path, "gemma3", 18).describe_attention() == "full attention on all 18 layers"
 
 
+@pytest.mark.unit
 def test_gemma2_alternates_and_has_a_default_window(tmp_path: Path) -> None:
     info = card(tmp_path, "gemma2", 6)  # no window key: llama.cpp assumes Gemma 2's 4096
     assert (info.sliding_window, info.swa_layers) == (4096, (0, 2, 4))
@@ -95,6 +97,7 @@ def test_gemma2_alternates_and_has_a_default_window(tmp_path: Path) -> None:
     assert card(tmp_path, "gemma2", 6, window("gemma2", 1024)).sliding_window == 1024
 
 
+@pytest.mark.unit
 def test_a_per_layer_pattern_key_wins_over_the_default(tmp_path: Path) -> None:
     mask = [True, False, False, True, True, False]
     info = card(tmp_path, "gemma3", 6, window("gemma3", 256), pattern("gemma3", mask))
@@ -110,6 +113,7 @@ def test_a_per_layer_pattern_key_wins_over_the_default(tmp_path: Path) -> None:
         card(tmp_path, "gemma3", 6, window("gemma3", 256), pattern("gemma3", mask[:5]))
 
 
+@pytest.mark.unit
 def test_mistral_style_windows_every_layer_and_a_window_llama_cpp_ignores_is_said(
     tmp_path: Path,
 ) -> None:
@@ -126,6 +130,7 @@ def test_mistral_style_windows_every_layer_and_a_window_llama_cpp_ignores_is_sai
         )
 
 
+@pytest.mark.unit
 def test_kv_bytes_count_every_layer_with_the_full_size_cache_and_the_window_without(
     tmp_path: Path,
 ) -> None:
@@ -141,6 +146,7 @@ def test_kv_bytes_count_every_layer_with_the_full_size_cache_and_the_window_with
 # ----- base models -----------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_model_without_a_chat_template_is_a_base_model(tmp_path: Path) -> None:
     info = card(tmp_path, "gemma3", 6, template=None)
     assert info.is_base_model and info.base_model_reason == "it has no chat template"
@@ -148,6 +154,7 @@ def test_a_model_without_a_chat_template_is_a_base_model(tmp_path: Path) -> None
     assert not card(tmp_path, "llama", 6).is_base_model
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("metadata", "reason"),
     [
@@ -223,6 +230,7 @@ def test_full_attention_and_a_padded_context_match_llama_cpp_too(
     assert not any(BASE_MODEL_NOTE in w for w in loaded.warnings)
 
 
+@pytest.mark.unit
 def test_the_smaller_window_cache_as_llama_cpp_logs_it(gemma_path: Path) -> None:
     """Gemma 3 at n_ctx 8192 with ``swa_full=False``, as llama.cpp 0.3.36 logged it (the engine
     never turns it off; the card's figure for it is checked against llama.cpp's)."""
@@ -245,6 +253,7 @@ def test_the_smaller_window_cache_as_llama_cpp_logs_it(gemma_path: Path) -> None
     assert inspect_model(gemma_path).kv_cache_bytes(8192, swa_full=False) == 39 * 2**20
 
 
+@pytest.mark.unit
 def test_the_cli_card_names_the_window_and_the_base_model(
     gemma_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,6 +21,7 @@ METAL = "Metal : EMBED_LIBRARY = 1 | CPU : NEON = 1 | ARM_FMA = 1 | FP16_VA = 1 
 VULKAN = "Vulkan : | CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | "
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("info", "names"),
     [(CUDA, ("CUDA", "CPU")), (METAL, ("Metal", "CPU")), (VULKAN, ("Vulkan", "CPU")), ("", ())],
@@ -29,6 +30,7 @@ def test_backend_names_are_read_from_the_system_info(info: str, names: tuple[str
     assert backends_of(info) == names
 
 
+@pytest.mark.unit
 def test_a_gpu_build_says_so_and_a_cpu_build_says_cpu_only() -> None:
     assert EngineCapabilities("0.3.36", CUDA, True, 1).describe_backend() == (
         "CUDA + CPU (GPU offload available)"
@@ -41,6 +43,7 @@ def test_a_gpu_build_says_so_and_a_cpu_build_says_cpu_only() -> None:
     )
 
 
+@pytest.mark.unit
 def test_this_build_reports_its_cpu_backend_and_whether_it_can_offload() -> None:
     caps = build_capabilities(llama_cpp)
     assert "CPU" in caps.backends

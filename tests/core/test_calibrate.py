@@ -41,6 +41,7 @@ def sha(model_path: Path) -> str:
     return sha256_of(model_path)
 
 
+@pytest.mark.unit
 def test_candidates_cover_threads_batches_and_flash_attention() -> None:
     tried = candidates(BASE, cpu_count=8)
     assert {s.n_threads for s in tried} == {1, 4, 8}
@@ -154,6 +155,7 @@ def test_a_cancel_during_the_last_trial_keeps_nothing(
     assert quick.best_trial.seconds_per_call == min(t.seconds_per_call for t in quick.trials)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("value", "on"), [(None, True), ("1", True), ("0", False),
                                             ("off", False)])  # fmt: skip
 def test_automatic_calibration_can_be_turned_off(

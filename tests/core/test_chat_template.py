@@ -51,6 +51,7 @@ def test_hostile_templates_end_in_a_clear_error(template: str, phrase: str) -> N
 CVE_2025_27516 = "{{ '{0.__init__.__globals__[os].environ[CONTEXTLENS_TEST_SECRET]}'|attr('format')(cycler) }}"  # noqa: E501
 
 
+@pytest.mark.unit
 def test_jinja_is_at_least_3_1_6() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     [jinja] = [Requirement(d) for d in pyproject["project"]["dependencies"]
@@ -72,11 +73,13 @@ def test_the_attr_format_escape_prints_no_secret(
     assert "hunter2" not in str(err.value)
 
 
+@pytest.mark.unit
 def test_messages_are_checked() -> None:
     with pytest.raises(ChatTemplateError, match="role"):
         render_chat_template(CHATML, [{"content": "x"}])
 
 
+@pytest.mark.unit
 def test_stop_matcher_holds_back_a_possible_stop_string() -> None:
     m = StopMatcher(["</end>"])
     assert m.feed("hello </e") == ("hello ", False)

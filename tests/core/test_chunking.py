@@ -20,6 +20,8 @@ from app.core.planning.chunking import (
 from app.core.tokens import TiktokenCounter, gguf_encoding
 from tests.core.doc_strategies import markdown_documents
 
+pytestmark = pytest.mark.unit
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 _FIXTURES_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 

@@ -614,6 +614,7 @@ def test_a_context_too_large_for_memory_is_refused_before_llama_cpp_allocates(
     edges.add("n_ctx over memory", "refused")
 
 
+@pytest.mark.unit
 def test_the_memory_preflight_counts_the_kv_cache_when_layers_cannot_be_offloaded(
     model_path: Path, edges: EdgeTally
 ) -> None:

@@ -13,6 +13,8 @@ from keyring.backend import KeyringBackend
 
 from app.core.credentials import ENV_HOST, ENV_KEY, api_key, env_key_note, save_api_key
 
+pytestmark = pytest.mark.unit
+
 
 class _Memory(KeyringBackend):
     priority = 1  # type: ignore[assignment]

@@ -97,6 +97,7 @@ GOOD = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(GOOD))
 def test_every_good_sample_loads_with_its_format_and_file_facts(name: str) -> None:
     path = DATA / name
@@ -109,6 +110,7 @@ def test_every_good_sample_loads_with_its_format_and_file_facts(name: str) -> No
     assert doc.blocks and doc.text.strip()
 
 
+@pytest.mark.unit
 def test_gbk_text_decodes_exactly_with_paragraphs() -> None:
     doc = load_document(DATA / "chinese-gbk.txt")
     assert doc.encoding in ("gbk", "gb18030")  # charset-normalizer names the superset
@@ -121,6 +123,7 @@ def test_gbk_text_decodes_exactly_with_paragraphs() -> None:
     assert any("不亦说乎？" in p for p in paragraphs)
 
 
+@pytest.mark.unit
 def test_big5_text_decodes_exactly() -> None:
     doc = load_document(DATA / "chinese-big5.txt")
     assert doc.encoding in ("big5", "big5hkscs", "cp950")
@@ -128,12 +131,14 @@ def test_big5_text_decodes_exactly() -> None:
     assert "眾妙之門。" in doc.text
 
 
+@pytest.mark.unit
 def test_utf16_with_bom_decodes_exactly_without_the_bom() -> None:
     doc = load_document(DATA / "chinese-utf16.txt")
     assert doc.encoding == "utf-16"
     assert doc.text == SIMPLIFIED and not doc.text.startswith("\ufeff")
 
 
+@pytest.mark.unit
 def test_utf8_bom_is_recognised_and_dropped(tmp_path: Path) -> None:
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbf" + "Grüße\n\nzweiter Absatz".encode())
@@ -142,6 +147,7 @@ def test_utf8_bom_is_recognised_and_dropped(tmp_path: Path) -> None:
     assert block_texts(doc) == ["Grüße", "zweiter Absatz"]
 
 
+@pytest.mark.unit
 def test_cp1252_text_is_detected() -> None:
     doc = load_document(DATA / "french-cp1252.txt")
     assert doc.encoding == "cp1252" and not doc.lossy
@@ -149,6 +155,7 @@ def test_cp1252_text_is_detected() -> None:
     assert "droits de l’homme" in doc.text  # U+2019 exists in cp1252, not in latin-1
 
 
+@pytest.mark.unit
 def test_utf8_with_stray_latin1_bytes_stays_utf8_and_is_marked_lossy() -> None:
     doc = load_document(DATA / "latin-mixed.txt")
     assert doc.encoding == "utf-8" and doc.lossy
@@ -169,6 +176,7 @@ CJK_SAMPLES = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("codec", CJK_SAMPLES)
 def test_python_cjk_samples_decode_exactly(codec: str) -> None:
     """CPython's own CJK codec test files, when this Python ships them."""
@@ -181,6 +189,7 @@ def test_python_cjk_samples_decode_exactly(codec: str) -> None:
     assert encoding != "utf-8"
 
 
+@pytest.mark.unit
 def test_shift_jis_is_detected_as_a_shift_jis_family_codec() -> None:
     source = CJK / "shift_jis.txt"
     if not source.exists():
@@ -189,6 +198,7 @@ def test_shift_jis_is_detected_as_a_shift_jis_family_codec() -> None:
     assert encoding in ("shift_jis", "cp932", "shift_jis_2004", "shift_jisx0213")
 
 
+@pytest.mark.unit
 def test_markdown_blocks_follow_the_commonmark_structure() -> None:
     doc = load_document(DATA / "sample.md")
     kinds = [(b.kind, b.level) for b in doc.blocks]
@@ -212,6 +222,7 @@ def test_markdown_blocks_follow_the_commonmark_structure() -> None:
     assert code[1] == "an indented code block\n    keeps its indentation"
 
 
+@pytest.mark.unit
 def test_huge_markdown_uses_the_linear_line_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(text_structure, "MARKDOWN_PARSE_LIMIT", 10)
     text = (
@@ -231,6 +242,7 @@ def test_huge_markdown_uses_the_linear_line_rules(monkeypatch: pytest.MonkeyPatc
     assert block_texts(doc, BlockKind.CODE)[0] == "```sh\n# not a heading\necho hi\n```"
 
 
+@pytest.mark.unit
 def test_source_code_is_code_blocks_split_at_blank_lines() -> None:
     doc = load_document(DATA / "sample.py")
     assert doc.encoding == "utf-8"
@@ -240,6 +252,7 @@ def test_source_code_is_code_blocks_split_at_blank_lines() -> None:
     assert blocks[0].endswith('\n"""Bisection algorithms."""')
 
 
+@pytest.mark.unit
 def test_html_keeps_what_a_reader_sees_with_its_structure() -> None:
     doc = load_document(DATA / "sample.html")
     assert doc.encoding == "utf-8"
@@ -268,6 +281,7 @@ def test_html_keeps_what_a_reader_sees_with_its_structure() -> None:
     )
 
 
+@pytest.mark.unit
 def test_gbk_html_honours_its_meta_charset() -> None:
     doc = load_document(DATA / "chinese-gbk-meta.html")
     assert doc.encoding == "gbk"
@@ -275,12 +289,14 @@ def test_gbk_html_honours_its_meta_charset() -> None:
     assert "静夜思　李白\n床前明月光，疑是地上霜。举头望明月，低头思故乡。" in block_texts(doc)
 
 
+@pytest.mark.unit
 def test_deeply_nested_html_does_not_exhaust_the_stack() -> None:
     markup = "<body>" + "<div>" * 20_000 + "deep" + "</div>" * 20_000 + "<p>after</p></body>"
     doc = document_from_text(markup, format="html")
     assert doc.text == "deep\n\nafter"
 
 
+@pytest.mark.unit
 def test_pdf_pages_partition_the_text() -> None:
     doc = load_document(DATA / "sample.pdf")
     assert (doc.encoding, doc.lossy, len(doc.pages)) == ("utf-8", False, 3)
@@ -295,6 +311,7 @@ def test_pdf_pages_partition_the_text() -> None:
         assert any(start <= block.start and block.end <= end for start, end in doc.pages)
 
 
+@pytest.mark.unit
 def test_docx_headings_lists_and_tables() -> None:
     doc = load_document(DATA / "sample.docx")
     assert (doc.encoding, doc.lossy) == ("utf-8", False)
@@ -316,6 +333,7 @@ def test_docx_headings_lists_and_tables() -> None:
     assert block_texts(doc, BlockKind.PARAGRAPH)[0].startswith("Call me Ishmael. Some years ago")
 
 
+@pytest.mark.unit
 def test_content_wins_over_a_misleading_extension(tmp_path: Path) -> None:
     pdf = tmp_path / "report.txt"
     shutil.copy(DATA / "sample.pdf", pdf)
@@ -326,6 +344,7 @@ def test_content_wins_over_a_misleading_extension(tmp_path: Path) -> None:
     assert load_document(DATA / "sample.md", format="text").format == "text"
 
 
+@pytest.mark.unit
 def test_code_blocks_keep_their_first_line_indentation() -> None:
     doc = document_from_text(
         "class A:\n    x = 1\n\n    def f(self):\n        pass\n", format="code"
@@ -333,17 +352,20 @@ def test_code_blocks_keep_their_first_line_indentation() -> None:
     assert block_texts(doc) == ["class A:\n    x = 1", "    def f(self):\n        pass"]
 
 
+@pytest.mark.unit
 def test_text_without_blank_lines_has_one_paragraph_per_line() -> None:
     doc = document_from_text("　　第一段。\r\n　　第二段！\r\n　　第三段？\r\n")
     assert block_texts(doc) == ["第一段。", "第二段！", "第三段？"]
 
 
+@pytest.mark.unit
 def test_hard_wrapped_prose_without_blank_lines_is_one_paragraph() -> None:
     text = "\n".join(["The context window is the text a model sees at once; what falls"] * 20)
     doc = document_from_text(text)
     assert [(b.start, b.end) for b in doc.blocks] == [(0, len(text))]
 
 
+@pytest.mark.unit
 def test_crlf_and_cr_line_endings_split_paragraphs() -> None:
     doc = document_from_text("one\r\nstill one\r\n\r\ntwo\r\n \r\n\r\nthree")
     assert block_texts(doc) == ["one\r\nstill one", "two", "three"]
@@ -351,6 +373,7 @@ def test_crlf_and_cr_line_endings_split_paragraphs() -> None:
     assert block_texts(doc) == ["mac one", "mac two"]
 
 
+@pytest.mark.unit
 def test_document_from_text_hashes_clean_utf8() -> None:
     doc = document_from_text("half a pair \ud800 here", name="pasted.md", format="markdown")
     assert doc.text == "half a pair \ufffd here" and doc.lossy
@@ -388,10 +411,12 @@ def assert_one_sentence(err: DocumentError, name: str) -> str:
     return message
 
 
+@pytest.mark.unit
 def test_every_bad_file_is_listed() -> None:
     assert sorted(p.name for p in BAD.iterdir()) == sorted(BAD_FILES)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(BAD_FILES))
 def test_every_bad_file_ends_in_one_sentence_and_stays_untouched(name: str) -> None:
     path = BAD / name
@@ -402,6 +427,7 @@ def test_every_bad_file_ends_in_one_sentence_and_stays_untouched(name: str) -> N
     assert (file_digest(path), path.stat().st_mtime_ns) == before
 
 
+@pytest.mark.unit
 def test_old_office_file_is_named_even_with_a_text_extension(tmp_path: Path) -> None:
     path = tmp_path / "minutes.txt"
     shutil.copy(BAD / "old-word.doc", path)
@@ -409,6 +435,7 @@ def test_old_office_file_is_named_even_with_a_text_extension(tmp_path: Path) -> 
         load_document(path)
 
 
+@pytest.mark.unit
 def test_zip_that_is_not_a_docx(tmp_path: Path) -> None:
     path = tmp_path / "bundle"
     with zipfile.ZipFile(path, "w") as archive:
@@ -417,6 +444,7 @@ def test_zip_that_is_not_a_docx(tmp_path: Path) -> None:
         load_document(path)
 
 
+@pytest.mark.unit
 def test_size_cap_is_checked_before_reading(tmp_path: Path) -> None:
     with pytest.raises(DocumentError) as caught:
         load_document(DATA / "sample.md", limits=Limits(max_bytes=100))
@@ -426,6 +454,7 @@ def test_size_cap_is_checked_before_reading(tmp_path: Path) -> None:
     assert human_size(200 * 1024 * 1024) == "200 MB"
 
 
+@pytest.mark.unit
 def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)
@@ -448,6 +477,7 @@ def _capture(outcome: list[BaseException], path: Path) -> None:
         outcome.append(exc)
 
 
+@pytest.mark.unit
 def test_folders_sockets_devices_and_missing_files(tmp_path: Path) -> None:
     with pytest.raises(DocumentError, match=r"^notes is a folder, not a document\.$"):
         (tmp_path / "notes").mkdir()
@@ -501,6 +531,7 @@ def test_unreadable_file(tmp_path: Path) -> None:
     assert proc.stdout.strip() == expected
 
 
+@pytest.mark.unit
 def test_permission_denied_on_open_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same path as above, reachable even as root: open() refused after a good stat."""
 
@@ -513,6 +544,7 @@ def test_permission_denied_on_open_is_one_sentence(monkeypatch: pytest.MonkeyPat
     assert str(caught.value) == "sample.md cannot be read: permission denied."
 
 
+@pytest.mark.unit
 def test_docx_does_not_resolve_external_entities(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET-CONTENTS")
@@ -534,6 +566,7 @@ def test_docx_does_not_resolve_external_entities(tmp_path: Path) -> None:
     assert "TOP-SECRET" not in doc.text
 
 
+@pytest.mark.unit
 def test_docx_entry_and_size_caps() -> None:
     sample = DATA / "sample.docx"
     with pytest.raises(DocumentError, match="archive entries than the limit of 3"):
@@ -542,6 +575,7 @@ def test_docx_entry_and_size_caps() -> None:
         load_document(sample, limits=Limits(docx_max_uncompressed=5000))
 
 
+@pytest.mark.unit
 def test_docx_counts_the_bytes_actually_inflated() -> None:
     """Headers can lie: the cap also holds for what really comes out of the inflater."""
     data = (DATA / "sample.docx").read_bytes()
@@ -555,6 +589,7 @@ def test_docx_counts_the_bytes_actually_inflated() -> None:
             )
 
 
+@pytest.mark.unit
 def test_pdf_caps_apply_only_during_the_read() -> None:
     before = pypdf.get_configuration()
     with pytest.raises(DocumentError, match=r"^sample\.pdf has 3 pages; the limit is 2\.$"):
@@ -577,6 +612,7 @@ BODIES = st.one_of(
 )
 
 
+@pytest.mark.unit
 @settings(max_examples=400, deadline=None)
 @given(prefix=st.sampled_from(BOMS), body=BODIES)
 def test_decode_bytes_returns_clean_text_or_refuses(prefix: bytes, body: bytes) -> None:
@@ -589,6 +625,7 @@ def test_decode_bytes_returns_clean_text_or_refuses(prefix: bytes, body: bytes) 
     text.encode("utf-8")  # raises on a lone surrogate
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None)
 @given(
     data=st.one_of(
@@ -620,6 +657,7 @@ STRUCTURED_TEXT = st.lists(
 ).map("".join)
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None)
 @given(text=STRUCTURED_TEXT, fmt=st.sampled_from(["text", "markdown", "code", "html"]))
 def test_structure_of_any_text_keeps_the_block_invariants(text: str, fmt: str) -> None:
@@ -636,6 +674,7 @@ def _fields(doc: Document) -> dict[str, object]:
     return {name: getattr(doc, name) for name in Document.__dataclass_fields__}
 
 
+@pytest.mark.unit
 def test_decode_bytes_refusals() -> None:
     with pytest.raises(DocumentError, match="is empty"):
         decode_bytes(b"")

@@ -90,6 +90,7 @@ def test_ten_million_unclosed_tags_are_refused_before_a_tree_is_built(tmp_path: 
     assert outcome["seconds"] < 20 and outcome["peak_mb"] < 800
 
 
+@pytest.mark.unit
 def test_the_element_cap_counts_start_tags_only() -> None:
     limits = Limits(html_max_elements=1000)
     text = "<p>a &lt; b</p>" * 1000 + "<!-- < -->" * 500 + "1 < 2 " * 500
@@ -109,6 +110,7 @@ HTML_TEXT = ("x", "hello world", " ", "\n", "\t", "  \n  ", "&amp;", "&lt;", "&n
              "&")  # fmt: skip
 
 
+@pytest.mark.unit
 def test_the_streaming_reader_reads_as_beautifulsoup_did() -> None:
     """The same text and blocks as the tree walk it replaced (tests/core/html_reference.py), on
     the samples, deep nesting and 2,000 random pages of tags, text, comments and entities."""
@@ -229,6 +231,7 @@ def test_paragraphs_are_read_without_per_paragraph_lookups(tmp_path: Path) -> No
     assert outcome["seconds"] < 60
 
 
+@pytest.mark.unit
 def test_giant_spans_and_long_vertical_merges_cost_one_pass() -> None:
     """python-docx repeats a cell once per column it spans (gridSpan 10^9: 10^9 cells) and
     looks up the start of a vertical merge row by row, recursively."""
@@ -251,6 +254,7 @@ def test_giant_spans_and_long_vertical_merges_cost_one_pass() -> None:
     assert lines[0] == "top\tr0" and lines[1] == "\tr1" and len(lines) == 3000
 
 
+@pytest.mark.unit
 def test_styles_resolve_as_python_docx_resolves_them(tmp_path: Path) -> None:
     """The cached lookup gives each paragraph the kind python-docx's own style objects give."""
     made = docx.Document()
@@ -568,6 +572,7 @@ def test_the_reader_never_imports_app_from_the_current_folder(
     assert doc.text and not marker.exists()
 
 
+@pytest.mark.unit
 def test_random_markup_never_escapes_as_anything_but_one_sentence() -> None:
     rng = random.Random(21)
     pieces = ["<b>", "</b>", "<table>", "<tr>", "<td>", "<pre>", "<h1>", "x", " ", "<li>", "<br>",

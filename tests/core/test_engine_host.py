@@ -240,6 +240,7 @@ def test_restore_refuses_a_state_from_other_settings(engine: EngineHost) -> None
         engine.restore_state(replace(state, n_ctx=state.n_ctx * 2))
 
 
+@pytest.mark.unit
 def test_bad_model_file_is_refused_before_the_child_sees_it(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 16)
@@ -252,6 +253,7 @@ def test_bad_model_file_is_refused_before_the_child_sees_it(tmp_path: Path) -> N
         host.close()
 
 
+@pytest.mark.unit
 def test_operations_without_a_model_say_so() -> None:
     host = EngineHost()
     try:
@@ -261,6 +263,7 @@ def test_operations_without_a_model_say_so() -> None:
         host.close()
 
 
+@pytest.mark.unit
 def test_invalid_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="n_ctx"):
         LoadSettings(n_ctx=4).validate()
@@ -326,6 +329,7 @@ def test_native_faults_inside_the_child_become_clear_errors(
         fresh_engine.tokenize("the model went with the engine")
 
 
+@pytest.mark.unit
 def test_exit_descriptions_name_the_signal() -> None:
     assert describe_exit(-signal.SIGILL).startswith("SIGILL (an illegal instruction")
     assert describe_exit(1) == "it exited with status 1"

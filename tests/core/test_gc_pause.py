@@ -10,6 +10,8 @@ import pytest
 
 from app.core.gc_pause import gc_paused
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True)
 def _restore_gc() -> Iterator[None]:

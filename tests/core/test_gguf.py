@@ -123,6 +123,7 @@ def real_info(model_path: Path) -> ModelInfo:
     return inspect_model(model_path)
 
 
+@pytest.mark.unit
 def test_real_model_card(real_info: ModelInfo) -> None:
     info = real_info
     assert info.file_size == REAL_MODEL_SIZE
@@ -144,6 +145,7 @@ def test_real_model_card(real_info: ModelInfo) -> None:
     assert info.kv_heads_per_layer == (3,) * 30
 
 
+@pytest.mark.unit
 def test_real_model_kv_cache_sizes(real_info: ModelInfo) -> None:
     # 30 layers x 3 KV heads x (64 + 64) elements, 2 bytes each in f16.
     assert real_info.kv_bytes_per_token("f16") == 23_040
@@ -154,6 +156,7 @@ def test_real_model_kv_cache_sizes(real_info: ModelInfo) -> None:
         real_info.kv_bytes_per_token("q3_k")
 
 
+@pytest.mark.unit
 def test_real_model_card_is_json_ready(real_info: ModelInfo) -> None:
     card = json.loads(json.dumps(real_info.as_dict()))
     assert card["n_layers"] == 30
@@ -161,6 +164,7 @@ def test_real_model_card_is_json_ready(real_info: ModelInfo) -> None:
     assert card["kv_bytes_per_token"]["f16"] == 23_040
 
 
+@pytest.mark.unit
 def test_real_model_header(model_path: Path) -> None:
     gf = read_gguf(model_path)
     assert gf.alignment == 32
@@ -172,6 +176,7 @@ def test_real_model_header(model_path: Path) -> None:
     assert (first.name, first.shape, first.n_bytes) == ("token_embd.weight", (576, 49152), 30081024)
 
 
+@pytest.mark.unit
 def test_real_model_keep_arrays(model_path: Path) -> None:
     gf = read_gguf(model_path, keep_arrays=("tokenizer.ggml.merges",))
     merges = gf.get("tokenizer.ggml.merges")
@@ -196,6 +201,7 @@ def _assert_value(actual: Any, vtype: int, expected: Any, item_type: int | None)
         assert type(actual) is type(expected)
 
 
+@pytest.mark.unit
 def test_tiny_model_metadata_round_trips(tmp_path: Path) -> None:
     gf = read_gguf(_write(tmp_path, gc.tiny_model()))
     assert gf.version == 3
@@ -207,6 +213,7 @@ def test_tiny_model_metadata_round_trips(tmp_path: Path) -> None:
     assert gf.get("llama.rope.freq_base") == 10000.0
 
 
+@pytest.mark.unit
 def test_tiny_model_tensors_round_trip(tmp_path: Path) -> None:
     data = gc.tiny_model()
     gf = read_gguf(_write(tmp_path, data))
@@ -221,6 +228,7 @@ def test_tiny_model_tensors_round_trip(tmp_path: Path) -> None:
     assert gf.data_offset + last.offset + last.n_bytes == gf.file_size == len(data)
 
 
+@pytest.mark.unit
 def test_tiny_model_card(tmp_path: Path) -> None:
     info = inspect_model(_write(tmp_path, gc.tiny_model()))
     assert info.architecture == "llama"
@@ -242,10 +250,12 @@ def test_tiny_model_card(tmp_path: Path) -> None:
     assert info.kv_bytes_per_token("f16") == gc.TINY_N_LAYERS * per_layer * 2
 
 
+@pytest.mark.unit
 def test_version_2_is_accepted(tmp_path: Path) -> None:
     assert read_gguf(_write(tmp_path, gc.tiny_model(version=2))).version == 2
 
 
+@pytest.mark.unit
 def test_custom_alignment(tmp_path: Path) -> None:
     gf = read_gguf(_write(tmp_path, gc.tiny_model(alignment=64)))
     assert gf.alignment == 64
@@ -253,6 +263,7 @@ def test_custom_alignment(tmp_path: Path) -> None:
     assert all(t.offset % 64 == 0 for t in gf.tensors)
 
 
+@pytest.mark.unit
 def test_metadata_only_file(tmp_path: Path) -> None:
     gf = read_gguf(_write(tmp_path, gc.build_gguf([gc.ARCH])))
     assert gf.tensors == ()
@@ -261,12 +272,14 @@ def test_metadata_only_file(tmp_path: Path) -> None:
     assert info.kv_bytes_per_token() is None
 
 
+@pytest.mark.unit
 def test_quantization_without_file_type(tmp_path: Path) -> None:
     # Without general.file_type the type holding the most bytes names the quantization.
     info = inspect_model(_write(tmp_path, gc.tiny_model(file_type=None)))
     assert info.quantization == "Q8_0"
 
 
+@pytest.mark.unit
 def test_per_layer_head_count_kv(tmp_path: Path) -> None:
     info = inspect_model(_write(tmp_path, gc.tiny_model(head_count_kv=[2, 1])))
     assert info.kv_heads_per_layer == (2, 1)
@@ -274,12 +287,14 @@ def test_per_layer_head_count_kv(tmp_path: Path) -> None:
     assert info.kv_bytes_per_token("f16") == (2 + 1) * 2 * gc.TINY_HEAD_DIM * 2
 
 
+@pytest.mark.unit
 def test_per_layer_head_count_kv_beyond_64_layers(tmp_path: Path) -> None:
     info = inspect_model(_write(tmp_path, gc.tiny_model(n_layers=80, head_count_kv=[2] * 80)))
     assert info.kv_heads_per_layer == (2,) * 80
     assert info.kv_bytes_per_token("f16") == 80 * 2 * 2 * gc.TINY_HEAD_DIM * 2
 
 
+@pytest.mark.unit
 def test_keep_arrays(tmp_path: Path) -> None:
     path = _write(tmp_path, gc.tiny_model(n_vocab=100))
     plain = read_gguf(path).get("tokenizer.ggml.tokens")
@@ -291,6 +306,7 @@ def test_keep_arrays(tmp_path: Path) -> None:
     assert inspect_model(path).vocab_size == 100
 
 
+@pytest.mark.unit
 def test_file_written_by_gguf_writer(tmp_path: Path) -> None:
     path = tmp_path / "writer.gguf"
     writer = gguf.GGUFWriter(path, "llama")
@@ -323,6 +339,7 @@ def test_file_written_by_gguf_writer(tmp_path: Path) -> None:
     assert info.parameters == 100 * 32 + 32
 
 
+@pytest.mark.unit
 def test_crafted_file_agrees_with_gguf_reader(tmp_path: Path) -> None:
     """The hand-packed builder must write what the reference reader reads: a check on gguf_cases."""
     path = _write(tmp_path, gc.tiny_model())
@@ -342,6 +359,7 @@ def test_crafted_file_agrees_with_gguf_reader(tmp_path: Path) -> None:
 # --- The bad corpus ----------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("case", BAD_CASES, ids=[c.name for c in BAD_CASES])
 def test_bad_file_gives_one_clear_sentence(tmp_path: Path, case: gc.BadCase) -> None:
@@ -352,6 +370,7 @@ def test_bad_file_gives_one_clear_sentence(tmp_path: Path, case: gc.BadCase) -> 
     assert seconds < QUICK_S, f"{case.name} took {seconds:.2f} s"
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("case", BAD_CASES, ids=[c.name for c in BAD_CASES])
 def test_inspect_model_gives_the_same_error(tmp_path: Path, case: gc.BadCase) -> None:
@@ -362,6 +381,7 @@ def test_inspect_model_gives_the_same_error(tmp_path: Path, case: gc.BadCase) ->
     assert seconds < QUICK_S
 
 
+@pytest.mark.unit
 def test_bad_corpus_cases_differ_from_valid_files() -> None:
     """A case must break the file, not just restate a valid one (guards the corpus itself)."""
     valid = {gc.tiny_model(), gc.build_gguf([gc.ARCH])}
@@ -426,6 +446,7 @@ ODD_VALUES_ABSURD = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize(
     ("key", "entry"),
@@ -465,6 +486,7 @@ REAL_CUTS: list[tuple[int, str]] = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("keep", "expected"), REAL_CUTS, ids=[str(k) for k, _ in REAL_CUTS])
 def test_truncated_real_model(tmp_path: Path, model_path: Path, keep: int, expected: str) -> None:
@@ -475,6 +497,7 @@ def test_truncated_real_model(tmp_path: Path, model_path: Path, keep: int, expec
     assert seconds < REAL_MODEL_S
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(60)
 def test_real_model_missing_its_last_byte(tmp_path: Path, model_path: Path) -> None:
     path = tmp_path / model_path.name
@@ -515,6 +538,7 @@ def mutated(real_model_copy: Path, request: pytest.FixtureRequest) -> Iterator[P
                 fh.write(bytes([byte]))
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("mutated", MUTANTS, ids=[f"mutant{i}" for i in range(30)], indirect=True)
 def test_byte_flipped_real_model(mutated: Path) -> None:
@@ -524,6 +548,7 @@ def test_byte_flipped_real_model(mutated: Path) -> None:
     assert seconds < REAL_MODEL_S
 
 
+@pytest.mark.unit
 def test_mutants_are_restored(model_path: Path, real_model_copy: Path) -> None:
     """Runs after the mutants: the shared copy must be byte-identical again."""
     assert _head(real_model_copy, 2 * 1024 * 1024) == _head(model_path, 2 * 1024 * 1024)
@@ -532,6 +557,7 @@ def test_mutants_are_restored(model_path: Path, real_model_copy: Path) -> None:
 # --- Paths that are not readable model files ---------------------------------------------------
 
 
+@pytest.mark.unit
 def test_missing_path(tmp_path: Path) -> None:
     path = tmp_path / "nope.gguf"
     err, _ = _error_of(lambda: inspect_model(path))
@@ -539,6 +565,7 @@ def test_missing_path(tmp_path: Path) -> None:
     assert str(err) == f"model file not found: {path}"
 
 
+@pytest.mark.unit
 def test_directory(tmp_path: Path) -> None:
     err, _ = _error_of(lambda: read_gguf(tmp_path))
     _assert_one_sentence(err)
@@ -558,12 +585,14 @@ def test_unreadable_file(tmp_path: Path) -> None:
     assert str(err) == f"cannot read {path}: permission denied"
 
 
+@pytest.mark.unit
 def test_device_file_is_not_a_model() -> None:
     err, seconds = _error_of(lambda: read_gguf("/dev/zero"))
     assert "not a regular file" in str(err)
     assert seconds < QUICK_S
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(30)
 def test_named_pipe_is_refused_at_once(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.gguf"

@@ -203,6 +203,7 @@ REGRESSIONS = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("name", "expected"), REGRESSIONS.items(), ids=list(REGRESSIONS))
 def test_files_that_broke_the_engine_are_refused(
@@ -290,6 +291,7 @@ def test_a_crash_report_quotes_only_the_request_that_crashed(model_path: Path) -
 # --- The generator itself ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_enough_cases_in_every_class() -> None:
     fast = [c for c in CASES if c.fast]
     assert len(fast) >= 250, "the normal run should try a few hundred cases"
@@ -299,12 +301,14 @@ def test_enough_cases_in_every_class() -> None:
         assert set(kinds) == set(fz.KINDS), f"{base}: classes missing from the normal run"
 
 
+@pytest.mark.unit
 def test_the_real_model_is_fuzzed(model_path: Path) -> None:
     """Without the default model only the tiny cases would run; that must not pass unnoticed."""
     assert REAL_HEADER is not None
     assert sum(c.base == "real" for c in CASES) >= 500
 
 
+@pytest.mark.unit
 def test_cases_are_deterministic() -> None:
     again = fz.fuzz_cases(TINY_HEADER, REAL_HEADER)
     assert [(c.name, c.edits, c.cut, c.fast) for c in again] == [
@@ -312,6 +316,7 @@ def test_cases_are_deterministic() -> None:
     ]
 
 
+@pytest.mark.unit
 def test_every_case_changes_its_base(request: pytest.FixtureRequest) -> None:
     """A case that writes the valid base unchanged would test nothing."""
     for case in CASES:
@@ -321,6 +326,7 @@ def test_every_case_changes_its_base(request: pytest.FixtureRequest) -> None:
         assert (image.head, image.size) != (valid.head, valid.size), case.name
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("base_name", ["tiny", "real"])
 def test_layout_points_at_the_fields(base_name: str, request: pytest.FixtureRequest) -> None:
     """The field positions from the ``gguf`` reader agree with what the validator reads there."""
@@ -377,6 +383,7 @@ def _overwrites(draw: st.DrawFn) -> fz.FuzzCase:
     return fz.FuzzCase("hypothesis", "random", "tiny", tuple(edits))
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(120)
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(case=_overwrites())

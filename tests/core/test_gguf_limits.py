@@ -160,6 +160,7 @@ def test_a_large_number_array_nobody_asked_for_is_skipped_unread(tmp_path: Path)
     assert got["grew_kib"] < 64 * 1024
 
 
+@pytest.mark.unit
 def test_chat_templates_are_capped_together(tmp_path: Path) -> None:
     one = [("tokenizer.chat_template", MAX_TEMPLATE_BYTES)]
     named = [(f"tokenizer.chat_template.t{i}", MAX_TEMPLATE_BYTES) for i in range(4)]
@@ -170,6 +171,7 @@ def test_chat_templates_are_capped_together(tmp_path: Path) -> None:
         read_gguf(_sparse_strings(tmp_path / "many.gguf", one + named))
 
 
+@pytest.mark.unit
 def test_a_long_string_asked_for_by_key_is_kept(tmp_path: Path) -> None:
     path = _sparse_strings(tmp_path / "asked.gguf", [("general.notes", 2 * MIB)], marks=True)
     assert read_gguf(path).get("general.notes").n_bytes == 2 * MIB
@@ -177,6 +179,7 @@ def test_a_long_string_asked_for_by_key_is_kept(tmp_path: Path) -> None:
     assert isinstance(kept, str) and len(kept) == 2 * MIB and kept[0] == "A"
 
 
+@pytest.mark.unit
 def test_a_long_skipped_string_past_the_end_is_still_a_truncated_file(tmp_path: Path) -> None:
     path = tmp_path / "cut.gguf"
     path.write_bytes(gc.header(0, 1) + gc.gstr("general.notes") + gc.u32(gc.STRING)

@@ -40,6 +40,7 @@ N_CTX = 10_240
 # ----- the pacing of prompt slices and of reports -----
 
 
+@pytest.mark.unit
 def test_slices_start_at_the_floor_then_take_about_half_a_second() -> None:
     pacer = SlicePacer(512)
     assert pacer.size == FLOOR_SLICE  # the rate is not known yet
@@ -54,6 +55,7 @@ def test_slices_start_at_the_floor_then_take_about_half_a_second() -> None:
     assert SlicePacer(32).size == 32  # never more than n_batch
 
 
+@pytest.mark.unit
 def test_reports_are_at_most_one_per_gap_but_the_last_always_goes() -> None:
     gate = ReportGate(0.05)
     times = [0.0, 0.01, 0.049, 0.06, 0.07, 0.2]
@@ -114,6 +116,7 @@ class _ReportingEngine:
         pass
 
 
+@pytest.mark.unit
 def test_a_call_streams_live_kv_and_prompt_progress_before_its_reply() -> None:
     text = "Lorem ipsum dolor sit amet. " * 400
     engine = _ReportingEngine()

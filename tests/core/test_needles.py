@@ -31,6 +31,8 @@ from tests.benchmarks.bench_needles import (
     shared_terms,
 )
 
+pytestmark = pytest.mark.unit
+
 TOKENS = 8_000  # the small document's size
 
 

@@ -32,6 +32,7 @@ def user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+@pytest.mark.unit
 def test_checkout_keeps_resources_and_models_in_the_repo(user_dirs: Path) -> None:
     assert paths.layout() is Layout.SOURCE
     assert paths.resources_dir() == REPO / "resources"
@@ -41,6 +42,7 @@ def test_checkout_keeps_resources_and_models_in_the_repo(user_dirs: Path) -> Non
     assert paths.cache_dir() == user_dirs / "cache" / "contextlens"
 
 
+@pytest.mark.unit
 def test_installed_package_finds_resources_inside_it_and_models_in_user_data(
     user_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,6 +56,7 @@ def test_installed_package_finds_resources_inside_it_and_models_in_user_data(
     assert not paths.models_dir().is_relative_to(tmp_path / "site-packages")
 
 
+@pytest.mark.unit
 def test_frozen_build_finds_resources_in_the_bundle_and_models_in_user_data(
     user_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -68,6 +71,7 @@ def test_frozen_build_finds_resources_in_the_bundle_and_models_in_user_data(
     assert paths.cache_dir() == user_dirs / "cache" / "contextlens"
 
 
+@pytest.mark.unit
 def test_user_data_is_the_folder_the_history_database_lives_in(
     user_dirs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,6 +79,7 @@ def test_user_data_is_the_folder_the_history_database_lives_in(
     assert default_db_path().parent == paths.user_data_dir() == user_dirs / "data" / "ContextLens"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("frozen", [False, True])
 def test_environment_overrides_win_in_every_layout(
     frozen: bool, user_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -89,6 +94,7 @@ def test_environment_overrides_win_in_every_layout(
     assert paths.cache_dir() == tmp_path / "cache"
 
 
+@pytest.mark.unit
 def test_list_models_lists_gguf_files_only(tmp_path: Path) -> None:
     (tmp_path / "b.gguf").write_bytes(b"GGUF")
     (tmp_path / "a.GGUF").write_bytes(b"GGUF")

@@ -12,6 +12,8 @@ from tests.benchmarks import peers_quality as q
 from tests.benchmarks.bench_peers import Document, Run
 from tests.benchmarks.report import Row
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def jargon() -> str:

@@ -24,6 +24,8 @@ from app.core.planning.strategies import STRATEGIES, Planner, PlanOptions
 from app.core.tokens import LlamaCounter, TiktokenCounter, cl100k, gguf_encoding
 from tests.core.doc_strategies import markdown_documents
 
+pytestmark = pytest.mark.unit
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 REAL = ("sample.md", "sample.html", "sample.pdf", "sample.docx", "chinese-gbk.txt", "sample.py")
 _FIXTURES_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]

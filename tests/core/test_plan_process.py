@@ -100,6 +100,7 @@ def test_counts_in_the_child_equal_counts_here(
         assert process.count(lexicon, key) == expected > 50_000
 
 
+@pytest.mark.unit
 def test_counter_keys_name_what_the_child_can_rebuild(model_path: Path) -> None:
     fast = gguf_encoding(model_path)
     assert counter_key(cl100k()) == CL100K_KEY and counter_for_key(CL100K_KEY) is cl100k()

@@ -302,6 +302,7 @@ def test_a_job_keeps_the_partial_output_when_the_server_dies(
         srv.stop()
 
 
+@pytest.mark.unit
 def test_connection_errors_are_retried_with_backoff_then_said_once() -> None:
     port = free_port()  # nothing listens there
     pauses: list[float] = []
@@ -331,6 +332,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.unit
 def test_an_answer_with_an_error_status_is_never_retried() -> None:
     """A server that answered got the request: sending it again could run it twice."""
     httpd = http.server.HTTPServer(("127.0.0.1", 0), _Counting)
@@ -361,6 +363,7 @@ def test_an_api_key_is_sent_and_a_missing_one_is_said(model_path: Path, tmp_path
             assert "s3cret" not in repr(engine.connection)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "url"), [
     ("127.0.0.1:8080", "http://127.0.0.1:8080"),
     ("localhost:8080/v1", "http://localhost:8080"),
@@ -374,6 +377,7 @@ def test_addresses_are_normalized(text: str, url: str) -> None:
     assert normalize_url(text) == url
 
 
+@pytest.mark.unit
 def test_a_key_over_plain_http_to_another_machine_is_one_sentence() -> None:
     assert key_in_clear("http://gpu-box:8000", "sk-1") == (
         "the API key goes to gpu-box:8000 over plain HTTP, unencrypted, where anyone on the "
@@ -387,6 +391,7 @@ def test_a_key_over_plain_http_to_another_machine_is_one_sentence() -> None:
     assert key_in_clear("http://gpu-box:8000", None) is None  # no key, nothing to read
 
 
+@pytest.mark.unit
 def test_the_same_server_is_the_same_scheme_host_port_and_path() -> None:
     assert same_server("api.example.com", "https://API.example.com:443/v1")
     assert same_server("127.0.0.1:8080", "http://127.0.0.1:8080/")
@@ -408,6 +413,7 @@ def test_a_server_that_speaks_http_at_an_https_address_is_said(
     assert "does not speak HTTPS (for a plain-HTTP server, write http:// in front" in str(exc.value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "message"), [
     ("", "the server address is empty"),
     ("ftp://host", "'ftp://host' is not an http:// or https:// address"),
@@ -424,6 +430,7 @@ def test_bad_addresses_are_one_sentence(text: str, message: str) -> None:
 # ----- what llama-server and vLLM report (their documented shapes) -----------------------------
 
 
+@pytest.mark.unit
 def test_llama_server_props_give_context_slots_and_template() -> None:
     props = {"default_generation_settings": {"n_ctx": 8192, "params": {}}, "total_slots": 4,
              "chat_template": "{{ messages }}", "bos_token": "<s>",
@@ -431,12 +438,14 @@ def test_llama_server_props_give_context_slots_and_template() -> None:
     assert identify(props, {}) == ("llama-server", 8192, "/props", 4, "{{ messages }}")
 
 
+@pytest.mark.unit
 def test_vllm_models_give_the_context() -> None:
     entry = {"id": "Qwen/Qwen2.5-7B", "object": "model", "max_model_len": 32768}
     assert identify(None, entry) == ("vllm", 32768, "/v1/models max_model_len", None, None)
     assert identify(None, {"id": "gpt"}) == ("openai-compatible", None, "", None, None)
 
 
+@pytest.mark.unit
 def test_llama_server_slots_add_up_prompt_and_decoded_tokens() -> None:
     slots = [
         {"id": 0, "n_ctx": 4096, "is_processing": True, "n_prompt_tokens": 1200,
@@ -450,6 +459,7 @@ def test_llama_server_slots_add_up_prompt_and_decoded_tokens() -> None:
     assert kv_from_slots({"error": "not supported"}) is None
 
 
+@pytest.mark.unit
 def test_metrics_give_kv_tokens_or_the_share_in_use() -> None:
     llama = ("# HELP llamacpp:kv_cache_usage_ratio KV-cache usage.\n"
              "llamacpp:kv_cache_usage_ratio 0.25\nllamacpp:kv_cache_tokens 1024\n")  # fmt: skip
@@ -473,6 +483,7 @@ def test_stream_pieces_arrive_at_least_every_few_tokens(remote: RemoteEngine) ->
     assert len(arrivals) >= 5 and arrivals[0] < arrivals[-1]
 
 
+@pytest.mark.unit
 def test_bad_connection_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="timeouts must be positive"):
         Connection("127.0.0.1:1", timeout_s=0)

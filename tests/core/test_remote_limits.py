@@ -167,6 +167,7 @@ def test_endless_answers_are_cut_off_in_one_sentence_within_a_capped_memory(host
     assert max(seconds) < 30  # each stops at the cap, not at the end of the memory
 
 
+@pytest.mark.unit
 def test_a_smaller_cap_is_kept_to_the_byte(hostile: str) -> None:
     """Without a subprocess: the reads stop at the client's own limits."""
     with contextlib.closing(Client(Connection(hostile, retries=0))) as client:
@@ -178,6 +179,7 @@ def test_a_smaller_cap_is_kept_to_the_byte(hostile: str) -> None:
         assert client.get_json("/small") == {"ok": True}
 
 
+@pytest.mark.unit
 def test_lines_end_at_lf_crlf_or_cr_even_across_chunks() -> None:
     class _Fake:
         def __init__(self, chunks: list[bytes]) -> None:
@@ -319,6 +321,7 @@ def _reply(engine: RemoteEngine, max_tokens: int = 64) -> tuple[str, Finished]:
     return text, done
 
 
+@pytest.mark.unit
 def test_a_reply_cut_short_is_asked_for_again_and_goes_on_where_it_stopped(
     fake: FakeServer, remote: RemoteEngine
 ) -> None:
@@ -329,6 +332,7 @@ def test_a_reply_cut_short_is_asked_for_again_and_goes_on_where_it_stopped(
     assert fake.completions == 3
 
 
+@pytest.mark.unit
 def test_a_reply_cut_short_every_time_is_one_sentence(
     fake: FakeServer, remote: RemoteEngine
 ) -> None:
@@ -341,6 +345,7 @@ def test_a_reply_cut_short_every_time_is_one_sentence(
     assert fake.completions == 3
 
 
+@pytest.mark.unit
 def test_a_reply_asked_for_again_that_begins_otherwise_is_not_glued_on(
     fake: FakeServer, remote: RemoteEngine
 ) -> None:
@@ -355,6 +360,7 @@ def test_a_reply_asked_for_again_that_begins_otherwise_is_not_glued_on(
     assert "(asked 2 times, the last one beginning another reply)" in str(exc.value)
 
 
+@pytest.mark.unit
 def test_a_server_that_ignores_max_tokens_is_stopped_at_it(hostile: str) -> None:
     """The hostile server's /v1/completions sends token events without end."""
     engine = RemoteEngine(Connection(hostile, retries=0), n_ctx=512)
@@ -372,6 +378,7 @@ def test_a_server_that_ignores_max_tokens_is_stopped_at_it(hostile: str) -> None
     assert text == "a" * 50 and done.stats.completion_tokens == 50
 
 
+@pytest.mark.unit
 def test_a_one_request_server_never_gets_two_at_once(
     fake: FakeServer, remote: RemoteEngine
 ) -> None:
@@ -396,6 +403,7 @@ def test_a_one_request_server_never_gets_two_at_once(
     assert fake.most == 1  # never two requests in flight
 
 
+@pytest.mark.unit
 def test_replies_wait_for_a_free_slot_on_a_server_with_slots(fake: FakeServer) -> None:
     """llama-server answers other requests beside its slots: only replies wait for one."""
     engine = RemoteEngine(Connection(fake.url), n_ctx=512)
@@ -420,6 +428,7 @@ def test_replies_wait_for_a_free_slot_on_a_server_with_slots(fake: FakeServer) -
     assert texts == ["".join(WORDS)] * 5 and fake.most == 2
 
 
+@pytest.mark.unit
 def test_the_gate_lets_a_thread_that_holds_a_turn_go_on() -> None:
     gate = InFlightGate(1)
     with gate.held(), gate.held():  # nested in one thread: no deadlock

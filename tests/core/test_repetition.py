@@ -8,6 +8,8 @@ import pytest
 from app.core.engine.repetition import Limits, RepetitionDetector, ends_in_loop
 from app.core.paths import sample_document
 
+pytestmark = pytest.mark.unit
+
 # Replies the default model gave under greedy decoding (tests/core/test_sampling.py runs one).
 POEM = (
     "In the shadows of the internet, a lone figure stood, a hacker, a warrior, a warrior of "

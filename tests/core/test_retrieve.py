@@ -146,6 +146,7 @@ def _check(plan: Plan, text: str) -> None:
 # ----- the analyzer --------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_latin_words_are_lowercased_stemmed_and_stop_words_dropped() -> None:
     assert terms("Who EDITED the Jargon Files? The editors’ ﬁles!") == [
         "edit", "jargon", "file", "editor", "file"]  # fmt: skip
@@ -156,6 +157,7 @@ def test_latin_words_are_lowercased_stemmed_and_stop_words_dropped() -> None:
                                                               "maintain": "maintained"}
 
 
+@pytest.mark.unit
 def test_cjk_text_is_single_characters_and_pairs() -> None:
     assert terms("黑客词典") == ["黑", "客", "词", "典", "黑客", "客词", "词典"]
     # mixed scripts: each run by its own rule, full-width letters read as plain ones
@@ -196,6 +198,7 @@ def test_the_best_parts_are_kept_in_document_order_and_say_why(
     assert as_json["kept"][0]["score"] == round(plan.kept[0].score or 0, 4)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("budget", [1_400, 6_000])
 def test_neighbours_widen_the_context_around_a_kept_match(planner: Planner, budget: int) -> None:
     """Each neighbour lies beside its match, or beside what is kept around it: nothing between
@@ -213,6 +216,7 @@ def test_neighbours_widen_the_context_around_a_kept_match(planner: Planner, budg
     assert any(s.start == own[1].end for s in plan.kept)  # and after it
 
 
+@pytest.mark.unit
 def test_a_document_that_fits_is_kept_whole(planner: Planner, jargon: str) -> None:
     text = jargon[:20_000]
     small = Planner(text, planner.counter)
@@ -222,6 +226,7 @@ def test_a_document_that_fits_is_kept_whole(planner: Planner, jargon: str) -> No
     assert any(s.rank == 1 and s.reason.startswith("rank 1 of ") for s in plan.kept)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("budget", [20, 150, 700, 5_000, 10**6])
 def test_the_budget_holds_at_every_size(planner: Planner, budget: int) -> None:
     plan = planner.plan("retrieve", budget, PlanOptions(question="hacker ethic and free software"))
@@ -231,6 +236,7 @@ def test_the_budget_holds_at_every_size(planner: Planner, budget: int) -> None:
         assert any(s.rank == 1 for s in plan.kept)
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(markdown_documents(), st.integers(1, 400), st.integers(0, 2**16))
@@ -257,12 +263,14 @@ def _check_partition(plan: Plan, text: str) -> None:
     assert all(a.end == b.start for a, b in itertools.pairwise(spans))
 
 
+@pytest.mark.unit
 def test_a_question_of_no_known_word_keeps_nothing_and_says_so(planner: Planner) -> None:
     plan = planner.plan("retrieve", 1_000, PlanOptions(question="Xylqvorph zzyzzx?"))
     assert plan.kept == () and plan.refused is None
     assert [s.reason for s in plan.dropped] == [NO_MATCH]
 
 
+@pytest.mark.unit
 def test_without_a_question_the_plan_is_refused_with_one_sentence(planner: Planner) -> None:
     for question in ("", "   "):
         plan = planner.plan("retrieve", 1_000, PlanOptions(question=question))
@@ -293,6 +301,7 @@ def test_a_fact_300k_tokens_deep_is_kept_for_a_question_in_other_words(
 # ----- the index: built once per document and chunking ------------------------------------
 
 
+@pytest.mark.unit
 def test_a_second_question_reuses_the_index(counter: TiktokenCounter, jargon: str) -> None:
     planner = Planner(jargon, counter)
     first = planner.plan("retrieve", 1_500, PlanOptions(question="What is a hacker?"))
@@ -311,6 +320,7 @@ def test_a_second_question_reuses_the_index(counter: TiktokenCounter, jargon: st
     assert planner.stats.indexes_made == 2
 
 
+@pytest.mark.unit
 def test_the_index_and_scored_plans_are_kept_on_disk(
     counter: TiktokenCounter, jargon: str, tmp_path: Path
 ) -> None:

@@ -9,6 +9,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from app.core.jobs.ring import Ring, RingError, SegmentKind
 
+pytestmark = pytest.mark.unit
+
 CAPACITY = 64
 KINDS = st.sampled_from(list(SegmentKind))
 

@@ -115,6 +115,7 @@ def test_cache_that_cannot_shift_falls_back_with_its_reason(
     assert result.evaluated_tokens > streamed.evaluated_tokens
 
 
+@pytest.mark.unit
 def test_shift_refusal_names_each_engine_that_cannot_stream() -> None:
     usage = KVUsage(N_CTX, 0, -1, -1, 0, True)
 

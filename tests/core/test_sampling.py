@@ -124,6 +124,7 @@ def test_bad_sampling_values_are_refused_in_one_sentence(engine: EngineHost,
 # ----- presets and stored settings (no engine) -------------------------------------------------
 
 
+@pytest.mark.unit
 def test_presets_and_what_a_version_stores() -> None:
     assert PRESETS[DETERMINISTIC] == SamplingSettings() and SamplingSettings().greedy
     for name in (BALANCED, CREATIVE):
@@ -144,6 +145,7 @@ def test_presets_and_what_a_version_stores() -> None:
     assert "repetition" in FINISH_REASONS
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", ["llama-server", "llama-cpp-python", "vllm"])
 def test_a_server_gets_every_sampling_field_it_knows_or_a_refusal(kind: str) -> None:
     remote = RemoteEngine(Connection("http://127.0.0.1:9"))

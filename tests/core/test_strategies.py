@@ -64,6 +64,7 @@ def _check_plan(p: Plan, text: str, counter: TiktokenCounter) -> None:
     assert 0.0 <= p.boundary_integrity <= 1.0
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None, suppress_health_check=_FIXTURES_OK)
 @given(markdown_documents(), st.integers(1, 600), st.sampled_from(sorted(STRATEGIES)))
 def test_every_plan_stays_within_budget(
@@ -73,6 +74,7 @@ def test_every_plan_stays_within_budget(
     _check_plan(plan(doc, counter, budget, strategy), doc.text, counter)
 
 
+@pytest.mark.unit
 @settings(max_examples=40, deadline=None, suppress_health_check=_FIXTURES_OK)
 @given(markdown_documents(max_blocks=4), st.integers(1, 12))
 def test_budgets_smaller_than_a_sentence(counter: TiktokenCounter, text: str, budget: int) -> None:
@@ -82,6 +84,7 @@ def test_budgets_smaller_than_a_sentence(counter: TiktokenCounter, text: str, bu
         _check_plan(planner.plan(name, budget), doc.text, counter)
 
 
+@pytest.mark.unit
 def test_zero_budget_keeps_nothing(counter: TiktokenCounter) -> None:
     p = plan("Some text.", counter, 0, "head")
     assert p.kept == () and p.refused and "budget is 0" in p.refused
@@ -93,6 +96,7 @@ def jargon_planner(counter: TiktokenCounter) -> Planner:
     return Planner(document_from_text(text), counter)
 
 
+@pytest.mark.unit
 def test_refuse_explains_with_numbers(jargon_planner: Planner, counter: TiktokenCounter) -> None:
     p = jargon_planner.plan("refuse", 1000)
     assert p.kept == () and p.refused
@@ -101,6 +105,7 @@ def test_refuse_explains_with_numbers(jargon_planner: Planner, counter: Tiktoken
     assert small.refused is None and small.kept_tokens == small.total_tokens
 
 
+@pytest.mark.unit
 def test_head_tail_middle_keep_their_ends(jargon_planner: Planner) -> None:
     n = len(jargon_planner.text)
     head, tail, middle = (jargon_planner.plan(s, 2000) for s in ("head", "tail", "middle"))
@@ -111,6 +116,7 @@ def test_head_tail_middle_keep_their_ends(jargon_planner: Planner) -> None:
         assert 0.9 * 2000 <= p.kept_tokens <= 2000, f"{p.strategy} fills {p.kept_tokens}"
 
 
+@pytest.mark.unit
 def test_multi_pass_strategies_reach_every_chunk(jargon_planner: Planner) -> None:
     for name in ("rolling", "semantic", "map-reduce"):
         p = jargon_planner.plan(name, 1500)
@@ -123,6 +129,7 @@ def test_multi_pass_strategies_reach_every_chunk(jargon_planner: Planner) -> Non
     )
 
 
+@pytest.mark.unit
 def test_entropy_drops_repetition_boilerplate_and_whitespace_first(
     counter: TiktokenCounter,
 ) -> None:
@@ -146,6 +153,7 @@ def test_entropy_drops_repetition_boilerplate_and_whitespace_first(
     assert kept_text.count(repeated) == 1
 
 
+@pytest.mark.unit
 def test_needle_retention_differs_by_strategy(jargon_planner: Planner) -> None:
     text = jargon_planner.text
     needles = [(i, i + 30) for i in range(1000, len(text) - 100, len(text) // 10)]
@@ -154,11 +162,13 @@ def test_needle_retention_differs_by_strategy(jargon_planner: Planner) -> None:
     assert head <= 0.2 and mapred >= 0.8
 
 
+@pytest.mark.unit
 def test_unknown_strategy_is_refused(counter: TiktokenCounter) -> None:
     with pytest.raises(ValueError, match="unknown strategy 'best'"):
         plan("text", counter, 100, "best")
 
 
+@pytest.mark.unit
 def test_plans_on_real_documents(counter: TiktokenCounter) -> None:
     for name in ("sample.pdf", "sample.docx", "sample.html", "chinese-gbk.txt", "sample.py"):
         doc = load_document(DATA / name)
@@ -167,6 +177,7 @@ def test_plans_on_real_documents(counter: TiktokenCounter) -> None:
             _check_plan(planner.plan(strategy, 150), doc.text, counter)
 
 
+@pytest.mark.unit
 def test_a_remembered_plan_is_returned_without_chunking_again(
     jargon_planner: Planner, counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,12 +200,14 @@ def test_a_remembered_plan_is_returned_without_chunking_again(
     assert fresh.plan("head", 1200, other) is not made["head"]  # other options: planned anew
 
 
+@pytest.mark.unit
 def test_plans_are_equal_however_long_they_took(jargon_planner: Planner) -> None:
     a = jargon_planner.plan("middle", 900)
     b = dataclasses.replace(a, seconds=a.seconds + 1)
     assert a == b and dataclasses.replace(a, budget=901) != a
 
 
+@pytest.mark.unit
 def test_remembered_plans_are_bounded(jargon_planner: Planner, counter: TiktokenCounter) -> None:
     fresh = Planner(jargon_planner.doc, counter)
     plans = [jargon_planner.plan("head", 600 + 10 * i) for i in range(REMEMBERED_PLANS + 1)]
@@ -222,6 +235,7 @@ def test_budget_uses_the_models_own_template(
     assert budget.available == 4096 - len(ref) - 512
 
 
+@pytest.mark.unit
 def test_budget_without_template_is_the_task_and_blank_lines(counter: TiktokenCounter) -> None:
     frame = prompt_frame(None, task="Summarize.")
     assert frame.before == "Summarize.\n\n" and frame.after == "\n\n"
@@ -230,6 +244,7 @@ def test_budget_without_template_is_the_task_and_blank_lines(counter: TiktokenCo
     ) + counter.count("\n\n")
 
 
+@pytest.mark.unit
 def test_preflight_refuses_with_the_numbers() -> None:
     preflight(3584, 4096, 512)  # exactly fits
     with pytest.raises(ContextOverflowError) as err:
@@ -249,6 +264,7 @@ def test_model_frame_is_read_once_per_file_version(model_path: Path, tmp_path: P
     assert again is not first and again == first
 
 
+@pytest.mark.unit
 def test_budget_rejects_nonsense(counter: TiktokenCounter) -> None:
     frame = prompt_frame(None)
     with pytest.raises(ValueError, match="context size"):

@@ -29,6 +29,7 @@ def test_snapshot_reads_the_engine_and_the_os(engine: object) -> None:
     assert snap.gpu.available or snap.gpu.reason  # a state either way, never an exception
 
 
+@pytest.mark.unit
 def test_no_gpu_is_a_state_not_an_error() -> None:
     state = gpu_state()
     if not state.available:
@@ -36,6 +37,7 @@ def test_no_gpu_is_a_state_not_an_error() -> None:
     assert process_rss(2**22 + 12345) == 0  # a process that does not exist
 
 
+@pytest.mark.unit
 def test_kv_estimate_matches_the_model_shape(model_path: Path) -> None:
     info = inspect_model(model_path)
     est = estimate_memory(info, LoadSettings(n_ctx=8192))
@@ -45,6 +47,7 @@ def test_kv_estimate_matches_the_model_shape(model_path: Path) -> None:
     assert half.kv_bytes < est.kv_bytes and half.compute_bytes < est.compute_bytes
 
 
+@pytest.mark.unit
 def test_preflight_refuses_with_the_numbers(model_path: Path) -> None:
     info = inspect_model(model_path)
     memory_preflight(info, LoadSettings(n_ctx=2048), available=2**32)
@@ -54,12 +57,14 @@ def test_preflight_refuses_with_the_numbers(model_path: Path) -> None:
     assert "8,192 tokens" in message and "KV cache 180 MiB" in message and "100 MiB" in message
 
 
+@pytest.mark.unit
 def test_host_refuses_a_context_larger_than_memory(model_path: Path) -> None:
     with EngineHost() as host, pytest.raises(InsufficientMemoryError, match="of memory is free"):
         host.load(model_path, LoadSettings(n_ctx=200_000_000))
     assert host.model is None
 
 
+@pytest.mark.unit
 def test_prompt_histogram() -> None:
     h = PromptHistogram()
     for tokens in (10, 500, 1000, 1023, 2000):

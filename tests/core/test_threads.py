@@ -21,6 +21,8 @@ from app.core.engine.threads import (
     ThreadGovernor,
 )
 
+pytestmark = pytest.mark.unit
+
 
 class Machine:
     """A scripted machine: ``busy`` CPU seconds of all programs, ``own`` of this one."""

@@ -90,6 +90,7 @@ def test_bytes_missing_from_the_vocabulary_are_dropped_like_llama(
         assert fast.count(text) == len(llama(text, False)), repr(text)
 
 
+@pytest.mark.unit
 def test_count_many_equals_count(fast: T.TiktokenCounter) -> None:
     texts = [f"Paragraph {i}: " + "word " * i for i in range(40)]
     assert fast.count_many(texts) == [fast.count(t) for t in texts]
@@ -113,6 +114,7 @@ def test_verify_passes_for_the_right_pattern_and_catches_a_wrong_one(
     assert T.verify(wrong, llama) is not None
 
 
+@pytest.mark.unit
 def test_exact_counter_falls_back_to_llama_when_verification_fails(model_path: Path) -> None:
     calls: list[str] = []
 
@@ -132,6 +134,7 @@ def test_exact_counter_uses_the_fast_path_when_verified(
     assert isinstance(counter, T.TiktokenCounter) and counter.exact
 
 
+@pytest.mark.unit
 def test_cl100k_is_offline_and_an_estimate() -> None:
     counter = T.cl100k()
     assert not counter.exact and counter.name == "cl100k_base"
@@ -140,6 +143,7 @@ def test_cl100k_is_offline_and_an_estimate() -> None:
     assert counter.count("<|endoftext|>") > 1  # special text counts as ordinary text
 
 
+@pytest.mark.unit
 def test_scrub_replaces_lone_surrogates_only() -> None:
     assert scrub("a\ud800b\udfffc") == "a\ufffdb\ufffdc"
     same = "plain 😀 text"
@@ -169,6 +173,7 @@ def _byte_tokens() -> list[str]:
     return [by_byte[b] for b in range(256)]
 
 
+@pytest.mark.unit
 def test_duplicate_merge_results_take_the_first_rank_like_true_bpe(tmp_path: Path) -> None:
     # Llama 3 builds "ĠĠĠĠ" by two merges; tiktoken ranks by result, so the first one's rank is
     # kept. On these texts that is what a merge-ranked BPE (tokenizers) gives as well.
@@ -180,6 +185,7 @@ def test_duplicate_merge_results_take_the_first_rank_like_true_bpe(tmp_path: Pat
         assert fast.encode(text) == true_bpe.encode(text), text
 
 
+@pytest.mark.unit
 def test_unknown_pre_tokenizer_is_refused_and_llama_is_used(tmp_path: Path) -> None:
     path = tmp_path / "pre.gguf"
     _write_gguf(path, model="gpt2", pre="brand-new", tokens=[*_byte_tokens(), "ab"],
@@ -191,6 +197,7 @@ def test_unknown_pre_tokenizer_is_refused_and_llama_is_used(tmp_path: Path) -> N
     assert "no fast exact counter" in counter.note and "brand-new" in counter.note
 
 
+@pytest.mark.unit
 def test_a_fast_form_that_disagrees_with_llama_is_not_trusted(tmp_path: Path) -> None:
     path = tmp_path / "spm.gguf"
     _write_gguf(path, model="llama", pre="default", tokens=["<unk>", "▁a", "▁", "a"], merges=[])
@@ -199,6 +206,7 @@ def test_a_fast_form_that_disagrees_with_llama_is_not_trusted(tmp_path: Path) ->
     assert isinstance(counter, T.LlamaCounter) and "differs from llama.cpp" in counter.note
 
 
+@pytest.mark.unit
 def test_tokens_its_merges_never_build_are_detected() -> None:
     ranks = {bytes([b]): b for b in range(256)}
     pairs = {}
@@ -209,6 +217,7 @@ def test_tokens_its_merges_never_build_are_detected() -> None:
     assert T.unreachable_tokens(ranks, pairs) == [b"abc"]
 
 
+@pytest.mark.unit
 def test_the_fingerprint_names_the_vocabulary_not_the_file(
     fast: T.TiktokenCounter, model_path: Path, tmp_path: Path
 ) -> None:

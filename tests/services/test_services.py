@@ -28,6 +28,7 @@ def session(model_path: Path) -> object:
         yield s
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("spec", "message"), [
     (JobSpec("translate", ("head",)), "unknown task 'translate'"),
     (JobSpec("summarize", ("best",)), "unknown strategy 'best'"),
@@ -44,6 +45,7 @@ def test_a_job_that_cannot_run_is_refused_in_one_sentence(spec: JobSpec, message
         spec.check()
 
 
+@pytest.mark.unit
 def test_an_option_out_of_range_names_the_option_for_each_face() -> None:
     with pytest.raises(BadOption) as caught:
         JobSpec("summarize", ("head",), max_tokens=0).check()
@@ -95,6 +97,7 @@ def test_a_run_is_recorded_once_recognised_and_resumed_from_its_kv_state(
         assert changed.versions == (version.id,) and len(h.repo.runs(version.id)) == 2
 
 
+@pytest.mark.unit
 def test_a_server_version_has_no_state_to_resume(tmp_path: Path) -> None:
     doc = load_document(DATA / "sample.md")
     with versions.history(tmp_path / "h.db") as h:
@@ -107,6 +110,7 @@ def test_a_server_version_has_no_state_to_resume(tmp_path: Path) -> None:
             versions.resume_spec(h.repo, h.repo.get_version(vid), model_sha256="")
 
 
+@pytest.mark.unit
 def test_no_model_loaded_is_one_sentence() -> None:
     with EngineSession() as s, pytest.raises(BadRequest, match="load a model"):
         s.run("text", JobSpec("summarize", ("head",)))

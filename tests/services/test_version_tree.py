@@ -18,6 +18,8 @@ from app.services.errors import BadRequest
 from app.services.jobs import EngineFacts, JobOutcome, JobSpec
 from app.store.repository import Repository, RepositoryError
 
+pytestmark = pytest.mark.unit
+
 FACTS = EngineFacts("/m.gguf", "m" * 64, "local", "f16")
 DOC = document_from_text("The harbour at dawn. The boats go out. " * 20, name="harbour.txt")
 OTHER = document_from_text("A different text altogether.", name="other.txt")

@@ -29,6 +29,8 @@ from app.store.models import Base, DocumentText, KVStateRow, PromptVersion, Sess
 from app.store.repository import Repository
 from tests.store.kv_states import engine_state
 
+pytestmark = pytest.mark.unit
+
 TEXT = "Chapter 1. The harbour at dawn.\n\n第一章。港の夜明け。🌅\n" * 40
 TOKENS = (1, 2, 3, 70000, -5, 2**31 - 1)
 STATE = engine_state(len(TOKENS))  # 24 KiB laid out as llama.cpp writes a state

@@ -244,6 +244,7 @@ def test_bombs_are_refused_at_once_and_a_large_document_streams_under_a_memory_l
     assert lines[-1]["peak_mib"] < 400  # the 150 MiB text was never held whole
 
 
+@pytest.mark.unit
 def test_kv_data_must_be_stored(good: Good, tmp_path: Path, victim: Repository) -> None:
     """KV members deflated, even at a harmless ratio, are refused: the exporter stores them."""
     entries = [(n, d) for n, d in good.members]
@@ -254,6 +255,7 @@ def test_kv_data_must_be_stored(good: Good, tmp_path: Path, victim: Repository) 
     import_refused(victim, tmp_path, buf.getvalue(), "holds compressed KV data")
 
 
+@pytest.mark.unit
 def test_a_json_member_too_costly_to_parse_is_refused_by_its_estimate(
     good: Good, tmp_path: Path, victim: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,6 +267,7 @@ def test_a_json_member_too_costly_to_parse_is_refused_by_its_estimate(
     assert "at most 4 MiB" in message
 
 
+@pytest.mark.unit
 def test_a_full_disk_while_spooling_is_one_sentence(
     good: Good, tmp_path: Path, victim: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -296,6 +299,7 @@ def exported_text(repo: Repository, session_id: int, target: Path) -> str:
         return zf.read("document.txt").decode("utf-8")
 
 
+@pytest.mark.unit
 def test_an_archive_naming_another_documents_hash_cannot_take_its_place(
     good: Good, tmp_path: Path, repo: Repository
 ) -> None:
@@ -314,6 +318,7 @@ def test_an_archive_naming_another_documents_hash_cannot_take_its_place(
     assert exported_text(repo, got.session_id, tmp_path / "theirs.ctxlens") == TEXT
 
 
+@pytest.mark.unit
 def test_an_archive_naming_a_stored_documents_hash_keeps_its_own_text(
     good: Good, tmp_path: Path, repo: Repository
 ) -> None:
@@ -329,6 +334,7 @@ def test_an_archive_naming_a_stored_documents_hash_keeps_its_own_text(
     assert texts == 2
 
 
+@pytest.mark.unit
 def test_a_document_whose_hash_is_its_texts_keeps_it(
     good: Good, tmp_path: Path, repo: Repository
 ) -> None:
@@ -392,6 +398,7 @@ BOUNDS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("case", list(BOUNDS))
 def test_out_of_bounds_values_are_refused_in_one_sentence(
     case: str, good: Good, tmp_path: Path, victim: Repository
@@ -401,6 +408,7 @@ def test_out_of_bounds_values_are_refused_in_one_sentence(
     assert expected in message
 
 
+@pytest.mark.unit
 def test_a_nan_in_the_sampling_is_refused(good: Good, tmp_path: Path, victim: Repository) -> None:
     body = good.body()
     body["versions"][0]["settings"]["sampling"] = {"temperature": float("nan")}
@@ -408,6 +416,7 @@ def test_a_nan_in_the_sampling_is_refused(good: Good, tmp_path: Path, victim: Re
     import_refused(victim, tmp_path, data, "sampling.temperature")
 
 
+@pytest.mark.unit
 def test_the_settings_read_back_are_what_the_file_said(
     good: Good, tmp_path: Path, repo: Repository
 ) -> None:
@@ -472,6 +481,7 @@ class CountedRows:
         self._real(s, table, counted(), **kwargs)
 
 
+@pytest.mark.unit
 def test_a_cancel_while_rows_are_written_is_heard_within_a_batch(
     tmp_path: Path, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -506,6 +516,7 @@ def test_a_cancel_while_rows_are_written_is_heard_within_a_batch(
     assert [s["name"] for s in repo.sessions()] == ["already here"]
 
 
+@pytest.mark.unit
 def test_a_long_history_imports_in_batches_with_its_tree(tmp_path: Path, repo: Repository) -> None:
     path = tmp_path / "long.ctxlens"
     path.write_bytes(many_versions(3_000))
@@ -605,6 +616,7 @@ MUTATED: dict[str, tuple[bytes, tuple[int, ...], str]] = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("case", list(MUTATED))
 def test_a_state_that_is_not_of_its_tokens_is_refused_before_it_is_stored(
     case: str, good: Good, tmp_path: Path, victim: Repository
@@ -614,6 +626,7 @@ def test_a_state_that_is_not_of_its_tokens_is_refused_before_it_is_stored(
     assert "has KV state" in message and "export it again, or without KV states." in message
 
 
+@pytest.mark.unit
 def test_a_state_of_another_size_than_recorded_is_refused(
     good: Good, tmp_path: Path, victim: Repository
 ) -> None:
@@ -621,6 +634,7 @@ def test_a_state_of_another_size_than_recorded_is_refused(
     import_refused(victim, tmp_path, data, "whose data is not the size session.json gives")
 
 
+@pytest.mark.unit
 def test_more_tokens_than_the_context_are_refused(
     good: Good, tmp_path: Path, victim: Repository
 ) -> None:
@@ -628,6 +642,7 @@ def test_more_tokens_than_the_context_are_refused(
     import_refused(victim, tmp_path, data, "which does not fit its context (5;")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("layout", "kind"),
     [
@@ -644,6 +659,7 @@ def test_the_layouts_the_engine_writes_walk(layout: bytes, kind: str) -> None:
     assert found.cells[0] == 6 and found.layers == 2
 
 
+@pytest.mark.unit
 def test_a_stored_state_that_does_not_match_its_record_is_not_resumed(repo: Repository) -> None:
     """A state stored before imports were checked (or damaged since) is refused before it is
     handed to the engine: its size against the size recorded, its tokens against its prompt."""
@@ -755,6 +771,7 @@ def test_real_sliding_window_states_walk(gemma_path: Path) -> None:
             assert len(found.cells) == 2 and found.cells[0] == len(state.tokens), name
 
 
+@pytest.mark.unit
 def test_the_layout_check_refuses_without_a_model(tmp_path: Path) -> None:
     """KVLayoutError carries a phrase the import puts in its sentence."""
     with pytest.raises(KVLayoutError, match=r"^it holds 6 cells for its 7 tokens$"):

@@ -21,6 +21,8 @@ from app.store.db import (
 )
 from app.store.models import KVStateRow, PromptVersion, Session
 
+pytestmark = pytest.mark.unit
+
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()

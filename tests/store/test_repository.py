@@ -15,6 +15,8 @@ from app.store import repository
 from app.store.db import open_database
 from app.store.repository import Entry, Repository, RepositoryError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[Repository]:
