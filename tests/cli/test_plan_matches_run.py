@@ -17,6 +17,7 @@ from app.cli.main import main
 from app.core.paths import sample_document
 
 QUESTION = "What is a kludge?"
+REPLY = 16  # the reply room both plan beside (short: the budgets are checked, not the replies)
 # (task options, strategies): a summary and a question, each as `run`/`compare` takes them
 JOBS = [
     (["--task", "summarize"], ["head", "rolling"]),
@@ -52,10 +53,10 @@ def test_plan_reports_the_budget_run_executes(
         shown = {}
         for name in strategies:
             (plan,) = _cli(capsys, "plan", str(document), "--strategy", name, "--n-ctx",
-                           str(n_ctx), *task, "--json")  # fmt: skip
+                           str(n_ctx), *task, "--max-tokens", str(REPLY), "--json")  # fmt: skip
             shown[plan["strategy"]] = plan
         events = _cli(capsys, "compare", str(document), "--strategies", ",".join(strategies),
-                      "--n-ctx", str(n_ctx), *task, "--max-tokens", "256",
+                      "--n-ctx", str(n_ctx), *task, "--max-tokens", str(REPLY),
                       "--db", str(tmp_path / "h.db"), "--json")  # fmt: skip
         ran = {e["strategy"]: e for e in events if e["type"] == "plan_ready"}
         assert set(ran) == set(shown) == set(strategies)
@@ -69,7 +70,7 @@ def test_plan_reports_the_budget_run_executes(
             assert plan["total_tokens"] == ready["total_tokens"]
         reserves = {name: shown[name]["reserve"] for name in strategies}
         if "rolling" in reserves:  # room for the running summary next to each window
-            assert reserves["rolling"] == 2 * 256 + 16 and reserves["head"] == 256
+            assert reserves["rolling"] == 2 * REPLY + 16 and reserves["head"] == REPLY
         if n_ctx == 1024 and "head" in shown:  # the document is cut here, whole above
             assert shown["head"]["kept_tokens"] < shown["head"]["total_tokens"]
 
