@@ -33,11 +33,13 @@ __all__ = [
     "ExportSummary",
     "Exported",
     "History",
+    "HistoryView",
     "ImportSummary",
     "Imported",
     "NewVersion",
     "Repository",
     "RepositoryError",
+    "SavedState",
     "StoreError",
     "Undone",
     "VersionInfo",
@@ -49,6 +51,7 @@ __all__ = [
     "history",
     "import_session",
     "open_history",
+    "read_history",
     "rollback",
     "undo_delete",
 ]
@@ -202,3 +205,81 @@ def import_session(
     added = tuple(v.id for v in repo.history(summary.session_id))
     return Imported(summary=summary, sessions_added=(summary.session_id,),
                     versions_added=added)  # fmt: skip
+
+
+# ----- the version tree as the History panel shows it -----
+
+# what makes two versions the same job (a rollback copies all of it from its parent)
+_CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A resumable KV state of a version (its own, or the one its rollback copy shares)."""
+
+    n_ctx: int
+    cache_type: str
+    prompt_tokens: int
+    state_bytes: int
+    version: int  # the version it was saved for
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """One consistent reading of what the panel shows, made off the GUI thread."""
+
+    sessions: list[dict[str, Any]]
+    versions: list[VersionInfo]
+    last_runs: dict[int, dict[str, Any]]
+    states: dict[int, SavedState]
+
+
+def read_history(repo: Repository, session_id: int | None) -> HistoryView:
+    """Sessions, versions, each version's last run and resumable KV state (slow: many reads)."""
+    sessions = repo.sessions()
+    if session_id is not None and all(s["id"] != session_id for s in sessions):
+        session_id = None  # the session is gone: show all
+    versions = repo.history(session_id)
+    by_id = {v.id: v for v in versions}
+    last_runs: dict[int, dict[str, Any]] = {}
+    own: dict[int, SavedState] = {}
+    for v in versions:
+        runs = repo.runs(v.id)
+        if runs:
+            last_runs[v.id] = runs[-1]
+        usable = [
+            k
+            for k in repo.kv_states(v.id)
+            if k["model_sha256"] == v.model_sha256 and k["prompt_tokens"] > 0
+        ]
+        if usable:
+            k = usable[-1]
+            own[v.id] = SavedState(
+                k["n_ctx"], k["cache_type"], k["prompt_tokens"], k["state_bytes"], v.id
+            )
+    states = dict(own)
+    for v in versions:
+        if v.id not in own and _may_share_state(v, by_id, own):
+            saved = repo.kv_state(v.id, model_sha256=v.model_sha256)  # the exact rule
+            if saved is not None:
+                st = saved.state
+                states[v.id] = SavedState(
+                    st.n_ctx, st.kv_cache_type, saved.prompt_tokens, len(st.data), saved.version
+                )
+    return HistoryView(sessions, versions, last_runs, states)
+
+
+def _may_share_state(
+    v: VersionInfo, by_id: dict[int, VersionInfo], own: dict[int, SavedState]
+) -> bool:
+    """A rollback copy (equal to its parent, and so on up) may use an ancestor's state."""
+    seen = {v.id}
+    while v.parent is not None and v.parent in by_id and v.parent not in seen:
+        parent = by_id[v.parent]
+        if any(getattr(parent, k) != getattr(v, k) for k in _CONTENT):
+            return False
+        if parent.id in own:
+            return True
+        seen.add(parent.id)
+        v = parent
+    return False

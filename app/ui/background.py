@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
+from weakref import WeakMethod
 
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
+from shiboken6 import isValid
 
 log = logging.getLogger(__name__)
 
@@ -96,3 +99,40 @@ def run_in_background(
     relay.done.connect(lambda value: finish(on_done, value))
     relay.failed.connect(lambda message: finish(on_error, message))
     (pool or QThreadPool.globalInstance()).start(_Job(fn, relay))
+
+
+def run_for(
+    owner: QObject,
+    work: Callable[[], Any],
+    handler: Callable[..., None],
+    *args: Any,
+    on_error: Callable[[str], None],
+    settle: Callable[[], None] | None = None,
+) -> None:
+    """:func:`run_in_background` for an answer that belongs to ``owner``, a widget the person
+    may close meanwhile: ``settle()``, then ``handler(*args, result)`` or ``on_error(message)``,
+    run on the GUI thread only while ``owner`` exists.
+
+    Neither ``work`` nor the callbacks hold ``owner``: ``work`` is dropped on the pool thread,
+    and a widget whose last reference goes there would be destroyed off the GUI thread; the
+    handlers (methods of ``owner``) are kept as weak methods, so closing it while the work runs
+    frees it at once."""
+    method, error_method, alive = WeakMethod(handler), WeakMethod(on_error), weakref.ref(owner)
+
+    def live() -> bool:
+        o = alive()
+        if o is None or not isValid(o):
+            return False
+        if settle is not None:
+            settle()
+        return True
+
+    def ok(result: Any) -> None:
+        if live() and (bound := method()) is not None:
+            bound(*args, result)
+
+    def failed(message: str) -> None:
+        if live() and (bound := error_method()) is not None:
+            bound(message)
+
+    run_in_background(work, ok, failed)

@@ -72,7 +72,7 @@ from app.ui.text_pane import (
     build_document,
     window_bounds,
 )
-from app.ui.widgets import plain_label, still_plot
+from app.ui.widgets import mix, plain_label, still_plot
 
 # Names callers import from here, with this module's own.
 __all__ = [
@@ -93,15 +93,6 @@ __all__ = [
 ]
 
 BUDGET_ON_SCALE = 4  # the budget line is drawn when it is at most this many longest chunks
-
-
-def _mix(a: QColor, b: QColor, t: float) -> QColor:
-    """``a`` moved ``t`` of the way to ``b``."""
-    return QColor.fromRgbF(
-        a.redF() + (b.redF() - a.redF()) * t,
-        a.greenF() + (b.greenF() - a.greenF()) * t,
-        a.blueF() + (b.blueF() - a.blueF()) * t,
-    )
 
 
 def _turn(colour: QColor, degrees: int) -> QColor:
@@ -563,25 +554,25 @@ class DocumentView(FollowsLanguage, QWidget):
         accent = pal.color(QPalette.ColorRole.Highlight)
         second = _turn(accent, 150)
         formats = [QTextCharFormat() for _ in range(6)]
-        formats[KEPT_A].setBackground(_mix(base, accent, 0.18))
-        formats[KEPT_B].setBackground(_mix(base, second, 0.18))
-        formats[KEPT_A_SHARED].setBackground(_mix(base, accent, 0.36))
-        formats[KEPT_B_SHARED].setBackground(_mix(base, second, 0.36))
-        formats[DROPPED].setForeground(_mix(text, base, 0.55))
-        formats[DROPPED].setBackground(_mix(base, text, 0.06))
+        formats[KEPT_A].setBackground(mix(base, accent, 0.18))
+        formats[KEPT_B].setBackground(mix(base, second, 0.18))
+        formats[KEPT_A_SHARED].setBackground(mix(base, accent, 0.36))
+        formats[KEPT_B_SHARED].setBackground(mix(base, second, 0.36))
+        formats[DROPPED].setForeground(mix(text, base, 0.55))
+        formats[DROPPED].setBackground(mix(base, text, 0.06))
         formats[SOURCE].setBackground(accent)
         formats[SOURCE].setForeground(pal.color(QPalette.ColorRole.HighlightedText))
         self._formats = formats
         if self.text.highlighter is not None and isValid(self.text.highlighter):
             self.text.highlighter.formats = formats
-        self.text.mark_colour = _mix(accent, text, 0.3)
+        self.text.mark_colour = mix(accent, text, 0.3)
         self.map.set_colours(
             {
-                KEPT_A: _mix(base, accent, 0.55),
-                KEPT_B: _mix(base, second, 0.55),
-                KEPT_A_SHARED: _mix(base, accent, 0.8),
-                KEPT_B_SHARED: _mix(base, second, 0.8),
-                DROPPED: _mix(base, text, 0.18),
+                KEPT_A: mix(base, accent, 0.55),
+                KEPT_B: mix(base, second, 0.55),
+                KEPT_A_SHARED: mix(base, accent, 0.8),
+                KEPT_B_SHARED: mix(base, second, 0.8),
+                DROPPED: mix(base, text, 0.18),
                 NOTHING: base,
             },
             text,
@@ -592,9 +583,9 @@ class DocumentView(FollowsLanguage, QWidget):
             axis = self.histogram.getAxis(side)
             axis.setPen(pg.mkPen(text))
             axis.setTextPen(pg.mkPen(text))
-        self.kept_bars.setOpts(brush=_mix(base, accent, 0.7), pen=pg.mkPen(accent))
-        dim = _mix(text, base, 0.55)
-        self.dropped_bars.setOpts(brush=_mix(base, text, 0.25), pen=pg.mkPen(dim))
+        self.kept_bars.setOpts(brush=mix(base, accent, 0.7), pen=pg.mkPen(accent))
+        dim = mix(text, base, 0.55)
+        self.dropped_bars.setOpts(brush=mix(base, text, 0.25), pen=pg.mkPen(dim))
         self.budget_line.setPen(pg.mkPen(text, width=2, style=Qt.PenStyle.DashLine))
         self.budget_line.label.setColor(text)
 

@@ -16,42 +16,29 @@ they are off.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from weakref import WeakMethod
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, Qt, Signal
 from PySide6.QtGui import (
     QAction,
-    QColor,
     QKeySequence,
-    QPalette,
-    QTextBlockFormat,
-    QTextCharFormat,
-    QTextCursor,
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QComboBox,
-    QDialog,
-    QDialogButtonBox,
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
     QLabel,
-    QPlainTextEdit,
-    QProgressDialog,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
-from shiboken6 import isValid
 
 from app.core.planning.frame import SUMMARIZE
 from app.services import history as ops
@@ -60,6 +47,7 @@ from app.services.history import (  # the archive's two by name: tests hold them
     Changes,
     Deleted,
     Exported,
+    HistoryView,
     Imported,
     NewVersion,
     Repository,
@@ -67,95 +55,22 @@ from app.services.history import (  # the archive's two by name: tests hold them
     VersionInfo,
     export_session,
     import_session,
+    read_history,
 )
-from app.ui.background import Progress, run_in_background
+from app.ui.background import Progress, run_for
+from app.ui.history_dialogs import BranchDialog, DiffDialog
 from app.ui.i18n import FollowsLanguage, finish_label, strategy_label, task_label
-from app.ui.widgets import MessageLine, fixed_font
+from app.ui.operation_progress import OperationProgress
+from app.ui.widgets import MessageLine
 
 SUFFIX = ".ctxlens"
 INSTANT = "⚡"
 PROMPT_COLUMN_MAX = 360  # pixels; the whole prompt is in the tooltip
 REPLY_COLUMN_MAX = 420  # pixels; the whole reply is in the tooltip
 TOOLTIP_CHARS = 2000  # the longest reply a tooltip shows
-PROGRESS_DELAY_MS = 400  # quick operations finish before a progress dialog would flash
-PROGRESS_POLL_MS = 100  # how often the dialog reads the worker's progress
-_BAR_MAX = 2**31 - 1  # a progress bar holds a C int; larger totals are scaled down
 _KIND_ROLE = Qt.ItemDataRole.UserRole
 _ID_ROLE = Qt.ItemDataRole.UserRole + 1
-_CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class SavedState:
-    """A resumable KV state of a version (its own, or the one its rollback copy shares)."""
-
-    n_ctx: int
-    cache_type: str
-    prompt_tokens: int
-    state_bytes: int
-    version: int  # the version it was saved for
-
-
-@dataclass(frozen=True)
-class HistoryView:
-    """One consistent reading of what the panel shows, made off the GUI thread."""
-
-    sessions: list[dict[str, Any]]
-    versions: list[VersionInfo]
-    last_runs: dict[int, dict[str, Any]]
-    states: dict[int, SavedState]
-
-
-def read_history(repo: Repository, session_id: int | None) -> HistoryView:
-    """Sessions, versions, each version's last run and resumable KV state (slow: many reads)."""
-    sessions = repo.sessions()
-    if session_id is not None and all(s["id"] != session_id for s in sessions):
-        session_id = None  # the session is gone: show all
-    versions = repo.history(session_id)
-    by_id = {v.id: v for v in versions}
-    last_runs: dict[int, dict[str, Any]] = {}
-    own: dict[int, SavedState] = {}
-    for v in versions:
-        runs = repo.runs(v.id)
-        if runs:
-            last_runs[v.id] = runs[-1]
-        usable = [
-            k
-            for k in repo.kv_states(v.id)
-            if k["model_sha256"] == v.model_sha256 and k["prompt_tokens"] > 0
-        ]
-        if usable:
-            k = usable[-1]
-            own[v.id] = SavedState(
-                k["n_ctx"], k["cache_type"], k["prompt_tokens"], k["state_bytes"], v.id
-            )
-    states = dict(own)
-    for v in versions:
-        if v.id not in own and _may_share_state(v, by_id, own):
-            saved = repo.kv_state(v.id, model_sha256=v.model_sha256)  # the exact rule
-            if saved is not None:
-                st = saved.state
-                states[v.id] = SavedState(
-                    st.n_ctx, st.kv_cache_type, saved.prompt_tokens, len(st.data), saved.version
-                )
-    return HistoryView(sessions, versions, last_runs, states)
-
-
-def _may_share_state(
-    v: VersionInfo, by_id: dict[int, VersionInfo], own: dict[int, SavedState]
-) -> bool:
-    """A rollback copy (equal to its parent, and so on up) may use an ancestor's state."""
-    seen = {v.id}
-    while v.parent is not None and v.parent in by_id and v.parent not in seen:
-        parent = by_id[v.parent]
-        if any(getattr(parent, k) != getattr(v, k) for k in _CONTENT):
-            return False
-        if parent.id in own:
-            return True
-        seen.add(parent.id)
-        v = parent
-    return False
 
 
 def _first_line(text: str, limit: int = 80) -> str:
@@ -174,118 +89,12 @@ def _settings_tip(settings: dict[str, Any]) -> str:
     return "\n".join(f"{key}: {value}" for key, value in sorted(settings.items()))
 
 
-def _mix(a: QColor, b: QColor, share: float) -> QColor:
-    """``share`` of ``b`` over ``a``: a tint that stays readable on light and dark palettes."""
-    return QColor.fromRgbF(
-        a.redF() * (1 - share) + b.redF() * share,
-        a.greenF() * (1 - share) + b.greenF() * share,
-        a.blueF() * (1 - share) + b.blueF() * share,
-    )
-
-
-class DiffDialog(FollowsLanguage, QDialog):
-    """A unified diff of two versions, monospace and read-only, with +/- lines tinted (the
-    title, made by the panel, is only version numbers)."""
-
-    def __init__(self, title: str, diff: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle(title)
-        self.resize(760, 520)
-        self.view = QPlainTextEdit()
-        self.view.setReadOnly(True)
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.view.setFont(fixed_font())
-        base = self.palette().color(QPalette.ColorRole.Base)
-        self.added = _mix(base, QColor(0, 160, 60), 0.25)
-        self.removed = _mix(base, QColor(210, 40, 40), 0.25)
-        self.header = _mix(base, self.palette().color(QPalette.ColorRole.Highlight), 0.2)
-        self._diff = diff
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.view)
-        layout.addWidget(buttons)
-        self.retranslate()
-
-    def retranslate(self) -> None:
-        """Only an empty diff has words of the app's to say (a diff is filled once)."""
-        if self._diff and not self.view.document().isEmpty():
-            return
-        self.view.clear()
-        self._fill(self._diff or self.tr("The two versions are the same."))
-
-    def _fill(self, diff: str) -> None:
-        cursor = QTextCursor(self.view.document())
-        for i, line in enumerate(diff.splitlines()):
-            tint = None
-            if line.startswith(("+++", "---", "@@")):
-                tint = self.header
-            elif line.startswith("+"):
-                tint = self.added
-            elif line.startswith("-"):
-                tint = self.removed
-            block, chars = QTextBlockFormat(), QTextCharFormat()
-            if tint is not None:
-                block.setBackground(tint)  # the whole line's width
-                chars.setBackground(tint)
-            if i:
-                cursor.insertBlock(block, chars)
-            else:
-                cursor.setBlockFormat(block)
-            cursor.insertText(line, chars)
-
-    def text(self) -> str:
-        return self.view.toPlainText()
-
-    def line_background(self, line: int) -> QColor:
-        """The tint of one line (for tests and screenshots)."""
-        block = self.view.document().findBlockByNumber(line)
-        it = block.begin()
-        return it.fragment().charFormat().background().color() if not it.atEnd() else QColor()
-
-
-class BranchDialog(FollowsLanguage, QDialog):
-    """Edit the prompt of a version; accepting makes a new version beside the old one."""
-
-    def __init__(self, version: VersionInfo, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.version = version
-        self.label = QLabel()
-        self.editor = QPlainTextEdit(version.prompt)
-        self.label.setBuddy(self.editor)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        # a button of its own, not the standard Ok renamed: a language change names the
-        # standard buttons again, after this dialog has named its own
-        self.branch_button = buttons.addButton("", QDialogButtonBox.ButtonRole.AcceptRole)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.label)
-        layout.addWidget(self.editor)
-        layout.addWidget(buttons)
-        self.retranslate()
-
-    def retranslate(self) -> None:
-        self.setWindowTitle(self.tr("Branch from v{0}").format(self.version.number))
-        self.label.setText(self.tr("&Prompt for the new version:"))
-        self.branch_button.setText(self.tr("&Branch"))
-
-    def prompt(self) -> str:
-        return self.editor.toPlainText()
-
-
 def _unless_cancelled(call: Callable[[], T]) -> T | None:
     """``call()``, or None when the person cancelled it: not a failure, nothing changed."""
     try:
         return call()
     except ArchiveCancelled:
         return None
-
-
-def _bar_values(done: int, total: int) -> tuple[int, int]:
-    """``done`` and ``total`` scaled alike to fit a progress bar (value, maximum)."""
-    shift = max(0, total.bit_length() - _BAR_MAX.bit_length())
-    return done >> shift, total >> shift
 
 
 class HistoryPanel(FollowsLanguage, QWidget):
@@ -323,7 +132,6 @@ class HistoryPanel(FollowsLanguage, QWidget):
         self._current: int | None = None  # the version the next Run branches from
         self.diff_dialog: DiffDialog | None = None
         self.branch_dialog: BranchDialog | None = None
-        self._waiting: Progress | None = None  # the operation the progress dialog stands for
 
         self.session_combo = QComboBox()
         self.session_combo.setMinimumContentsLength(24)
@@ -364,20 +172,10 @@ class HistoryPanel(FollowsLanguage, QWidget):
         self.import_button = QPushButton()
         self.import_button.clicked.connect(self.import_session)
         self.message = MessageLine()
-        # One dialog for the panel's life, connected to bound methods only: a closure holding
-        # the panel, released while a child dialog is destroyed, could destroy the panel too.
-        self.progress = QProgressDialog(self)
-        self.progress.setWindowModality(Qt.WindowModality.WindowModal)
-        self.progress.setRange(0, 0)  # busy until the worker reports its total
-        self.progress.setAutoClose(False)
-        self.progress.setAutoReset(False)
-        self.progress.setMinimumDuration(PROGRESS_DELAY_MS)
-        self.progress.canceled.connect(self._cancel)
-        self.progress.reset()  # stops the timer that would show it by itself
-        self.progress.hide()
-        self._poll = QTimer(self)
-        self._poll.setInterval(PROGRESS_POLL_MS)
-        self._poll.timeout.connect(self._show_progress)
+        self._operation = OperationProgress(self)  # export and import: one at a time
+        self._operation.changed.connect(self._update_actions)
+        self._operation.cancelling.connect(self._on_cancelling)
+        self.progress = self._operation.dialog
 
         self._shortcuts: list[QAction] = []  # Delete, Undo Delete, Refresh
         for keys, slot in (
@@ -725,7 +523,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
         self.branch_button.setEnabled(write and one)
         self.delete_button.setEnabled(write and bool(self.tree.selectedItems()))
         self.undo_button.setEnabled(write and self._undoable > 0)
-        idle = self._waiting is None  # one archive operation at a time
+        idle = self._operation.waiting is None  # one archive operation at a time
         self.import_button.setEnabled(write and idle)
         self.export_button.setEnabled(idle and self._export_target() is not None)
 
@@ -877,7 +675,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
             path = path.with_name(path.name + SUFFIX)
         include_kv = self.include_kv.isChecked()
         repo = self._repo
-        wait = self._wait(self.tr("Exporting the session to {0}…").format(path.name))
+        wait = self._operation.start(self.tr("Exporting the session to {0}…").format(path.name))
 
         def work() -> Exported | None:  # holds plain values only (see _background)
             return _unless_cancelled(lambda: export_session(
@@ -922,12 +720,12 @@ class HistoryPanel(FollowsLanguage, QWidget):
             self._fail(self.tr("This history is read-only: {0} cannot be imported.").format(
                 path.name))  # fmt: skip
             return
-        if self._waiting is not None:
+        if self._operation.waiting is not None:
             self._fail(self.tr("An export or import is running: open {0} again when it has "
                                "finished.").format(path.name))  # fmt: skip
             return
         repo = self._repo
-        wait = self._wait(self.tr("Importing {0}…").format(path.name))
+        wait = self._operation.start(self.tr("Importing {0}…").format(path.name))
 
         def work() -> Imported | None:  # holds plain values only (see _background)
             return _unless_cancelled(lambda: import_session(
@@ -968,50 +766,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
 
     # ----- plumbing -----
 
-    def _wait(self, text: str) -> Progress:
-        """Show the progress dialog (after a short delay) for a new long operation; it is busy
-        until the worker reports its total, then follows the worker's progress."""
-        wait = Progress()
-        self._waiting = wait
-        self.progress.reset()
-        self.progress.setLabelText(text)
-        self.progress.setRange(0, 0)
-        self.progress.setValue(0)  # starts the delay after which the dialog shows itself
-        self._poll.start()
-        self._update_actions()
-        return wait
-
-    def _show_progress(self) -> None:
-        """Copy the worker's progress into the dialog (timer, GUI thread)."""
-        wait = self._waiting
-        if wait is None or wait.cancel.is_set():  # a cancelled dialog has hidden itself
-            return
-        done, total = wait.progress()
-        if total <= 0:
-            return
-        value, maximum = _bar_values(done, total)
-        if self.progress.maximum() != maximum:
-            self.progress.setMaximum(maximum)
-        if value != self.progress.value():
-            self.progress.setValue(value)  # once shown, a modal dialog processes events here
-
-    def _end_wait(self, wait: Progress) -> None:
-        if self._waiting is wait:
-            self._show_progress()  # the last report, so a finished operation shows as full
-            self._poll.stop()
-            self._waiting = None
-            self.progress.reset()
-            self.progress.hide()
-            self._update_actions()
-
-    def _cancel(self) -> None:
-        """The dialog's Cancel: ask the worker to stop. It answers soon with a cancellation
-        (nothing changed), or with its result when it had already finished; until then no
-        other archive operation starts."""
-        wait = self._waiting
-        if wait is None or wait.cancel.is_set():
-            return
-        wait.cancel.set()
+    def _on_cancelling(self) -> None:
         self.message.show_message(self.tr("Cancelling…"), error=False)
 
     def _background(
@@ -1022,38 +777,12 @@ class HistoryPanel(FollowsLanguage, QWidget):
         wait: Progress | None = None,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
-        """Run ``work()`` on a pool thread, then ``handler(*args, result)`` (a method of this
-        panel) or the error (to ``on_error``, another method, else shown), on the GUI thread,
-        if the panel still exists.
-
-        Neither ``work`` nor the callbacks hold the panel: ``work`` is dropped on the pool
-        thread, and a widget whose last reference goes there would be destroyed off the GUI
-        thread; the handler is kept as a weak method, so closing the panel while an operation
-        runs frees it at once.
-        """
-        method = WeakMethod(handler)
-        error_method = WeakMethod(on_error) if on_error is not None else None
-        panel = weakref.ref(self)
-
-        def alive() -> HistoryPanel | None:
-            p = panel()
-            if p is None or not isValid(p):
-                return None
-            if wait is not None:
-                p._end_wait(wait)
-            return p
-
-        def ok(result: Any) -> None:
-            if alive() is not None and (bound := method()) is not None:
-                bound(*args, result)
-
-        def failed(message: str) -> None:
-            p = alive()
-            if p is not None:
-                bound = error_method() if error_method is not None else None
-                (bound or p._fail)(message)
-
-        run_in_background(work, ok, failed)
+        """``work()`` on a pool thread, then ``handler(*args, result)`` (a method of this panel)
+        or the error (to ``on_error``, another method, else shown), if the panel still exists;
+        ``wait``'s progress dialog ends first."""
+        operation = self._operation
+        run_for(self, work, handler, *args, on_error=on_error or self._fail,
+                settle=None if wait is None else lambda: operation.end(wait))  # fmt: skip
 
     def _fail(self, message: str) -> None:
         self.message.show_message(message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
-from PySide6.QtGui import QFont, QFontDatabase, QFontInfo
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontInfo
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSpinBox,
@@ -22,6 +22,16 @@ from PySide6.QtWidgets import (
 # Value widgets the mouse wheel changes only once they have the focus (QScrollBar, also a slider,
 # is left alone: turning the wheel over it is how a panel scrolls).
 WHEEL_GUARDED = (QAbstractSpinBox, QComboBox, QSlider)
+
+
+def mix(a: QColor, b: QColor, share: float) -> QColor:
+    """``a`` moved ``share`` of the way to ``b``: a tint that stays readable on light and dark
+    palettes."""
+    return QColor.fromRgbF(
+        a.redF() + (b.redF() - a.redF()) * share,
+        a.greenF() + (b.greenF() - a.greenF()) * share,
+        a.blueF() + (b.blueF() - a.blueF()) * share,
+    )
 
 
 def still_plot(minimum_height: int) -> pg.PlotWidget:

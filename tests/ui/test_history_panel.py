@@ -21,7 +21,7 @@ from app.core.jobs.tasks import JobResult, OutputSpan
 from app.store.archive import export_session
 from app.store.db import Database, open_database
 from app.store.repository import Entry, Repository, VersionInfo
-from app.ui import history_panel
+from app.ui import history_panel, operation_progress
 from app.ui.history_panel import HistoryPanel
 from tests.store.kv_states import engine_state
 
@@ -345,9 +345,9 @@ def test_a_finished_export_fills_the_progress_dialog(
 
 
 def test_huge_totals_are_scaled_to_fit_the_progress_bar() -> None:
-    value, maximum = history_panel._bar_values(3 * 2**40, 4 * 2**40)
+    value, maximum = operation_progress.bar_values(3 * 2**40, 4 * 2**40)
     assert maximum <= 2**31 - 1 and value * 4 == maximum * 3
-    assert history_panel._bar_values(5, 10) == (5, 10)  # small totals are exact bytes
+    assert operation_progress.bar_values(5, 10) == (5, 10)  # small totals are exact bytes
 
 
 def test_a_read_only_database_disables_the_write_actions(qtbot, history: History) -> None:

@@ -35,7 +35,8 @@ from app.store.repository import Entry, Repository
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import CompareView
 from app.ui.document_view import DocumentView
-from app.ui.history_panel import BranchDialog, DiffDialog, HistoryPanel
+from app.ui.history_dialogs import BranchDialog, DiffDialog
+from app.ui.history_panel import HistoryPanel
 from tests.store.kv_states import engine_state
 from tests.ui.ui_texts import assert_follows_language
 
