@@ -29,9 +29,10 @@ from types import FrameType
 from typing import Any
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_ENGINE_CRASHED, EXIT_OK, fail
+from app.core import config
 from app.core.child_process import child_env, module_command
 
-BENCH_DIR_ENV = "CONTEXTLENS_BENCH_DIR"
+BENCH_DIR_ENV = config.BENCH_DIR_ENV
 # The order of the issue: counting, chunking, engine overhead and a busy machine, prefix reuse and
 # state restore, batched map-reduce, GUI stall and CPU; benchmarks not named here run after these.
 ORDER = ("bench_tokens", "bench_chunking", "bench_engine_host", "bench_contention",
@@ -330,7 +331,7 @@ def _plot(out: Path) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    folder = Path(args.bench_dir or os.environ.get(BENCH_DIR_ENV) or default_bench_dir()).resolve()
+    folder = Path(args.bench_dir or config.current().bench_dir or default_bench_dir()).resolve()
     out = Path(args.out).expanduser().absolute()  # the benchmarks run in another folder
     try:
         found = discover(folder) if folder.is_dir() else []

@@ -38,6 +38,7 @@ from app.cli.engine import add_engine_options
 from app.cli.jobs import add_commands as add_job_commands
 from app.cli.sampling import add_sampling_options, sampling_from_args
 from app.cli.snapshots import add_commands as add_snapshot_commands
+from app.core import config
 from app.core.engine.types import DEFAULT_N_CTX
 from app.services.errors import BadRequest
 
@@ -382,6 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``contextlens-cli``: the environment is read once, here (app/core/config.py)."""
+    with config.using():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args: Any = parser.parse_args(argv)
     try:

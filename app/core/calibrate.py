@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core import config
 from app.core.engine.api import LocalEngine
 from app.core.engine.types import EngineCapabilities, EngineError, LoadSettings, SamplingSettings
 from app.core.paths import cache_dir
@@ -40,7 +41,7 @@ BATCHES = ((512, 512), (512, 128), (256, 256))
 TRIAL_TEXT = "The quick brown fox jumps over the lazy dog. " * 64  # what every trial evaluates
 # "0" turns automatic calibration off (the window then loads with the settings as chosen): for
 # scripted runs whose timing or engine faults must not meet a calibration first.
-AUTO_ENV = "CONTEXTLENS_CALIBRATE"
+AUTO_ENV = config.CALIBRATE_ENV
 RETRIES = 2  # a trial something else ran alongside is measured again, this many times at most
 
 
@@ -109,7 +110,7 @@ class Calibration:
 
 def automatic() -> bool:
     """Whether a first load calibrates (and a cached calibration applies); see AUTO_ENV."""
-    return os.environ.get(AUTO_ENV, "1").strip() not in ("0", "off", "no", "false")
+    return config.current().calibrate
 
 
 def machine_key(capabilities: EngineCapabilities | None) -> str:

@@ -11,13 +11,12 @@ not sent, and :func:`env_key_note` says why.
 
 from __future__ import annotations
 
-import os
-
+from app.core import config
 from app.core.engine.remote_http import normalize_url, same_server
 
 SERVICE = "ContextLens"
-ENV_KEY = "CONTEXTLENS_API_KEY"
-ENV_HOST = "CONTEXTLENS_API_HOST"
+ENV_KEY = config.API_KEY_ENV
+ENV_HOST = config.API_HOST_ENV
 
 
 class CredentialError(RuntimeError):
@@ -44,17 +43,18 @@ def _failed(doing: str, exc: Exception) -> CredentialError:
 
 def _env_key_for(url: str) -> str | None:
     """``$CONTEXTLENS_API_KEY`` when ``$CONTEXTLENS_API_HOST`` names the server at ``url``."""
-    key, host = os.environ.get(ENV_KEY, "").strip(), os.environ.get(ENV_HOST, "").strip()
+    settings = config.current()
+    key, host = settings.api_key, settings.api_host
     return key if key and host and same_server(host, url) else None
 
 
 def env_key_note(url: str) -> str | None:
     """Why ``$CONTEXTLENS_API_KEY``, being set, is not sent to the server at ``url`` (one
     sentence), or None when it is sent or not set."""
-    if not os.environ.get(ENV_KEY, "").strip() or _env_key_for(url) is not None:
+    if not config.current().api_key or _env_key_for(url) is not None:
         return None
     address = normalize_url(url)
-    host = os.environ.get(ENV_HOST, "").strip()
+    host = config.current().api_host
     named = (f"${ENV_HOST} names another server ({host})" if host
              else f"${ENV_HOST} is not set")  # fmt: skip
     return (f"${ENV_KEY} is not sent to {address}: it goes only to the server ${ENV_HOST} "

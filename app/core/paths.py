@@ -19,11 +19,12 @@ override each folder in every layout.
 from __future__ import annotations
 
 import enum
-import os
 import sys
 from pathlib import Path
 
 import platformdirs
+
+from app.core import config
 
 APP_NAME = "contextlens"  # the cache folder's name
 DATA_NAME = "ContextLens"  # the user data folder's name, shared with the history database
@@ -59,14 +60,9 @@ def bundle_dir() -> Path:
     return Path(getattr(sys, "_MEIPASS", Path(sys.executable).resolve().parent))
 
 
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value).expanduser() if value else None
-
-
 def resources_dir() -> Path:
     """Icons, styles, translations and the sample document."""
-    override = _env_path("CONTEXTLENS_RESOURCES")
+    override = config.current().resources
     if override is not None:
         return override
     match layout():
@@ -85,7 +81,7 @@ def user_data_dir() -> Path:
 
 def models_dir() -> Path:
     """Where GGUF models are listed and the default model is fetched to."""
-    override = _env_path("CONTEXTLENS_MODELS")
+    override = config.current().models
     if override is not None:
         return override
     if layout() is Layout.SOURCE:
@@ -95,7 +91,7 @@ def models_dir() -> Path:
 
 def cache_dir() -> Path:
     """Downloads and built artefacts that can be re-made (never user data)."""
-    override = _env_path("CONTEXTLENS_CACHE")
+    override = config.current().cache
     return override if override is not None else Path(platformdirs.user_cache_dir(APP_NAME))
 
 

@@ -33,6 +33,8 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Connection, Engine, create_engine, event
 
+from app.core.config import current as current_config
+
 try:  # not on Windows: there the file-size limit check is simply skipped
     import resource
 except ImportError:  # pragma: no cover
@@ -55,8 +57,8 @@ class StoreError(RuntimeError):
 
 def default_db_path() -> Path:
     """The user's database: $CONTEXTLENS_DB, else contextlens.db in the user data folder."""
-    env = os.environ.get("CONTEXTLENS_DB")
-    return Path(env) if env else Path(platformdirs.user_data_dir(APP_NAME)) / "contextlens.db"
+    chosen = current_config().db
+    return chosen or Path(platformdirs.user_data_dir(APP_NAME)) / "contextlens.db"
 
 
 @dataclass

@@ -135,6 +135,14 @@ def _install_translation(app: QApplication, choice: str | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``contextlens``: the environment is read once, here (app/core/config.py)."""
+    from app.core import config
+
+    with config.using():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parse_args(argv)
     from app.ui.x11_libraries import problem
 

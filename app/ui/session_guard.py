@@ -12,7 +12,6 @@ window's own public methods.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ import platformdirs
 from PySide6.QtCore import QCoreApplication, QLockFile, QSettings, Qt
 from PySide6.QtWidgets import QMessageBox
 
+from app.core import config
 from app.core.engine.types import LoadSettings
 from app.core.paths import APP_NAME
 from app.ui.widgets import plain_message_box
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
 
 log = logging.getLogger(__name__)
-STATE_ENV = "CONTEXTLENS_STATE"  # another state folder (tests, a second profile)
+STATE_ENV = config.STATE_ENV  # another state folder (tests, a second profile)
 PREFIX = "last-session/"
 LOCK_NAME = "session.lock"
 _NUMBERS = frozenset({"n_ctx", "max_tokens", "history_session"})
@@ -38,7 +38,7 @@ _NUMBERS = frozenset({"n_ctx", "max_tokens", "history_session"})
 def state_dir() -> Path:
     """Per-user state that outlives a run but is no user data: the session lock, the key of
     the single-instance socket. Never beside the code."""
-    return Path(os.environ.get(STATE_ENV) or platformdirs.user_state_dir(APP_NAME))
+    return config.current().state or Path(platformdirs.user_state_dir(APP_NAME))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from app.core import config
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.llama_base import StepHook
@@ -97,4 +98,5 @@ def main(argv: Sequence[str] | None = None, *, step_hook: StepHook | None = None
 
 
 if __name__ == "__main__":
-    main()
+    with config.using():  # the environment, read once (app/core/config.py)
+        main()

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from app.core import config
 from app.core.child_process import child_env, module_command
 from app.core.documents import Document, DocumentError, load_document
 from app.core.gc_pause import gc_paused
@@ -424,4 +425,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with config.using():  # the environment, read once (app/core/config.py)
+        main()
