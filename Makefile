@@ -75,14 +75,17 @@ lint: $(VENV)/.installed
 	$(BIN)/lint-imports
 
 # The tiers (tests/tiers.py): `check` is the unit tier, no model, no Qt, no process (about a
-# minute on two workers); `test` runs it first, then the model and window tiers, with the 20
-# slowest.
+# minute on two workers); `test` runs it first, then the model and window tiers on TEST_WORKERS
+# workers, each on a core of its own, then the `serial` tests alone with every core, each part
+# with its 20 slowest.
 CHECK_WORKERS ?= 2
+TEST_WORKERS ?= 2
 check: $(VENV)/.installed lint
 	$(BIN)/pytest -m unit -n $(CHECK_WORKERS) --durations=5 $(PYTEST_ARGS)
 
 pytest: setup
-	$(BIN)/pytest -m "not unit" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not unit and not serial" -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(BIN)/pytest -m "serial" $(PYTEST_ARGS)
 
 test: setup check pytest
 

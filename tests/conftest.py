@@ -34,8 +34,8 @@ from app.core.default_model import GEMMA_3_270M, default_model_path
 from app.core.default_model import model_path as known_path
 from app.core.engine.host import EngineHost
 from app.core.engine.types import LoadSettings
-from tests import tiers
-from tests.edge_cases import EDGE_KEY, EdgeTally, edge_tally
+from tests import edge_cases, tiers
+from tests.edge_cases import Edges
 
 DATA = Path(__file__).parent / "data"
 
@@ -82,6 +82,11 @@ def engine(model_path: Path) -> Iterator[object]:
     host.close()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker runs on a core of its own (``make test``; tests/tiers.py)."""
+    tiers.pin_worker()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test's tier marked before ``-m`` selects; ``slow`` tests deselected unless SLOW=1
@@ -111,22 +116,21 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tiers.record(report)
+    edge_cases.record(report)
 
 
 @pytest.fixture
-def edges(request: pytest.FixtureRequest) -> EdgeTally:
-    """The tally of context edge cases (tests/edge_cases.py), printed at the end of the run."""
-    return edge_tally(request.config)
+def edges(request: pytest.FixtureRequest) -> Edges:
+    """The context edge cases a test tries (tests/edge_cases.py), summed at the end of the run."""
+    return Edges(request.node)
 
 
-def pytest_terminal_summary(
-    terminalreporter: pytest.TerminalReporter, config: pytest.Config
-) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     said = tiers.summary()
     if said:
         terminalreporter.write_sep("-", "tests per tier")
         terminalreporter.write_line(said)
-    tally = config.stash.get(EDGE_KEY, None)
-    if tally is not None and tally.total:
+    tally = edge_cases.TALLY
+    if tally.total:
         terminalreporter.write_sep("-", "context edges")
         terminalreporter.write_line(tally.report())

@@ -5,7 +5,6 @@ short as soon as another request arrives (``--interrupt_requests`` is True by de
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from app.core.engine.threads import default_threads
 from tests.remote_server import ALIAS, Server, free_port, server_env
 
 
@@ -25,7 +25,7 @@ def default_server(model: Path, log: Path, *, n_ctx: int = 2048,
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias",
            ALIAS, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
-           "--n_threads", str(os.cpu_count() or 1)]  # fmt: skip
+           "--n_threads", str(default_threads())]  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                    env=server_env())

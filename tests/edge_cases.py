@@ -2,7 +2,8 @@
 
 Each case in ``tests/core/test_context_edges.py`` and ``tests/cli/test_edges.py`` records one
 outcome: it ``worked`` within the limit, was ``refused`` with the numbers, was ``rejected`` as bad
-input, or (for plans only) was ``planned`` within the budget.
+input, or (for plans only) was ``planned`` within the budget. A test records its cases on its
+own report (``user_properties``), so a run on pytest-xdist workers sums them where it prints.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 OUTCOMES = ("worked", "planned", "refused", "rejected")
+PROPERTY = "context_edge"  # a report's user property: (PROPERTY, (kind, outcome))
 
 
 @dataclass
@@ -44,11 +46,24 @@ class EdgeTally:
         return "\n".join([head, *rows])
 
 
-EDGE_KEY = pytest.StashKey[EdgeTally]()
+class Edges:
+    """What one test hands its cases to (the ``edges`` fixture)."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self._item = item
+
+    def add(self, kind: str, outcome: str) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        self._item.user_properties.append((PROPERTY, (kind, outcome)))
 
 
-def edge_tally(config: pytest.Config) -> EdgeTally:
-    tally = config.stash.get(EDGE_KEY, None)
-    if tally is None:
-        tally = config.stash[EDGE_KEY] = EdgeTally()
-    return tally
+TALLY = EdgeTally()  # this process's sum, printed at the end of the run
+
+
+def record(report: pytest.TestReport) -> None:
+    """Add the cases a test's call recorded (in the process that prints the summary)."""
+    if report.when == "call":
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                TALLY.add(*value)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from app.core.engine.threads import GOMP_SPINCOUNT
+from app.core.engine.threads import GOMP_SPINCOUNT, default_threads
 
 ALIAS = "smollm2"  # the model id the server lists
 
@@ -64,7 +64,7 @@ def start_server(model: Path, log: Path, *, n_ctx: int = 2048, api_key: str | No
     port = port or free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
            "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(port),
-           "--n_ctx", str(n_ctx), "--n_threads", str(threads or os.cpu_count() or 1),
+           "--n_ctx", str(n_ctx), "--n_threads", str(threads or default_threads()),
            "--interrupt_requests", "False"]  # fmt: skip
     if api_key:
         cmd += ["--api_key", api_key]

@@ -12,6 +12,11 @@ mark on the test); otherwise tests under ``tests/ui`` are ``window`` and the res
 it with a sentence that says which tier it belongs in, so the fast tier stays fast.
 
 ``slow`` tests are deselected (never collected as skips) unless ``SLOW=1``.
+
+``make test`` runs the model and window tiers on pytest-xdist workers, each pinned to a core of
+its own (:func:`pin_worker`), then the ``serial`` tests alone with every core: those that count
+threads, keep a core busy on purpose, time the GUI thread, or evaluate a prompt long enough that
+one thread would take minutes.
 """
 
 from __future__ import annotations
@@ -37,6 +42,17 @@ HEAVY = ("llama_cpp", "PySide6", "shiboken6", "pyqtgraph")
 
 class TierError(AssertionError):
     """A ``unit`` test reached for something only the other tiers may use."""
+
+
+def pin_worker() -> None:
+    """Under pytest-xdist, run this worker, and every process it starts, on one core of its
+    own: llama.cpp then uses one thread per worker (app/core/engine/threads.py reads the
+    affinity) instead of two workers' threads spinning against each other on every core."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
 
 
 def tier_of(item: pytest.Item) -> str:

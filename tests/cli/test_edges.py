@@ -24,7 +24,7 @@ from app.core.planning.retrieve import NEEDS_QUESTION
 from app.core.planning.strategies import MULTI_PASS, QUESTION_STRATEGIES, STRATEGIES
 from app.core.tokens import TokenCounter, gguf_encoding
 from tests.cli.runner import assert_one_line_error, run
-from tests.edge_cases import EdgeTally
+from tests.edge_cases import Edges
 from tests.edge_docs import LONG_SENTENCE, ONE_LINE_KINDS, one_line, text_of_tokens
 
 N_CTX = 256
@@ -65,7 +65,7 @@ def _numbers(text: str) -> list[int]:
 # ----- reply reserves ----------------------------------------------------------------------------
 
 
-def test_a_reply_reserve_of_zero_is_bad_input_in_one_line(tmp_path: Path, edges: EdgeTally) -> None:
+def test_a_reply_reserve_of_zero_is_bad_input_in_one_line(tmp_path: Path, edges: Edges) -> None:
     doc, db = _file(tmp_path, LONG_SENTENCE), str(tmp_path / "h.db")
     for args in (
         ("run", str(doc), "--strategy", "head", "--max-tokens", "0", "--db", db),
@@ -82,7 +82,7 @@ def test_a_reply_reserve_of_zero_is_bad_input_in_one_line(tmp_path: Path, edges:
 
 
 def test_a_reply_reserve_of_the_whole_context_is_refused_with_the_numbers(
-    tmp_path: Path, frame: int, edges: EdgeTally
+    tmp_path: Path, frame: int, edges: Edges
 ) -> None:
     doc = _file(tmp_path, LONG_SENTENCE)
     proc = _job(doc, tmp_path / "h.db", "--strategy", "head", "--n-ctx", str(N_CTX),
@@ -104,7 +104,7 @@ def test_a_reply_reserve_of_the_whole_context_is_refused_with_the_numbers(
     "past", [pytest.param(0, marks=pytest.mark.slow), 1], ids=["at the budget", "one past it"]
 )
 def test_refuse_runs_at_the_exact_budget_and_refuses_one_token_past_it(
-    tmp_path: Path, counter: TokenCounter, frame: int, past: int, edges: EdgeTally
+    tmp_path: Path, counter: TokenCounter, frame: int, past: int, edges: Edges
 ) -> None:
     """A reply of one token: a document of exactly the budget fills the context to its last
     cell (exit 0); one token more exits 4 with the document's tokens and the budget."""
@@ -128,7 +128,7 @@ def test_refuse_runs_at_the_exact_budget_and_refuses_one_token_past_it(
 
 
 def test_plan_refuse_names_the_whole_prompt_and_the_context(
-    tmp_path: Path, counter: TokenCounter, frame: int, edges: EdgeTally
+    tmp_path: Path, counter: TokenCounter, frame: int, edges: Edges
 ) -> None:
     budget = N_CTX - frame - 1
     doc = _file(tmp_path, text_of_tokens(counter, budget + 1))
@@ -144,7 +144,7 @@ def test_plan_refuse_names_the_whole_prompt_and_the_context(
 
 @pytest.mark.slow
 def test_plan_with_a_reply_reserve_of_zero_fits_one_token_more(
-    tmp_path: Path, counter: TokenCounter, frame: int, edges: EdgeTally
+    tmp_path: Path, counter: TokenCounter, frame: int, edges: Edges
 ) -> None:
     doc = _file(tmp_path, text_of_tokens(counter, N_CTX - frame))
     proc = run("plan", str(doc), "--strategy", "refuse", "--n-ctx", str(N_CTX), "--reserve", "0",
@@ -160,7 +160,7 @@ def test_plan_with_a_reply_reserve_of_zero_fits_one_token_more(
 
 @pytest.mark.slow
 def test_an_n_ctx_below_llama_cpps_smallest_runs_in_the_real_one(
-    tmp_path: Path, edges: EdgeTally
+    tmp_path: Path, edges: Edges
 ) -> None:
     doc = _file(tmp_path, LONG_SENTENCE)
     proc = _job(doc, tmp_path / "h.db", "--strategy", "head", "--n-ctx", "16", "--max-tokens", "1")
@@ -173,7 +173,7 @@ def test_an_n_ctx_below_llama_cpps_smallest_runs_in_the_real_one(
 
 
 def test_an_n_ctx_below_the_smallest_the_app_accepts_is_bad_input(
-    tmp_path: Path, edges: EdgeTally
+    tmp_path: Path, edges: Edges
 ) -> None:
     doc = _file(tmp_path, LONG_SENTENCE)
     proc = _job(doc, tmp_path / "h.db", "--strategy", "head", "--n-ctx", "15")
@@ -186,7 +186,7 @@ def test_an_n_ctx_below_the_smallest_the_app_accepts_is_bad_input(
 @pytest.mark.parametrize("command", ["run", "generate"])
 @pytest.mark.parametrize("n_ctx", [10_000_000, pytest.param(2**30, marks=pytest.mark.slow)])
 def test_a_context_too_large_for_memory_exits_4_before_loading(
-    tmp_path: Path, command: str, n_ctx: int, edges: EdgeTally
+    tmp_path: Path, command: str, n_ctx: int, edges: Edges
 ) -> None:
     doc = _file(tmp_path, LONG_SENTENCE)
     if command == "run":
@@ -204,7 +204,7 @@ def test_a_context_too_large_for_memory_exits_4_before_loading(
     edges.add("n_ctx over memory", "refused")
 
 
-def test_generate_above_the_training_context_warns_and_runs(edges: EdgeTally) -> None:
+def test_generate_above_the_training_context_warns_and_runs(edges: Edges) -> None:
     n_ctx = 2 * TRAIN_CTX
     proc = run("generate", "--prompt", "Hello", "--max-tokens", "1", "--n-ctx", str(n_ctx),
                "--json")  # fmt: skip
@@ -215,7 +215,7 @@ def test_generate_above_the_training_context_warns_and_runs(edges: EdgeTally) ->
     edges.add("n_ctx over the training context", "worked")
 
 
-def test_run_above_the_training_context_warns_and_runs(tmp_path: Path, edges: EdgeTally) -> None:
+def test_run_above_the_training_context_warns_and_runs(tmp_path: Path, edges: Edges) -> None:
     """The load's warning reaches the person running a job too (stderr, and a ``warning`` line
     with --json)."""
     n_ctx = 2 * TRAIN_CTX
@@ -239,7 +239,7 @@ def test_run_above_the_training_context_warns_and_runs(tmp_path: Path, edges: Ed
      pytest.param("budget 0", marks=pytest.mark.slow)],
 )  # fmt: skip
 def test_plan_without_room_for_the_document_exits_4_with_the_numbers(
-    tmp_path: Path, frame: int, case: str, edges: EdgeTally
+    tmp_path: Path, frame: int, case: str, edges: Edges
 ) -> None:
     n_ctx, reserve = {"n_ctx 16": (16, 256), "reserve n_ctx": (N_CTX, N_CTX),
                       "budget 0": (frame + 3, 3)}[case]  # fmt: skip
@@ -259,7 +259,7 @@ def test_plan_without_room_for_the_document_exits_4_with_the_numbers(
 
 @pytest.mark.parametrize("budget", [pytest.param(1, marks=pytest.mark.slow), 5])
 def test_plan_with_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
-    tmp_path: Path, counter: TokenCounter, frame: int, budget: int, edges: EdgeTally
+    tmp_path: Path, counter: TokenCounter, frame: int, budget: int, edges: Edges
 ) -> None:
     doc = _file(tmp_path, LONG_SENTENCE)
     total = counter.count(LONG_SENTENCE)
@@ -310,7 +310,7 @@ def line_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("kind", ONE_LINE_KINDS)
 def test_plan_every_strategy_on_a_5_mb_line(
-    line_files: dict[str, Path], kind: str, edges: EdgeTally
+    line_files: dict[str, Path], kind: str, edges: Edges
 ) -> None:
     text = one_line(kind)
     proc = run("plan", str(line_files[kind]), "--strategy", "all", "--n-ctx", str(N_CTX),
@@ -332,7 +332,7 @@ def test_plan_every_strategy_on_a_5_mb_line(
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("kind", ONE_LINE_KINDS)
 def test_count_a_5_mb_line(
-    line_files: dict[str, Path], counter: TokenCounter, kind: str, edges: EdgeTally
+    line_files: dict[str, Path], counter: TokenCounter, kind: str, edges: Edges
 ) -> None:
     proc = run("count", str(line_files[kind]), "--json", timeout=1700)
     assert proc.returncode == 0, proc.stderr
@@ -345,7 +345,7 @@ def test_count_a_5_mb_line(
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_run_head_on_a_5_mb_line(
-    line_files: dict[str, Path], tmp_path: Path, edges: EdgeTally
+    line_files: dict[str, Path], tmp_path: Path, edges: Edges
 ) -> None:
     proc = _job(line_files["words"], tmp_path / "h.db", "--strategy", "head", "--n-ctx",
                 str(N_CTX), "--max-tokens", "2", timeout=1700)  # fmt: skip

@@ -58,7 +58,7 @@ from app.core.planning.strategies import (
 )
 from app.core.telemetry import memory_preflight
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
-from tests.edge_cases import EdgeTally
+from tests.edge_cases import Edges
 from tests.edge_docs import LONG_SENTENCE, ONE_LINE_KINDS, one_line, prose, text_of_tokens
 
 N_CTX = 256  # the smallest context llama.cpp makes (it rounds up to a multiple of 256)
@@ -268,7 +268,7 @@ def check_plan(plan: Plan, text: str) -> None:
 
 @pytest.mark.parametrize("task", ["summarize", "ask"])
 def test_refuse_works_at_the_exact_budget_and_refuses_one_token_past_it(
-    bench: Bench, task: str, edges: EdgeTally
+    bench: Bench, task: str, edges: Edges
 ) -> None:
     """With a reply of one token, a document of exactly the budget makes prompt + reply fill
     the context to its last cell; one token more is refused with the numbers."""
@@ -293,7 +293,7 @@ def test_refuse_works_at_the_exact_budget_and_refuses_one_token_past_it(
 
 
 def test_a_refused_job_names_the_whole_prompt_and_the_context(
-    bench: Bench, edges: EdgeTally
+    bench: Bench, edges: Edges
 ) -> None:
     """The refuse strategy's refusal says what the preflight says, the whole prompt against
     n_ctx and the reply reserve, as well as the document against the budget. Today a job's
@@ -310,7 +310,7 @@ def test_a_refused_job_names_the_whole_prompt_and_the_context(
 
 @pytest.mark.parametrize("strategy", ["head", "tail", "middle", "entropy"])
 def test_single_pass_strategies_cut_a_prompt_of_ten_contexts_to_fit(
-    bench: Bench, strategy: str, edges: EdgeTally
+    bench: Bench, strategy: str, edges: Edges
 ) -> None:
     frame, budget = bench.boundary("summarize", strategy, 1)
     text = bench.doc(10 * N_CTX - frame)  # frame + document = 10 × n_ctx
@@ -326,7 +326,7 @@ def test_single_pass_strategies_cut_a_prompt_of_ten_contexts_to_fit(
 
 @pytest.mark.parametrize("strategy", ["map-reduce", "rolling"])
 def test_multi_pass_strategies_take_a_prompt_one_token_past_the_context(
-    bench: Bench, strategy: str, edges: EdgeTally
+    bench: Bench, strategy: str, edges: Edges
 ) -> None:
     frame, _budget = bench.boundary("summarize", strategy, 1)
     text = bench.doc(N_CTX + 1 - frame)  # frame + document = n_ctx + 1
@@ -363,7 +363,7 @@ def _doc_tokens(size: str, frame: int, budget: int) -> int:
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_at_every_edge_size(
-    bench: Bench, strategy: str, size: str, task: str, edges: EdgeTally
+    bench: Bench, strategy: str, size: str, task: str, edges: Edges
 ) -> None:
     max_tokens = 2
     frame, budget = bench.boundary(task, strategy, max_tokens)
@@ -397,7 +397,7 @@ def test_every_strategy_at_every_edge_size(
 
 @pytest.mark.parametrize("task", ["summarize", "ask"])
 def test_a_reply_reserve_of_the_whole_context_is_refused_with_the_numbers(
-    bench: Bench, task: str, edges: EdgeTally
+    bench: Bench, task: str, edges: Edges
 ) -> None:
     """max_tokens = n_ctx leaves no room for a prompt; so does max_tokens = n_ctx − frame (a
     budget of zero). Every strategy refuses before planning or calling the model."""
@@ -414,7 +414,7 @@ def test_a_reply_reserve_of_the_whole_context_is_refused_with_the_numbers(
 
 
 def test_plans_for_a_reply_reserve_of_the_whole_context_are_refused_with_the_numbers(
-    bench: Bench, edges: EdgeTally
+    bench: Bench, edges: Edges
 ) -> None:
     """What the window shows before a run (``plan_for``) agrees with the job: no budget, no
     plan, and the preflight's sentence, under every strategy."""
@@ -440,7 +440,7 @@ def test_plans_for_a_reply_reserve_of_the_whole_context_are_refused_with_the_num
 
 
 def test_a_reply_reserve_of_zero_is_rejected_before_anything_runs(
-    bench: Bench, edges: EdgeTally
+    bench: Bench, edges: Edges
 ) -> None:
     """max_tokens = 0 can never produce a reply: the job says so before planning or calling the
     model (a ValueError, as for any bad argument), or refuses in one sentence. Today the job
@@ -466,7 +466,7 @@ def test_a_reply_reserve_of_zero_is_rejected_before_anything_runs(
 
 @pytest.mark.parametrize("strategy", ["map-reduce", "semantic"])
 def test_a_combine_call_that_cannot_fit_is_refused_up_front(
-    bench: Bench, strategy: str, edges: EdgeTally
+    bench: Bench, strategy: str, edges: Edges
 ) -> None:
     """A reply reserve that leaves the parts one token of budget leaves the combine call (a
     longer instruction) none: the job must refuse with the numbers before the first part, or
@@ -485,7 +485,7 @@ def test_a_combine_call_that_cannot_fit_is_refused_up_front(
 
 @pytest.mark.parametrize("budget", [1, 2, 5, 12])
 def test_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
-    bench: Bench, budget: int, edges: EdgeTally
+    bench: Bench, budget: int, edges: Edges
 ) -> None:
     text = LONG_SENTENCE
     assert bench.counter.count(text) > 4 * 12
@@ -509,7 +509,7 @@ def test_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
         edges.add("budget under a sentence", "planned")
 
 
-def test_a_budget_smaller_than_one_sentence_in_a_job(bench: Bench, edges: EdgeTally) -> None:
+def test_a_budget_smaller_than_one_sentence_in_a_job(bench: Bench, edges: Edges) -> None:
     """head with a reply reserve that leaves five tokens of the sentence: the part that fits is
     summarized, flagged as truncated, inside the context."""
     frame, _ = bench.boundary("summarize", "head", 1)
@@ -527,7 +527,7 @@ def test_a_budget_smaller_than_one_sentence_in_a_job(bench: Bench, edges: EdgeTa
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 @pytest.mark.parametrize("budget", [1, 3])
 def test_a_budget_of_a_few_tokens_under_every_strategy(
-    bench: Bench, strategy: str, budget: int, edges: EdgeTally
+    bench: Bench, strategy: str, budget: int, edges: Edges
 ) -> None:
     """The reply reserve takes all but ``budget`` tokens of the context, and the document is one
     sentence far longer than that: it is cut inside the sentence, and says so."""
@@ -560,7 +560,7 @@ def test_a_budget_of_a_few_tokens_under_every_strategy(
 
 
 def test_a_context_above_the_training_context_loads_with_a_warning_and_runs(
-    model_path: Path, edges: EdgeTally
+    model_path: Path, edges: Edges
 ) -> None:
     n_ctx = 2 * TRAIN_CTX
     with EngineHost() as h:
@@ -580,7 +580,7 @@ def test_a_context_above_the_training_context_loads_with_a_warning_and_runs(
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_prompt_past_the_training_context_runs_in_a_larger_context(
-    model_path: Path, edges: EdgeTally
+    model_path: Path, edges: Edges
 ) -> None:
     """A prompt of 9,000 tokens (past the 8,192 the model was trained on) in a context of
     16,384: evaluated whole, with the warning."""
@@ -599,7 +599,7 @@ def test_a_prompt_past_the_training_context_runs_in_a_larger_context(
 
 @pytest.mark.parametrize("n_ctx", [10_000_000, 2**30])
 def test_a_context_too_large_for_memory_is_refused_before_llama_cpp_allocates(
-    bench: Bench, n_ctx: int, edges: EdgeTally
+    bench: Bench, n_ctx: int, edges: Edges
 ) -> None:
     host = bench.host
     before, pid = host.model, host.pid
@@ -616,7 +616,7 @@ def test_a_context_too_large_for_memory_is_refused_before_llama_cpp_allocates(
 
 @pytest.mark.unit
 def test_the_memory_preflight_counts_the_kv_cache_when_layers_cannot_be_offloaded(
-    model_path: Path, edges: EdgeTally
+    model_path: Path, edges: Edges
 ) -> None:
     """Asking for GPU layers from a build that cannot offload keeps the KV cache in RAM."""
     info = inspect_model(model_path)
@@ -637,7 +637,7 @@ def _overcommit() -> str:
 
 @pytest.mark.skipif(_overcommit() == "1", reason="the kernel would hand llama.cpp the memory")
 def test_gpu_layers_on_a_cpu_only_build_do_not_skip_the_memory_preflight(
-    model_path: Path, edges: EdgeTally
+    model_path: Path, edges: Edges
 ) -> None:
     """The worker runs every layer on the CPU when the build cannot offload, so the preflight
     must count the KV cache in RAM. Today EngineHost.load passes no offload figure, and a KV
@@ -658,7 +658,7 @@ def test_gpu_layers_on_a_cpu_only_build_do_not_skip_the_memory_preflight(
 
 
 @pytest.mark.timeout(600)
-def test_a_5_mb_line_is_planned_and_summarized_by_head(bench: Bench, edges: EdgeTally) -> None:
+def test_a_5_mb_line_is_planned_and_summarized_by_head(bench: Bench, edges: Edges) -> None:
     text = one_line("words")
     assert "\n" not in text and len(text.encode("utf-8")) == 5_000_000
     planner = bench.line_planner("words")
@@ -679,7 +679,7 @@ def test_a_5_mb_line_is_planned_and_summarized_by_head(bench: Bench, edges: Edge
 @pytest.mark.parametrize("kind", ONE_LINE_KINDS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_plans_a_5_mb_line(
-    bench: Bench, kind: str, strategy: str, edges: EdgeTally
+    bench: Bench, kind: str, strategy: str, edges: Edges
 ) -> None:
     """Plans only: on a 5 MB line the multi-pass strategies would make thousands of calls."""
     text = one_line(kind)
@@ -696,7 +696,7 @@ def test_every_strategy_plans_a_5_mb_line(
 @pytest.mark.parametrize("kind", ONE_LINE_KINDS)
 @pytest.mark.parametrize("strategy", SINGLE_PASS)
 def test_single_pass_jobs_on_a_5_mb_line(
-    bench: Bench, kind: str, strategy: str, edges: EdgeTally
+    bench: Bench, kind: str, strategy: str, edges: Edges
 ) -> None:
     text = one_line(kind)
     task = "ask" if strategy in QUESTION_STRATEGIES else "summarize"  # retrieve needs a question

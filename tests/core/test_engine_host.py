@@ -16,6 +16,7 @@ from llama_cpp import Llama
 
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.host import EngineHost, describe_exit
+from app.core.engine.threads import default_threads
 from app.core.engine.types import (
     ContextOverflowError,
     EngineCrashedError,
@@ -119,7 +120,7 @@ def test_greedy_output_matches_in_process_llama_cpp(engine: EngineHost, model_pa
     deltas, _ = collect(engine, tokens, max_tokens=32)
     ours = [t for d in deltas for t in d.token_ids]
 
-    llm = Llama(str(model_path), n_ctx=2048, n_threads=os.cpu_count() or 1, verbose=False)
+    llm = Llama(str(model_path), n_ctx=2048, n_threads=default_threads(), verbose=False)
     try:
         theirs: list[int] = []
         for tok in llm.generate(tokens, top_k=1, temp=0.0, repeat_penalty=1.0):

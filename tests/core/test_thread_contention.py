@@ -31,7 +31,11 @@ from app.core.engine.types import (
 )
 from app.core.paths import sample_document
 
-pytestmark = pytest.mark.skipif(default_threads() < 2, reason="one core: no thread to give up")
+# every core, alone (`serial`): a core kept busy must be the test's own busy process
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.skipif(default_threads() < 2, reason="one core: no thread to give up"),
+]
 
 SETTLE_S = 1.5  # the engine's meter reports the last half second
 

@@ -126,6 +126,7 @@ def test_before_a_run_the_gauge_shows_the_loaded_context(qtbot, gauges) -> None:
     gauges.stop()
 
 
+@pytest.mark.serial  # its CPU row is checked with a core kept busy: every core, alone
 def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run(
     qtbot, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
