@@ -1,7 +1,7 @@
 """What the window decides about the open document, its plans and its jobs, without Qt.
 
-The window's `SessionModel` (app/ui/session_model.py) holds the state and says what changed
-with signals; what it decides from that state lives here as plain functions over plain values,
+The window's workbench model (workbench_model.py) holds the state and says what changed;
+what it decides from that state lives here as plain functions over plain values,
 so the command line could ask the same and a unit test can check it without a window, a model
 or a thread: which job the toolbar asks for (or why none can run), the plan a strategy shows
 (made in the planning child or in this process), each compared strategy's needle retention, a

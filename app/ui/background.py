@@ -136,3 +136,27 @@ def run_for(
             bound(message)
 
     run_in_background(work, ok, failed)
+
+
+class PoolScheduler:
+    """The workbench model's scheduler (app/services/workbench_ports.py) on Qt's pools: the
+    "plan" lane is a pool of one thread (answers come in the order asked), "io" the global
+    pool. Answers arrive on the GUI thread, and only while ``owner`` exists."""
+
+    def __init__(self, owner: QObject) -> None:
+        self._owner = weakref.ref(owner)
+        self.plan_pool = QThreadPool(owner)
+        self.plan_pool.setMaxThreadCount(1)
+
+    def submit(self, work: Callable[[], Any], done: Callable[[Any], None],
+               failed: Callable[[str], None], lane: str = "io") -> None:  # fmt: skip
+        def live(handler: Callable[[Any], None]) -> Callable[[Any], None]:
+            def call(value: Any) -> None:
+                owner = self._owner()
+                if owner is not None and isValid(owner):
+                    handler(value)
+
+            return call
+
+        pool = self.plan_pool if lane == "plan" else None
+        run_in_background(work, live(done), live(failed), pool)

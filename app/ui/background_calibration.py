@@ -11,30 +11,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from app.core.calibrate import CalibrationCancelled, candidates
 from app.core.engine.api import Engine
-from app.core.engine.types import EngineError, LoadSettings
+from app.core.engine.types import EngineError
 from app.services.calibration import calibrate_apart
+from app.services.workbench_ports import CalibrationJob
 
 log = logging.getLogger(__name__)
 JOIN_S = 10.0  # how long closing waits for the trial under way to stop
-
-
-@dataclass(frozen=True)
-class CalibrationJob:
-    """What to calibrate: the model, its sha256 (the cache key), the settings it was loaded
-    with (their context and cache type; the speed knobs are what is measured) and the
-    candidates (None: calibrate's own)."""
-
-    model: Path
-    model_sha256: str
-    base: LoadSettings
-    trials: tuple[LoadSettings, ...] | None = None
 
 
 class BackgroundCalibration(QObject):

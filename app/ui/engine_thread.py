@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +23,13 @@ from app.core.calibrate import CalibrationCancelled
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import EngineCrashedError, EngineError, LoadSettings
 from app.core.jobs.events import JobFinished, KVStats, PartialResult
-from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter
 from app.services.engine_session import EngineSession, ServerSpec
 from app.services.errors import BadRequest
 from app.services.jobs import JobOutcome, JobRun, JobSpec, ResumeSpec
+from app.services.workbench_ports import JobRequest, TuneSpec
 
 BATCH_SECONDS = 0.05
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """A job the window hands to the engine thread: what to do, on which text, and the planner
-    holding the plans the window showed (the job runs them without planning again; None: the
-    bare text is planned)."""
-
-    spec: JobSpec
-    text: str
-    planner: Planner | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class TuneSpec:
-    """Load with the speed settings calibrated for this model and machine, measuring them first
-    when there are none yet (or when ``fresh``)."""
-
-    model_sha256: str
-    fresh: bool = False
-    trials: tuple[LoadSettings, ...] | None = None  # the candidates; None: calibrate's own
 
 
 class EngineDriver(QObject):
@@ -272,6 +251,38 @@ class EngineThread(QObject):
 
     def cancel(self) -> None:
         self.driver.cancel()
+
+    # ----- the workbench's engine port (app/services/workbench_ports.py): queued requests -----
+
+    def load(self, path: str, settings: LoadSettings) -> None:
+        self.request_load.emit(path, settings)
+
+    def load_tuned(self, path: str, settings: LoadSettings, tune: TuneSpec) -> None:
+        self.request_load_tuned.emit(path, settings, tune)
+
+    def connect_server(self, spec: ServerSpec) -> None:
+        self.request_connect.emit(spec)
+
+    def unload(self) -> None:
+        self.request_unload.emit()
+
+    def count(self, text: str) -> None:
+        self.request_count.emit(text)
+
+    def run_job(self, request: JobRequest) -> None:
+        self.request_job.emit(request)
+
+    def resume(self, spec: ResumeSpec) -> None:
+        self.request_resume.emit(spec)
+
+    @property
+    def counter(self) -> TokenCounter | None:
+        """The loaded model's exact token counter (any thread)."""
+        return self.driver.counter
+
+    def model_sha256(self, path: Path) -> str:
+        """The model file's sha256, kept in the engine session's memory (off the GUI thread)."""
+        return self.driver.session.model_sha256(path)
 
     def stop(self) -> None:
         if self.thread.isRunning():

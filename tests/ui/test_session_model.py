@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Signal
 
 from app.core.engine.types import LoadSettings
 from app.core.jobs.tasks import planning
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import cl100k
+from app.services.workbench_ports import EVENTS
 from app.store.db import open_database
 from app.store.repository import Repository
 from app.ui.session_model import JobChoices, SessionModel, StartedJob
@@ -176,3 +178,10 @@ def test_needles_are_measured_on_the_plans_for_the_question(qtbot, session: Sess
     session.measure_needles(("retrieve", "tail"))
     qtbot.waitUntil(lambda: len(found) == 2, timeout=WAIT)
     assert found == {"retrieve": 1.0, "tail": 0.0}
+
+
+def test_each_event_of_the_workbench_model_is_a_signal_of_the_same_name() -> None:
+    """The bridge turns the Qt-free model's events into its signals 1:1, by name."""
+    for name in EVENTS:
+        assert isinstance(getattr(SessionModel, name), Signal), name
+    assert {"plan_changed", "status", "failed", "model_needed"} <= set(EVENTS)
