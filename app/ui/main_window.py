@@ -446,7 +446,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
     def _on_version_opened(self, opened: OpenedVersion) -> None:
         """An old version shown again: its recorded reply in the output buffer (its plan, when
-        made on this document, is on the document already: see SessionModel.open_version)."""
+        made on this document, is on the document already: see WorkbenchModel.open_version)."""
         v = opened.version
 
         def caption() -> str:  # again in the words of a language chosen meanwhile

@@ -62,8 +62,7 @@ class _Held(Generic[T]):
 
 
 class _Queued(QObject):
-    """Lives on the GUI thread: a signal from another thread reaches ``target`` queued here (a
-    plain callable connected to it would run on the emitting thread)."""
+    """A GUI-thread receiver: another thread's signal reaches ``target`` queued, not there."""
 
     def __init__(self, parent: QObject, target: Callable[..., None]) -> None:
         super().__init__(parent)
@@ -144,6 +143,7 @@ class SessionModel(QObject):
         self._background = BackgroundCalibration(self)
         self._engine = EngineThread(self)
         self._pools = PoolScheduler(self)
+        self._lines: dict[Message, str] = {}  # status lines as said (see _said)
         self._model = WorkbenchModel(repo, self._events(), engine=self._engine,
                                      scheduler=self._pools, calibration=self._background,
                                      n_ctx=n_ctx, index=index_plan)  # fmt: skip
@@ -165,8 +165,9 @@ class SessionModel(QObject):
         """The model's events as this object's signals of the same names, its notices said in
         the person's language."""
         sink = SimpleNamespace(**{name: getattr(self, name).emit for name in EVENTS})
-        sink.status = lambda message, ms: self.status.emit(self._say(message), ms)
-        sink.status_over = lambda message: self.status_over.emit(self._say(message))
+        sink.status = lambda message, ms: self.status.emit(self._said(message), ms)
+        sink.status_over = lambda message: self.status_over.emit(  # the line as it was said
+            self._lines.pop(message, None) or self._say(message))  # fmt: skip
         sink.failed = lambda message: self.failed.emit(self._say(message))
         sink.model_needed = self._offer_model
         return cast(WorkbenchEvents, sink)
@@ -242,6 +243,12 @@ class SessionModel(QObject):
         self._pools.plan_pool.waitForDone(10_000)
 
     # ----- the model's notices, in the person's language -----
+
+    def _said(self, message: Message) -> str:
+        """``message`` said now, and kept (the latest 16) for the end of its wait."""
+        self._lines[message] = text = self._say(message)
+        self._lines = dict(list(self._lines.items())[-16:])
+        return text
 
     def _say(self, message: Message) -> str:
         notice, args = message.notice, message.args

@@ -185,3 +185,20 @@ def test_each_event_of_the_workbench_model_is_a_signal_of_the_same_name() -> Non
     for name in EVENTS:
         assert isinstance(getattr(SessionModel, name), Signal), name
     assert {"plan_changed", "status", "failed", "model_needed"} <= set(EVENTS)
+
+
+def test_a_wait_ends_with_the_line_it_began_with_though_the_language_changed(
+    qtbot, session: SessionModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window clears a wait's status line by its text: the line as it was shown, not as
+    the notice would be said in the language chosen since."""
+    said: list[str] = []
+    over: list[str] = []
+    session.status.connect(lambda text, _ms: said.append(text))
+    session.status_over.connect(over.append)
+    with qtbot.waitSignal(session.plan_changed, timeout=WAIT):
+        session.open_document(DOC)
+        monkeypatch.setattr(session, "tr", lambda text: text.upper(), raising=False)
+    qtbot.waitUntil(lambda: not session.waiting_for, timeout=WAIT)
+    assert said[0] == f"Opening {DOC.name}…"
+    assert said[0] in over and said[0].upper() not in over
