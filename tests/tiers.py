@@ -15,8 +15,8 @@ it with a sentence that says which tier it belongs in, so the fast tier stays fa
 
 ``make test`` runs the model and window tiers on pytest-xdist workers, each pinned to a core of
 its own (:func:`pin_worker`), then the ``serial`` tests alone with every core: those that count
-threads, keep a core busy on purpose, time the GUI thread, or evaluate a prompt long enough that
-one thread would take minutes.
+threads, keep a core busy on purpose, or evaluate a prompt long enough on two threads that two
+of them sharing one core would take minutes.
 """
 
 from __future__ import annotations
