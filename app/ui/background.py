@@ -101,6 +101,12 @@ def run_in_background(
     (pool or QThreadPool.globalInstance()).start(_Job(fn, relay))
 
 
+def _exists(ref: weakref.ref[QObject]) -> bool:
+    """The object ``ref`` names is still there, its C++ side included (a closed widget)."""
+    obj = ref()
+    return obj is not None and isValid(obj)
+
+
 def run_for(
     owner: QObject,
     work: Callable[[], Any],
@@ -120,8 +126,7 @@ def run_for(
     method, error_method, alive = WeakMethod(handler), WeakMethod(on_error), weakref.ref(owner)
 
     def live() -> bool:
-        o = alive()
-        if o is None or not isValid(o):
+        if not _exists(alive):
             return False
         if settle is not None:
             settle()
@@ -152,8 +157,7 @@ class PoolScheduler:
                failed: Callable[[str], None], lane: str = "io") -> None:  # fmt: skip
         def live(handler: Callable[[Any], None]) -> Callable[[Any], None]:
             def call(value: Any) -> None:
-                owner = self._owner()
-                if owner is not None and isValid(owner):
+                if _exists(self._owner):
                     handler(value)
 
             return call
