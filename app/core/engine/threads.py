@@ -104,12 +104,23 @@ class Change:
         return describe_change(self.before, self.after, self.reason)
 
 
+_BUSY = ("user", "nice", "system", "irq", "softirq", "steal")
+
+
 def _busy_seconds() -> float:
-    """CPU seconds the whole machine spent busy since boot (every CPU; steal counts as busy:
-    another virtual machine had the core)."""
-    t = psutil.cpu_times()
-    return sum(getattr(t, name, 0.0) for name in
-               ("user", "nice", "system", "irq", "softirq", "steal"))  # fmt: skip
+    """CPU seconds the CPUs this process may run on spent busy since boot (steal counts as
+    busy: another virtual machine had the core). A program on a CPU outside the affinity
+    (another engine pinned beside this one) does not compete with it, so it is not counted."""
+    try:
+        mine = os.sched_getaffinity(0)
+    except (AttributeError, OSError):  # macOS, Windows: every CPU
+        mine = set()
+    per_cpu = psutil.cpu_times(percpu=True)
+    if mine and len(mine) < len(per_cpu) and max(mine) < len(per_cpu):
+        times = [per_cpu[i] for i in mine]
+    else:
+        times = [psutil.cpu_times()]
+    return sum(getattr(t, name, 0.0) for t in times for name in _BUSY)
 
 
 def _app_seconds() -> float:
@@ -127,10 +138,10 @@ def _app_seconds() -> float:
 class CpuMeter:
     """The CPU the rest of the machine uses, in cores, over about the last half second.
 
-    A thread samples the machine's busy time and the app's own CPU time (this process and its
-    parent) ten times a second (reading ``/proc/stat``: microseconds); what is busy and not
-    the app's is another program's. ``sample`` and ``own`` are replaceable so tests can script
-    a machine.
+    A thread samples the busy time of the CPUs the app may use and the app's own CPU time (this
+    process and its parent) ten times a second (``/proc/stat`` counts hundredths of a second);
+    what is busy and not the app's is another program's. ``sample`` and ``own`` are
+    replaceable so tests can script a machine.
     """
 
     def __init__(
