@@ -130,6 +130,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if said:
         terminalreporter.write_sep("-", "tests per tier")
         terminalreporter.write_line(said)
+    modules = tiers.slowest_modules()
+    if modules:
+        terminalreporter.write_sep("-", "slowest modules")
+        terminalreporter.write_line(modules)
     tally = edge_cases.TALLY
     if tally.total:
         terminalreporter.write_sep("-", "context edges")

@@ -36,6 +36,7 @@ import pytest
 
 TIERS = ("unit", "model", "window")
 _TALLY: Counter[tuple[str, str]] = Counter()  # (tier, outcome) -> tests, for the summary
+_MODULE_S: Counter[str] = Counter()  # test module -> seconds of set-up, call and tear-down
 # what a unit test must not import: the engine's native library and Qt
 HEAVY = ("llama_cpp", "PySide6", "shiboken6", "pyqtgraph")
 
@@ -136,7 +137,9 @@ def holding(item: pytest.Item) -> Iterator[None]:
 
 
 def record(report: pytest.TestReport) -> None:
-    """Count a test once: by its call, or by a set-up that failed or skipped it."""
+    """Count a test once: by its call, or by a set-up that failed or skipped it; add each phase's
+    time to its module's (a module's shared fixtures are paid in its first test's set-up)."""
+    _MODULE_S[report.nodeid.split("::", 1)[0]] += report.duration
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         tier = next((t for t in TIERS if t in report.keywords), "model")
         _TALLY[(tier, report.outcome)] += 1
@@ -151,3 +154,12 @@ def summary() -> str | None:
             said = ", ".join(f"{n:,} {outcome}" for outcome, n in counts.items())
             lines.append(f"{tier:7s} {said}")
     return "\n".join(lines)
+
+
+def slowest_modules(n: int = 15) -> str | None:
+    """The ``n`` modules that took longest, fixtures included: where the suite's time goes."""
+    if not _MODULE_S:
+        return None
+    total = sum(_MODULE_S.values())
+    lines = [f"{s:8.1f}s  {s / total:5.1%}  {module}" for module, s in _MODULE_S.most_common(n)]
+    return "\n".join([*lines, f"{total:8.1f}s  in all (summed over workers)"])
