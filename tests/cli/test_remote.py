@@ -66,8 +66,8 @@ def test_the_same_run_sends_the_same_prompt_locally_and_on_the_server(
     the server evaluates the prompt in its own batches and threads, and the float differences
     that makes may change a greedy choice (on a machine set up otherwise they parted after 67
     characters); equal replies are not what either side promises."""
-    doc = _excerpt(tmp_path / "jargon.txt", 0, 6000)
-    common = ["run", str(doc), "--strategy", "head", "--max-tokens", "32", "--n-ctx", str(N_CTX),
+    doc = _excerpt(tmp_path / "jargon.txt", 0, 3000)
+    common = ["run", str(doc), "--strategy", "head", "--max-tokens", "16", "--n-ctx", str(N_CTX),
               "--model", str(model_path), "--db", str(tmp_path / "h.db"), "--json"]  # fmt: skip
     local = _cli(*common)
     remote = _cli(*common, "--engine", server.url)
@@ -97,7 +97,7 @@ def test_ask_with_retrieve_plans_each_question_alike_on_the_server(
 ) -> None:
     """`retrieve` plans on this machine (BM25 over the chunks the model's counter cut), so a
     server runs the same plan per question as the local engine, and answers each."""
-    doc = _excerpt(tmp_path / "jargon.txt", 0, 60_000)
+    doc = _excerpt(tmp_path / "jargon.txt", 0, 20_000)  # some 5,000 tokens: five contexts
     common = ["run", str(doc), "--task", "ask", "--strategy", "retrieve", "--question",
               "Who edited the Jargon File?", "--question", "What is a hacker?", "--max-tokens",
               "8", "--n-ctx", str(N_CTX), "--model", str(model_path), "--db",
@@ -161,7 +161,7 @@ def _folder(tmp_path: Path) -> Path:
     folder = tmp_path / "docs"
     folder.mkdir()
     for i in range(3):
-        _excerpt(folder / f"part-{i}.txt", 20_000 * (i + 1), 2500)
+        _excerpt(folder / f"part-{i}.txt", 20_000 * (i + 1), 800)
     (folder / "empty.txt").write_bytes(b"")  # unreadable: reported, the others run
     (folder / ".hidden.txt").write_text("not a document of the batch", encoding="utf-8")
     return folder
@@ -203,10 +203,10 @@ def test_a_batch_stops_when_the_server_dies_and_resumes_where_it_stopped(
     folder = tmp_path / "many"
     folder.mkdir()
     for i in range(5):
-        _excerpt(folder / f"doc-{i}.txt", 10_000 * (i + 1), 2000)
+        _excerpt(folder / f"doc-{i}.txt", 10_000 * (i + 1), 800)
     db = tmp_path / "b.db"
     srv = start_server(model_path, tmp_path / "s1.log", n_ctx=N_CTX)
-    args = ["batch", str(folder), "--strategy", "head", "--max-tokens", "32", "--n-ctx",
+    args = ["batch", str(folder), "--strategy", "head", "--max-tokens", "16", "--n-ctx",
             str(N_CTX), "--db", str(db), "--json", "--retries", "1"]  # fmt: skip
     proc = subprocess.Popen([*CLI, *args, "--engine", srv.url], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -239,8 +239,8 @@ def test_ctrl_c_stops_a_batch_and_keeps_what_is_done(server: Server, tmp_path: P
     folder = tmp_path / "docs"
     folder.mkdir()
     for i in range(4):
-        _excerpt(folder / f"doc-{i}.txt", 15_000 * (i + 1), 2000)
-    args = ["batch", str(folder), "--strategy", "head", "--max-tokens", "64", "--engine",
+        _excerpt(folder / f"doc-{i}.txt", 15_000 * (i + 1), 1000)
+    args = ["batch", str(folder), "--strategy", "head", "--max-tokens", "32", "--engine",
             server.url, "--n-ctx", str(N_CTX), "--db", str(tmp_path / "h.db"),
             "--json"]  # fmt: skip
     proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

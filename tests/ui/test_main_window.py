@@ -43,6 +43,14 @@ def window(qtbot, tmp_path: Path, model_path: Path, short_doc: Path) -> Iterator
     w.close()
 
 
+def _open_brief(qtbot, w: MainWindow, tmp_path: Path) -> None:
+    """About 900 tokens instead of 3,000: a multi-pass job has two windows here, not seven."""
+    brief = tmp_path / "brief.txt"
+    brief.write_text(sample_document().read_text(encoding="utf-8")[:4_000], encoding="utf-8")
+    with qtbot.waitSignal(w.plan_shown, timeout=60_000):
+        w.open_document(brief)
+
+
 def _run(qtbot, w: MainWindow, strategy: str) -> object:
     w.strategy_box.setCurrentIndex(w.strategy_box.findData(strategy))
     with qtbot.waitSignal(w.job_finished, timeout=300_000) as done:
@@ -82,9 +90,12 @@ def test_plans_and_counts_come_from_the_planning_process(qtbot, window: MainWind
         os.kill(pid, 0)  # closing the window ended the child
 
 
-def test_the_plan_shown_is_the_plan_the_job_runs(qtbot, window: MainWindow) -> None:
+def test_the_plan_shown_is_the_plan_the_job_runs(
+    qtbot, window: MainWindow, tmp_path: Path
+) -> None:
     """Multi-pass strategies and questions change the budget (partial-summary prompts, room for
     the question): the window plans with the job's own framing."""
+    _open_brief(qtbot, window, tmp_path)
     cases = (("summarize", "map-reduce", ""), ("ask", "head", "Which words come first?"))
     for task, strategy, question in cases:
         window.task_box.setCurrentIndex(window.task_box.findData(task))
@@ -136,13 +147,17 @@ def test_an_audited_run_holds_exactly_the_spans_the_document_view_shows_kept(
             assert span[1] == held[offset], offset
 
 
-def test_a_map_phase_runs_in_the_lanes_chosen_in_the_job_menu(qtbot, window: MainWindow) -> None:
+def test_a_map_phase_runs_in_the_lanes_chosen_in_the_job_menu(
+    qtbot, window: MainWindow, tmp_path: Path
+) -> None:
     assert window.controls.lanes() == DEFAULT_LANES  # the default, until the person chooses
+    _open_brief(qtbot, window, tmp_path)
     window.controls.lanes_actions[2].trigger()
     assert window.controls.lanes() == 2 and window.settings.value("lanes", type=int) == 2
     outcome = _run(qtbot, window, "map-reduce")
     [result] = outcome.results
     assert result.lanes == 2 and result.finish_reason in ("stop", "length")
+    assert len(result.plan["windows"]) >= 2  # a window for each lane at least
     assert [o.step for o in result.outputs][-1] == "summary"
     for out in result.outputs:  # each lane's reply reached the output stage whole
         assert out.text in window.buffers.output_text()
