@@ -75,11 +75,20 @@ def _run(
     return events, finished.result
 
 
-def test_streamed_pass_evaluates_each_document_token_once(
+@pytest.fixture(scope="module")
+def streamed(
     host: EngineHost, counter: TokenCounter, text: str
-) -> None:
+) -> tuple[list[Any], JobResult, Audit]:
+    """One streamed pass, audited: the two tests below read it."""
     audit = Audit(host, exact_counts=True)
     events, result = _run(host, text, counter, audit)
+    return events, result, audit
+
+
+def test_streamed_pass_evaluates_each_document_token_once(
+    streamed: tuple[list[Any], JobResult, Audit],
+) -> None:
+    events, result, audit = streamed
     audit.raise_if_failed()
     assert result.finish_reason in ("stop", "length", "repetition") and result.fallback is None
     windows = [o for o in result.outputs if o.step.startswith("window")]
@@ -100,9 +109,9 @@ def test_streamed_pass_evaluates_each_document_token_once(
 
 
 def test_cache_that_cannot_shift_falls_back_with_its_reason(
-    host: EngineHost, counter: TokenCounter, text: str
+    host: EngineHost, counter: TokenCounter, text: str,
+    streamed: tuple[list[Any], JobResult, Audit],
 ) -> None:
-    _, streamed = _run(host, text, counter, Audit(host, exact_counts=True))
     audit = Audit(host, exact_counts=True)
     events, result = _run(CannotShift(host), text, counter, audit)
     audit.raise_if_failed()
@@ -112,7 +121,7 @@ def test_cache_that_cannot_shift_falls_back_with_its_reason(
     assert not any(isinstance(e, KVShifted) for e in events) and result.evictions == 0
     assert result.outputs[-1].step == "summary" and result.outputs[-1].text
     # re-prompting evaluates the summary so far again for every window
-    assert result.evaluated_tokens > streamed.evaluated_tokens
+    assert result.evaluated_tokens > streamed[1].evaluated_tokens
 
 
 @pytest.mark.unit
@@ -138,11 +147,12 @@ def test_shift_refusal_names_each_engine_that_cannot_stream() -> None:
     assert "cannot remove" in (shift_refusal(NoRemove()) or "")
 
 
-def test_semantic_windows_keep_the_chunks_they_share_in_the_cache(model_path: Path) -> None:
+def test_semantic_windows_keep_the_chunks_they_share_in_the_cache(
+    host: EngineHost, counter: TokenCounter
+) -> None:
     whole = sample_document().read_text(encoding="utf-8")
     start = whole.index("\n\n", 60_000) + 2
-    text = whole[start : whole.index("\n\n", start + 11_000)]
-    n_ctx = 1024
+    text = whole[start : whole.index("\n\n", start + 5_500)]
 
     class WideOverlap(Planner):
         """Windows that share half their tokens: at this context the default 15% is less than
@@ -151,13 +161,10 @@ def test_semantic_windows_keep_the_chunks_they_share_in_the_cache(model_path: Pa
         def plan(self, strategy: str, budget: int, opts: PlanOptions | None = None) -> Plan:
             return super().plan(strategy, budget, replace(opts or PlanOptions(), overlap=0.5))
 
-    with EngineHost() as host:
-        host.load(model_path, LoadSettings(n_ctx=n_ctx))
-        counter = exact_counter(model_path, host_tokenize(host))
-        audit = Audit(host, exact_counts=True)
-        events = list(summarize(host, text, counter, strategy="semantic", n_ctx=n_ctx,
-                                max_tokens=MAX_TOKENS, audit=audit,
-                                planner=WideOverlap(text, counter)))  # fmt: skip
+    audit = Audit(host, exact_counts=True)
+    events = list(summarize(host, text, counter, strategy="semantic", n_ctx=N_CTX,
+                            max_tokens=MAX_TOKENS, audit=audit,
+                            planner=WideOverlap(text, counter)))  # fmt: skip
     audit.raise_if_failed()
     result = events[-1].result
     assert result.finish_reason in ("stop", "length", "repetition")
