@@ -81,8 +81,8 @@ def _one_at_a_time(host: EngineHost, prefix: list[int], suffixes: list[list[int]
 
 def test_one_lane_gives_identical_replies(host: EngineHost, prompts: tuple) -> None:
     prefix, suffixes = prompts
-    expected = _one_at_a_time(host, prefix, suffixes, 24)
-    events = list(host.generate_lanes(prefix, suffixes, lanes=1, max_tokens=24))
+    expected = _one_at_a_time(host, prefix, suffixes, 12)
+    events = list(host.generate_lanes(prefix, suffixes, lanes=1, max_tokens=12))
     replies = _replies(events)
     assert [replies[i] for i in range(len(suffixes))] == expected
     assert all(expected), "every prompt got a reply"
@@ -165,12 +165,12 @@ def test_cancel_ends_every_lane(host: EngineHost, prompts: tuple) -> None:
 
 
 def _job(host: EngineHost, counter: object, lanes: int | None, *, task: str = "summarize"):
-    text = sample_document().read_text(encoding="utf-8")[:5000]
+    text = sample_document().read_text(encoding="utf-8")[:3200]  # two or three windows
     options = {"strategy": "map-reduce", "n_ctx": N_CTX, "lanes": lanes}
     if task == "extract":
-        job = extract(host, text, counter, instruction="List the names.", max_tokens=16, **options)  # type: ignore[arg-type]
+        job = extract(host, text, counter, instruction="List the names.", max_tokens=12, **options)  # type: ignore[arg-type]
     else:
-        job = summarize(host, text, counter, max_tokens=24, **options)  # type: ignore[arg-type]
+        job = summarize(host, text, counter, max_tokens=16, **options)  # type: ignore[arg-type]
     events = list(job)
     assert isinstance(events[-1], JobFinished)
     return events, events[-1].result
