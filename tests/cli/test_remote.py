@@ -22,6 +22,7 @@ import pytest
 from app.cli.common import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_ENGINE_CRASHED, EXIT_OK
 from app.core.engine.remote import NO_AUDIT, NO_KV_STATE
 from app.core.paths import sample_document
+from tests.cli.runner import run_here
 from tests.default_llama_cpp_server import default_server
 from tests.remote_server import ALIAS, Server, free_port, running_server, start_server
 
@@ -38,6 +39,10 @@ def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
          stdin: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The command in this process, or in its own where it needs an environment or input of
+    its own (the keyring's backend is chosen once per process)."""
+    if env is None and stdin is None:
+        return run_here(*args)
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
                           env=env, input=stdin, check=False)  # fmt: skip
 

@@ -27,7 +27,7 @@ def test_rolling_streams_a_document_ten_times_the_context(tmp_path: Path) -> Non
     doc.write_text(whole[start : whole.index("\n\n", start + 17_000)], encoding="utf-8")
     proc = run("run", str(doc), "--strategy", "rolling", "--n-ctx", str(N_CTX), "--max-tokens",
                "16", "--json", "--audit", "--db", str(tmp_path / "history.db"),
-               timeout=240)  # fmt: skip
+               timeout=240, process=True)  # fmt: skip
     assert proc.returncode == EXIT_OK, proc.stderr
     lines = _lines(proc.stdout)
     done = next(e for e in lines if e["type"] == "done")
