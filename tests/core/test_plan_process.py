@@ -60,9 +60,9 @@ def lexicon(tmp_path_factory: pytest.TempPathFactory) -> Document:
 
 @pytest.fixture(scope="module")
 def part(tmp_path_factory: pytest.TempPathFactory) -> Document:
-    """5 KB of the sample: a few times a 512-token context, quick to run through the model."""
+    """3 KB of the sample: more than a 512-token context, quick to run through the model."""
     path = tmp_path_factory.mktemp("docs") / "part.md"
-    path.write_text(sample_document().read_text(encoding="utf-8")[20_000:25_000], encoding="utf-8")
+    path.write_text(sample_document().read_text(encoding="utf-8")[20_000:23_000], encoding="utf-8")
     return load_document(path)
 
 
