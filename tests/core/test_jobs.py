@@ -92,8 +92,8 @@ def test_head_summary_records_sources_and_kv(host: EngineHost, counter: object) 
 
 
 def test_map_reduce_reaches_every_part(host: EngineHost, counter: object) -> None:
-    text = _text(6000)
-    events, result = _run(host, counter, text, "map-reduce", 32)
+    text = _text(3500)
+    events, result = _run(host, counter, text, "map-reduce", 16)
     _check(events, result, text)
     partials = [ev for ev in events if isinstance(ev, PartialResult)]
     assert len(partials) >= 2 and not result.truncated
@@ -106,7 +106,7 @@ def test_map_reduce_parts_stay_within_a_small_reply_reserve(
 ) -> None:
     """Windows are planned with the reply's room kept free, so no part may answer at length
     (a part of 32 tokens after a window planned for 8 overflowed the context)."""
-    text = _text(6000)
+    text = _text(3500)
     events, result = _run(host, counter, text, "map-reduce", 8)
     _check(events, result, text)
     parts = [o for o in result.outputs if o.step.startswith("part")]
@@ -115,8 +115,8 @@ def test_map_reduce_parts_stay_within_a_small_reply_reserve(
 
 
 def test_rolling_carries_a_summary_through(host: EngineHost, counter: object) -> None:
-    text = _text(5000)
-    events, result = _run(host, counter, text, "rolling", 32)
+    text = _text(3500)
+    events, result = _run(host, counter, text, "rolling", 16)
     _check(events, result, text)
     assert result.outputs[-1].step == "summary" and len(result.outputs) >= 3
 
@@ -166,9 +166,9 @@ def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter
 
 
 def test_extract_merges_parts_in_document_order(host: EngineHost, counter: object) -> None:
-    text = _text(5000)
+    text = _text(3500)
     events = list(extract(host, text, counter, instruction="List the names in this text.",  # type: ignore[arg-type]
-                          strategy="map-reduce", n_ctx=N_CTX, max_tokens=24))  # fmt: skip
+                          strategy="map-reduce", n_ctx=N_CTX, max_tokens=12))  # fmt: skip
     result = events[-1].result  # type: ignore[attr-defined]
     parts = [o for o in result.outputs if o.step.startswith("part")]
     assert len(parts) >= 2 and result.outputs[-1].step == "merged"
@@ -177,7 +177,7 @@ def test_extract_merges_parts_in_document_order(host: EngineHost, counter: objec
 
 
 def test_run_strategies_runs_each_strategy_on_one_engine(host: EngineHost, counter: object) -> None:
-    events = list(run_strategies(host, _text(6000), counter, task="summarize",  # type: ignore[arg-type]
+    events = list(run_strategies(host, _text(3000), counter, task="summarize",  # type: ignore[arg-type]
                                  strategies=["head", "tail"], n_ctx=N_CTX,
                                  max_tokens=16))  # fmt: skip
     assert [e.strategy for e in events if isinstance(e, StrategyStarted)] == ["head", "tail"]
