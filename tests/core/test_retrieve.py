@@ -41,7 +41,7 @@ from tests.core.doc_strategies import markdown_documents
 
 N_CTX = 2048
 INSTRUCTION = "List the people who edited the Jargon File."
-JOB_CTX = 1024  # the jobs' context on the real model (prompt evaluation is what they cost)
+JOB_CTX = 512  # the jobs' context on the real model (prompt evaluation is what they cost)
 DEPTH = 300_000  # tokens before the planted fact that must be found
 # Facts planted in the Jargon File, each with a question that says it in other words: the
 # depth (share of the document's characters) where each goes, the fact, the question.
@@ -395,8 +395,8 @@ class Recording:
 
 @pytest.fixture(scope="module")
 def engine(model_path: Path) -> Iterator[EngineHost]:
-    """The default model in a 1,024-token context: each prompt about 1k tokens, a few seconds
-    on two cores."""
+    """The default model in a 512-token context: each prompt about 500 tokens, a few seconds
+    on one core."""
     with EngineHost() as host:
         host.load(model_path, LoadSettings(n_ctx=JOB_CTX))
         yield host
