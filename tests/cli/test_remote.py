@@ -105,8 +105,8 @@ def test_ask_with_retrieve_plans_each_question_alike_on_the_server(
     doc = _excerpt(tmp_path / "jargon.txt", 0, 20_000)  # some 5,000 tokens: five contexts
     common = ["run", str(doc), "--task", "ask", "--strategy", "retrieve", "--question",
               "Who edited the Jargon File?", "--question", "What is a hacker?", "--max-tokens",
-              "8", "--n-ctx", str(N_CTX), "--model", str(model_path), "--db",
-              str(tmp_path / "h.db"), "--json"]  # fmt: skip
+              "8", "--n-ctx", "512", "--model", str(model_path), "--db",
+              str(tmp_path / "h.db"), "--json"]  # fmt: skip (512: within the server's context)
     local = _cli(*common)
     remote = _cli(*common, "--engine", server.url)
     assert local.returncode == EXIT_OK, local.stderr

@@ -13,7 +13,7 @@ from app.cli.common import EXIT_OK
 from app.core.paths import sample_document
 from tests.cli.runner import run
 
-N_CTX = 384
+N_CTX = 256
 
 
 def _lines(stdout: str) -> list[dict[str, Any]]:
@@ -24,7 +24,7 @@ def test_rolling_streams_a_document_ten_times_the_context(tmp_path: Path) -> Non
     whole = sample_document().read_text(encoding="utf-8")
     start = whole.index("\n\n", 100_000) + 2
     doc = tmp_path / "jargon-part.txt"
-    doc.write_text(whole[start : whole.index("\n\n", start + 17_000)], encoding="utf-8")
+    doc.write_text(whole[start : whole.index("\n\n", start + 11_500)], encoding="utf-8")
     proc = run("run", str(doc), "--strategy", "rolling", "--n-ctx", str(N_CTX), "--max-tokens",
                "16", "--json", "--audit", "--db", str(tmp_path / "history.db"),
                timeout=240, process=True)  # fmt: skip

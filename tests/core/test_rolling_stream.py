@@ -46,10 +46,10 @@ def counter(host: EngineHost, model_path: Path) -> TokenCounter:
 
 @pytest.fixture(scope="module")
 def text() -> str:
-    """About 1,500 tokens of the Jargon File: three windows at this context."""
+    """About 1,200 tokens of the Jargon File: three windows at this context."""
     whole = sample_document().read_text(encoding="utf-8")
     start = whole.index("\n\n", 40_000) + 2
-    return whole[start : whole.index("\n\n", start + 7_000)]
+    return whole[start : whole.index("\n\n", start + 5_200)]
 
 
 class CannotShift:
