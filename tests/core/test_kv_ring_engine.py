@@ -104,7 +104,7 @@ def test_generation_shifts_instead_of_overflowing_and_the_ring_follows(
     shifts = 0
     text: list[str] = []
     finished = None
-    for ev in host.generate(prompt, max_tokens=600, on_full="shift", keep=len(head)):
+    for ev in host.generate(prompt, max_tokens=400, on_full="shift", keep=len(head)):
         if isinstance(ev, TextDelta):
             text.append(ev.text)
             generated += len(ev.token_ids)
@@ -117,7 +117,7 @@ def test_generation_shifts_instead_of_overflowing_and_the_ring_follows(
         elif isinstance(ev, Finished):
             finished = ev
     assert finished is not None and finished.stats.finish_reason in ("length", "stop")
-    assert shifts >= 1, "600 tokens in a 256-token context must shift"
+    assert shifts >= 1, "400 tokens in a 256-token context must shift"
     # The ring's output segment holds what the engine kept of the reply (the last generated
     # token is sampled but never evaluated, so it is not in the KV cache).
     kept_output = finished.stats.n_past - (ring.used - ring.get(out.id).tokens)
@@ -125,7 +125,7 @@ def test_generation_shifts_instead_of_overflowing_and_the_ring_follows(
     if kept_output - ring.get(out.id).tokens:
         ring.grow(out.id, kept_output - ring.get(out.id).tokens)
     _agree(ring, host, laid)
-    assert "".join(text).count(",") > 100  # kept counting across the shifts
+    assert "".join(text).count(",") > 80  # kept counting across the shifts (some 57 before one)
 
 
 def test_stop_policy_ends_with_length_at_the_limit(small_engine: EngineHost) -> None:
