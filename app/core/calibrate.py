@@ -26,6 +26,7 @@ from typing import Any
 
 from app.core import config
 from app.core.engine.api import LocalEngine
+from app.core.engine.threads import usable_cores
 from app.core.engine.types import EngineCapabilities, EngineError, LoadSettings, SamplingSettings
 from app.core.paths import cache_dir
 
@@ -130,10 +131,11 @@ def machine_key(capabilities: EngineCapabilities | None) -> str:
 
 
 def candidates(base: LoadSettings, cpu_count: int | None = None) -> list[LoadSettings]:
-    """The settings worth trying around ``base``: thread counts up to the cores, the batch and
+    """The settings worth trying around ``base``: thread counts up to the cores this process may
+    use (its affinity: under ``taskset`` a thread beyond them only waits), the batch and
     micro-batch sizes of :data:`BATCHES`, flash attention off and on (only where the KV cache
     type allows both)."""
-    cores = max(1, cpu_count or os.cpu_count() or 1)
+    cores = max(1, cpu_count or usable_cores())
     threads = sorted({1, max(1, cores // 2), cores})
     out = []
     for n in threads:

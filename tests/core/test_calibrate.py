@@ -23,6 +23,7 @@ from app.core.calibrate import (
     machine_key,
 )
 from app.core.default_model import sha256_of
+from app.core.engine import threads
 from app.core.engine.host import EngineHost
 from app.core.engine.types import EngineCapabilities, LoadSettings
 
@@ -52,6 +53,18 @@ def test_candidates_cover_threads_batches_and_flash_attention() -> None:
     assert all(s.n_ctx == 512 for s in tried)
     quantized = candidates(LoadSettings(kv_cache_type="q8_0", flash_attn=True), cpu_count=2)
     assert quantized and all(s.flash_attn for s in quantized)  # llama.cpp needs it for q8_0
+
+
+@pytest.mark.unit
+def test_candidates_stay_within_the_cpus_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under ``taskset -c 0`` (or a test worker pinned to one core) a second thread only waits
+    for the first: no candidate tries it."""
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
+    assert {s.n_threads for s in candidates(BASE)} == {1}
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3}, raising=False)
+    assert {s.n_threads for s in candidates(BASE)} == {1, 2, 4}
 
 
 def test_calibration_keeps_the_fastest_and_caches_it(
