@@ -131,7 +131,7 @@ def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run
     qtbot, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The real engine, through the engine thread and the session: before the first run the
-    gauge shows the context loaded (2,048, not 4,096); during the run's ~2k-token prompt it
+    gauge shows the context loaded (2,048, not 4,096); during the run's ~1.4k-token prompt it
     follows llama.cpp's figures, never past the context."""
     from app.ui.main_window import MainWindow  # noqa: PLC0415 (the window: this test only)
 
@@ -149,7 +149,7 @@ def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run
     qtbot.waitUntil(lambda: window.gauges.threads_text_shown() == f"{cores} of {cores} threads")
 
     doc = tmp_path / "doc.txt"
-    doc.write_text(sample_document().read_text(encoding="utf-8")[:12_000], encoding="utf-8")
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:8_000], encoding="utf-8")
     with qtbot.waitSignal(window.plan_shown, timeout=120_000):
         window.open_document(doc)
     window.max_tokens.setValue(4)
