@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -127,8 +129,9 @@ class RingMachine(RuleBasedStateMachine):
 
 
 TestRingMachine = RingMachine.TestCase
-# 2,000 random sequences of up to 40 operations each.
-TestRingMachine.settings = settings(max_examples=2000, stateful_step_count=40, deadline=None)
+# 500 random sequences of up to 40 operations each (2,000 with SLOW=1).
+TestRingMachine.settings = settings(max_examples=2000 if os.environ.get("SLOW") == "1" else 500,
+                                    stateful_step_count=40, deadline=None)  # fmt: skip
 
 
 def test_pinned_segments_survive_every_eviction_and_shift() -> None:
