@@ -20,6 +20,8 @@ CLI = [sys.executable, "-m", "app.cli"]
 def run(
     *args: str, timeout: float = 120, process: bool = False
 ) -> subprocess.CompletedProcess[str]:
+    """``timeout`` bounds a process; in this process the test's own timeout (pytest-timeout)
+    bounds the command."""
     if process:
         return subprocess.run(
             [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
