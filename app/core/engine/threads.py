@@ -115,12 +115,10 @@ def _busy_seconds() -> float:
         mine = os.sched_getaffinity(0)
     except (AttributeError, OSError):  # macOS, Windows: every CPU
         mine = set()
-    per_cpu = psutil.cpu_times(percpu=True)
-    if mine and len(mine) < len(per_cpu) and max(mine) < len(per_cpu):
-        times = [per_cpu[i] for i in mine]
-    else:
-        times = [psutil.cpu_times()]
-    return sum(getattr(t, name, 0.0) for t in times for name in _BUSY)
+    per_cpu = psutil.cpu_times(percpu=True)  # one read of /proc/stat, each CPU's line
+    if mine and max(mine) < len(per_cpu):
+        per_cpu = [per_cpu[i] for i in mine]
+    return sum(getattr(t, name, 0.0) for t in per_cpu for name in _BUSY)
 
 
 def _app_seconds() -> float:
