@@ -3,7 +3,7 @@ each strategy's plan from `contextlens-cli plan --json` has the budget, reply re
 tokens of the `plan_ready` event the job sends (both plan through app.services.jobs: the same
 instruction, chat-template frame and reply room). Tested at 1,024, 2,048 and 8,192 tokens, for
 a summary (head, rolling: rolling keeps room for its running summary) and a question (retrieve,
-ranked against it), in-process through the CLI's own `main`."""
+ranked against it), in-process through the CLI's own `main` (tests/cli/runner.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.cli.main import main
 from app.core.paths import sample_document
+from tests.cli.runner import run_here
 
 QUESTION = "What is a kludge?"
 REPLY = 16  # the reply room both plan beside (short: the budgets are checked, not the replies)
@@ -49,26 +49,25 @@ def _json_lines(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return _json_lines(out)
+def _cli(*argv: str) -> list[dict[str, Any]]:
+    done = run_here(*argv)
+    assert done.returncode == 0, done.stderr
+    return _json_lines(done.stdout)
 
 
 @pytest.mark.parametrize("n_ctx", [1024, 2048, 8192])
 def test_plan_reports_the_budget_run_executes(
-    document: Path, brief: Path, tmp_path: Path, n_ctx: int, capsys: pytest.CaptureFixture[str]
+    document: Path, brief: Path, tmp_path: Path, n_ctx: int
 ) -> None:
     if n_ctx > 1024:  # the document is whole here either way: the shorter one runs sooner
         document = brief
     for task, strategies in JOBS:
         shown = {}
         for name in strategies:
-            (plan,) = _cli(capsys, "plan", str(document), "--strategy", name, "--n-ctx",
+            (plan,) = _cli("plan", str(document), "--strategy", name, "--n-ctx",
                            str(n_ctx), *task, "--max-tokens", str(REPLY), "--json")  # fmt: skip
             shown[plan["strategy"]] = plan
-        events = _cli(capsys, "compare", str(document), "--strategies", ",".join(strategies),
+        events = _cli("compare", str(document), "--strategies", ",".join(strategies),
                       "--n-ctx", str(n_ctx), *task, "--max-tokens", str(REPLY),
                       "--db", str(tmp_path / "h.db"), "--json")  # fmt: skip
         ran = {e["strategy"]: e for e in events if e["type"] == "plan_ready"}
@@ -88,18 +87,17 @@ def test_plan_reports_the_budget_run_executes(
             assert shown["head"]["kept_tokens"] < shown["head"]["total_tokens"]
 
 
-def test_plan_and_run_read_task_and_max_tokens_the_same_way(
-    document: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (default,) = _cli(capsys, "plan", str(document), "--strategy", "head", "--n-ctx", "2048",
+def test_plan_and_run_read_task_and_max_tokens_the_same_way(document: Path) -> None:
+    (default,) = _cli("plan", str(document), "--strategy", "head", "--n-ctx", "2048",
                       "--json")  # fmt: skip
-    (short,) = _cli(capsys, "plan", str(document), "--strategy", "head", "--n-ctx", "2048",
+    (short,) = _cli("plan", str(document), "--strategy", "head", "--n-ctx", "2048",
                     "--max-tokens", "64", "--json")  # fmt: skip
     assert default["task"] == "summarize" and default["reserve"] == 256  # run's default reply
     assert short["reserve"] == 64 and short["budget"] == default["budget"] + 192
     # a task that is not a task is refused as run refuses it, in one sentence
-    assert main(["plan", str(document), "--strategy", "head", "--n-ctx", "2048", "--task",
-                 "Summarize the document."]) == 2  # fmt: skip
-    err = capsys.readouterr().err.strip()
-    assert err == ("error: unknown task 'Summarize the document.' (choose one of summarize, "
-                   "ask, extract)")  # fmt: skip
+    refused = run_here("plan", str(document), "--strategy", "head", "--n-ctx", "2048", "--task",
+                       "Summarize the document.")  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "error: unknown task 'Summarize the document.' (choose one of summarize, ask, extract)"
+    )
