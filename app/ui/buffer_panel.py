@@ -61,7 +61,7 @@ from app.ui.chunk_queue import ChunkQueueModel, ChunkState
 from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
 from app.ui.kv_bar import KIND_COLOURS, LOOSE_TEXT, BarSegment, KVBar, KVLayout
 from app.ui.thread_view import ThreadView
-from app.ui.widgets import plain_label
+from app.ui.widgets import ElidedLabel, plain_label
 
 Span = tuple[int, int]
 
@@ -145,7 +145,7 @@ class BufferPanel(FollowsLanguage, QWidget):
 
         self.kv = KVLayout(n_ctx)
         self.bar = KVBar(self.kv)
-        self.kv_label = plain_label()
+        self.kv_label = ElidedLabel()  # its figures change with every event: never wider
 
         self.output = QTextBrowser()
         self.output.setOpenLinks(False)

@@ -99,7 +99,7 @@ def _set_text(label: QLabel, text: str, tooltip: str | None = None) -> None:
         label.setToolTip(tooltip)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     """A short time left: "45 s", "3 min 20 s" (digits and units only: no words to translate)."""
     seconds = max(0, round(seconds))
     if seconds < 60:
@@ -607,7 +607,7 @@ class GaugesPanel(FollowsLanguage, QWidget):
             elif rate > 0:
                 text = self.tr("{0:,} of {1:,} tokens · {2:,.0f} tokens/s · {3} left")
                 text = text.format(ev.evaluated, ev.total, rate,
-                                   _duration((ev.total - ev.evaluated) / rate))  # fmt: skip
+                                   duration((ev.total - ev.evaluated) / rate))  # fmt: skip
             else:
                 text = self.tr("{0:,} of {1:,} tokens").format(ev.evaluated, ev.total)
             self._show_row(0, max(1, ev.total), ev.evaluated, text)

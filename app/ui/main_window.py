@@ -51,9 +51,10 @@ from app.ui.main_actions import MainActions
 from app.ui.model_offer import ModelOffer
 from app.ui.model_panel import ModelPanel
 from app.ui.plan_index import PlanIndex
+from app.ui.run_status import RunStatus
 from app.ui.sampling_box import SamplingBox
 from app.ui.session_model import JobChoices, SessionModel, StartedJob
-from app.ui.widgets import plain_label, plain_message_box, scrolling
+from app.ui.widgets import ElidedLabel, plain_label, plain_message_box, scrolling
 
 log = logging.getLogger(__name__)
 USE_TUNED_KEY = "model/use_tuned"
@@ -166,6 +167,14 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.progress.setMaximumWidth(180)
         self.progress.setRange(0, 0)
         self.progress.hide()
+        # what a run is doing ("Window 3 of 9 · prompt 1,200 of 3,700 tokens · 14 s left"),
+        # beside the messages: a "Cancelling…" or an error is never written over
+        self.run_line = ElidedLabel()
+        self.run_line.setFixedWidth(self.fontMetrics().averageCharWidth() * 56)
+        self.run_line.hide()
+        self.run_status = RunStatus(self)
+        self.run_status.changed.connect(self._show_run_status)
+        self.statusBar().addPermanentWidget(self.run_line)
         self.statusBar().addPermanentWidget(self.progress)
 
     def _dock(self, name: str, title: Callable[[], str], widget: QWidget,
@@ -415,6 +424,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
     def _on_job_started(self, job: StartedJob) -> None:
         self.buffers.reset(job.n_ctx)
+        self.run_status.start(self.max_tokens.value())
         if job.resumed and job.version is not None:  # the version being run, not the toolbar's
             v = job.version
             self._show_version_job(v)
@@ -475,6 +485,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         for ev in events:
             self.buffers.on_event(ev)
             self.gauges.on_event(ev)
+            self.run_status.on_event(ev)
             if self.session.comparing:
                 self.compare.on_event(ev)
             if isinstance(ev, JobFinished) and self._resuming is not None:
@@ -508,11 +519,25 @@ class MainWindow(FollowsLanguage, QMainWindow):
         """The status bar's busy bar shows while anything runs, its Cancel (and Esc) while
         something that can be cancelled does."""
         self.progress.setVisible(bool(waits))
-        if "calibrate" not in waits:
-            self.progress.setRange(0, 0)  # busy: the load itself has no steps to count
+        running = "run" in waits
+        if not running:
+            self.run_status.stop()
+            self.run_line.hide()
+        if "calibrate" in waits:
+            pass  # the calibration counts its trials (_on_calibration_progress)
+        elif running and self.run_status.active:
+            self._show_run_status(*self.run_status.shown)
+        else:
+            self.progress.setRange(0, 0)  # busy: a load or a plan has no steps to count
         cancellable = self.session.cancellable
         self.controls.cancel_button.setVisible(cancellable)
         self.cancel_action.setEnabled(cancellable)
+
+    def _show_run_status(self, line: str, value: int, maximum: int) -> None:
+        self.run_line.setText(line)
+        self.run_line.show()
+        self.progress.setRange(0, maximum)
+        self.progress.setValue(value)
 
     @property
     def waiting_for(self) -> frozenset[str]:

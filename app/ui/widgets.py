@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontInfo
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QFontInfo,
+    QPainter,
+    QPaintEvent,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSpinBox,
@@ -14,6 +22,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMessageBox,
     QScrollArea,
+    QSizePolicy,
     QSlider,
     QStyle,
     QWidget,
@@ -75,6 +84,79 @@ def plain_label(text: str = "") -> QLabel:
     label = QLabel(text)
     label.setTextFormat(Qt.TextFormat.PlainText)
     return label
+
+
+class ElidedLabel(QWidget):
+    """One line of plain text that shortens itself with "…" to the width its panel gives it,
+    the whole line in its tooltip while it is cut. A long figure ("hatched: 211 positions only
+    the other 3 see") must not widen its panel and squeeze the document beside it, and a
+    figure that changes with every event must not lay the window out again: a QLabel's new
+    text asks every layout up to the main window for room, and the main window then repaints
+    all of its docks (most of the window's CPU time during a run). This one only repaints
+    itself."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._text = text
+        self._alignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+        self._own_tooltip = ""  # a tooltip set by the panel, shown when the text is not cut
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+
+    def text(self) -> str:
+        return self._text
+
+    def setText(self, text: str) -> None:
+        if text != self._text:
+            self._text = text
+            self._update_tooltip()
+            self.update()
+
+    def clear(self) -> None:
+        self.setText("")
+
+    def setAlignment(self, alignment: Qt.AlignmentFlag) -> None:
+        self._alignment = alignment
+        self.update()
+
+    def setToolTip(self, tooltip: str) -> None:
+        self._own_tooltip = tooltip
+        self._update_tooltip()
+
+    def sizeHint(self) -> QSize:
+        m = self.contentsMargins()
+        return QSize(self.fontMetrics().averageCharWidth() * 24 + m.left() + m.right(),
+                     self.fontMetrics().height() + m.top() + m.bottom())  # fmt: skip
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance("…") * 4, self.sizeHint().height())
+
+    def is_elided(self) -> bool:
+        return self.fontMetrics().horizontalAdvance(self._text) > self.contentsRect().width()
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.FontChange:
+            self.updateGeometry()  # the line's height follows the font
+        super().changeEvent(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._update_tooltip()
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        rect = self.contentsRect()
+        shown = self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight,
+                                              rect.width())  # fmt: skip
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(rect, int(self._alignment), shown)
+
+    def _update_tooltip(self) -> None:
+        if self.is_elided():
+            tip = f"{self._text}\n\n{self._own_tooltip}" if self._own_tooltip else self._text
+        else:
+            tip = self._own_tooltip
+        if self.toolTip() != tip:
+            super().setToolTip(tip)
 
 
 def plain_message_box(box: QMessageBox) -> QMessageBox:

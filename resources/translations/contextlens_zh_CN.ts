@@ -1626,6 +1626,29 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>RunStatus</name>
+    <message>
+        <source>Window {0} of {1}</source>
+        <translation>第 {0} 个窗口，共 {1} 个</translation>
+    </message>
+    <message>
+        <source>reply: {0:,} tokens · {1:,.0f} tokens/s</source>
+        <translation>回复：{0:,} 个token · 每秒 {1:,.0f} 个</translation>
+    </message>
+    <message>
+        <source>reply: {0:,} tokens</source>
+        <translation>回复：{0:,} 个token</translation>
+    </message>
+    <message>
+        <source>prompt {0:,} of {1:,} tokens · {2} left</source>
+        <translation>提示词 {0:,} / {1:,} 个token · 剩余 {2}</translation>
+    </message>
+    <message>
+        <source>prompt {0:,} of {1:,} tokens</source>
+        <translation>提示词 {0:,} / {1:,} 个token</translation>
+    </message>
+</context>
+<context>
     <name>SamplingBox</name>
     <message>
         <source>Deterministic (greedy)</source>

@@ -18,6 +18,7 @@ from app.core.jobs.tasks import DEFAULT_LANES, SUMMARIZE, TokenBatch
 from app.core.paths import sample_document
 from app.core.planning.strategies import Planner, plan_for
 from app.ui.main_window import REPLAN_DELAY_MS, MainWindow
+from app.ui.run_status import STEPS
 
 N_CTX = 512
 
@@ -56,6 +57,15 @@ def _run(qtbot, w: MainWindow, strategy: str) -> object:
     with qtbot.waitSignal(w.job_finished, timeout=300_000) as done:
         w.run_job()
     return done.args[0]
+
+
+def _watch_status(w: MainWindow) -> list[tuple[str, int, int, bool]]:
+    """What the run's status said after each batch of its events (its line, the bar's value and
+    maximum), and whether the status bar showed a line then."""
+    seen: list[tuple[str, int, int, bool]] = []
+    w.job_events.connect(lambda _events: seen.append(
+        (*w.run_status.shown, w.run_line.isVisible())))  # fmt: skip
+    return seen
 
 
 def test_the_window_loads_the_model_and_plans_the_document(qtbot, window: MainWindow) -> None:
@@ -114,8 +124,18 @@ def test_the_plan_shown_is_the_plan_the_job_runs(
 
 
 def test_a_job_streams_into_the_buffers_and_is_recorded(qtbot, window: MainWindow) -> None:
+    seen = _watch_status(window)
     outcome = _run(qtbot, window, "head")
     [result] = outcome.results
+    # the status bar said the phase and its progress, on a bar that was never a busy animation
+    lines = [line for line, *_ in seen]
+    assert any(line.startswith("head · prompt ") for line in lines), lines
+    assert any(line.startswith("head · reply: ") for line in lines), lines
+    assert all(maximum == STEPS for _, _, maximum, _ in seen), seen
+    assert any(shown for *_, shown in seen), "the status bar showed no line"
+    values = [value for _, value, _, _ in seen]
+    assert values == sorted(values) and values[-1] > values[0], values
+    assert not window.run_line.isVisible() and not window.progress.isVisible()
     assert result.finish_reason in ("stop", "length") and result.kv_peak_cells <= N_CTX
     assert result.text and result.text in window.buffers.output_text()
     [version] = window.repo.history()
@@ -154,10 +174,15 @@ def test_a_map_phase_runs_in_the_lanes_chosen_in_the_job_menu(
     _open_brief(qtbot, window, tmp_path)
     window.controls.lanes_actions[2].trigger()
     assert window.controls.lanes() == 2 and window.settings.value("lanes", type=int) == 2
+    seen = _watch_status(window)
     outcome = _run(qtbot, window, "map-reduce")
     [result] = outcome.results
     assert result.lanes == 2 and result.finish_reason in ("stop", "length")
-    assert len(result.plan["windows"]) >= 2  # a window for each lane at least
+    windows = len(result.plan["windows"])
+    assert windows >= 2  # a window for each lane at least
+    # the status bar counted the windows, each an equal share of its bar
+    assert any(f"Window 2 of {windows}" in line for line, *_ in seen), seen
+    assert any(maximum == windows * STEPS for _, _, maximum, _ in seen), seen
     assert [o.step for o in result.outputs][-1] == "summary"
     for out in result.outputs:  # each lane's reply reached the output stage whole
         assert out.text in window.buffers.output_text()

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from app.core.paths import resources_dir
 from app.ui import i18n
+from app.ui.widgets import ElidedLabel
 
 TS = resources_dir() / "translations" / "contextlens_zh_CN.ts"
 FIGURE = re.compile(r"\d[\d,.]*")
@@ -107,7 +108,7 @@ def visible_texts(root: QWidget) -> list[tuple[str, str]]:
     for w in [root, *root.findChildren(QWidget)]:
         kind = type(w).__name__
         texts.append((f"{kind} tooltip", w.toolTip()))
-        if isinstance(w, QLabel | QAbstractButton):
+        if isinstance(w, QLabel | QAbstractButton | ElidedLabel):
             texts.append((kind, w.text()))
         if isinstance(w, QGroupBox):
             texts.append((kind, w.title()))
