@@ -173,9 +173,15 @@ def _main(argv: Sequence[str] | None) -> int:
     app.setDesktopFileName("contextlens")  # the .desktop entry, whose icon the desktop shows
     handover, server = single_instance.Handover.NO_SERVER, None
     if not (args.demo or args.screenshot or args.new_instance):  # scripted runs stand alone
-        handover, server = single_instance.claim(args.given)
+        options = {key: value for key, value in (("n_ctx", args.n_ctx), ("lang", args.lang),
+                                                  ("theme", args.theme)) if value is not None}
+        try:
+            handover, server = single_instance.claim(args.given, options=options)
+        except single_instance.HandoverRefused as refused:
+            print(f"contextlens: {refused}", file=sys.stderr)
+            return 1
         if handover is single_instance.Handover.TAKEN:
-            return 0  # the running window opened the files
+            return 0  # the running window opened the files and took the options
     model, n_ctx = start_options(args)
     scratch = tempfile.TemporaryDirectory() if args.screenshot else None
     guard = None
@@ -194,7 +200,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if guard is not None:  # the demo and the command line choose what they open
         guard.attach(window, offer=not (args.demo or args.explicit))
     if server is not None:
-        server.paths_received.connect(lambda paths: single_instance.open_in(window, paths))
+        server.refusal = window.launch_refusal
+        server.paths_received.connect(
+            lambda paths, options: single_instance.open_in(window, paths, options))
     elif handover is single_instance.Handover.NO_ANSWER:
         window.statusBar().showMessage(
             QApplication.translate(

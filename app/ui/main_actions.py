@@ -254,6 +254,7 @@ class MainActions(QObject):
         theme_menu = view_menu.addMenu("")
         t.set(theme_menu.setTitle, lambda: self.tr("T&heme"))
         themes = QActionGroup(window)
+        self.theme_actions: dict[str, QAction] = {}  # by name: "system", "light", "dark"
         current = current_theme(
             QApplication.instance(), str(self._settings.value("theme", "system"))
         )
@@ -264,10 +265,12 @@ class MainActions(QObject):
             t.set(choice.setText, text)
             choice.setData(name)
             choice.setChecked(name == current)
+            self.theme_actions[name] = choice
             themes.addAction(choice)
             theme_menu.addAction(choice)
         themes.triggered.connect(self._set_theme)
-        view_menu.addMenu(LanguageMenu(window, self._settings))
+        self.language_menu = LanguageMenu(window, self._settings)
+        view_menu.addMenu(self.language_menu)
 
     def _go_to(self, target: QWidget, dock: QDockWidget | None) -> None:
         """Focus ``target``, first bringing its tab of the stages to the front if it is one."""

@@ -10,12 +10,13 @@ request only has to reach the model with the toolbar's choices as plain values.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
 from PySide6.QtCore import QByteArray, QEvent, QRect, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -49,7 +50,7 @@ from app.ui.history_panel import HistoryPanel
 from app.ui.i18n import FollowsLanguage, Retranslated, finish_label, strategy_label, task_label
 from app.ui.main_actions import MainActions
 from app.ui.model_offer import ModelOffer
-from app.ui.model_panel import ModelPanel
+from app.ui.model_panel import MAX_CTX, MIN_CTX, ModelPanel
 from app.ui.plan_index import PlanIndex
 from app.ui.run_status import RunStatus
 from app.ui.sampling_box import SamplingBox
@@ -311,6 +312,58 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self.history.import_file(path)
         else:
             self.open_document(path)
+
+    def launch_refusal(self, options: Mapping[str, object]) -> str:
+        """Why this window cannot take the options a later ``contextlens`` launch gave (see
+        take_launch), in one sentence the launch prints before it exits 1 ("": it can)."""
+        n_ctx = options.get("n_ctx")
+        if isinstance(n_ctx, int):
+            if not MIN_CTX <= n_ctx <= MAX_CTX:
+                return self.tr("--n-ctx {0:,} is not a context size ContextLens loads "
+                               "({1:,} to {2:,}).").format(n_ctx, MIN_CTX, MAX_CTX)  # fmt: skip
+            if self.session.running:
+                return self.tr("The running ContextLens window is busy with a run, so it cannot "
+                               "load the model again at --n-ctx {0:,}: cancel the run first, or "
+                               "start another window with --new-instance.").format(n_ctx)
+            if self.session.server is not None:
+                return self.tr("The running ContextLens window works with a server, whose "
+                               "context size the server sets: --n-ctx cannot change it.")
+        for key, choices in (("lang", self._language_actions()),
+                             ("theme", self.controls.theme_actions)):  # fmt: skip
+            value = options.get(key)
+            if isinstance(value, str) and value not in choices:
+                return self.tr("--{0} {1} is not one of this window's choices: {2}.").format(
+                    key, value, ", ".join(choices))  # fmt: skip
+        return ""
+
+    def take_launch(self, paths: Sequence[Path], options: Mapping[str, object]) -> None:
+        """What a later ``contextlens [--n-ctx N] [--lang L] [--theme T] FILE…`` handed over
+        (launch_refusal has let it in): the files open as open_path opens them, the language
+        and theme change as the View menu changes them, and a context size loads the model
+        again at that size (the model given, else the one loaded; with none loaded it is the
+        size the next load uses)."""
+        for path in paths:
+            self.open_path(path)
+        for key, choices in (("lang", self._language_actions()),
+                             ("theme", self.controls.theme_actions)):  # fmt: skip
+            action = choices.get(str(options.get(key)))
+            if action is not None and not action.isChecked():
+                action.trigger()
+        n_ctx = options.get("n_ctx")
+        if not isinstance(n_ctx, int):
+            return
+        model = next((p for p in paths if p.suffix.lower() == ".gguf"), None)
+        model = model or (self.session.model_path if self.session.loaded is not None else None)
+        if model is None:
+            self.model_panel.n_ctx.setValue(n_ctx)
+            return
+        loaded = self.session.loaded
+        if loaded is not None and loaded.n_ctx == n_ctx and Path(loaded.path) == model:
+            return  # loaded so already
+        self.load_model(model, replace(self.model_panel.settings(), n_ctx=n_ctx))
+
+    def _language_actions(self) -> dict[str, QAction]:
+        return {str(a.data()): a for a in self.controls.language_menu.actions()}
 
     @property
     def document_path(self) -> Path | None:

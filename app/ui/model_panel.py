@@ -58,6 +58,7 @@ from app.ui.tuned_settings import TunedSettingsBox
 from app.ui.widgets import MessageLine, plain_label
 
 MAX_CTX = 1_048_576  # the n_ctx ceiling when the model does not say what it was trained on
+MIN_CTX = 16  # llama.cpp's own floor
 UNQUANTIZED_KV = ("f16", "f32", "bf16")  # the cache types that work without flash attention
 MAX_THREADS = 512
 MAX_BATCH = 65_536
@@ -227,7 +228,7 @@ class ModelPanel(FollowsLanguage, QWidget):
         self.file_error = MessageLine()
 
         self.n_ctx = QSpinBox()
-        self.n_ctx.setRange(16, MAX_CTX)
+        self.n_ctx.setRange(MIN_CTX, MAX_CTX)
         self.n_ctx.setSingleStep(1024)
         self.n_ctx.setGroupSeparatorShown(True)
         self.n_ctx.setKeyboardTracking(True)  # the memory line follows every keystroke

@@ -2,9 +2,12 @@
 
 The first instance listens on a local socket (a Unix socket in the user's private runtime
 folder, a named pipe on Windows). A later ``contextlens FILE…`` connects, sends the absolute
-paths as one JSON line, waits for ``ok`` and exits 0; the running window opens each path (a
-``.ctxlens`` export is imported into the history, a ``.gguf`` is chosen as the model, anything
-else opens as the document) and comes to the front. A socket left behind by a crashed run is
+paths and the options it was given (``--n-ctx``, ``--lang``, ``--theme``) as one JSON line,
+waits for ``ok`` and exits 0; the running window opens each path (a ``.ctxlens`` export is
+imported into the history, a ``.gguf`` is chosen as the model, anything else opens as the
+document), honours the options and comes to the front. Options it cannot honour (a context size
+while a run is going on) are refused with one sentence, which the launch prints before it exits
+1: an option is never dropped in silence. A socket left behind by a crashed run is
 removed before listening, so it never blocks a start; a running instance that does not answer
 is left alone, and the new window then runs on its own.
 """
@@ -18,7 +21,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -39,8 +42,16 @@ CONNECT_TIMEOUT_MS = 500
 ANSWER_TIMEOUT_MS = 5000
 STARTUP_LOCK_MS = 3000
 POLL_MS = 20
-MAX_ANSWER = 64
+MAX_ANSWER = 4096  # "ok", or a refusal and its sentence
+REFUSAL = b"refused: "
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+
+
+OPTIONS = {"n_ctx": int, "lang": str, "theme": str}  # what a launch may hand over, and its type
+
+
+class HandoverRefused(Exception):
+    """The running window will not take what this launch gave it; the message says why."""
 
 
 class Handover(enum.Enum):
@@ -50,7 +61,7 @@ class Handover(enum.Enum):
 
 
 class Opens(Protocol):
-    def open_path(self, path: Path) -> None: ...
+    def take_launch(self, paths: Sequence[Path], options: Mapping[str, object]) -> None: ...
 
 
 def server_name() -> str:
@@ -81,23 +92,26 @@ def _private_runtime_dir() -> Path | None:
     return folder
 
 
-def _request(paths: Sequence[Path]) -> bytes:
-    return (json.dumps({"paths": [os.path.abspath(p) for p in paths]}) + "\n").encode()
+def _request(paths: Sequence[Path], options: Mapping[str, object]) -> bytes:
+    message = {"paths": [os.path.abspath(p) for p in paths], "options": dict(options)}
+    return (json.dumps(message) + "\n").encode()
 
 
 def send_paths(
     paths: Sequence[Path],
     name: str | None = None,
     *,
+    options: Mapping[str, object] | None = None,
     answer_timeout_ms: int = ANSWER_TIMEOUT_MS,
 ) -> Handover:
-    """Hand ``paths`` (none: just raise the window) to the instance listening on ``name``.
-    Blocking; runs before this launch has an event loop, or on any thread."""
+    """Hand ``paths`` (none: just raise the window) and ``options`` to the instance listening
+    on ``name``. Blocking; runs before this launch has an event loop, or on any thread.
+    Raises HandoverRefused when the running window refuses an option."""
     socket = QLocalSocket()
     socket.connectToServer(name or server_name())
     if not socket.waitForConnected(CONNECT_TIMEOUT_MS):
         return Handover.NO_SERVER
-    socket.write(_request(paths))
+    socket.write(_request(paths, options or {}))
     socket.flush()
     answer = b""
     deadline = time.monotonic() + answer_timeout_ms / 1000
@@ -112,19 +126,23 @@ def send_paths(
     socket.abort()
     if answer == ACK:
         return Handover.TAKEN
+    if answer.startswith(REFUSAL) and answer.endswith(b"\n"):
+        raise HandoverRefused(answer[len(REFUSAL):].decode("utf-8", "replace").strip())
     log.warning("the running instance did not take the files (answer %r)", answer)
     return Handover.NO_ANSWER
 
 
 class InstanceServer(QObject):
     """Listens for later launches; ``paths_received`` carries each one's paths (a list of
-    Path, maybe empty) on the GUI thread."""
+    Path, maybe empty) and options (a dict, see OPTIONS) on the GUI thread, once ``refusal``
+    (the window's judge of the options: "" takes them) has let them in."""
 
-    paths_received = Signal(list)
+    paths_received = Signal(list, dict)
 
     def __init__(self, name: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.name = name or server_name()
+        self.refusal: Callable[[dict[str, object]], str] = lambda _options: ""
         self._server = QLocalServer(self)
         self._server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
         self._server.newConnection.connect(self._on_connection)
@@ -165,25 +183,35 @@ class InstanceServer(QObject):
         if b"\n" not in data and len(data) <= MAX_MESSAGE:
             return
         del self._buffers[socket]
-        paths = _parse(data.split(b"\n", 1)[0]) if len(data) <= MAX_MESSAGE else None
-        socket.write(ACK if paths is not None else REFUSED)
+        request = _parse(data.split(b"\n", 1)[0]) if len(data) <= MAX_MESSAGE else None
+        why = "" if request is None else self.refusal(request[1])
+        if request is None:
+            socket.write(REFUSED)
+        elif why:
+            socket.write(REFUSAL + " ".join(why.split()).encode()[:MAX_ANSWER // 2] + b"\n")
+        else:
+            socket.write(ACK)
         socket.flush()
         socket.disconnectFromServer()
-        if paths is not None:
-            self.paths_received.emit(paths)
+        if request is not None and not why:
+            self.paths_received.emit(*request)
 
 
-def _parse(line: bytes) -> list[Path] | None:
-    """The paths of one request, or None (logged) when it is not one."""
+def _parse(line: bytes) -> tuple[list[Path], dict[str, object]] | None:
+    """The paths and options of one request, or None (logged) when it is not one."""
     try:
         message = json.loads(line)
     except ValueError:
         message = None
     paths = message.get("paths") if isinstance(message, dict) else None
-    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+    options = message.get("options", {}) if isinstance(message, dict) else None
+    if (not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths)
+            or not isinstance(options, dict)
+            or not all(k in OPTIONS and isinstance(v, OPTIONS[k]) and not isinstance(v, bool)
+                       for k, v in options.items())):  # fmt: skip
         log.warning("ignored a malformed request from a second launch: %.200r", line)
         return None
-    return [Path(p) for p in paths]
+    return [Path(p) for p in paths], options
 
 
 @contextmanager
@@ -204,14 +232,18 @@ def _startup_lock() -> Iterator[None]:
             lock.unlock()
 
 
-def claim(paths: Sequence[Path], name: str | None = None) -> tuple[Handover, InstanceServer | None]:
-    """Hand ``paths`` to a running instance, or become the one others hand theirs to.
+def claim(paths: Sequence[Path], name: str | None = None, *,
+          options: Mapping[str, object] | None = None,
+          ) -> tuple[Handover, InstanceServer | None]:  # fmt: skip
+    """Hand ``paths`` and ``options`` to a running instance, or become the one others hand
+    theirs to.
 
     (TAKEN, None): this launch is done. (NO_SERVER, server): listen with ``server`` (not
-    listening if the socket could not be made). (NO_ANSWER, None): run on its own."""
+    listening if the socket could not be made). (NO_ANSWER, None): run on its own. Raises
+    HandoverRefused when the running window refuses the options."""
     name = name or server_name()
     with _startup_lock():
-        outcome = send_paths(paths, name)
+        outcome = send_paths(paths, name, options=options)
         if outcome is not Handover.NO_SERVER:
             return outcome, None
         server = InstanceServer(name)
@@ -219,10 +251,10 @@ def claim(paths: Sequence[Path], name: str | None = None) -> tuple[Handover, Ins
         return outcome, server
 
 
-def open_in(window: Opens, paths: Sequence[Path]) -> None:
-    """Open what a later launch sent, then bring the window to the front."""
-    for path in paths:
-        window.open_path(path)
+def open_in(window: Opens, paths: Sequence[Path], options: Mapping[str, object]) -> None:
+    """Open what a later launch sent and take its options, then bring the window to the
+    front."""
+    window.take_launch(paths, options)
     if isinstance(window, QWidget):
         bring_to_front(window)
 

@@ -199,9 +199,18 @@ class MessageLine(QWidget):
 class WheelGuard(QObject):
     """An application-wide event filter: the wheel over a spin box, combo box or slider that
     does not have the focus scrolls the panel around it instead of changing the value. A person
-    scrolling a long panel once turned the context size from 2,048 to 16 without noticing."""
+    scrolling a long panel once turned the context size from 2,048 to 16 without noticing.
+
+    Qt gives a spin box or combo box the focus on the wheel's first notch (their focus policy
+    is ``WheelFocus``) before any filter sees the event, so from a real mouse the guard found
+    them focused and let the wheel through; each is polished to ``StrongFocus`` (a click or
+    Tab) instead."""
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Polish and isinstance(watched, WHEEL_GUARDED):
+            if watched.focusPolicy() == Qt.FocusPolicy.WheelFocus:
+                watched.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            return False
         if not (event.type() == QEvent.Type.Wheel and isinstance(watched, WHEEL_GUARDED)
                 and not watched.hasFocus()):  # fmt: skip
             return False

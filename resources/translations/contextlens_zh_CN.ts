@@ -1135,6 +1135,22 @@ Qt (PySide6) {3}</translation>
         <translation>无法导入 {0}：{1}</translation>
     </message>
     <message>
+        <source>--n-ctx {0:,} is not a context size ContextLens loads ({1:,} to {2:,}).</source>
+        <translation>--n-ctx {0:,} 不是 ContextLens 能加载的上下文大小（{1:,} 到 {2:,}）。</translation>
+    </message>
+    <message>
+        <source>The running ContextLens window is busy with a run, so it cannot load the model again at --n-ctx {0:,}: cancel the run first, or start another window with --new-instance.</source>
+        <translation>正在运行的 ContextLens 窗口正忙于一次运行，无法以 --n-ctx {0:,} 重新加载模型：请先取消运行，或用 --new-instance 另开一个窗口。</translation>
+    </message>
+    <message>
+        <source>The running ContextLens window works with a server, whose context size the server sets: --n-ctx cannot change it.</source>
+        <translation>正在运行的 ContextLens 窗口使用的是服务器，其上下文大小由服务器决定：--n-ctx 无法更改。</translation>
+    </message>
+    <message>
+        <source>--{0} {1} is not one of this window&apos;s choices: {2}.</source>
+        <translation>--{0} {1} 不是此窗口的可选项之一：{2}。</translation>
+    </message>
+    <message>
         <source>Choose two to four strategies to compare (Compare menu).</source>
         <translation>请选择二至四个策略进行比较（“比较”菜单）。</translation>
     </message>

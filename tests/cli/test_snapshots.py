@@ -6,6 +6,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from app.core.paths import sample_document
 from tests.cli.runner import assert_one_line_error, run
 
@@ -52,25 +54,36 @@ def test_compare_records_versions_that_snapshots_can_list_diff_and_roll_back(
     assert Path(other).read_bytes() == before
 
 
-def test_rollback_resume_restores_the_kv_state_and_evaluates_one_token(
-    tmp_path: Path, model_path: Path
+# Replies that came out differently on resume before its last prompt token was evaluated as
+# the job evaluates it (alone, app/core/engine/generation.py): "…heritage of the hacker
+# culture" against "…of the\nhacker culture"; Gemma 3 "the word ‘and’ in" against "used in".
+RESUMED_AS_RUN = [("model_path", 0, ["--task", "summarize"]),
+                  ("gemma_path", 60_000, ["--task", "ask", "--question",
+                                          "What is this text about?"])]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "start", "task"), RESUMED_AS_RUN, ids=["smollm2", "gemma3"])
+def test_rollback_resume_restores_the_kv_state_and_gives_the_same_reply(
+    tmp_path: Path, request: pytest.FixtureRequest, model: str, start: int, task: list[str]
 ) -> None:
-    """run --keep-kv saves the state; rollback --resume gives the same reply from it, evaluating
-    one prompt token instead of the whole prompt, and records the run under the new version."""
+    """run --keep-kv saves the state; rollback --resume gives the same reply from it under
+    greedy decoding (80 tokens: long enough for a near tie), evaluating one prompt token
+    instead of the whole prompt, and records the run under the new version."""
+    gguf = str(request.getfixturevalue(model))
     db = str(tmp_path / "h.db")
     doc = tmp_path / "part.txt"
-    doc.write_text(sample_document().read_text(encoding="utf-8")[:2500], encoding="utf-8")
-    proc = run("run", str(doc), "--task", "ask", "--question", "Who wrote this?", "--strategy",
-               "head", "--n-ctx", "1024", "--max-tokens", "12", "--keep-kv", "--db", db, "--json",
-               timeout=300)  # fmt: skip
+    doc.write_text(sample_document().read_text(encoding="utf-8")[start : start + 3000],
+                   encoding="utf-8")  # fmt: skip
+    proc = run("run", str(doc), *task, "--strategy", "head", "--n-ctx", "1024", "--max-tokens",
+               "80", "--model", gguf, "--keep-kv", "--db", db, "--json", timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     first = json.loads(proc.stdout.splitlines()[-1])
     [version] = json.loads(run("snapshots", "list", "--db", db, "--json").stdout)
     shown = json.loads(run("snapshots", "show", str(version["id"]), "--db", db, "--json").stdout)
     [state] = shown["kv_states"]
     assert state["prompt_tokens"] == first["prompt_tokens"] and state["state_bytes"] > 0
-    proc = run("snapshots", "rollback", str(version["id"]), "--resume", "--db", db, "--json",
-               timeout=300)  # fmt: skip
+    proc = run("snapshots", "rollback", str(version["id"]), "--resume", "--model", gguf, "--db",
+               db, "--json", timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     resumed = json.loads(proc.stdout.splitlines()[-1])
     assert resumed["evaluated_tokens"] == 1 and first["evaluated_tokens"] == first["prompt_tokens"]

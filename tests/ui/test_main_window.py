@@ -192,6 +192,37 @@ def test_a_map_phase_runs_in_the_lanes_chosen_in_the_job_menu(
     assert outcome.results[0].lanes is None  # one window at a time
 
 
+def test_a_later_launch_s_context_size_loads_the_model_again_or_is_refused(
+    qtbot, window: MainWindow, tmp_path: Path, model_path: Path
+) -> None:
+    """``contextlens --n-ctx 1024 FILE`` beside this window (tests/ui/test_single_instance.py
+    hands the options over): the file opens and the model loads again at 1,024; what the
+    window cannot honour is refused in one sentence."""
+    assert window.launch_refusal({"n_ctx": 8}) == (
+        "--n-ctx 8 is not a context size ContextLens loads (16 to 1,048,576).")
+    assert window.launch_refusal({"lang": "tlh"}).startswith(
+        "--lang tlh is not one of this window's choices: system, ")
+    assert window.launch_refusal({"n_ctx": 1024, "theme": "dark"}) == ""
+    brief = tmp_path / "brief.txt"
+    brief.write_text(sample_document().read_text(encoding="utf-8")[:4_000], encoding="utf-8")
+    window.take_launch([brief], {"n_ctx": 1024})
+    qtbot.waitUntil(lambda: window.session.loaded is not None
+                    and window.session.loaded.n_ctx == 1024
+                    and window.document_path == brief, timeout=60_000)  # fmt: skip
+    assert Path(window.session.loaded.path) == model_path
+    assert window.model_panel.n_ctx.value() == 1024
+    qtbot.waitUntil(lambda: f"of {1024:,} positions" in window.buffers.kv_label.text(),
+                    timeout=10_000)  # fmt: skip
+
+    window.run_job()
+    qtbot.waitUntil(lambda: window.session.running, timeout=10_000)
+    refusal = window.launch_refusal({"n_ctx": 2048})
+    assert refusal.startswith("The running ContextLens window is busy with a run"), refusal
+    with qtbot.waitSignal(window.job_finished, timeout=120_000):
+        window.session.cancel()
+    assert window.session.loaded.n_ctx == 1024  # refused: nothing was loaded again
+
+
 def test_cancel_stops_a_running_job(qtbot, window: MainWindow) -> None:
     window.max_tokens.setValue(400)
     window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))

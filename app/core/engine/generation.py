@@ -114,9 +114,19 @@ class Generation(Compaction):
         t0 = time.perf_counter()
         reason = "length"
         completion = 0
+        progress = self._prompt_reporter(len(todo), t0, emit)
+        head = todo[:-1]
         try:
-            self._decode(todo, abortable=True, prompt=True,
-                         progress=self._prompt_reporter(len(todo), t0, emit))  # fmt: skip
+            if head:
+                self._decode(head, abortable=True, prompt=True, progress=progress)
+            # The last prompt token alone, as a reply resumed from a saved KV state evaluates it
+            # (the state put back holds the prompt; the cache then lacks only that token): the
+            # same one-token step on the same cache gives the same logits, so a rollback under
+            # greedy decoding replies what the job replied. In a slice of many tokens its
+            # logits came out of other kernels and could differ in the last bits, enough to
+            # turn a near tie ("culture" or "humor") the other way.
+            self._decode(todo[-1:], abortable=True, prompt=True, progress=None if progress is None
+                         else lambda done, inside: progress(len(head) + done, inside))  # fmt: skip
         except DecodeCancelled:
             reason = "cancelled"
         t_prompt = time.perf_counter() - t0
