@@ -122,10 +122,12 @@ class LineOfWork:
 
     def roll_back(self, version: VersionInfo, has_kv: bool, *, doc: Document | None,
                   loaded: LoadedModel | None, model_sha256: str,
-                  resume: Callable[[VersionInfo, ResumeSpec], None]) -> None:  # fmt: skip
+                  resume: Callable[[VersionInfo, ResumeSpec], None],
+                  show: Callable[[int], None]) -> None:  # fmt: skip
         """A version made by rolling back becomes current when it is of the open document
         ``doc`` (the next Run branches from it); with a KV state (``has_kv``) for the ``loaded``
-        model and context, ``resume`` generates its reply again from that state."""
+        model and context, ``resume`` generates its reply again from that state, and without
+        one ``show`` opens the version it copies (its parent), whose reply it stands for."""
         repo, sha = self._repo, model_sha256
         if repo is None:
             return
@@ -141,11 +143,14 @@ class LineOfWork:
             same, spec = answer.same_document, answer.resume
             if same and doc is self._document():
                 self.set(version.session, version.id)
+            if resumable and spec is not None:
+                resume(version, spec)
+                return
+            if version.parent is not None:
+                show(version.parent)
             if not resumable:
                 self._events.status(Message(Notice.ROLLED_BACK, (version.id,)), 0)
-            elif spec is None:
-                self._events.status(Message(Notice.NO_KV_STATE), 0)
             else:
-                resume(version, spec)
+                self._events.status(Message(Notice.NO_KV_STATE), 0)
 
         self._scheduler.submit(work, done, lambda m: self._fail(Message.text(m)))

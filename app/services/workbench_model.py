@@ -605,7 +605,8 @@ class WorkbenchModel:
         self._events.version_restored(version)
         state = self._state
         self._line.roll_back(version, has_kv, doc=self._doc, loaded=state.loaded,
-                             model_sha256=state.model_sha256, resume=self._resume)  # fmt: skip
+                             model_sha256=state.model_sha256, resume=self._resume,
+                             show=self.open_version)  # fmt: skip
 
     def _resume(self, version: VersionInfo, spec: ResumeSpec) -> None:
         """Generate the rolled-back version's reply again from its saved KV state."""

@@ -241,8 +241,14 @@ class BufferPanel(FollowsLanguage, QWidget):
     def show_outputs(self, caption: str | Callable[[], str],
                      outputs: Sequence[tuple[str, str, tuple[Span, ...]]]) -> None:  # fmt: skip
         """An old version's recorded reply: ``caption`` above, each (step, text, sources)
-        output as a run shows it, its sources clickable; the queue and cache are emptied."""
-        self.clear()
+        output as a run shows it, its sources clickable; the queue is emptied. The KV map stays:
+        opening a version leaves llama.cpp's cache as it was, and the map shows that cache, as
+        the gauge does (a map emptied beside a gauge of 3,700 cells said two things at once)."""
+        self.queue.clear()
+        self._end_lanes()
+        self._spans = []
+        self.output.clear()
+        self._reset_run_state()
         self.set_caption(caption)
         for step, text, sources in outputs:
             self._spans.append(_OutputSpanView(step, tuple(sources), [text]))

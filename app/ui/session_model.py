@@ -287,10 +287,10 @@ class SessionModel(QObject):
             Notice.DONE_REUSED: self.tr("Done: {0} · {1:,} of {2:,} prompt tokens evaluated, "
                                         "{3:,} reused from the KV cache"),
             Notice.NOT_RECORDED: self.tr("The run was not recorded: {0}"),
-            Notice.ROLLED_BACK: self.tr("Rolled back to a new version #{0}; run it to see its "
-                                        "output."),
-            Notice.NO_KV_STATE: self.tr("No KV state for the loaded model and context; run it "
-                                        "again."),
+            Notice.ROLLED_BACK: self.tr("Rolled back to a new version #{0}; its recorded reply "
+                                        "is shown, and Run generates it again."),
+            Notice.NO_KV_STATE: self.tr("No KV state for the loaded model and context: the "
+                                        "recorded reply is shown, and Run generates it again."),
             Notice.RESUMING: self.tr("Resuming from the saved KV state…"),
             Notice.ENGINE_RESTARTED: self.tr("Engine restarted"),
             Notice.ENGINE_STOPPED: self.tr("The engine stopped: {0}. Starting it again…"),

@@ -1972,6 +1972,14 @@ Qt (PySide6) {3}</translation>
         <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
     </message>
     <message>
+        <source>Rolled back to a new version #{0}; its recorded reply is shown, and Run generates it again.</source>
+        <translation>已回滚到新版本 #{0}；显示的是记录下的回复，点击运行会重新生成。</translation>
+    </message>
+    <message>
+        <source>No KV state for the loaded model and context: the recorded reply is shown, and Run generates it again.</source>
+        <translation>没有适用于已加载模型和上下文的 KV 状态：显示的是记录下的回复，点击运行会重新生成。</translation>
+    </message>
+    <message>
         <source>Model loaded in {0:.2f} s</source>
         <translation>模型已加载，用时 {0:.2f} 秒</translation>
     </message>
@@ -2042,14 +2050,6 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>The run was not recorded: {0}</source>
         <translation>本次运行未被记录：{0}</translation>
-    </message>
-    <message>
-        <source>Rolled back to a new version #{0}; run it to see its output.</source>
-        <translation>已回滚为新版本 #{0}；运行它以查看输出。</translation>
-    </message>
-    <message>
-        <source>No KV state for the loaded model and context; run it again.</source>
-        <translation>没有与当前模型和上下文匹配的 KV 状态；请重新运行。</translation>
     </message>
     <message>
         <source>Resuming from the saved KV state…</source>

@@ -278,9 +278,25 @@ def test_compare_runs_three_strategies_side_by_side(qtbot, window: MainWindow) -
     assert len(window.repo.history()) == 3
 
 
-def test_rollback_resumes_from_the_kv_state(qtbot, window: MainWindow) -> None:
+def _kv_agrees(qtbot, w: MainWindow) -> None:
+    """The KV map and the gauge say the same number of cells (the gauge redraws on a timer)."""
+    qtbot.waitUntil(lambda: w.gauges.kv_bar.value() == w.buffers.kv.used, timeout=5_000)
+    assert w.buffers.kv.used > 0
+
+
+def test_rollback_resumes_from_the_kv_state(
+    qtbot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window.max_tokens.setValue(24)
     outcome = _run(qtbot, window, "head")
+    reply = outcome.results[0].text
+    _kv_agrees(qtbot, window)
     [version] = window.repo.history()
+    with qtbot.waitSignal(window.session.version_opened, timeout=30_000):
+        window.session.open_version(version.id)  # Open: the stored reply; the cache as it is
+    assert reply and reply in window.buffers.output_text()
+    _kv_agrees(qtbot, window)
+    window.buffers.reset(N_CTX)  # nothing shown: the rollback must show the reply itself
     history = window.history
     with qtbot.waitSignal(history.refreshed, timeout=30_000):
         history.refresh()
@@ -290,9 +306,19 @@ def test_rollback_resumes_from_the_kv_state(qtbot, window: MainWindow) -> None:
         history.rollback_selected()  # the panel makes the version; the window resumes it
     [resumed] = done.args[0].results
     assert resumed.evaluated_tokens == 1  # the prompt came from the saved state
-    assert resumed.text == outcome.results[0].text
+    assert resumed.text == reply and reply in window.buffers.output_text()
+    _kv_agrees(qtbot, window)
     old, new = window.repo.history()  # the rollback version holds the resumed run
     assert new.parent == old.id and window.repo.runs(new.id)[0]["outputs"][0]["text"]
+
+    # without a KV state to resume from, a rollback shows the reply recorded
+    window.buffers.reset(N_CTX)
+    monkeypatch.setattr(history, "has_kv", lambda _version: False)
+    history.select_versions(old.id)
+    with qtbot.waitSignal(window.session.version_opened, timeout=30_000):
+        history.rollback_selected()
+    assert reply in window.buffers.output_text()
+    assert window.statusBar().currentMessage().startswith("Rolled back to a new version")
 
 
 def test_app_entry_point_runs_the_demo_and_saves_a_screenshot(tmp_path: Path) -> None:
