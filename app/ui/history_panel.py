@@ -27,7 +27,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
     QComboBox,
     QFileDialog,
     QGridLayout,
@@ -61,7 +60,7 @@ from app.ui.background import Progress, run_for
 from app.ui.history_dialogs import BranchDialog, DiffDialog
 from app.ui.i18n import FollowsLanguage, finish_label, strategy_label, task_label
 from app.ui.operation_progress import OperationProgress
-from app.ui.widgets import MessageLine
+from app.ui.widgets import MessageLine, WrappingCheckBox
 
 SUFFIX = ".ctxlens"
 INSTANT = "⚡"
@@ -168,7 +167,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
         self.undo_button.clicked.connect(self.undo_delete)
         self.export_button = QPushButton()
         self.export_button.clicked.connect(self.export_session)
-        self.include_kv = QCheckBox()
+        self.include_kv = WrappingCheckBox()
         self.import_button = QPushButton()
         self.import_button.clicked.connect(self.import_session)
         self.message = MessageLine()

@@ -21,7 +21,6 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -55,7 +54,7 @@ from app.ui.i18n import FollowsLanguage
 from app.ui.model_fetch_dialog import ModelFetchDialog
 from app.ui.server_box import ServerBox
 from app.ui.tuned_settings import TunedSettingsBox
-from app.ui.widgets import MessageLine, plain_label
+from app.ui.widgets import MessageLine, WrappingCheckBox, plain_label
 
 MAX_CTX = 1_048_576  # the n_ctx ceiling when the model does not say what it was trained on
 MIN_CTX = 16  # llama.cpp's own floor
@@ -84,6 +83,7 @@ class ModelCard(FollowsLanguage, QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         form = QFormLayout(self)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: fields go under
         self._fields: dict[str, QLabel] = {}
         self._names: dict[str, QLabel] = {}
         # what the card shows, to say it again in another language
@@ -250,7 +250,7 @@ class ModelPanel(FollowsLanguage, QWidget):
         for name in KV_CACHE_TYPE_NAMES:
             self.kv_type.addItem(name, name)
         self.kv_type.setCurrentIndex(KV_CACHE_TYPE_NAMES.index(defaults.kv_cache_type))
-        self.flash_attn = QCheckBox()
+        self.flash_attn = WrappingCheckBox()
         self.flash_attn.setChecked(defaults.flash_attn)
         self.threads = QSpinBox()
         self.threads.setRange(1, max(MAX_THREADS, defaults.n_threads))
@@ -302,6 +302,7 @@ class ModelPanel(FollowsLanguage, QWidget):
 
         self._options = QGroupBox()
         form = QFormLayout(self._options)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: fields go under
 
         def row(field: QWidget | QHBoxLayout, buddy: QWidget) -> QLabel:
             label = QLabel()

@@ -16,7 +16,6 @@ from dataclasses import replace
 
 from PySide6.QtCore import QSettings, QSignalBlocker, Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -31,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.core.engine.types import SamplingSettings
 from app.core.sampling import BALANCED, CREATIVE, DETERMINISTIC, PRESETS, preset_of
 from app.ui.i18n import FollowsLanguage
+from app.ui.widgets import WrappingCheckBox
 
 SETTINGS_KEY = "sampling/settings"
 CUSTOM = "custom"
@@ -79,7 +79,7 @@ class SamplingBox(FollowsLanguage, QWidget):
         self.dry_allowed_length = whole(1, 100)
         self.dry_last_n = whole(-1, MAX_WINDOW)
         self.seed = whole(0, MAX_UI_SEED)
-        self.stop_loops = QCheckBox()
+        self.stop_loops = WrappingCheckBox()
         self.stop_loops.toggled.connect(self._on_field)
 
         self.details = QWidget()

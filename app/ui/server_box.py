@@ -13,7 +13,6 @@ import contextlib
 
 from PySide6.QtCore import QSettings, Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -29,7 +28,7 @@ from app.core.engine.remote import ServerInfo
 from app.core.engine.remote_http import key_in_clear, normalize_url
 from app.ui.engine_thread import ServerSpec
 from app.ui.i18n import FollowsLanguage
-from app.ui.widgets import MessageLine, plain_label
+from app.ui.widgets import MessageLine, WrappingCheckBox, plain_label
 
 URL_KEY = "server/url"
 MAX_CTX = 1 << 24
@@ -53,12 +52,12 @@ class ServerBox(FollowsLanguage, QGroupBox):
         self.key = QLineEdit()
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.returnPressed.connect(self._request)
-        self.remember = QCheckBox()
+        self.remember = WrappingCheckBox()
         self.model = QLineEdit()
         self.n_ctx = QSpinBox()
         self.n_ctx.setRange(0, MAX_CTX)
         self.n_ctx.setSingleStep(1024)
-        self.use_local = QCheckBox()
+        self.use_local = WrappingCheckBox()
         self.connect_button = QPushButton()
         self.connect_button.clicked.connect(self._request)
         self.disconnect_button = QPushButton()
@@ -70,6 +69,8 @@ class ServerBox(FollowsLanguage, QGroupBox):
         self.message = MessageLine()
 
         form = QFormLayout(self)
+
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: fields go under
 
         def row(field: QWidget) -> QLabel:
             label = QLabel()

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
+    QGridLayout,
     QGroupBox,
-    QHBoxLayout,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -29,7 +28,7 @@ from PySide6.QtWidgets import (
 from app.core.calibrate import Calibration, Trial
 from app.core.engine.types import LoadSettings
 from app.ui.i18n import FollowsLanguage
-from app.ui.widgets import plain_label
+from app.ui.widgets import WrappingCheckBox, plain_label
 
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 # the table's headers; QT_TRANSLATE_NOOP lets lupdate see the texts tr() gets at run time
@@ -80,7 +79,7 @@ class TunedSettingsBox(FollowsLanguage, QGroupBox):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.use_tuned = QCheckBox()
+        self.use_tuned = WrappingCheckBox()
         self.use_tuned.setChecked(True)
         self.line = plain_label()
         self.line.setWordWrap(True)
@@ -104,12 +103,13 @@ class TunedSettingsBox(FollowsLanguage, QGroupBox):
         self._calibration: Calibration | None = None
         self._running = False
 
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.use_button)
-        buttons.addWidget(self.again_button)
-        buttons.addWidget(self.table_button)
-        buttons.addWidget(self.cancel_button)
-        buttons.addStretch(1)
+        # two by two, the two always shown in one column: four in a row widened the narrow
+        # model panel past its dock, which then cut off the right of every row
+        buttons = QGridLayout()
+        for i, button in enumerate((self.again_button, self.table_button, self.use_button,
+                                    self.cancel_button)):  # fmt: skip
+            buttons.addWidget(button, i % 2, i // 2)
+        buttons.setColumnStretch(2, 1)
         layout = QVBoxLayout(self)
         layout.addWidget(self.use_tuned)
         layout.addWidget(self.line)

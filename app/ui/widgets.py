@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QPoint, QSize, Qt
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -16,6 +16,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSpinBox,
+    QCheckBox,
     QComboBox,
     QFrame,
     QHBoxLayout,
@@ -157,6 +158,58 @@ class ElidedLabel(QWidget):
             tip = self._own_tooltip
         if self.toolTip() != tip:
             super().setToolTip(tip)
+
+
+class WrappingCheckBox(QCheckBox):
+    """A check box whose text wraps to the width its panel gives it. A QCheckBox never wraps
+    its text, so one long option ("Count with the selected GGUF (the same model)") set the
+    minimum width of its whole panel, and the panel's scroll area then cut off the right of
+    every row at 1024x700. The text is a word-wrapped label beside the indicator; a click
+    anywhere on it toggles the box."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._label = QLabel(text, self)
+        self._label.setTextFormat(Qt.TextFormat.PlainText)
+        self._label.setWordWrap(True)
+        self._label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        style = self.style()
+        indent = (style.pixelMetric(QStyle.PixelMetric.PM_IndicatorWidth, None, self)
+                  + style.pixelMetric(QStyle.PixelMetric.PM_CheckBoxLabelSpacing, None, self)
+                  + 2)  # fmt: skip
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(indent, 1, 0, 1)
+        layout.addWidget(self._label)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    def text(self) -> str:
+        return self._label.text()
+
+    def setText(self, text: str) -> None:
+        self._label.setText(text)
+        self.updateGeometry()
+
+    def hitButton(self, pos: QPoint) -> bool:
+        return self.rect().contains(pos)
+
+    def _indicator_height(self) -> int:
+        return self.style().pixelMetric(QStyle.PixelMetric.PM_IndicatorHeight, None, self) + 2
+
+    def sizeHint(self) -> QSize:
+        hint = self.layout().sizeHint()
+        return QSize(hint.width(), max(hint.height(), self._indicator_height()))
+
+    def minimumSizeHint(self) -> QSize:
+        hint = self.layout().minimumSize()
+        return QSize(hint.width(), max(hint.height(), self._indicator_height()))
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return max(self.layout().totalHeightForWidth(width), self._indicator_height())
 
 
 def plain_message_box(box: QMessageBox) -> QMessageBox:

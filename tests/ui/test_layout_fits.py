@@ -10,10 +10,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QRect, QSettings
-from PySide6.QtWidgets import QDockWidget, QLayout, QSplitter, QToolBar, QWidget
+from PySide6.QtCore import QCoreApplication, QRect, QSettings
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QDockWidget,
+    QLabel,
+    QLayout,
+    QSplitter,
+    QToolBar,
+    QWidget,
+)
 
+from app.core.paths import sample_document
+from app.ui import i18n
 from app.ui.main_window import MainWindow
+from app.ui.widgets import ElidedLabel
 
 
 def laid_out(widget: QWidget) -> list[QWidget]:
@@ -134,3 +145,60 @@ def test_the_panels_splitters_stay_where_the_person_put_them(qtbot, tmp_path: Pa
 def share(sizes: list[int]) -> float:
     """The first pane's share of the splitter."""
     return sizes[0] / sum(sizes)
+
+
+def clipped(root: QWidget) -> list[str]:
+    """Every visible label and button under ``root`` whose text is cut: given less width than
+    its text needs, or partly hidden by the panel around it (a scroll area that does not
+    scroll sideways cuts off whatever is wider than itself). ElidedLabel shortens itself with
+    "…" and a tooltip, by design."""
+    found = []
+    for w in root.findChildren(QWidget):
+        if not w.isVisible() or isinstance(w, ElidedLabel):
+            continue
+        if not isinstance(w, QLabel | QAbstractButton) or not w.text():
+            continue
+        if isinstance(w, QLabel) and not w.pixmap().isNull():
+            continue
+        line = w.text().replace("&", "").split("\n")[0]
+        needed = w.fontMetrics().horizontalAdvance(line)
+        seen = w.visibleRegion().boundingRect()
+        if w.width() < w.minimumSizeHint().width():
+            found.append(f"{type(w).__name__} {line[:40]!r}: {w.width()} px of "
+                         f"{w.minimumSizeHint().width()}")  # fmt: skip
+        elif not seen.isEmpty() and seen.width() < w.width() - 1 and needed > seen.width():
+            found.append(f"{type(w).__name__} {line[:40]!r}: {seen.width()} px shown of "
+                         f"{w.width()}")  # fmt: skip
+    return found
+
+
+def test_no_text_is_cut_at_either_size_in_either_language(
+    qtbot, tmp_path: Path, model_path: Path, compiled: Path
+) -> None:
+    """The window with a model loaded and a document open, at 1366x768 and 1024x700, in
+    English and in Chinese: no label or button shows less than its text. (The model panel's
+    card, options and server rows once set its minimum width past its dock, and the dock's
+    scroll area cut "Browse…" and the model's name off.)"""
+    doc = tmp_path / "doc.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:12_000], encoding="utf-8")
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(model_path, doc, n_ctx=1024, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.ready, timeout=120_000):
+        w.show()
+    app = QCoreApplication.instance()
+    assert app is not None
+    found = {}
+    try:
+        for language in ("en", "zh_CN"):
+            assert i18n.install_translator(app, language, folder=compiled) == language
+            for size in ((1366, 768), (1024, 700)):
+                w.fit_to(QRect(0, 0, *size))
+                qtbot.wait(50)  # the docks settle after the first layout pass
+                assert (w.width(), w.height()) == size
+                found[(language, size)] = clipped(w)
+    finally:
+        i18n.install_translator(app, i18n.ENGLISH)
+    assert all(not cut for cut in found.values()), found
+    assert w.model_panel.browse_button.visibleRegion().boundingRect().width() \
+        == w.model_panel.browse_button.width()  # fmt: skip
