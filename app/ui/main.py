@@ -152,6 +152,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from PySide6.QtCore import QPoint, QRect, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from app.core import allocator
     from app.ui import single_instance
     from app.ui.gui_gc import collect_on_gui_thread
     from app.ui.main_window import DEFAULT_SIZE, MainWindow
@@ -162,6 +163,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     _log_to_file()
     shorten_switch_interval()  # the GUI thread waits at most 0.5 ms for the GIL
+    allocator.return_large_frees()  # each run's KV state, freed, leaves the process
     app = QApplication(sys.argv[:1])
     collect_on_gui_thread(app)  # a Qt object must never be freed on a pool thread
     install_wheel_guard(app)  # the wheel changes a spin box's value only when it has the focus

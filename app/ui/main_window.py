@@ -217,6 +217,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         c.max_tokens.valueChanged.connect(lambda _v: self.update_plan())
         # (a triggered(bool) signal must not become the strategy argument)
         c.run_action.triggered.connect(lambda _checked=False: self.run_job())
+        c.question.returnPressed.connect(self._run_from_question)
         c.compare_button.clicked.connect(lambda _checked=False: self.run_compare())
         c.cancel_action.triggered.connect(self.cancel)
         c.cancel_button.clicked.connect(self.cancel)
@@ -459,6 +460,11 @@ class MainWindow(FollowsLanguage, QMainWindow):
     def run_job(self, strategy: str | None = None) -> None:
         """Run the task under ``strategy`` (None: the one chosen in the toolbar)."""
         self.session.run_job(self.choices(), strategy)
+
+    def _run_from_question(self) -> None:
+        """Enter in the question box runs it, as Ctrl+R does (not while a run is going on)."""
+        if self.run_action.isEnabled():
+            self.run_action.trigger()
 
     def run_compare(self, strategies: list[str] | None = None) -> None:
         """Run the task under ``strategies`` (None: those ticked in the Compare menu), side by

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QImage
 
 from app.core.jobs.tasks import DEFAULT_LANES, SUMMARIZE, TokenBatch
@@ -221,6 +221,23 @@ def test_a_later_launch_s_context_size_loads_the_model_again_or_is_refused(
     with qtbot.waitSignal(window.job_finished, timeout=120_000):
         window.session.cancel()
     assert window.session.loaded.n_ctx == 1024  # refused: nothing was loaded again
+
+
+def test_enter_in_the_question_box_asks_it(qtbot, window: MainWindow) -> None:
+    window.task_box.setCurrentIndex(window.task_box.findData("ask"))
+    window.strategy_box.setCurrentIndex(window.strategy_box.findData("head"))
+    window.question.setFocus()
+    qtbot.keyClicks(window.question, "Who wrote this?")
+    with qtbot.waitSignal(window.job_finished, timeout=120_000) as done:
+        qtbot.keyClick(window.question, Qt.Key.Key_Return)
+    [result] = done.args[0].results
+    assert result.task == "ask" and window.repo.history()[0].prompt == "Who wrote this?"
+    qtbot.keyClick(window.question, Qt.Key.Key_Return)  # the next Enter asks again...
+    assert window.session.running
+    qtbot.keyClick(window.question, Qt.Key.Key_Return)  # ...but not twice at once
+    with qtbot.waitSignal(window.job_finished, timeout=120_000):
+        pass
+    assert len(window.repo.history()) == 2
 
 
 def test_cancel_stops_a_running_job(qtbot, window: MainWindow) -> None:
