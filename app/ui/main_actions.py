@@ -252,7 +252,7 @@ class MainActions(QObject):
             view_menu.addAction(go)
         view_menu.addSeparator()
         theme_menu = view_menu.addMenu("")
-        t.set(theme_menu.setTitle, lambda: self.tr("T&heme"))
+        t.set(theme_menu.setTitle, lambda: self.tr("Th&eme"))
         themes = QActionGroup(window)
         self.theme_actions: dict[str, QAction] = {}  # by name: "system", "light", "dark"
         current = current_theme(

@@ -1080,8 +1080,8 @@ Qt (PySide6) {3}</translation>
         <translation>视图(&amp;V)</translation>
     </message>
     <message>
-        <source>T&amp;heme</source>
-        <translation>主题(&amp;H)</translation>
+        <source>Th&amp;eme</source>
+        <translation>主题(&amp;E)</translation>
     </message>
     <message>
         <source>&amp;System</source>

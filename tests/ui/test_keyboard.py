@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMenu,
     QPlainTextEdit,
     QScrollBar,
     QTabBar,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.paths import sample_document
+from app.ui import i18n
 from app.ui.main_window import MainWindow
 from app.ui.theme import apply_theme, current_theme
 
@@ -176,6 +178,30 @@ def test_alt_keys_are_unambiguous(window: MainWindow) -> None:
             clashes.append(f"Alt+{letter.upper()}: {seen[letter]!r} and {text!r}")
         seen.setdefault(letter, text)
     assert len(letters) >= 15
+    assert not clashes, clashes
+
+
+def test_each_menu_underlines_different_letters_in_both_languages(
+    window: MainWindow, compiled: Path
+) -> None:
+    """Within one menu each entry has a letter of its own, in English and in Chinese ("Go to
+    the &History" and "T&heme" shared H in the View menu, and so did their translations)."""
+    app = QApplication.instance()
+    clashes = []
+    try:
+        for language in ("en", "zh_CN"):
+            assert i18n.install_translator(app, language, folder=compiled) == language
+            for menu in window.findChildren(QMenu):
+                seen: dict[str, str] = {}
+                for action in menu.actions():
+                    text = action.menu().title() if action.menu() else action.text()
+                    letter = _mnemonic(text)
+                    if letter and letter in seen:
+                        clashes.append(f"{language} {menu.title()}: {seen[letter]!r}, {text!r}")
+                    if letter:
+                        seen.setdefault(letter, text)
+    finally:
+        i18n.install_translator(app, i18n.ENGLISH)
     assert not clashes, clashes
 
 
