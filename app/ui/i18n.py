@@ -27,8 +27,8 @@ from PySide6.QtCore import (
     QSettings,
     QTranslator,
 )
-from PySide6.QtGui import QAction, QActionGroup
-from PySide6.QtWidgets import QMenu, QWidget
+from PySide6.QtGui import QAction, QActionGroup, QFontDatabase
+from PySide6.QtWidgets import QMainWindow, QMenu, QWidget
 
 from app.core.paths import resources_dir
 
@@ -189,6 +189,30 @@ def install_translator(
     return code
 
 
+# the writing system each translation needs a font for, and where to get one on Linux (macOS and
+# Windows come with one)
+_SCRIPTS = {"zh_CN": QFontDatabase.WritingSystem.SimplifiedChinese}
+_FONT_PACKAGES = ("fonts-noto-cjk on Debian and Ubuntu, google-noto-sans-cjk-fonts on Fedora, "
+                  "noto-fonts-cjk on Arch")  # fmt: skip
+
+
+def missing_font_note(code: str, families: list[str] | None = None) -> str:
+    """A sentence, in English, when no installed font can draw the language ``code`` ("": one
+    can, or the language needs none): the window in Chinese without a CJK font shows boxes
+    where each character should be, its own warning included. ``families``: the fonts for the
+    language's writing system (default: the font database's)."""
+    script = _SCRIPTS.get(code)
+    if script is None:
+        return ""
+    if families is None:
+        families = QFontDatabase.families(script)
+    if families:
+        return ""
+    english = QLocale.languageToString(QLocale(code).language())  # the native name needs the font
+    return (f"No font for {english} is installed, so its characters show as boxes: "
+            f"install a CJK font ({_FONT_PACKAGES}) and start ContextLens again.")
+
+
 def current_language() -> str:
     """The code of the translation in effect ("en": the source text)."""
     return _in_effect[0]
@@ -228,4 +252,7 @@ class LanguageMenu(FollowsLanguage, QMenu):
         self._settings.setValue(SETTINGS_KEY, code)
         app = QCoreApplication.instance()
         if app is not None:
-            install_translator(app, code, folder=self._folder)
+            note = missing_font_note(install_translator(app, code, folder=self._folder))
+            window = self.parentWidget()
+            if note and isinstance(window, QMainWindow):
+                window.statusBar().showMessage(note)

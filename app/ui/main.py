@@ -124,14 +124,15 @@ def _app_icon() -> QIcon:
     return icon
 
 
-def _install_translation(app: QApplication, choice: str | None = None) -> None:
+def _install_translation(app: QApplication, choice: str | None = None) -> str:
     """Every visible string goes through tr(): ``choice`` (--lang), else View ▸ Language as last
-    chosen, else the system's locale picks a translation from resources/translations."""
+    chosen, else the system's locale picks a translation from resources/translations. Returns
+    what to say when no installed font can draw it ("": nothing)."""
     from PySide6.QtCore import QSettings
 
-    from app.ui.i18n import install_translator, stored_language
+    from app.ui.i18n import install_translator, missing_font_note, stored_language
 
-    install_translator(app, choice or stored_language(QSettings()))
+    return missing_font_note(install_translator(app, choice or stored_language(QSettings())))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,7 +170,7 @@ def _main(argv: Sequence[str] | None) -> int:
     install_wheel_guard(app)  # the wheel changes a spin box's value only when it has the focus
     app.setApplicationName("ContextLens")
     app.setOrganizationName("ContextLens")
-    _install_translation(app, args.lang)
+    font_note = _install_translation(app, args.lang)
     apply_theme(app, args.theme or str(QSettings().value("theme", "system")))
     app.setWindowIcon(_app_icon())
     app.setDesktopFileName("contextlens")  # the .desktop entry, whose icon the desktop shows
@@ -214,6 +215,9 @@ def _main(argv: Sequence[str] | None) -> int:
     sys.excepthook = window.report_unexpected
     if missing := missing_model_message(args):
         window.statusBar().showMessage(missing)
+    if font_note:  # said last: a window of boxes is the first thing to fix
+        print(f"contextlens: {font_note}", file=sys.stderr)
+        window.statusBar().showMessage(font_note)
     exit_code = 0
 
     def shoot() -> None:
