@@ -572,8 +572,9 @@ class GaugesPanel(FollowsLanguage, QWidget):
             self._hist_drawn = bins
             self._hist_bars.setOpts(height=bins)
             self.hist.setYRange(0, max(1, *bins), padding=0.05)
-            title = self.tr("Prompt length, % of n_ctx ({0:,} prompts)")
-            self.hist.setTitle(title.format(sum(bins)))
+            n = sum(bins)
+            count = self.tr("1 prompt") if n == 1 else self.tr("{0:,} prompts").format(n)
+            self.hist.setTitle(self.tr("Prompt length, % of n_ctx ({0})").format(count))
 
     def _draw_threads(self) -> None:
         """How many threads llama.cpp computes with, of its most, and why the count last

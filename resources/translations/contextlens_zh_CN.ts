@@ -487,8 +487,16 @@
         <translation>应用 {0} + 引擎 {1}，共 {2}</translation>
     </message>
     <message>
-        <source>Prompt length, % of n_ctx ({0:,} prompts)</source>
-        <translation>提示词长度，占 n_ctx 的百分比（{0:,} 个提示词）</translation>
+        <source>1 prompt</source>
+        <translation>1 个提示词</translation>
+    </message>
+    <message>
+        <source>{0:,} prompts</source>
+        <translation>{0:,} 个提示词</translation>
+    </message>
+    <message>
+        <source>Prompt length, % of n_ctx ({0})</source>
+        <translation>提示词长度，占 n_ctx 的百分比（{0}）</translation>
     </message>
     <message>
         <source>{0} of {1} threads</source>

@@ -118,6 +118,10 @@ def test_vram_is_shown_when_there_is_a_gpu(qtbot, gauges, monkeypatch) -> None:
 def test_kv_memory_prompt_rate_and_histogram(qtbot, gauges) -> None:
     gauges.set_engine_pid(os.getpid())  # any live process stands in for the engine child
     gauges.start()
+    title = gauges.hist.getPlotItem().titleLabel
+    gauges.on_event(JobFinished(JobResult("summarize", "head", "stop", N_CTX,
+                                          prompt_lengths=[100])))  # fmt: skip
+    qtbot.waitUntil(lambda: title.text == "Prompt length, % of n_ctx (1 prompt)")
     gauges.on_event(ChunkQueued("summary", 0, 317, 102))
     qtbot.wait(60)  # the prefill, as the GUI sees it
     gauges.on_event(ChunkEvaluated("summary", 0, 317, 102, 35, 137, 4))
@@ -134,8 +138,9 @@ def test_kv_memory_prompt_rate_and_histogram(qtbot, gauges) -> None:
     assert (
         xs is not None and len(rates) == 1 and 0 < rates[0] <= 102 / 0.05
     )  # no more than 102 tokens in ~60 ms
-    assert gauges.histogram().bins == [0, 1, 1, 0, 0, 0, 0, 0, 1, 0]
+    assert gauges.histogram().bins == [0, 2, 1, 0, 0, 0, 0, 0, 1, 0]
     assert gauges.histogram().over == 1
+    qtbot.waitUntil(lambda: title.text == "Prompt length, % of n_ctx (5 prompts)")
     assert "440 prompt tokens evaluated in 0.80 s" in gauges.job_text.text()
     assert "550 tokens/s" in gauges.job_text.text()
 
@@ -144,7 +149,7 @@ def test_kv_memory_prompt_rate_and_histogram(qtbot, gauges) -> None:
     gauges.on_event(ChunkEvaluated("summary", 0, 317, 102, 35, 137, 4))  # one delivery batch
     qtbot.waitUntil(lambda: gauges.kv_text.text().startswith("0 of 1,024 cells"))
     assert gauges.prompt_curve.getData()[0] is None or len(gauges.prompt_curve.getData()[0]) == 0
-    assert sum(gauges.histogram().bins) == 3
+    assert sum(gauges.histogram().bins) == 4
 
 
 def test_the_timer_runs_only_while_started_and_shown(qtbot, gauges) -> None:
