@@ -397,8 +397,11 @@ class WorkbenchModel:
                                  model=self._state.loaded is not None)  # fmt: skip
         if spec is Refusal.NO_MODEL and self._events.model_needed(retry):
             return None  # the window offers a model, then runs it
-        if isinstance(spec, Refusal):
+        if spec is Refusal.NO_MODEL:
             self.fail(Message(REFUSED[spec]))
+            return None
+        if isinstance(spec, Refusal):  # what to do first, said in the status line: no error box
+            self._events.status(Message(REFUSED[spec]), 0)
             return None
         return spec
 

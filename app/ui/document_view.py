@@ -42,7 +42,14 @@ from collections.abc import Sequence
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextCursor, QTextDocument
-from PySide6.QtWidgets import QHBoxLayout, QScrollBar, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QScrollBar,
+    QSplitter,
+    QStackedLayout,
+    QVBoxLayout,
+    QWidget,
+)
 from shiboken6 import isValid
 
 from app.core.planning.plan import Plan, Span
@@ -60,6 +67,7 @@ from app.ui.plan_index import (
 from app.ui.plan_map import NOTHING, PlanMap
 from app.ui.plan_reasons import reason_label
 from app.ui.plot_ticks import count_axis
+from app.ui.start_page import StartPage
 from app.ui.text_pane import (
     EDGE_CHARS,
     FULL_CHARS,
@@ -159,12 +167,18 @@ class DocumentView(FollowsLanguage, QWidget):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([4000, 1000])
         splitter.setCollapsible(0, False)
-        layout = QVBoxLayout(self)
+        self._document_page = QWidget()
+        layout = QVBoxLayout(self._document_page)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.summary)
         layout.addWidget(self.plan_info)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.caret_info)
+        # before any document: what to do first (the window wires its buttons)
+        self.start = StartPage()
+        self._pages = QStackedLayout(self)
+        self._pages.addWidget(self.start)
+        self._pages.addWidget(self._document_page)
 
         self._text_str = ""
         self._window = TextWindow(0, 0, Offsets(""))
@@ -199,6 +213,7 @@ class DocumentView(FollowsLanguage, QWidget):
 
     def set_document(self, text: str) -> None:
         """Show ``text`` (read-only) from its start; the plan and sources are cleared."""
+        self._pages.setCurrentWidget(self._document_page)
         self._text_str = text
         self._plan = None
         self._sources = []

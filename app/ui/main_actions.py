@@ -52,6 +52,7 @@ class MainActions(QObject):
     changes: every text here is set through ``self._texts`` so that it can be set again."""
 
     open_recent = Signal(object)  # the Path chosen in File ▸ Open Recent
+    recent_changed = Signal(list)  # the recent files (str), newest first
 
     def __init__(self, window: QMainWindow, settings: QSettings, docks: list[QDockWidget], *,
                  document: QWidget, model: QWidget, stages: QTabWidget,
@@ -313,21 +314,23 @@ class MainActions(QObject):
         """``path`` first in File ▸ Open Recent, and its folder the next Open's."""
         if path is None:
             return
-        recent = [str(path)] + [p for p in self._recent() if p != str(path)]
+        recent = [str(path)] + [p for p in self.recent() if p != str(path)]
         self._settings.setValue("recent", recent[:MAX_RECENT])
         self._settings.setValue("last_folder", str(path.parent))
         self._fill_recent()
 
-    def _recent(self) -> list[str]:
+    def recent(self) -> list[str]:
+        """The files opened lately, newest first."""
         value = self._settings.value("recent", [])
         return [value] if isinstance(value, str) else list(value or [])
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()
-        for entry in self._recent():
+        for entry in self.recent():
             action = self.recent_menu.addAction(entry)
             action.triggered.connect(lambda _c=False, p=entry: self.open_recent.emit(Path(p)))
-        self.recent_menu.setEnabled(bool(self._recent()))
+        self.recent_menu.setEnabled(bool(self.recent()))
+        self.recent_changed.emit(self.recent())
 
 
 def _buddy(texts: Retranslated, text: Callable[[], str], widget: QWidget) -> QLabel:

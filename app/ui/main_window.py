@@ -34,7 +34,7 @@ from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
 from app.core.jobs.events import JobFinished
-from app.core.paths import models_dir
+from app.core.paths import models_dir, sample_document
 from app.core.planning.plan import Plan
 from app.services.errors import BadRequest
 from app.services.history import History, Repository, VersionInfo, open_history
@@ -209,6 +209,12 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.audit_action, self.needles = c.audit_action, c.needles
         c.open_action.triggered.connect(self._choose_document)
         c.open_recent.connect(self.open_document)
+        start = self.document_view.start
+        start.open_requested.connect(self._choose_document)
+        start.sample_requested.connect(lambda: self.open_document(sample_document()))
+        start.recent_chosen.connect(self.open_document)
+        start.set_recent(c.recent())
+        c.recent_changed.connect(start.set_recent)
         c.get_model_action.triggered.connect(self.model_panel.get_default_model)
         c.about_action.triggered.connect(lambda: about_box(self, self.session.capabilities))
         c.task_box.currentIndexChanged.connect(lambda _i: self.update_plan())

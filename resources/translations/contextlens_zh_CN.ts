@@ -2077,6 +2077,33 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>StartPage</name>
+    <message>
+        <source>Open a document to see what reaches the model</source>
+        <translation>打开一个文档，看看哪些内容会送到模型</translation>
+    </message>
+    <message>
+        <source>ContextLens shows which parts of a long document fit the model&apos;s context, how they sit in its KV cache, and where each part of the answer came from.</source>
+        <translation>ContextLens 会显示长文档的哪些部分能放进模型的上下文、它们在 KV 缓存中如何排布，以及回答的每一部分来自哪里。</translation>
+    </message>
+    <message>
+        <source>Open a Document…</source>
+        <translation>打开文档…</translation>
+    </message>
+    <message>
+        <source>Open the Sample</source>
+        <translation>打开示例</translation>
+    </message>
+    <message>
+        <source>Recent documents:</source>
+        <translation>最近的文档：</translation>
+    </message>
+    <message>
+        <source>Or drop a file on the window: a document opens, a .gguf model is chosen, a .ctxlens session is imported.</source>
+        <translation>也可以把文件拖到窗口上：文档会被打开，.gguf 模型会被选中，.ctxlens 会话会被导入。</translation>
+    </message>
+</context>
+<context>
     <name>Strategy</name>
     <message>
         <source>refuse</source>
