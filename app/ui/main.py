@@ -159,6 +159,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from app.ui.main_window import DEFAULT_SIZE, MainWindow
     from app.ui.session_guard import SessionGuard
     from app.ui.switch_interval import shorten_switch_interval
+    from app.ui.termination import CloseOnSignals
     from app.ui.theme import apply_theme
     from app.ui.widgets import install_wheel_guard
 
@@ -213,6 +214,7 @@ def _main(argv: Sequence[str] | None) -> int:
             )
         )
     sys.excepthook = window.report_unexpected
+    closer = CloseOnSignals(window.close, app)  # a logout or a kill closes it as a person would
     if missing := missing_model_message(args):
         window.statusBar().showMessage(missing)
     if font_note:  # said last: a window of boxes is the first thing to fix
@@ -249,6 +251,7 @@ def _main(argv: Sequence[str] | None) -> int:
         window.failed.connect(fail)
         QTimer.singleShot(600_000, lambda: fail("timed out"))
     app.exec()
+    del closer
     if scratch is not None:
         scratch.cleanup()
     return exit_code

@@ -120,10 +120,9 @@ class MainActions(QObject):
         self.get_model_action = file_menu.addAction("")
         t.set(self.get_model_action.setText, lambda: self.tr("Get the &Default Model…"))
         file_menu.addSeparator()
-        quit_action = QAction(window)
+        quit_action = self.quit_action = QAction(window)
         t.set(quit_action.setText, lambda: self.tr("&Quit"))
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(window.close)
         file_menu.addAction(quit_action)
         bar.addAction(self.open_action)
 

@@ -87,6 +87,9 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.settings = settings or QSettings()
         self.last_error = ""
         self._shut_down = False  # closeEvent has stopped the engine and closed the store
+        self._quit_confirmed = False  # the person said Quit while a run was going on
+        # asks whether to quit while a run is going on (a test answers for the person)
+        self.confirm_quit: Callable[[], bool] = self._ask_to_quit
         self._resuming: VersionInfo | None = None  # the rolled-back version now resuming
         self._open_store(db_path)
         self.session = SessionModel(self.repo, n_ctx, self)
@@ -207,6 +210,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.strategy_box, self.max_tokens = c.strategy_box, c.max_tokens
         self.run_action, self.cancel_action = c.run_action, c.cancel_action
         self.audit_action, self.needles = c.audit_action, c.needles
+        c.quit_action.triggered.connect(self.request_quit)
         c.open_action.triggered.connect(self._choose_document)
         c.open_recent.connect(self.open_document)
         start = self.document_view.start
@@ -671,9 +675,32 @@ class MainWindow(FollowsLanguage, QMainWindow):
             return True  # closed for good: its panels, half torn down, need no new words
         return super().event(event)
 
+    def request_quit(self) -> None:
+        """File ▸ Quit (Ctrl+Q): during a run, only once the person says so."""
+        if not self.session.running or self.confirm_quit():
+            self._quit_confirmed = True
+            self.close()
+
+    def _ask_to_quit(self) -> bool:
+        box = plain_message_box(QMessageBox(
+            QMessageBox.Icon.Question, self.tr("ContextLens"),
+            self.tr("A run is going on. Quit anyway? The run is cancelled and what it has "
+                    "written so far is not recorded."), parent=self))  # fmt: skip
+        quit_button = box.addButton(self.tr("&Quit"), QMessageBox.ButtonRole.AcceptRole)
+        keep = box.addButton(self.tr("&Keep Running"), QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(keep)  # Enter and Esc keep the run
+        box.setEscapeButton(keep)
+        box.exec()
+        return box.clickedButton() is quit_button
+
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._shut_down:  # closed once already: the engine and the store are gone
             event.accept()
+            return
+        # the window's close button mid-run asks too (a close from code, a test's, does not)
+        if (self.session.running and event.spontaneous() and not self._quit_confirmed
+                and not self.confirm_quit()):  # fmt: skip
+            event.ignore()
             return
         self._shut_down = True
         self.settings.setValue("geometry", self.saveGeometry())

@@ -216,12 +216,12 @@ def test_a_ctxlens_on_the_command_line_is_imported_and_a_second_launch_opens_doc
     doc = tmp_path / "notes.md"
     doc.write_text("# Notes\n\nA second launch sent this file.\n", encoding="utf-8")
     with qtbot.waitSignal(w.plan_shown, timeout=WAIT):
-        open_in(w, [doc])  # what the running window does with a second launch's files
+        open_in(w, [doc], {})  # what the running window does with a second launch's files
     assert w.document_path == doc and w.isVisible()
     bad = tmp_path / "broken.ctxlens"
     bad.write_bytes(b"PK\x03\x04 not really")
     with qtbot.waitSignal(w.history.failed, timeout=WAIT) as failed:
-        open_in(w, [bad])
+        open_in(w, [bad], {})
     assert failed.args[0].startswith("broken.ctxlens is not a ContextLens export")
     assert len(w.repo.sessions()) == 1  # nothing changed
     w.close()

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QImage
@@ -238,6 +239,28 @@ def test_enter_in_the_question_box_asks_it(qtbot, window: MainWindow) -> None:
     with qtbot.waitSignal(window.job_finished, timeout=120_000):
         pass
     assert len(window.repo.history()) == 2
+
+
+def test_quitting_during_a_run_asks_then_cancels_and_cleans_up(
+    qtbot, window: MainWindow
+) -> None:
+    """The person closing the window mid-run is asked; "keep running" keeps it; quitting
+    cancels the run and leaves no engine process and no /dev/shm folder behind."""
+    window.max_tokens.setValue(200)
+    window.run_job()
+    qtbot.waitUntil(lambda: window.session.running, timeout=10_000)
+    child = psutil.Process(window.engine.driver.engine_pid)
+    folder = Path(next(a for a in child.cmdline() if a.endswith("cancel.flag"))).parent
+    assert folder.is_dir()
+    asked: list[bool] = []
+    window.confirm_quit = lambda: asked.append(True) or False  # "Keep running"
+    window.controls.quit_action.trigger()
+    assert asked == [True] and window.isVisible() and window.session.running
+    window.confirm_quit = lambda: asked.append(True) or True  # "Quit"
+    window.controls.quit_action.trigger()
+    assert len(asked) == 2 and not window.isVisible()
+    child.wait(timeout=30)
+    assert not folder.exists()
 
 
 def test_cancel_stops_a_running_job(qtbot, window: MainWindow) -> None:

@@ -16,11 +16,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -30,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from app.core.child_process import child_env, module_command
+from app.core.engine import scratch
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
 from app.core.engine.ipc import SharedFlag
@@ -149,9 +148,7 @@ class EngineHost:
             if self.alive and self.capabilities is not None:
                 return self.capabilities
             self._reap()
-            shm = Path("/dev/shm")
-            fast = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-            self._tmpdir = Path(tempfile.mkdtemp(prefix="contextlens-engine-", dir=fast))
+            self._tmpdir = scratch.make()
             self._flag = SharedFlag(self._tmpdir / "cancel.flag", create=True)
             ours, theirs = socket.socketpair()
             with (self._tmpdir / "engine.log").open("wb") as log, theirs:
@@ -199,7 +196,7 @@ class EngineHost:
         if self._flag is not None:
             self._flag.close()
         if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            scratch.remove(self._tmpdir)
         self._proc = self._conn = self._flag = self._tmpdir = None
         self.capabilities = None
         self.model = None
