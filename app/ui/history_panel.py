@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.planning.frame import SUMMARIZE
+from app.core.sampling import from_version
 from app.services import history as ops
 from app.services.history import (  # the archive's two by name: tests hold them mid-way
     ArchiveCancelled,
@@ -392,6 +393,10 @@ class HistoryPanel(FollowsLanguage, QWidget):
         item.setToolTip(4, prompt)
         settings = self.tr("n_ctx {0} · max {1}").format(
             v.settings.get("n_ctx", "?"), v.settings.get("max_tokens", "?"))  # fmt: skip
+        sampling = from_version(v.settings)
+        if not sampling.greedy:  # two versions that differ only in sampling must not look alike
+            settings += " · " + self.tr("temperature {0:g} · seed {1}").format(
+                sampling.temperature, sampling.seed)  # fmt: skip
         item.setText(self.column("settings"), settings)
         item.setToolTip(self.column("settings"), _settings_tip(v.settings))
         run = self._view.last_runs.get(v.id)

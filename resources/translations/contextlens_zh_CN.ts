@@ -687,6 +687,10 @@ Qt (PySide6) {3}</translation>
         <translation>会话 #{1} 的版本 #{0}</translation>
     </message>
     <message>
+        <source>temperature {0:g} · seed {1}</source>
+        <translation>温度 {0:g} · 种子 {1}</translation>
+    </message>
+    <message>
         <source>{0} · {1:,} + {2:,} tokens</source>
         <translation>{0} · {1:,} + {2:,} 个 token</translation>
     </message>
@@ -1173,6 +1177,18 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Unexpected error (details in the log): {0}: {1}</source>
         <translation>意外错误（详情见日志）：{0}：{1}</translation>
+    </message>
+    <message>
+        <source>A run is going on. Quit anyway? The run is cancelled and what it has written so far is not recorded.</source>
+        <translation>正在进行一次运行。仍要退出吗？运行会被取消，已写出的内容不会被记录。</translation>
+    </message>
+    <message>
+        <source>&amp;Quit</source>
+        <translation>退出(&amp;Q)</translation>
+    </message>
+    <message>
+        <source>&amp;Keep Running</source>
+        <translation>继续运行(&amp;K)</translation>
     </message>
     <message>
         <source>Resuming v{0} ({1}, {2}) from its saved KV state…</source>

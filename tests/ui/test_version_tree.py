@@ -42,10 +42,14 @@ def repo(tmp_path: Path) -> Iterator[Repository]:
     db.close()
 
 
-def _entry(strategy: str, reply: str, prompt: str = "", max_tokens: int = 8) -> Entry:
+def _entry(strategy: str, reply: str, prompt: str = "", max_tokens: int = 8,
+           sampling: dict[str, float] | None = None) -> Entry:  # fmt: skip
+    settings: dict[str, object] = {"n_ctx": 512, "max_tokens": max_tokens}
+    if sampling is not None:
+        settings["sampling"] = sampling
     content = {"task": "ask" if prompt else "summarize", "strategy": strategy, "prompt": prompt,
                "model_path": "/models/m.gguf", "model_sha256": "m" * 64,
-               "settings": {"n_ctx": 512, "max_tokens": max_tokens}}  # fmt: skip
+               "settings": settings}  # fmt: skip
     out = OutputSpan("summary", reply, ((0, 50),), 1, "stop")
     result = JobResult(content["task"], strategy, "stop", 512, prompt_tokens=40,
                        completion_tokens=3, outputs=[out], plan=PLAN.as_dict())  # fmt: skip
@@ -59,8 +63,9 @@ def _seed(repo: Repository) -> tuple[int, int, int, int]:
     session = repo.get_version(v1).session
     [v2] = repo.record(doc, doc.name, [_entry("tail", "Tail says.", "Who wrote it?", 16)],
                        session=session, parent=v1)  # fmt: skip
-    [v3] = repo.record(doc, doc.name, [_entry("middle", "Middle says.")], session=session,
-                       parent=v1)  # fmt: skip
+    [v3] = repo.record(doc, doc.name, [_entry("middle", "Middle says.",
+                                              sampling={"temperature": 0.7, "seed": 3})],
+                       session=session, parent=v1)  # fmt: skip
     return session, v1, v2, v3
 
 
@@ -91,6 +96,9 @@ def test_the_panel_shows_the_tree_with_prompt_settings_reply_and_the_current_ver
     assert text["prompt"] == "Who wrote it?" and text["strategy"] == "tail"
     assert text["settings"] == "n_ctx 512 · max 16" and text["finish"].startswith("stop")
     assert text["reply"] == "Tail says." and text["task"] == "ask"
+    sampled = panel.item_for(v3)  # what differs between versions shows: the sampling too
+    assert sampled is not None and sampled.text(panel.column("settings")) == (
+        "n_ctx 512 · max 8 · temperature 0.7 · seed 3")
     assert item.text(panel.column("reply")) == "The first reply."  # its first line
     assert "Second line." in item.toolTip(panel.column("reply"))
     header = panel.tree.header()  # shown: prompt before strategy, settings, finish and reply
