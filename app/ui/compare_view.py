@@ -1,9 +1,11 @@
 """Strategies side by side: the same document and job under two to four overflow strategies.
 
 Each pane shows its strategy's plan (kept tokens of the total, passes, boundary integrity, needle
-retention when needles are set), its output as it streams, and once done its time and finish
-reason; a table at the bottom sums them up. The view only observes the events of a ``compare``
-job: a :class:`StrategyStarted` says which pane the events that follow belong to.
+retention when needles are set), its output as it streams, whole (the box grows with the text and
+the panes scroll together), and once done its time and finish reason; a table at the bottom sums
+them up, a column per strategy and a row per figure, so that it fits a narrow dock without
+scrolling sideways. The view only observes the events of a ``compare`` job: a
+:class:`StrategyStarted` says which pane the events that follow belong to.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ from collections.abc import Sequence
 from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
 from PySide6.QtGui import QResizeEvent, QTextCursor
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QFrame,
     QGridLayout,
     QGroupBox,
-    QPlainTextEdit,
+    QHeaderView,
+    QScrollArea,
+    QSizePolicy,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
@@ -39,18 +46,36 @@ class StrategyPane(FollowsLanguage, QGroupBox):
         self.strategy = strategy
         self.plan_label = plain_label()
         self.plan_label.setWordWrap(True)
-        self.output = QPlainTextEdit()
+        self.output = QTextEdit()
         self.output.setReadOnly(True)
+        self.output.setAcceptRichText(False)
+        # the whole answer, never a box of three lines to scroll: it grows with its text
+        self.output.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.output.setSizeAdjustPolicy(QAbstractScrollArea.SizeAdjustPolicy.AdjustIgnored)
+        self.output.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.output.document().documentLayout().documentSizeChanged.connect(
+            lambda _size: self._fit_output())  # fmt: skip
         self.figures = plain_label()
         layout = QVBoxLayout(self)
         layout.addWidget(self.plan_label)
-        layout.addWidget(self.output, 1)
+        layout.addWidget(self.output)
         layout.addWidget(self.figures)
         # what the pane shows, kept to word it again: the plan and its needle retention, and
         # the finished run's seconds and finish reason
         self._plan: tuple[PlanReady, float | None] | None = None
         self._finished: tuple[float, str] | None = None
         self.retranslate()
+
+    def _fit_output(self) -> None:
+        frame = 2 * self.output.frameWidth()
+        least = 3 * self.output.fontMetrics().lineSpacing()  # room for a few lines at first
+        height = max(least, int(self.output.document().size().height()))
+        if self.output.height() != height + frame + 2:
+            self.output.setFixedHeight(height + frame + 2)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_output()  # another width wraps the text to another height
 
     def retranslate(self) -> None:
         self.setTitle(strategy_label(self.strategy))
@@ -141,13 +166,26 @@ class CompareView(FollowsLanguage, QWidget):
         self._needles: dict[str, float] = {}
         self._grid_host = QWidget()
         self._grid = QGridLayout(self._grid_host)
-        self.table = QTableWidget(0, len(self.COLUMNS))
-        self.table.setHorizontalScrollMode(QTableWidget.ScrollMode.ScrollPerPixel)
-        self.table.verticalHeader().setVisible(False)
+        self._grid.setAlignment(Qt.AlignmentFlag.AlignTop)
+        panes = QScrollArea()  # the answers whole, one above the other when the dock is narrow
+        panes.setWidget(self._grid_host)
+        panes.setWidgetResizable(True)
+        panes.setFrameShape(QFrame.Shape.NoFrame)
+        panes.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # a column per strategy, a row per figure (the strategy names the column)
+        self.table = QTableWidget(len(self.COLUMNS) - 1, 0)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(False)
+        rows = self.table.verticalHeader()
+        rows.setDefaultSectionSize(self.fontMetrics().height() + 6)
+        rows.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        # every figure in view, never a table to scroll: the splitter gives the panes the rest
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._fit_table()
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.setObjectName("splitter-compare")  # the window saves where the person put it
-        splitter.addWidget(self._grid_host)
+        splitter.addWidget(panes)
         splitter.addWidget(self.table)
         splitter.setStretchFactor(0, 3)
         layout = QVBoxLayout(self)
@@ -160,10 +198,11 @@ class CompareView(FollowsLanguage, QWidget):
     def retranslate(self) -> None:
         """The table's headers and rows in the language now installed (each pane words its
         own texts again)."""
-        for column, (title, tip) in enumerate(zip(self.COLUMNS, self.COLUMN_TIPS, strict=True)):
+        figures = zip(self.COLUMNS[1:], self.COLUMN_TIPS[1:], strict=True)
+        for row, (title, tip) in enumerate(figures):
             header = QTableWidgetItem(self.tr(title))
             header.setToolTip(self.tr(tip))
-            self.table.setHorizontalHeaderItem(column, header)
+            self.table.setVerticalHeaderItem(row, header)
         self._fill_table()
 
     def start(self, strategies: Sequence[str], needles: dict[str, float] | None = None) -> None:
@@ -212,7 +251,7 @@ class CompareView(FollowsLanguage, QWidget):
         self.panes, self._plans, self._needles, self._current = {}, {}, {}, None
         self._columns = 0
         self._results = []
-        self.table.setRowCount(0)
+        self.table.setColumnCount(0)
 
     def set_needle_retention(self, strategy: str, retention: float) -> None:
         """The share of the person's needles this strategy's plan lets reach the model."""
@@ -238,15 +277,12 @@ class CompareView(FollowsLanguage, QWidget):
             self._current.finish(r.seconds, r.refused or r.error or r.finish_reason, r.text)
             self._results.append(r)
             self._add_row(r)
-            self.table.resizeColumnsToContents()
 
     def _fill_table(self) -> None:
-        """A row per finished strategy, worded in the language now installed."""
-        self.table.setRowCount(0)
+        """A column per finished strategy, worded in the language now installed."""
+        self.table.setColumnCount(0)
         for r in self._results:
             self._add_row(r)
-        if self._results:
-            self.table.resizeColumnsToContents()
 
     def _add_row(self, r: JobResult) -> None:
         plan = self._plans.get(r.strategy)
@@ -260,14 +296,28 @@ class CompareView(FollowsLanguage, QWidget):
             f"{r.kv_peak_cells:,}", f"{r.seconds:.1f}",
             r.refused or r.error or finish_label(r.finish_reason),
         )  # fmt: skip
-        row = self.table.rowCount()
-        self.table.insertRow(row)
-        for col, text in enumerate(cells):
+        column = self.table.columnCount()
+        self.table.insertColumn(column)
+        name, *figures = cells
+        header = QTableWidgetItem(name)
+        header.setToolTip(self.tr(self.COLUMN_TIPS[0]))
+        self.table.setHorizontalHeaderItem(column, header)
+        for row, text in enumerate(figures):
             item = QTableWidgetItem(text)
             item.setToolTip(text)  # a cell narrower than its text still says all of it
-            self.table.setItem(row, col, item)
+            self.table.setItem(row, column, item)
+        self._fit_table()
+
+    def _fit_table(self) -> None:
+        """The table's height: its header (as tall as a row until a strategy names a column)
+        and every row."""
+        rows = self.table.verticalHeader()
+        header = max(self.table.horizontalHeader().sizeHint().height(), rows.defaultSectionSize())
+        self.table.setMinimumHeight(header + rows.length() + 2 * self.table.frameWidth() + 2)
 
     def summary(self) -> list[list[str]]:
-        """The table's text, row by row (for tests and export)."""
-        return [[self.table.item(r, c).text() for c in range(self.table.columnCount())]
-                for r in range(self.table.rowCount())]  # fmt: skip
+        """The table's text, a list per strategy in the order of COLUMNS (for tests and
+        export)."""
+        return [[self.table.horizontalHeaderItem(c).text(),
+                 *(self.table.item(r, c).text() for r in range(self.table.rowCount()))]
+                for c in range(self.table.columnCount())]  # fmt: skip

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QSpinBox,
+    QTableView,
     QTabWidget,
     QTextEdit,
     QWidget,
@@ -85,6 +86,11 @@ def _view_texts(view: QAbstractItemView) -> list[tuple[str, str]]:
     horizontal = Qt.Orientation.Horizontal
     for section in range(columns):
         texts += [("header", str(model.headerData(section, horizontal, role))) for role in roles]
+    if isinstance(view, QTableView) and not view.verticalHeader().isHidden():  # rows named too
+        vertical = Qt.Orientation.Vertical
+        for section in range(min(model.rowCount(top), MAX_ROWS)):
+            texts += [("row header", str(model.headerData(section, vertical, role)))
+                      for role in roles]  # fmt: skip
     # (parent index, row): the top level, then each branch, breadth first, up to MAX_ROWS rows
     rows: list[tuple[QModelIndex | None, int]] = [(None, r) for r in range(model.rowCount(top))]
     seen = 0
