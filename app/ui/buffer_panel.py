@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QModelIndex, Qt, QUrl, Signal
-from PySide6.QtGui import QFont, QPalette, QPixmap, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QFont, QPalette, QPixmap, QResizeEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGridLayout,
@@ -117,6 +117,9 @@ class _OutputSpanView:
         return "".join(self.parts)
 
 
+NARROW = 640  # px: a panel narrower than this puts the thread under the reply
+
+
 class BufferPanel(FollowsLanguage, QWidget):
     """The input queue, the KV cache and the output of a run, updated from its events."""
 
@@ -172,7 +175,7 @@ class BufferPanel(FollowsLanguage, QWidget):
         # the reply being written, and beside it the questions asked before on this line of work
         self.thread = ThreadView()
         self.thread.hide()
-        replies = QSplitter(Qt.Orientation.Horizontal)
+        replies = self._replies = QSplitter(Qt.Orientation.Horizontal)
         replies.setObjectName("splitter-output")  # the window saves where the person put it
         replies.addWidget(self.output)
         replies.addWidget(self.thread)
@@ -182,8 +185,8 @@ class BufferPanel(FollowsLanguage, QWidget):
         self._stages = (self._stage(self.table), self._stage(kv_box), self._stage(replies))
         for stage in self._stages:
             splitter.addWidget(stage)
-        splitter.setStretchFactor(0, 2)
-        splitter.setStretchFactor(2, 3)
+        splitter.setStretchFactor(0, 1)  # the reply is what a person reads: most of the room
+        splitter.setStretchFactor(2, 4)
         layout = QVBoxLayout(self)
         layout.addWidget(self.plan_label)
         layout.addWidget(splitter, 1)
@@ -191,6 +194,14 @@ class BufferPanel(FollowsLanguage, QWidget):
         self._spans: list[_OutputSpanView] = []
         self._reset_run_state()
         self.retranslate()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """Narrower than NARROW (the dock at 1366x768), the thread goes under the reply, not
+        beside it: side by side each was a column of a few words."""
+        super().resizeEvent(event)
+        want = Qt.Orientation.Vertical if self.width() < NARROW else Qt.Orientation.Horizontal
+        if self._replies.orientation() != want:
+            self._replies.setOrientation(want)
 
     def retranslate(self) -> None:
         """Titles, the caption, the cache's figures, the queue's words, the lanes' and the

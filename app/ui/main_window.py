@@ -162,6 +162,9 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self._dock("stages", lambda: self.tr("Three-stage buffer"), self.tabs,
                    Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
 
+        # the three-stage buffer takes the right edge from top to bottom, the gauges only the
+        # width beside it: on a laptop's 768 lines the reply and the thread get the room
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.gauges = GaugesPanel()
         self._dock("gauges", lambda: self.tr("Gauges"), scrolling(self.gauges),
                    Qt.DockWidgetArea.BottomDockWidgetArea)  # fmt: skip

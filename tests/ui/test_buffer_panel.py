@@ -28,7 +28,7 @@ from app.core.jobs.tasks import (
 )
 from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
-from app.ui.buffer_panel import BarSegment, BufferPanel, ChunkState
+from app.ui.buffer_panel import NARROW, BarSegment, BufferPanel, ChunkState
 from app.ui.gauges import GaugesPanel
 
 N_CTX = 512
@@ -429,3 +429,17 @@ def test_a_real_map_phase_in_lanes_through_both_panels(qtbot, model_path: Path) 
         assert panel.output_text(out.step).strip() == out.text
     assert [step for step, _ in panel.spans()] == [o.step for o in result.outputs]
     assert all(s is ChunkState.DONE for *_, s in panel.queue.states())
+
+
+def test_the_thread_goes_under_the_reply_in_a_narrow_panel(qtbot) -> None:
+    """In the dock at 1366x768 (about 470 px) the reply and the thread each get the full width,
+    one above the other; in a wide panel they sit side by side."""
+    panel = _panel(qtbot)
+    panel.thread.show()
+    output, thread = panel.output, panel.thread
+    qtbot.waitUntil(lambda: thread.x() > output.x(), timeout=2_000)  # 700 px: side by side
+    panel.resize(NARROW - 170, 700)
+    qtbot.waitUntil(lambda: thread.y() > output.y(), timeout=2_000)
+    assert thread.x() == output.x() and output.width() > NARROW - 260
+    panel.resize(NARROW + 60, 700)
+    qtbot.waitUntil(lambda: thread.x() > output.x(), timeout=2_000)

@@ -109,6 +109,11 @@ def test_the_window_fits_and_nothing_overlaps(window: MainWindow, qtbot, size) -
         for b in docks[i + 1:]:
             assert not a.geometry().intersects(b.geometry()), (name(a), name(b))
         assert not a.geometry().intersects(window.centralWidget().geometry()), name(a)
+    # the three-stage buffer runs down the right edge, past the top of the gauges beside it
+    stages = window.findChild(QDockWidget, "dock-stages")
+    gauges = window.findChild(QDockWidget, "dock-gauges")
+    assert stages.geometry().bottom() > gauges.geometry().bottom() - 10
+    assert gauges.geometry().right() < stages.geometry().left()
     assert problems(window) == []
 
 
