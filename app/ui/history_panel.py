@@ -400,6 +400,14 @@ class HistoryPanel(FollowsLanguage, QWidget):
         item.setText(self.column("settings"), settings)
         item.setToolTip(self.column("settings"), _settings_tip(v.settings))
         run = self._view.last_runs.get(v.id)
+        if run is not None and run["finish_reason"] == "cancelled":  # not a finished answer
+            font = item.font(0)
+            font.setItalic(True)
+            for column in range(self.COLUMNS):
+                item.setFont(column, font)
+            item.setText(0, self.tr("v{0} (cancelled)").format(v.number))
+            item.setToolTip(0, self.tr("Version #{0} of session #{1}: its run was cancelled, "
+                                       "so its reply is cut short").format(v.id, v.session))
         if run is not None:
             item.setText(5, self.tr("{0} · {1:,} + {2:,} tokens").format(
                 finish_label(run["finish_reason"]), run["prompt_tokens"],

@@ -691,6 +691,14 @@ Qt (PySide6) {3}</translation>
         <translation>温度 {0:g} · 种子 {1}</translation>
     </message>
     <message>
+        <source>v{0} (cancelled)</source>
+        <translation>v{0}（已取消）</translation>
+    </message>
+    <message>
+        <source>Version #{0} of session #{1}: its run was cancelled, so its reply is cut short</source>
+        <translation>会话 #{1} 的版本 #{0}：它的运行已被取消，回复不完整</translation>
+    </message>
+    <message>
         <source>{0} · {1:,} + {2:,} tokens</source>
         <translation>{0} · {1:,} + {2:,} 个 token</translation>
     </message>

@@ -42,16 +42,16 @@ def repo(tmp_path: Path) -> Iterator[Repository]:
     db.close()
 
 
-def _entry(strategy: str, reply: str, prompt: str = "", max_tokens: int = 8,
-           sampling: dict[str, float] | None = None) -> Entry:  # fmt: skip
+def _entry(strategy: str, reply: str, prompt: str = "", max_tokens: int = 8, *,
+           sampling: dict[str, float] | None = None, finish: str = "stop") -> Entry:  # fmt: skip
     settings: dict[str, object] = {"n_ctx": 512, "max_tokens": max_tokens}
     if sampling is not None:
         settings["sampling"] = sampling
     content = {"task": "ask" if prompt else "summarize", "strategy": strategy, "prompt": prompt,
                "model_path": "/models/m.gguf", "model_sha256": "m" * 64,
                "settings": settings}  # fmt: skip
-    out = OutputSpan("summary", reply, ((0, 50),), 1, "stop")
-    result = JobResult(content["task"], strategy, "stop", 512, prompt_tokens=40,
+    out = OutputSpan("summary", reply, ((0, 50),), 1, finish)
+    result = JobResult(content["task"], strategy, finish, 512, prompt_tokens=40,
                        completion_tokens=3, outputs=[out], plan=PLAN.as_dict())  # fmt: skip
     return Entry(content, result)
 
@@ -67,6 +67,19 @@ def _seed(repo: Repository) -> tuple[int, int, int, int]:
                                               sampling={"temperature": 0.7, "seed": 3})],
                        session=session, parent=v1)  # fmt: skip
     return session, v1, v2, v3
+
+
+def test_a_cancelled_run_is_marked_so(qtbot, repo: Repository) -> None:
+    session, v1, _v2, _v3 = _seed(repo)
+    doc = load_document(DOC)
+    [cut] = repo.record(doc, doc.name, [_entry("tail", "Half a", finish="cancelled")],
+                        session=session, parent=v1)  # fmt: skip
+    panel = _panel(qtbot, repo, session)
+    item, done = panel.item_for(cut), panel.item_for(v1)
+    assert item is not None and done is not None
+    assert item.text(0) == "v4 (cancelled)" and item.font(0).italic()
+    assert item.text(panel.column("finish")).startswith("cancelled")
+    assert done.text(0) == "v1" and not done.font(0).italic()
 
 
 def _panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
