@@ -183,7 +183,13 @@ class TextPane(QPlainTextEdit):
         self.mark_starts: list[int] = []  # text offsets where chunks start
         self.mark_colour = QColor()
         self.describe = lambda position: ""  # tooltip text for a pane position
-        self._pending = False
+        # the refresh after a repaint request, once per turn of the event loop: a child timer,
+        # which goes with the pane (a one-off timer aimed at a pane being torn down raised
+        # "Slot 'TextPane::' not found" from the event loop)
+        self._refresh = QTimer(self)
+        self._refresh.setSingleShot(True)
+        self._refresh.setInterval(0)
+        self._refresh.timeout.connect(self.refresh_visible)
         self.verticalScrollBar().valueChanged.connect(self.refresh_visible)
         self.updateRequest.connect(self._schedule_refresh)
 
@@ -215,7 +221,6 @@ class TextPane(QPlainTextEdit):
 
     def refresh_visible(self) -> None:
         """Highlight the blocks on screen that are not yet highlighted with the current layers."""
-        self._pending = False
         if self.highlighter is None or not isValid(self.highlighter):
             return
         for block in self.visible_blocks():
@@ -227,9 +232,8 @@ class TextPane(QPlainTextEdit):
             self.highlighter.rehighlightBlock(block)
 
     def _schedule_refresh(self, _rect: QRect, _dy: int) -> None:
-        if not self._pending:
-            self._pending = True
-            QTimer.singleShot(0, self, self.refresh_visible)
+        if not self._refresh.isActive():
+            self._refresh.start()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
