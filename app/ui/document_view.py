@@ -184,7 +184,11 @@ class DocumentView(FollowsLanguage, QWidget):
         self._window = TextWindow(0, 0, Offsets(""))
         self._doc: QTextDocument | None = None
         self._moving = False  # the pane is being scrolled from here, not by the person
-        self._recentre_pending = False
+        # a child timer, which goes with the view (see TextPane's refresh)
+        self._recentre_timer = QTimer(self)
+        self._recentre_timer.setSingleShot(True)
+        self._recentre_timer.setInterval(0)
+        self._recentre_timer.timeout.connect(self._recentre)
         self._plan: Plan | None = None
         self._sources: list[tuple[int, int]] = []
         self._layers = Layers()
@@ -425,12 +429,10 @@ class DocumentView(FollowsLanguage, QWidget):
         top, bottom = self._screen()
         self._sync_bar(top)
         comfortable = self._holds_comfortably(top) and self._holds_comfortably(bottom)
-        if not comfortable and not self._recentre_pending:  # after Qt has finished this scroll
-            self._recentre_pending = True
-            QTimer.singleShot(0, self, self._recentre)
+        if not comfortable and not self._recentre_timer.isActive():  # once Qt has scrolled
+            self._recentre_timer.start()
 
     def _recentre(self) -> None:
-        self._recentre_pending = False
         top, bottom = self._screen()
         if not (self._holds_comfortably(top) and self._holds_comfortably(bottom)):
             self._set_window(*window_bounds(self._text_str, top))
