@@ -136,21 +136,6 @@ def test_a_socket_left_by_a_crash_does_not_block_the_next_start(qtbot, state: Pa
     assert not (state / "instance.lock").exists()  # the start-up lock was let go
 
 
-def test_contextlens_with_a_file_while_running_hands_it_over_and_exits_0(
-    qtbot, server: InstanceServer, tmp_path: Path
-) -> None:
-    doc = tmp_path / "chapter.txt"
-    doc.write_text("Call me Ishmael.", encoding="utf-8")
-    with qtbot.waitSignal(server.paths_received, timeout=60_000) as received:
-        env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}  # never the person's settings
-        second = subprocess.Popen([sys.executable, "-m", "app.ui.main", str(doc)],
-                                  cwd=project_root(), env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)
-    assert second.returncode == 0, second.stderr.read() if second.stderr else ""
-    assert received.args[0] == [doc]
-
-
 def _launch(qtbot, tmp_path: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}  # never the person's settings
     second = subprocess.Popen([sys.executable, "-m", "app.ui.main", *args], cwd=project_root(),
@@ -158,6 +143,17 @@ def _launch(qtbot, tmp_path: Path, *args: str) -> subprocess.Popen:
                               text=True)  # fmt: skip
     qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)
     return second
+
+
+def test_contextlens_with_a_file_while_running_hands_it_over_and_exits_0(
+    qtbot, server: InstanceServer, tmp_path: Path
+) -> None:
+    doc = tmp_path / "chapter.txt"
+    doc.write_text("Call me Ishmael.", encoding="utf-8")
+    with qtbot.waitSignal(server.paths_received, timeout=60_000) as received:
+        second = _launch(qtbot, tmp_path, str(doc))
+    assert second.returncode == 0, second.stderr.read() if second.stderr else ""
+    assert received.args[0] == [doc]
 
 
 def test_a_second_launch_hands_its_options_over_or_exits_1_with_the_refusal(
