@@ -687,8 +687,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
     def _ask_to_quit(self) -> bool:
         box = plain_message_box(QMessageBox(
             QMessageBox.Icon.Question, self.tr("ContextLens"),
-            self.tr("A run is going on. Quit anyway? The run is cancelled and what it has "
-                    "written so far is not recorded."), parent=self))  # fmt: skip
+            self.tr("A run is going on. Quit anyway? The run is cancelled."),
+            parent=self))  # fmt: skip
         quit_button = box.addButton(self.tr("&Quit"), QMessageBox.ButtonRole.AcceptRole)
         keep = box.addButton(self.tr("&Keep Running"), QMessageBox.ButtonRole.RejectRole)
         box.setDefaultButton(keep)  # Enter and Esc keep the run

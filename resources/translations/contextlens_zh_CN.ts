@@ -1187,8 +1187,8 @@ Qt (PySide6) {3}</translation>
         <translation>意外错误（详情见日志）：{0}：{1}</translation>
     </message>
     <message>
-        <source>A run is going on. Quit anyway? The run is cancelled and what it has written so far is not recorded.</source>
-        <translation>正在进行一次运行。仍要退出吗？运行会被取消，已写出的内容不会被记录。</translation>
+        <source>A run is going on. Quit anyway? The run is cancelled.</source>
+        <translation>正在进行一次运行。仍要退出吗？运行会被取消。</translation>
     </message>
     <message>
         <source>&amp;Quit</source>
