@@ -25,6 +25,7 @@ KV cache's picture and bar (kv_bar.py); this module puts them together with the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -118,6 +119,7 @@ class _OutputSpanView:
 
 
 NARROW = 640  # px: a panel narrower than this puts the thread under the reply
+_ANSWER_STEP = re.compile(r"answer (\d+)")  # the job's step of the answer to question N
 
 
 class BufferPanel(FollowsLanguage, QWidget):
@@ -192,6 +194,7 @@ class BufferPanel(FollowsLanguage, QWidget):
         layout.addWidget(splitter, 1)
 
         self._spans: list[_OutputSpanView] = []
+        self._questions: list[str] = []  # the run's questions, for the answers' headings
         self._reset_run_state()
         self.retranslate()
 
@@ -263,7 +266,7 @@ class BufferPanel(FollowsLanguage, QWidget):
         self.set_caption(caption)
         for step, text, sources in outputs:
             self._spans.append(_OutputSpanView(step, tuple(sources), [text]))
-            self._heading(step)
+            self._heading(self._step_title(step))
             self._append(text, self._span_format(len(self._spans) - 1))
 
     def set_sliding_window(self, window: int, windowed_layers: int, layers: int) -> None:
@@ -388,7 +391,7 @@ class BufferPanel(FollowsLanguage, QWidget):
             self.queue.finish(call[1])
             view = _OutputSpanView(call[0], call[3], ["".join(call[2])])
             self._spans.append(view)
-            self._heading(call[0])
+            self._heading(self._step_title(call[0]))
             self._append(view.text, self._span_format(len(self._spans) - 1))
             self._lane_calls.pop(lane)
         self.lane_bars[lane].update()
@@ -455,7 +458,7 @@ class BufferPanel(FollowsLanguage, QWidget):
         if self._open is None:
             self._open = _OutputSpanView(ev.step, tuple(ev.sources))
             self._spans.append(self._open)
-            self._heading(ev.step)
+            self._heading(self._step_title(ev.step))
         if ev.text:
             self._open.parts.append(ev.text)
             self._append(ev.text, self._span_format(len(self._spans) - 1))
@@ -499,7 +502,7 @@ class BufferPanel(FollowsLanguage, QWidget):
             elif out.text:
                 view = _OutputSpanView(out.step, tuple(out.source_spans), [out.text])
                 self._spans.append(view)
-                self._heading(out.step)
+                self._heading(self._step_title(out.step))
                 self._append(out.text, self._span_format(len(self._spans) - 1))
         if result.refused:
             self._line(self.tr("Refused: {0}").format(result.refused), bold=True)
@@ -532,6 +535,17 @@ class BufferPanel(FollowsLanguage, QWidget):
     def _new_block(self) -> None:
         if not self.output.document().isEmpty():
             self._cursor_at_end().insertBlock()
+
+    def set_questions(self, questions: Sequence[str]) -> None:
+        """The questions of the run shown (or of the version opened): each answer is headed
+        by its question, not by its step's name ("answer 1" over every answer of a thread)."""
+        self._questions = [q.strip() for q in questions if q.strip()]
+
+    def _step_title(self, step: str) -> str:
+        found = _ANSWER_STEP.fullmatch(step)
+        if found is None or not 0 < int(found.group(1)) <= len(self._questions):
+            return step
+        return self.tr("Answer to “{0}”").format(self._questions[int(found.group(1)) - 1])
 
     def _heading(self, text: str, size: float = 1.0) -> None:
         fmt = QTextCharFormat()

@@ -496,6 +496,9 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
     def _on_job_started(self, job: StartedJob) -> None:
         self.buffers.reset(job.n_ctx)
+        asked = job.version.prompt if job.resumed and job.version is not None else (
+            self.question.text() if self.task_box.currentData() == "ask" else "")  # fmt: skip
+        self.buffers.set_questions(asked.split("\n"))
         self.run_status.start(self.max_tokens.value())
         if job.resumed and job.version is not None:  # the version being run, not the toolbar's
             v = job.version
@@ -537,6 +540,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
                 finish_label(opened.finish_reason) if opened.finish_reason
                 else self.tr("not run"))  # fmt: skip
 
+        self.buffers.set_questions(v.prompt.split("\n") if v.task == "ask" else [])
         outputs = [(str(o.get("step", "")), str(o.get("text", "")),
                     tuple((int(a), int(b)) for a, b in o.get("source_spans", ())))
                    for o in opened.outputs]  # fmt: skip

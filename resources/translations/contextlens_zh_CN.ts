@@ -74,6 +74,10 @@
         <translation>已结束：{0} · 提示词 {1:,} 个 token（已计算 {2:,} 个）· 生成 {3:,} 个 · KV 峰值 {4:,} / {5:,} · {6:.1f} 秒</translation>
     </message>
     <message>
+        <source>Answer to “{0}”</source>
+        <translation>对“{0}”的回答</translation>
+    </message>
+    <message>
         <source>Click to highlight the document text this output came from</source>
         <translation>点击以高亮此输出所依据的文档文本</translation>
     </message>

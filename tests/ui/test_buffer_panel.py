@@ -443,3 +443,18 @@ def test_the_thread_goes_under_the_reply_in_a_narrow_panel(qtbot) -> None:
     assert thread.x() == output.x() and output.width() > NARROW - 260
     panel.resize(NARROW + 60, 700)
     qtbot.waitUntil(lambda: thread.x() > output.x(), timeout=2_000)
+
+
+def test_each_answer_is_headed_by_its_question(qtbot) -> None:
+    panel = _panel(qtbot)
+    panel.set_questions(["Who wrote it?", "", "When?"])  # blank lines are no question
+    for step, text in (("answer 1", "Raymond."), ("answer 2", "In 1975."), ("summary", "S.")):
+        panel.on_event(TokenBatch(step, text, 2, 0, ()))
+        panel.on_event(KVStats(40, N_CTX, 1_000))
+    shown = panel.output.toPlainText()  # the headings and the texts, as shown
+    assert "Answer to “Who wrote it?”\nRaymond." in shown
+    assert "Answer to “When?”\nIn 1975." in shown
+    assert "\nsummary\nS." in shown and "answer 1" not in shown
+    panel.set_questions([])  # a summary, or an answer past the questions: the step's name
+    panel.on_event(TokenBatch("answer 3", "Three.", 1, 0, ()))
+    assert "answer 3\nThree." in panel.output.toPlainText()
