@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import bisect
 import re
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QEvent, QPoint, QRect, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -183,15 +184,28 @@ class TextPane(QPlainTextEdit):
         self.mark_starts: list[int] = []  # text offsets where chunks start
         self.mark_colour = QColor()
         self.describe = lambda position: ""  # tooltip text for a pane position
-        # the refresh after a repaint request, once per turn of the event loop: a child timer,
-        # which goes with the pane (a one-off timer aimed at a pane being torn down raised
-        # "Slot 'TextPane::' not found" from the event loop)
+        # the refresh after a repaint request, once per turn of the event loop. The pane's own
+        # signals reach it through functions that check it is still whole: connected to its
+        # bound methods, a scroll or repaint signal sent while the pane was being torn down
+        # raised "Slot 'TextPane::' not found" from the event loop.
         self._refresh = QTimer(self)
         self._refresh.setSingleShot(True)
         self._refresh.setInterval(0)
-        self._refresh.timeout.connect(self.refresh_visible)
-        self.verticalScrollBar().valueChanged.connect(self.refresh_visible)
-        self.updateRequest.connect(self._schedule_refresh)
+        pane = weakref.ref(self)
+
+        def refresh(*_args: object) -> None:
+            alive = pane()
+            if alive is not None and isValid(alive):
+                alive.refresh_visible()
+
+        def schedule(*_args: object) -> None:
+            alive = pane()
+            if alive is not None and isValid(alive) and not alive._refresh.isActive():
+                alive._refresh.start()
+
+        self._refresh.timeout.connect(refresh)
+        self.verticalScrollBar().valueChanged.connect(refresh)
+        self.updateRequest.connect(schedule)
 
     def invalidate(self) -> None:
         """The layers changed: blocks are re-highlighted as they are shown, these now."""
@@ -230,10 +244,6 @@ class TextPane(QPlainTextEdit):
         if self.highlighter is not None and block.blockNumber() not in self.fresh:
             self.fresh.add(block.blockNumber())
             self.highlighter.rehighlightBlock(block)
-
-    def _schedule_refresh(self, _rect: QRect, _dy: int) -> None:
-        if not self._refresh.isActive():
-            self._refresh.start()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
