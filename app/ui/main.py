@@ -177,8 +177,8 @@ def _main(argv: Sequence[str] | None) -> int:
     app.setDesktopFileName("contextlens")  # the .desktop entry, whose icon the desktop shows
     handover, server = single_instance.Handover.NO_SERVER, None
     if not (args.demo or args.screenshot or args.new_instance):  # scripted runs stand alone
-        options = {key: value for key, value in (("n_ctx", args.n_ctx), ("lang", args.lang),
-                                                  ("theme", args.theme)) if value is not None}
+        options = {key: getattr(args, key) for key in single_instance.OPTIONS
+                   if getattr(args, key) is not None}  # the options named as on the command line
         try:
             handover, server = single_instance.claim(args.given, options=options)
         except single_instance.HandoverRefused as refused:

@@ -342,8 +342,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
             if self.session.server is not None:
                 return self.tr("The running ContextLens window works with a server, whose "
                                "context size the server sets: --n-ctx cannot change it.")
-        for key, choices in (("lang", self._language_actions()),
-                             ("theme", self.controls.theme_actions)):  # fmt: skip
+        for key, choices in self._view_choices():
             value = options.get(key)
             if isinstance(value, str) and value not in choices:
                 return self.tr("--{0} {1} is not one of this window's choices: {2}.").format(
@@ -358,8 +357,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         size the next load uses)."""
         for path in paths:
             self.open_path(path)
-        for key, choices in (("lang", self._language_actions()),
-                             ("theme", self.controls.theme_actions)):  # fmt: skip
+        for key, choices in self._view_choices():
             action = choices.get(str(options.get(key)))
             if action is not None and not action.isChecked():
                 action.trigger()
@@ -376,8 +374,10 @@ class MainWindow(FollowsLanguage, QMainWindow):
             return  # loaded so already
         self.load_model(model, replace(self.model_panel.settings(), n_ctx=n_ctx))
 
-    def _language_actions(self) -> dict[str, QAction]:
-        return {str(a.data()): a for a in self.controls.language_menu.actions()}
+    def _view_choices(self) -> tuple[tuple[str, dict[str, QAction]], ...]:
+        """The launch options the View menu chooses, each with its menu's entries by name."""
+        languages = {str(a.data()): a for a in self.controls.language_menu.actions()}
+        return (("lang", languages), ("theme", self.controls.theme_actions))
 
     @property
     def document_path(self) -> Path | None:
