@@ -76,7 +76,9 @@ def done_record(result: Any) -> dict[str, Any]:
         "error": data["error"],
         "plan": data["plan"],
         "outputs": [
-            {"text": o["text"], "source_spans": o["source_spans"], "step": o["step"]}
+            # each sentence of an answer or a summary and the kept sentence that supports it
+            {"text": o["text"], "source_spans": o["source_spans"], "step": o["step"],
+             "alignment": o["alignment"]}
             for o in data["outputs"]
         ],
     }

@@ -147,6 +147,15 @@ class VersionModel(Strict):
     created: Moment
 
 
+class SentenceModel(Strict):
+    """A sentence of an output and the kept sentence that supports it (SentenceSource.as_dict)."""
+
+    start: Count
+    end: Count
+    source: tuple[Count, Count] | None
+    score: Annotated[float, Field(ge=0, le=1)]
+
+
 class OutputModel(Strict):
     """One output span of a run (JobResult.as_dict): ``snapshots rollback --resume`` and the
     window read its source spans back."""
@@ -156,6 +165,7 @@ class OutputModel(Strict):
     source_spans: list[tuple[Count, Count]]
     finish_reason: Label
     ring_version: Count
+    alignment: list[SentenceModel] = []  # absent from files written before outputs had it
 
 
 class TimingsModel(Open):

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.core.engine.threads import describe_change
+from app.core.jobs.alignment import SentenceSource
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,9 @@ class OutputSpan:
     source_spans: tuple[tuple[int, int], ...]
     ring_version: int
     finish_reason: str
+    # each sentence of ``text`` and the kept sentence that supports it best (alignment.py),
+    # found when the job ends (an answer's and a summary's; () for the others)
+    alignment: tuple[SentenceSource, ...] = ()
 
 
 @dataclass
@@ -207,6 +211,9 @@ class JobResult:
     # The token ids of the last model call's prompt: with the KV state saved right after the job,
     # a rollback can resume that call without evaluating it again. Not part of as_dict().
     final_prompt: tuple[int, ...] = field(default=(), repr=False)
+    # The document the job was given, until it ends (job_setup.finish aligns the outputs to it
+    # and lets it go). Not part of as_dict().
+    document_text: str = field(default="", repr=False, compare=False)
 
     @property
     def text(self) -> str:
@@ -222,12 +229,13 @@ class JobResult:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["final_prompt"]
+        del d["final_prompt"], d["document_text"]
         d["prompt_tokens_evaluated"] = self.evaluated_tokens
         d["evaluated_per_document_token"] = self.evaluated_per_document_token
         d["outputs"] = [
             {"step": o.step, "text": o.text, "source_spans": [list(s) for s in o.source_spans],
-             "finish_reason": o.finish_reason, "ring_version": o.ring_version}
+             "finish_reason": o.finish_reason, "ring_version": o.ring_version,
+             "alignment": [a.as_dict() for a in o.alignment]}
             for o in self.outputs
         ]  # fmt: skip
         return d

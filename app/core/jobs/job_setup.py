@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Sequence
+from dataclasses import replace
 
 from app.core.engine.api import Engine
 from app.core.engine.lanes import MAX_LANES
 from app.core.engine.types import CancelledError, EngineError, SamplingSettings
+from app.core.jobs.alignment import Aligner
 from app.core.jobs.audit import Audit
 from app.core.jobs.call_runner import CallRunner
 from app.core.jobs.events import Event, JobError, JobFinished, JobResult, PlanReady
@@ -125,7 +127,7 @@ def start_job(
         raise ValueError(f"lanes must be between 1 and {MAX_LANES} (or none: one call at a time)")
     if sampling is not None:
         sampling.validate()
-    result = JobResult(task, strategy, "stop", n_ctx)
+    result = JobResult(task, strategy, "stop", n_ctx, document_text=text)
     if audit is not None:
         audit.job_started(task, strategy, text, resumed=resumed)
     return result, CallRunner(engine, n_ctx, result, cancel or CancelToken(), audit=audit,
@@ -147,11 +149,28 @@ def finish(result: JobResult, runner: CallRunner, t0: float) -> JobFinished:
         result.finish_reason = result.outputs[-1].finish_reason
     if runner.cancel.is_set():
         result.finish_reason = "cancelled"
+    aligned(result)
     result.seconds = time.perf_counter() - t0
     if runner.audit is not None:
         runner.audit.job_finished(result)
     return JobFinished(result)
 
+
+# The tasks whose outputs say what the document says, sentence by sentence: an extract's output
+# is the instruction's (a list of names, a table), not sentences to check against the text.
+ALIGNED_TASKS = ("ask", "summarize")
+
+
+def aligned(result: JobResult) -> None:
+    """Tie each sentence of the job's answers and summaries to the kept sentence that supports it
+    best (:mod:`app.core.jobs.alignment`; a few milliseconds), then let the document go."""
+    text, result.document_text = result.document_text, ""
+    if result.task not in ALIGNED_TASKS or not text:
+        return
+    aligner = Aligner(text)  # the outputs' kept spans overlap: each is read once
+    result.outputs[:] = [replace(o, alignment=aligner.align(o.text, o.source_spans))
+                      if o.text and o.source_spans else o
+                      for o in result.outputs]  # fmt: skip
 
 
 def question_text(q: str) -> str:
