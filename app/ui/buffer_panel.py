@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.jobs.alignment import SentenceSource
 from app.core.jobs.events import (
     ChunkEvaluated,
     ChunkEvicted,
@@ -112,6 +113,9 @@ class _OutputSpanView:
     step: str
     sources: tuple[Span, ...]
     parts: list[str] = field(default_factory=list)
+    at: int = -1  # the output document's position of its first character (-1: none shown yet)
+    # each sentence and the kept sentence that supports it (the job's, once it has finished)
+    alignment: tuple[SentenceSource, ...] = ()
 
     @property
     def text(self) -> str:
@@ -120,12 +124,15 @@ class _OutputSpanView:
 
 NARROW = 640  # px: a panel narrower than this puts the thread under the reply
 _ANSWER_STEP = re.compile(r"answer (\d+)")  # the job's step of the answer to question N
+_LINK = re.compile(r"(\d+)(?::(\d+))?")  # an output's link: span:<output>[:<sentence>]
 
 
 class BufferPanel(FollowsLanguage, QWidget):
     """The input queue, the KV cache and the output of a run, updated from its events."""
 
-    source_clicked = Signal(list)  # [(start, end), ...]: document characters to highlight
+    # [(start, end), ...]: document characters to highlight: an output's sources when it is
+    # clicked, the source of an answer's or a summary's sentence when it is hovered or clicked
+    source_clicked = Signal(list)
 
     def __init__(self, n_ctx: int = 4096, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -156,6 +163,8 @@ class BufferPanel(FollowsLanguage, QWidget):
         self.output.setOpenLinks(False)
         self.output.setOpenExternalLinks(False)
         self.output.anchorClicked.connect(self._on_anchor)
+        self.output.highlighted.connect(self._on_hover)  # the mouse over a link, or off it
+        self._hovered: Span | None = None  # the source of the sentence under the mouse
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.setObjectName("splitter-stages")  # the window saves where the person put it
@@ -253,9 +262,12 @@ class BufferPanel(FollowsLanguage, QWidget):
         self._show_caption()
 
     def show_outputs(self, caption: str | Callable[[], str],
-                     outputs: Sequence[tuple[str, str, tuple[Span, ...]]]) -> None:  # fmt: skip
-        """An old version's recorded reply: ``caption`` above, each (step, text, sources)
-        output as a run shows it, its sources clickable; the queue is emptied. The KV map stays:
+                     outputs: Sequence[tuple[str, str, tuple[Span, ...]]
+                                       | tuple[str, str, tuple[Span, ...],
+                                               tuple[SentenceSource, ...]]]) -> None:  # fmt: skip
+        """An old version's recorded reply: ``caption`` above, each (step, text, sources[,
+        alignment]) output as a run shows it, its sources clickable (and its sentences, each
+        tied to its own source); the queue is emptied. The KV map stays:
         opening a version leaves llama.cpp's cache as it was, and the map shows that cache, as
         the gauge does (a map emptied beside a gauge of 3,700 cells said two things at once)."""
         self.queue.clear()
@@ -264,10 +276,11 @@ class BufferPanel(FollowsLanguage, QWidget):
         self.output.clear()
         self._reset_run_state()
         self.set_caption(caption)
-        for step, text, sources in outputs:
-            self._spans.append(_OutputSpanView(step, tuple(sources), [text]))
+        for step, text, sources, *aligned in outputs:
+            self._spans.append(_OutputSpanView(step, tuple(sources)))
             self._heading(self._step_title(step))
-            self._append(text, self._span_format(len(self._spans) - 1))
+            self._show_text(len(self._spans) - 1, text)
+            self._link_sentences(len(self._spans) - 1, text, aligned[0] if aligned else ())
 
     def set_sliding_window(self, window: int, windowed_layers: int, layers: int) -> None:
         """The loaded model's attention: ``windowed_layers`` of ``layers`` see the last
@@ -316,6 +329,11 @@ class BufferPanel(FollowsLanguage, QWidget):
     def spans(self) -> list[tuple[str, tuple[Span, ...]]]:
         """(step, source spans) of each output span shown, in order; index = anchor number."""
         return [(s.step, s.sources) for s in self._spans]
+
+    def alignment(self, step: str) -> tuple[SentenceSource, ...]:
+        """The sentences of the last output span named ``step`` shown tied to their sources
+        (offsets into its text as the job recorded it, stripped); () when none are."""
+        return next((s.alignment for s in reversed(self._spans) if s.step == step), ())
 
     # ----- events -----
 
@@ -389,10 +407,10 @@ class BufferPanel(FollowsLanguage, QWidget):
                 kv.n_ctx = ev.n_ctx
             kv.measured(ev.cells_used)
             self.queue.finish(call[1])
-            view = _OutputSpanView(call[0], call[3], ["".join(call[2])])
+            view = _OutputSpanView(call[0], call[3])
             self._spans.append(view)
             self._heading(self._step_title(call[0]))
-            self._append(view.text, self._span_format(len(self._spans) - 1))
+            self._show_text(len(self._spans) - 1, "".join(call[2]))
             self._lane_calls.pop(lane)
         self.lane_bars[lane].update()
         self._show_kv()
@@ -460,8 +478,7 @@ class BufferPanel(FollowsLanguage, QWidget):
             self._spans.append(self._open)
             self._heading(self._step_title(ev.step))
         if ev.text:
-            self._open.parts.append(ev.text)
-            self._append(ev.text, self._span_format(len(self._spans) - 1))
+            self._show_text(len(self._spans) - 1, ev.text)
         if ev.tokens > 0:
             self.kv.grow_output(ev.tokens)
             self._show_kv()
@@ -493,17 +510,20 @@ class BufferPanel(FollowsLanguage, QWidget):
         # The job's outputs are the provenance of record: streamed spans take their sources
         # (map-reduce's summary points at the windows it combined), and outputs the job composed
         # without streaming (rolling's final summary, extract's merge) are shown here.
+        # Each sentence of an answer or a summary is then linked to its own source.
         streamed = self._spans[self._job_first_span :]
         for out in result.outputs:
             match = next((s for s in streamed if s.step == out.step), None)
             if match is not None:
                 streamed.remove(match)
                 match.sources = tuple(out.source_spans)
+                self._link_sentences(self._spans.index(match), out.text, out.alignment)
             elif out.text:
-                view = _OutputSpanView(out.step, tuple(out.source_spans), [out.text])
+                view = _OutputSpanView(out.step, tuple(out.source_spans))
                 self._spans.append(view)
                 self._heading(self._step_title(out.step))
-                self._append(out.text, self._span_format(len(self._spans) - 1))
+                self._show_text(len(self._spans) - 1, out.text)
+                self._link_sentences(len(self._spans) - 1, out.text, out.alignment)
         if result.refused:
             self._line(self.tr("Refused: {0}").format(result.refused), bold=True)
         elif result.error:
@@ -531,6 +551,52 @@ class BufferPanel(FollowsLanguage, QWidget):
         self._cursor_at_end().insertText(text, fmt)
         if follow:
             bar.setValue(bar.maximum())
+
+    def _show_text(self, index: int, text: str) -> None:
+        """More text of output span ``index``, at the end (where its text goes on)."""
+        view = self._spans[index]
+        if view.at < 0:
+            view.at = self._cursor_at_end().position()
+        view.parts.append(text)
+        self._append(text, self._span_format(index))
+
+    def _link_sentences(self, index: int, text: str,
+                        alignment: Sequence[SentenceSource]) -> None:  # fmt: skip
+        """Each sentence of output span ``index`` (``text`` as the job recorded it: what was
+        shown, stripped) linked on its own: hovered or clicked, it shows its source; its
+        tooltip gives the score, or says the kept text does not support it."""
+        view = self._spans[index]
+        shown = view.text
+        lead = len(shown) - len(shown.lstrip())
+        if not alignment or view.at < 0 or shown[lead : lead + len(text)] != text:
+            return  # not shown as recorded (never: the job's text is what streamed)
+        view.alignment = tuple(alignment)
+        cursor = QTextCursor(self.output.document())
+        for k, sentence in enumerate(view.alignment):
+            a = lead + min(sentence.start, len(text))
+            b = lead + min(max(sentence.end, sentence.start), len(text))
+            start = view.at + _utf16(shown[:a])  # Qt counts UTF-16 units: an emoji is two
+            cursor.setPosition(start)
+            cursor.setPosition(start + _utf16(shown[a:b]), QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(self._sentence_format(index, k))
+
+    def _sentence_format(self, index: int, k: int) -> QTextCharFormat:
+        sentence = self._spans[index].alignment[k]
+        fmt = QTextCharFormat()
+        fmt.setAnchor(True)
+        fmt.setAnchorHref(f"span:{index}:{k}")
+        fmt.setToolTip(self._sentence_tip(sentence))
+        if sentence.source is None:  # a dotted line under what the kept text does not say
+            fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
+        return fmt
+
+    def _sentence_tip(self, sentence: SentenceSource) -> str:
+        if sentence.source is None:
+            return self.tr("No support in the kept text (best match: score {0:.2f})").format(
+                sentence.score)  # fmt: skip
+        a, b = sentence.source
+        return self.tr("Source: document characters {0:,}–{1:,}, score {2:.2f} (highlighted "
+                       "in the document)").format(a, b, sentence.score)  # fmt: skip
 
     def _new_block(self) -> None:
         if not self.output.document().isEmpty():
@@ -574,34 +640,60 @@ class BufferPanel(FollowsLanguage, QWidget):
     def _retranslate_links(self) -> None:
         """The tooltip of every output link shown, in the language now installed."""
         doc = self.output.document()
-        links: list[tuple[int, int]] = []  # (position, length) of each linked fragment
+        links: list[tuple[int, int, str]] = []  # (position, length, link) of each fragment
         block = doc.begin()
         while block.isValid():
             it = block.begin()
             while not it.atEnd():
                 fragment = it.fragment()
-                if fragment.charFormat().anchorHref().startswith("span:"):
-                    links.append((fragment.position(), fragment.length()))
+                href = fragment.charFormat().anchorHref()
+                if href.startswith("span:"):
+                    links.append((fragment.position(), fragment.length(), href))
                 it += 1
             block = block.next()
         if not links:
             return
-        tip = QTextCharFormat()
-        tip.setToolTip(self._span_format(0).toolTip())
+        generic = self._span_format(0).toolTip()
         cursor = QTextCursor(doc)
-        for position, length in links:
+        for position, length, href in links:
+            tip = QTextCharFormat()
+            found = self._linked(href.removeprefix("span:"))
+            sentence = found[1] if found is not None else None
+            tip.setToolTip(generic if sentence is None else self._sentence_tip(sentence))
             cursor.setPosition(position)
             cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
             cursor.mergeCharFormat(tip)
 
+    def _linked(self, link: str) -> tuple[_OutputSpanView, SentenceSource | None] | None:
+        """The output span (and the sentence of it) a link names: ``<output>[:<sentence>]``."""
+        found = _LINK.fullmatch(link)
+        if found is None or int(found.group(1)) >= len(self._spans):
+            return None
+        view = self._spans[int(found.group(1))]
+        if found.group(2) is None:
+            return view, None
+        k = int(found.group(2))
+        return view, view.alignment[k] if k < len(view.alignment) else None
+
     def _on_anchor(self, url: QUrl) -> None:
-        if url.scheme() != "span":
+        """A click on an output shows its sources; on a sentence tied to a source, that one."""
+        found = self._linked(url.path()) if url.scheme() == "span" else None
+        if found is None:
             return
-        try:
-            view = self._spans[int(url.path())]
-        except (ValueError, IndexError):
+        view, sentence = found
+        if sentence is not None and sentence.source is not None:
+            self.source_clicked.emit([sentence.source])
             return
         self.source_clicked.emit([tuple(s) for s in view.sources])
+
+    def _on_hover(self, url: QUrl) -> None:
+        """The mouse over a sentence tied to a source shows that source (once per sentence:
+        moving within it does not scroll the document again)."""
+        found = self._linked(url.path()) if url.scheme() == "span" else None
+        source = found[1].source if found is not None and found[1] is not None else None
+        if source is not None and source != self._hovered:
+            self.source_clicked.emit([source])
+        self._hovered = source
 
     def _on_row_clicked(self, index: QModelIndex) -> None:
         span = self.queue.span_at(index.row())
@@ -627,3 +719,8 @@ class BufferPanel(FollowsLanguage, QWidget):
                 )
         self.kv_label.setText(text)
         self.bar.update()
+
+
+def _utf16(text: str) -> int:
+    """The length of ``text`` in UTF-16 code units (Qt's text positions)."""
+    return len(text.encode("utf-16-le")) // 2

@@ -33,6 +33,7 @@ from app.core.documents import Document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
+from app.core.jobs.alignment import alignment_from
 from app.core.jobs.events import JobFinished
 from app.core.paths import models_dir, sample_document
 from app.core.planning.plan import Plan
@@ -542,7 +543,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
         self.buffers.set_questions(v.prompt.split("\n") if v.task == "ask" else [])
         outputs = [(str(o.get("step", "")), str(o.get("text", "")),
-                    tuple((int(a), int(b)) for a, b in o.get("source_spans", ())))
+                    tuple((int(a), int(b)) for a, b in o.get("source_spans", ())),
+                    alignment_from(o.get("alignment")))  # () for runs recorded before it
                    for o in opened.outputs]  # fmt: skip
         self.buffers.show_outputs(caption, outputs)
         self.tabs.setCurrentWidget(self.buffers)
