@@ -8,10 +8,12 @@ face can tell the calls of one job apart.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.engine.threads import describe_change
-from app.core.jobs.alignment import SentenceSource
+
+if TYPE_CHECKING:  # the events stay plain data: alignment.py brings the word analyzer
+    from app.core.jobs.alignment import SentenceSource
 
 
 @dataclass(frozen=True)
