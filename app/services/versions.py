@@ -8,9 +8,9 @@ was made by the command line or in the window. Each write returns what changed
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,9 @@ class Recorded:
     session: int
     versions: tuple[int, ...]
     parent: int | None = None
+    # the last version of each strategy's line (a job of several questions records a version
+    # per question, each the child of the one before); (): ``versions`` themselves
+    ends: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,40 +128,109 @@ def version_content(spec: JobSpec, strategy: str, n_ctx: int,
 
 
 def record_outcome(repo: Repository, doc: Document, outcome: JobOutcome,
-                   target: Target | None = None) -> Recorded:  # fmt: skip
+                   target: Target | None = None, *, per_question: bool = False,
+                   figures: Mapping[str, Mapping[str, Any]] | None = None) -> Recorded:  # fmt: skip
     """A finished job, in one transaction: a version per strategy, each with its run and (when
     kept) its KV state. Without a ``target`` (or with an empty one) they start a new session;
     with one they join that session as children of the same parent (one per strategy of a
-    comparison). RepositoryError (a ValueError, one sentence) when the target is gone or on
+    comparison). ``per_question``: an ask of several questions records a version per question
+    (see :func:`split_questions`), each the child of the one before, the KV state with the
+    version whose answer the job ended on; ``figures``: each question's plan figures, by
+    question. RepositoryError (a ValueError, one sentence) when the target is gone or on
     another document; nothing is written then."""
     engine = outcome.engine
     if engine is None:  # the job never started: nothing ran to record
         return Recorded(0, ())
-    entries = [
-        Entry(version_content(outcome.spec, r.strategy, r.n_ctx, engine), r,
-              outcome.states.get(i), len(r.final_prompt))
-        for i, r in enumerate(outcome.results)
-    ]  # fmt: skip
+    entries, ends = [], []
+    for i, r in enumerate(outcome.results):
+        turns = (split_questions(outcome.spec, r, figures or {}) if per_question
+                 else [Turned(outcome.spec, r, True)])  # fmt: skip
+        for n, turn in enumerate(turns):
+            state = outcome.states.get(i) if turn.holds_state else None
+            entries.append(Entry(version_content(turn.spec, r.strategy, r.n_ctx, engine),
+                                 turn.result, state, len(turn.result.final_prompt),
+                                 follows_previous=n > 0))  # fmt: skip
+        ends.append(len(entries) - 1)
     if not entries:
         return Recorded(0, ())
     session, parent = _resolve(repo, target or Target())
     ids = repo.record(doc, doc.name, entries, session=session, parent=parent)
     first = repo.get_version(ids[0])
-    return Recorded(first.session, tuple(ids), first.parent)
+    lines = tuple(ids[e] for e in ends) if len(ends) < len(ids) else ()
+    return Recorded(first.session, tuple(ids), first.parent, lines)
 
 
-def record_continuing(repo: Repository, doc: Document, outcome: JobOutcome,
-                      target: Target) -> Recorded:  # fmt: skip
+@dataclass(frozen=True)
+class Turned:
+    """One version a job's result makes: the job as that version records it, its result, and
+    whether the KV state saved after the job is its (the job's last answer is its)."""
+
+    spec: JobSpec
+    result: JobResult
+    holds_state: bool
+
+
+def split_questions(spec: JobSpec, result: JobResult,
+                    figures: Mapping[str, Mapping[str, Any]]) -> list[Turned]:  # fmt: skip
+    """An ask of several questions as a version per question, as if each had been asked
+    apart: its question as the prompt, its answer (and the partial answers of a multi-pass
+    strategy) renumbered "answer 1", its plan's figures (from ``figures``, else the result's
+    when the result's plan is its), its finish reason. The questions asked up to the last one
+    answered are recorded, and the one after it when the job was cut short there (cancelled,
+    failed) with the job's finish reason and error; the KV state goes with the last answered
+    (its call is the one the state holds). Any other job is one version, as it ran."""
+    questions = spec.questions
+    whole = [Turned(spec, result, True)]
+    if spec.task != "ask" or len(questions) < 2:
+        return whole
+    answered = [i for i in range(len(questions))
+                if any(_answers(o.step, i + 1) for o in result.outputs)]  # fmt: skip
+    if not answered:
+        return whole
+    last = max(answered)
+    upto = last + 1
+    if upto < len(questions) and result.finish_reason not in ("stop", "length"):
+        upto += 1  # the question it stopped at
+    made = []
+    for i in range(upto):
+        question = questions[i]
+        outputs = [replace(o, step="answer 1" + o.step[len(f"answer {i + 1}"):])
+                   for o in result.outputs if _answers(o.step, i + 1)]  # fmt: skip
+        plan = figures.get(question)
+        if plan is None:
+            plan = result.plan if result.plan.get("question") == question else {}
+        final = i == upto - 1
+        one = replace(result, outputs=outputs, plan=dict(plan),
+                      finish_reason=outputs[-1].finish_reason if outputs
+                      else result.finish_reason,
+                      error=result.error if final else None,
+                      refused=result.refused if final else None,
+                      final_prompt=result.final_prompt if i == last else ())  # fmt: skip
+        made.append(Turned(replace(spec, questions=(question,)), one, i == last))
+    return made
+
+
+def _answers(step: str, n: int) -> bool:
+    """Whether an output's step is question ``n``'s answer, or a part of it."""
+    name = f"answer {n}"
+    return step == name or step.startswith(name + " ")
+
+
+def record_continuing(repo: Repository, doc: Document, outcome: JobOutcome, target: Target, *,
+                      figures: Mapping[str, Mapping[str, Any]] | None = None) -> Recorded:
     """The window's rule: under ``target``; when its version was deleted since (in the History
     panel), under its session's newest version; when the session was too, in a new session. A
-    run is never lost to a deletion made while it ran."""
+    run is never lost to a deletion made while it ran. An ask of several questions makes a
+    version per question, each the child of the one before (``figures``: see
+    :func:`record_outcome`)."""
     *nearer, last = dict.fromkeys((target, Target(target.session), Target()))
     for attempt in nearer:
         try:
-            return record_outcome(repo, doc, outcome, attempt)
+            return record_outcome(repo, doc, outcome, attempt, per_question=True,
+                                  figures=figures)  # fmt: skip
         except RepositoryError:
             continue  # deleted since: one step further out
-    return record_outcome(repo, doc, outcome, last)
+    return record_outcome(repo, doc, outcome, last, per_question=True, figures=figures)
 
 
 def _resolve(repo: Repository, target: Target) -> tuple[int | None, int | None]:

@@ -12,18 +12,20 @@ back.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.core.documents import Document
 from app.core.engine.types import SamplingSettings
 from app.core.planning.frame import FrameSource
 from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess, Superseded
-from app.core.planning.strategies import Planner, needle_spans, plan_for
+from app.core.planning.strategies import QUESTION_STRATEGIES, Planner, needle_spans, plan_for
 from app.core.tokens import TokenCounter
 from app.services import versions
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
+from app.services.question_plans import SideBySide, side_by_side
 from app.store.repository import Repository, VersionInfo
 
 
@@ -33,7 +35,8 @@ class JobChoices:
     the next Run asks."""
 
     task: str = "summarize"  # summarize, ask, extract
-    question: str = ""  # the question (ask) or the instruction (extract), stripped
+    # the question (ask; several: one per line) or the instruction (extract), stripped
+    question: str = ""
     strategy: str = "head"
     max_tokens: int = 256
     audit: bool = False
@@ -42,17 +45,26 @@ class JobChoices:
     needles: tuple[str, ...] = ()  # facts whose share a comparison measures
 
     @property
+    def questions(self) -> tuple[str, ...]:
+        """The questions an ask asks, one per line of what was typed (blank lines left out);
+        () for a summary or an extract."""
+        if self.task != "ask":
+            return ()
+        return tuple(q.strip() for q in self.question.split("\n") if q.strip())
+
+    @property
     def ranked_by(self) -> str:
-        """What `retrieve` ranks the document against: the question or the instruction (a
-        summary has neither)."""
+        """What `retrieve` ranks the document against in the plan shown: the (first) question
+        or the instruction (a summary has neither)."""
+        if self.task == "ask":
+            return next(iter(self.questions), "")
         return self.question if self.task != "summarize" else ""
 
     def spec(self, strategies: Sequence[str], *, keep_kv: bool = True) -> JobSpec:
         """The job these choices ask for under ``strategies`` (the window keeps every KV
-        state, so each version rolls back instantly)."""
+        state, so each version rolls back instantly): every question asked."""
         text = self.question
-        return JobSpec(self.task, tuple(strategies),
-                       questions=(text,) if self.task == "ask" and text else (),
+        return JobSpec(self.task, tuple(strategies), questions=self.questions,
                        instruction=text if self.task == "extract" else "",
                        max_tokens=self.max_tokens, lanes=self.lanes, sampling=self.sampling,
                        keep_kv=keep_kv, audit=self.audit)  # fmt: skip
@@ -78,6 +90,8 @@ class JobPlace:
 
     doc: Document
     target: versions.Target
+    # the plan figures of each question of an ask of several (its versions record them)
+    figures: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class Refusal(enum.Enum):
@@ -96,7 +110,7 @@ def job_for(choices: JobChoices, strategies: Sequence[str], *, document: bool,
         return Refusal.NO_DOCUMENT
     if not model:
         return Refusal.NO_MODEL
-    if choices.task != "summarize" and not choices.question:
+    if choices.task != "summarize" and not choices.question.strip():
         return Refusal.NO_QUESTION
     return choices.spec(strategies)
 
@@ -137,18 +151,40 @@ def count_document(plans: PlanProcess, doc: Document, key: str | None,
 def job_plans(where: PlanWhere, doc: Document, key: str | None, spec: JobSpec,
               counter: TokenCounter, *, model: FrameSource,
               n_ctx: int) -> list[Plan] | None:  # fmt: skip
-    """The plans the job ``spec`` runs, one per strategy, made before it starts (None:
-    superseded): the window's Run asks one question, which `retrieve` ranks against."""
-    question = spec.questions[0] if spec.questions else spec.instruction
+    """The plans the job ``spec`` runs, made before it starts (None: superseded): one per
+    strategy, and under `retrieve` one per question asked (in the order asked)."""
     made = []
     for strategy in spec.strategies:
         instruction, reserve = spec.framing(strategy, counter)
-        plan = plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
-                          instruction=instruction, question=question)  # fmt: skip
-        if plan is None:
-            return None
-        made.append(plan)
+        for question in spec.ranked_by(strategy):
+            plan = plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx,
+                              reserve=reserve, instruction=instruction,
+                              question=question)  # fmt: skip
+            if plan is None:
+                return None
+            made.append(plan)
     return made
+
+
+def question_figures(plans: Sequence[Plan]) -> dict[str, dict[str, Any]]:
+    """Each question's plan as a run records it (its figures, not its spans), by question."""
+    return {p.question: {k: v for k, v in p.as_dict().items() if k not in ("kept", "dropped")}
+            for p in plans if p.question}  # fmt: skip
+
+
+def several_questions(spec: JobSpec, plans: Sequence[Plan]) -> SideBySide | None:
+    """The plans of a job that asks several questions under `retrieve` side by side (None: it
+    asks one, or its strategy plans once whatever is asked); ``plans``: as :func:`job_plans`
+    makes them."""
+    if not asks_several(spec) or len(plans) != len(spec.questions):
+        return None
+    return side_by_side(plans)
+
+
+def asks_several(spec: JobSpec) -> bool:
+    """Whether ``spec`` asks several questions under `retrieve` alone: a plan per question."""
+    strategy = spec.strategies[0] if len(spec.strategies) == 1 else ""
+    return spec.task == "ask" and len(spec.questions) > 1 and strategy in QUESTION_STRATEGIES
 
 
 def needle_retention(where: PlanWhere, doc: Document, key: str | None, *, choices: JobChoices,
@@ -186,8 +222,9 @@ def replan_version(where: PlanWhere, doc: Document, key: str | None,
                    instruction=v.prompt if v.task == "extract" else "",
                    max_tokens=int(v.settings.get("max_tokens", 256)))  # fmt: skip
     instruction, reserve = spec.framing(v.strategy, counter)
+    question = next(iter(spec.ranked_by(v.strategy)), "")
     plan = plan_shown(where, doc, key, v.strategy, model=model, n_ctx=n_ctx, reserve=reserve,
-                      instruction=instruction)  # fmt: skip
+                      instruction=instruction, question=question)  # fmt: skip
     return plan if plan is not None and opened.is_its_plan(plan) else None
 
 
@@ -196,10 +233,12 @@ def replan_version(where: PlanWhere, doc: Document, key: str | None,
 
 def version_to_go_on_from(done: versions.Recorded, outcome: JobOutcome, chosen: str) -> int:
     """The version a recorded job leaves current: of a comparison, the strategy ``chosen`` in
-    the toolbar, else the first."""
+    the toolbar, else the first; of several questions, the last question's (the end of the
+    line their versions make)."""
     strategies = [r.strategy for r in outcome.results]
     index = strategies.index(chosen) if chosen in strategies else 0
-    return done.versions[min(index, len(done.versions) - 1)]
+    ends = done.ends or done.versions
+    return ends[min(index, len(ends) - 1)]
 
 
 @dataclass(frozen=True)

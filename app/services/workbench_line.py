@@ -83,8 +83,9 @@ class LineOfWork:
                resumed: VersionInfo | None) -> None:  # fmt: skip
         """Store the job through the service the command line records with (a version per
         strategy with its run and KV state, in the current session under the current version,
-        or in a new session), or a resumed reply under the version the rollback made; then
-        ``job_finished``."""
+        or in a new session; an ask of several questions: a version per question, each the
+        child of the one before), or a resumed reply under the version the rollback made;
+        then ``job_finished``."""
         repo = self._repo
         if repo is None or not outcome.results or (resumed is None and place is None):
             self._events.job_finished(outcome)
@@ -96,10 +97,11 @@ class LineOfWork:
                 return versions.record_resumed(repo, resumed, result)
         else:
             assert place is not None
-            doc, target = place.doc, place.target
+            doc, target, figures = place.doc, place.target, place.figures
 
             def work() -> versions.Recorded:
-                return versions.record_continuing(repo, doc, outcome, target)
+                return versions.record_continuing(repo, doc, outcome, target,
+                                                  figures=figures)  # fmt: skip
 
         made_on = place.doc if place is not None else None  # a resume: current already set
         self._scheduler.submit(work, lambda done: self._recorded(done, outcome, made_on),

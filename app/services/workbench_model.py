@@ -21,6 +21,7 @@ import gc
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from app.core.documents import Document
@@ -38,6 +39,7 @@ from app.core.sampling import from_version
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.services import versions, workbench
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
+from app.services.question_plans import SideBySide
 from app.services.workbench import JobChoices, Refusal, StartedJob
 from app.services.workbench_engine import EngineState
 from app.services.workbench_line import LineOfWork
@@ -57,6 +59,10 @@ log = logging.getLogger(__name__)
 CANCELLABLE = frozenset({"open", "plan", "run", "calibrate"})
 REFUSED = {Refusal.NO_DOCUMENT: Notice.NO_DOCUMENT, Refusal.NO_MODEL: Notice.NO_MODEL,
            Refusal.NO_QUESTION: Notice.NO_QUESTION}  # fmt: skip
+
+
+# a plan shown, what the view draws of it, and the plans of several questions side by side
+_Planned = tuple[Plan, object, SideBySide | None]
 
 
 def _no_index(_plan: Plan) -> object:
@@ -282,12 +288,12 @@ class WorkbenchModel:
         generation = self._plan_generation
         strategy = self._choices.strategy
         question = self._choices.ranked_by
+        spec = self._choices.spec((strategy,))
         n_ctx = self._context()
         model, framing, counter = self._frame_source(), self._framing(), self._engine.counter
         doc, (where, key), index = self._doc, self._planning(), self._index
         ticket = self._plans.ticket() if key is not None else None
-
-        def work() -> tuple[Plan, object] | None:
+        def work() -> _Planned | None:
             instruction, reserve = framing(strategy, counter)
             # A 50 MB document's plan and its index are ~400k objects, none of them garbage:
             # as with a document's blocks (open_document), no collection runs while they are
@@ -296,7 +302,21 @@ class WorkbenchModel:
                 plan = workbench.plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx,
                                             reserve=reserve, instruction=instruction,
                                             question=question, ticket=ticket)  # fmt: skip
-                planned = None if plan is None else (plan, index(plan))  # off the model's thread
+                side = None
+                if plan is not None and workbench.asks_several(spec):
+                    # several questions under `retrieve`: each its own plan, side by side
+                    plans: list[Plan | None] = [plan]
+                    for other in spec.questions[1:]:
+                        plans.append(workbench.plan_shown(
+                            where, doc, key, strategy, model=model, n_ctx=n_ctx,
+                            reserve=reserve, instruction=instruction, question=other,
+                            ticket=ticket))  # fmt: skip
+                    made = [p for p in plans if p is not None]
+                    side = workbench.several_questions(spec, made)
+                    if len(made) < len(plans):  # superseded meanwhile
+                        plan = None
+                # off the model's thread
+                planned = None if plan is None else (plan, index(plan), side)
                 gc.freeze()
             return planned
 
@@ -304,11 +324,12 @@ class WorkbenchModel:
             self._plans_pending.discard(generation)
             self._wait("plan", bool(self._plans_pending))
 
-        def done(planned: tuple[Plan, object] | None) -> None:
+        def done(planned: _Planned | None) -> None:
             settle()
             if planned is not None and generation == self._plan_generation:
-                self._plan, drawn = planned
+                self._plan, drawn, side = planned
                 self._events.plan_changed(self._plan, drawn)
+                self._events.question_plans_changed(side)
 
         def failed(message: str) -> None:
             settle()
@@ -476,6 +497,12 @@ class WorkbenchModel:
             if made is None or self._cancel_start:  # closing, or cancelled while planning
                 self.on_job_done(JobOutcome(spec))
                 return
+            side = workbench.several_questions(spec, made)
+            if side is not None:  # the plans it runs, side by side while it runs
+                self._events.question_plans_changed(side)
+                if self._job_place is not None:  # each question's version records its plan
+                    self._job_place = replace(self._job_place,
+                                              figures=workbench.question_figures(made))
             self._engine.run_job(JobRequest(spec, doc.text, planner))
 
         def failed(message: str) -> None:

@@ -32,6 +32,7 @@ from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter
 from app.services.engine_session import ServerSpec
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
+from app.services.question_plans import SideBySide
 from app.services.versions import OpenedVersion
 from app.services.workbench import StartedJob
 from app.store.repository import VersionInfo
@@ -172,6 +173,8 @@ class WorkbenchEvents(Protocol):
     def counts_changed(self, chars: int, tokens: int | None, estimate: int,
                        n_ctx: int | None) -> None: ...  # fmt: skip
     def plan_changed(self, plan: Plan, index: object) -> None: ...
+    # several questions under `retrieve`: their plans side by side (None: one question)
+    def question_plans_changed(self, plans: SideBySide | None) -> None: ...
     def model_loaded(self, info: ModelInfo, loaded: LoadedModel,
                      caps: EngineCapabilities | None) -> None: ...  # fmt: skip
     def server_connected(self, info: ServerInfo) -> None: ...

@@ -365,7 +365,9 @@ class Repository:
         Without ``session``: the document and a new session, whose first versions they are
         (siblings at the root). With ``session``: added to that line of work on the same
         document, all children of ``parent`` (None: of the session's newest version), so a
-        comparison of strategies branches once per strategy from where the person was."""
+        comparison of strategies branches once per strategy from where the person was. An
+        entry that ``follows_previous`` is the child of the version made just before it (the
+        questions of one job asked one after the other)."""
         blob = None if session is not None else self._text_blob(doc)
         packed = [
             None if e.state is None
@@ -378,9 +380,10 @@ class Repository:
                 into, under = _create_session(s, name, _add_document(s, doc, blob)), None
             else:
                 into, under = session, _parent_in(s, session, parent, doc)
-            ids = []
+            ids: list[int] = []
             for entry, kv in zip(entries, packed, strict=True):
-                v = _save_version(s, into, under, dict(entry.content), root=under is None)
+                above = ids[-1] if entry.follows_previous and ids else under
+                v = _save_version(s, into, above, dict(entry.content), root=above is None)
                 _save_run(s, v.id, entry.result.as_dict())
                 if kv is not None:
                     _save_kv(s, v.id, kv)
@@ -522,6 +525,7 @@ class Entry:
     result: Any  # app.core.jobs.tasks.JobResult
     state: KVState | None = None
     prompt_tokens: int = 0
+    follows_previous: bool = False  # the child of the entry before it, not of the parent given
 
 
 def _reply_lines(runs: list[dict[str, Any]]) -> list[str]:

@@ -8,7 +8,7 @@ session model. What Open, Run, Compare and Cancel do is connected by the window.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, QSignalBlocker, Qt, Signal
@@ -35,6 +35,7 @@ from app.core.planning.strategies import STRATEGIES
 from app.ui.help import guide_dialog, shortcuts_dialog
 from app.ui.i18n import LanguageMenu, Retranslated, strategy_label, task_label
 from app.ui.menus import ChecklistMenu
+from app.ui.question_plans import SeveralQuestions
 from app.ui.session_model import JobChoices
 from app.ui.theme import apply_theme, current_theme
 
@@ -139,9 +140,19 @@ class MainActions(QObject):
         self.question = QLineEdit()
         t.set(self.question.setPlaceholderText,
               lambda: self.tr("Question, or instruction for extract"))  # fmt: skip
+        t.set(self.question.setToolTip, lambda: self.tr(
+            "Several questions: paste them one per line, or use Several…"))  # fmt: skip
         self.question.setMinimumWidth(240)
         self.question.setEnabled(False)
         bar.addWidget(self.question)
+        self.several_button = QToolButton()
+        t.set(self.several_button.setText, lambda: self.tr("Several…"))
+        t.set(self.several_button.setToolTip, lambda: self.tr(
+            "Ask several questions at once, one per line: their plans side by side, each "
+            "answer its own version"))  # fmt: skip
+        self.several_button.setEnabled(False)
+        self.several_button.clicked.connect(lambda _checked=False: self.ask_several())
+        bar.addWidget(self.several_button)
 
         self.strategy_box = QComboBox()
         for name in STRATEGIES:
@@ -287,6 +298,22 @@ class MainActions(QObject):
 
     def _on_task_changed(self, _index: int) -> None:
         self.question.setEnabled(self.task_box.currentData() != "summarize")
+        self.several_button.setEnabled(self.task_box.currentData() == "ask")
+
+    def ask_several(self) -> SeveralQuestions:
+        """The dialog that takes several questions, one per line (opened, not waited for):
+        taken, they fill the question box (one per line) and the plans follow."""
+        dialog = SeveralQuestions(self.question.text(), self._window)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self.set_questions(dialog.questions()))
+        dialog.open()
+        return dialog
+
+    def set_questions(self, questions: Sequence[str]) -> None:
+        """The question box asks ``questions``, one per line (an ask)."""
+        self.task_box.setCurrentIndex(self.task_box.findData("ask"))
+        self.question.setText("\n".join(q.strip() for q in questions if q.strip()))
+        self.question.setFocus()
 
     # ----- what the controls hold -----
 

@@ -39,6 +39,7 @@ from app.core.paths import models_dir, sample_document
 from app.core.planning.plan import Plan
 from app.services.errors import BadRequest
 from app.services.history import History, Repository, VersionInfo, open_history
+from app.services.question_plans import SideBySide
 from app.services.versions import OpenedVersion
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import MAX_PANES, CompareView
@@ -53,6 +54,7 @@ from app.ui.main_actions import MainActions
 from app.ui.model_offer import ModelOffer
 from app.ui.model_panel import MAX_CTX, MIN_CTX, ModelPanel
 from app.ui.plan_index import PlanIndex
+from app.ui.question_plans import QuestionPlansView
 from app.ui.run_status import RunStatus
 from app.ui.sampling_box import SamplingBox
 from app.ui.session_model import JobChoices, SessionModel, StartedJob
@@ -68,6 +70,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
     ready = Signal()  # the model is loaded and the document's tokens are counted
     failed = Signal(str)  # something the person was told about went wrong
     plan_shown = Signal(object)  # the Plan now highlighted in the document
+    question_plans_shown = Signal(object)  # several questions' plans side by side (None: gone)
     job_finished = Signal(object)  # JobOutcome, once recorded in the history
     job_events = Signal(list)  # each batch of job events, after the panels have shown it
     engine_restarted = Signal()  # llama.cpp died and a new engine has the model loaded again
@@ -151,6 +154,10 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.buffers, "")
         self.tabs.addTab(self.compare, "")
+        # several questions under `retrieve`: their plans side by side, a tab shown only then
+        self.question_plans = QuestionPlansView()
+        self.question_plans.part_chosen.connect(
+            lambda start, end: self.document_view.highlight_sources([(start, end)]))  # fmt: skip
         if self.repo is not None:
             self.history: HistoryPanel | None = HistoryPanel(self.repo)
             self.history.rolled_back.connect(self.session.resume_rollback)
@@ -160,6 +167,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
         else:
             self.history = None
             self.tabs.addTab(plain_label(self._store_problem), "")
+        self.tabs.addTab(self.question_plans, "")
+        self.tabs.setTabVisible(self.tabs.indexOf(self.question_plans), False)
         self._dock("stages", lambda: self.tr("Three-stage buffer"), self.tabs,
                    Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
 
@@ -201,6 +210,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         tabs = (self.tr("&Buffers"), self.tr("Comp&are"), self.tr("Histor&y"))
         for i, text in enumerate(tabs):
             self.tabs.setTabText(i, text)
+        self.tabs.setTabText(self.tabs.indexOf(self.question_plans), self.tr("Questions"))
         self.controls.retranslate()
 
     def _build_actions(self) -> None:
@@ -242,6 +252,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         s.document_changed.connect(self._on_document_changed)
         s.counts_changed.connect(self.document_view.set_counts)
         s.plan_changed.connect(self._on_plan_changed)
+        s.question_plans_changed.connect(self._on_question_plans_changed)
         s.model_loaded.connect(self._on_model_loaded)
         s.server_connected.connect(self._on_server_connected)
         s.server_failed.connect(self.model_panel.server.show_error)
@@ -407,6 +418,18 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.document_view.show_plan(plan, index)
         self.plan_shown.emit(plan)
 
+    def _on_question_plans_changed(self, plans: SideBySide | None) -> None:
+        """Several questions under `retrieve`: their plans side by side in the Questions tab,
+        brought to the front when it appears (one question: the tab goes)."""
+        view, tabs = self.question_plans, self.tabs
+        index = tabs.indexOf(view)
+        appears = plans is not None and not tabs.isTabVisible(index)
+        view.set_plans(plans)
+        tabs.setTabVisible(index, plans is not None)
+        if appears and not self.session.running:
+            tabs.setCurrentWidget(view)
+        self.question_plans_shown.emit(plans)
+
     # ----- the model -----
 
     def load_model(self, path: Path, settings: LoadSettings, *, fresh: bool = False) -> None:
@@ -497,9 +520,9 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
     def _on_job_started(self, job: StartedJob) -> None:
         self.buffers.reset(job.n_ctx)
-        asked = job.version.prompt if job.resumed and job.version is not None else (
-            self.question.text() if self.task_box.currentData() == "ask" else "")  # fmt: skip
-        self.buffers.set_questions(asked.split("\n"))
+        asked = job.version.prompt.split("\n") if job.resumed and job.version is not None else (
+            list(self.choices().questions))  # fmt: skip
+        self.buffers.set_questions(asked)
         self.run_status.start(self.max_tokens.value())
         if job.resumed and job.version is not None:  # the version being run, not the toolbar's
             v = job.version

@@ -81,6 +81,8 @@ class SessionModel(QObject):
     # characters, exact tokens (None: not counted yet), cl100k estimate, context (None: no model)
     counts_changed = Signal(int, object, int, object)
     plan_changed = Signal(object, object)  # the Plan now shown, its PlanIndex
+    # several questions under `retrieve`: their plans side by side (SideBySide; None: one)
+    question_plans_changed = Signal(object)
     model_loaded = Signal(object, object, object)  # ModelInfo, LoadedModel, capabilities or None
     server_connected = Signal(object)  # ServerInfo: jobs run there now
     server_failed = Signal(str)  # a connection that could not be made; one sentence
