@@ -57,6 +57,8 @@ class QuestionPlansView(FollowsLanguage, QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectItems)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        header.setTextElideMode(Qt.TextElideMode.ElideRight)  # the whole question on hover
         header.setMinimumSectionSize(90)
         self.table.verticalHeader().setSectionResizeMode(
             QHeaderView.ResizeMode.ResizeToContents)  # fmt: skip
@@ -123,6 +125,7 @@ class QuestionPlansView(FollowsLanguage, QWidget):
             total.setFont(font)
             table.setItem(last, i, total)
         table.resizeRowsToContents()
+        table.setCurrentCell(-1, -1)  # nothing chosen yet
 
     def _shares(self, i: int, shares: Sequence[int], kept: int) -> str:
         others = [(j, k) for j, k in enumerate(shares) if j != i]
