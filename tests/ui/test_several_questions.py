@@ -93,6 +93,9 @@ def test_two_questions_typed_show_their_plans_side_by_side(qtbot, tmp_path: Path
     assert w.session.plan is not None and w.session.plan.question == ASKED[0]
     qtbot.wait(50)
     assert problems(w) == []  # the grid fits a 1024x700 window
+    w.fit_to(QRect(0, 0, 1366, 768))
+    qtbot.wait(50)
+    assert problems(w) == []  # and a 1366x768 one
 
     # a double click on a chunk shows it in the document
     row = next(r for r in range(1, w.question_plans.table.rowCount() - 1)
