@@ -113,6 +113,9 @@ class _Job:
     # the calls stream through the ring: each holds a run of consecutive kept chunks (what is
     # still resident of one window, and the next), not one of ``passes`` as a whole
     streamed: bool = False
+    # the call keeps chunks of earlier calls resident: it holds the plan's kept chunks in the
+    # ring's order (those resident first, where they were), each once
+    resident: bool = False
 
 
 class Audit:
@@ -174,7 +177,7 @@ class Audit:
 
     def planned(
         self, kept: Sequence[Any], passes: Sequence[Sequence[Any]], dropped: bool, *,
-        streamed: bool = False,
+        streamed: bool = False, resident: bool = False,
     ) -> None:  # fmt: skip
         """A plan shown: the kept chunks, the chunk groups its calls evaluate, whether it
         dropped anything (chunks are ``app.core.planning.chunking.Chunk``).
@@ -182,7 +185,9 @@ class Audit:
         A job that plans once per question (`retrieve`) reports each plan before its calls:
         the calls that follow must hold one of that plan's groups, and by the job's end every
         plan's kept chunks must have reached the model. ``streamed``: the calls hold runs of
-        consecutive kept chunks as the ring evicts and appends them.
+        consecutive kept chunks as the ring evicts and appends them. ``resident``: the call
+        holds exactly this plan's kept chunks, in ring order (the chunks an earlier call left
+        resident stay where they are, the others follow).
         """
         job = self._need_job()
         job.kept = tuple(dict.fromkeys((*job.kept, *((c.start, c.end) for c in kept))))
@@ -191,6 +196,7 @@ class Audit:
         job.passes = [tuple((c.start, c.end) for c in group) for group in passes]
         job.dropped = job.dropped or dropped
         job.streamed = streamed
+        job.resident = resident
 
     def shifted(
         self, step: str, ring: Ring, laid: Mapping[int, Sequence[int]], *, removed: int,
@@ -349,7 +355,12 @@ class Audit:
             item.segment.source for item in laid
             if item.segment.kind is SegmentKind.CHUNK and item.segment.source is not None
         )  # fmt: skip
-        if chunks and job.streamed:
+        if chunks and job.resident:
+            group = job.passes[0] if job.passes else ()
+            if len(set(chunks)) != len(chunks) or set(chunks) != set(group):
+                self.fail(step, "plan", f"the call held chunks {_spans(chunks)}, which are not "
+                          "the kept chunks of the plan shown, each once")  # fmt: skip
+        elif chunks and job.streamed:
             at = {span: i for i, span in enumerate(job.kept)}
             places = [at.get(span, -1) for span in chunks]
             if -1 in places or places != list(range(places[0], places[0] + len(places))):

@@ -36,12 +36,14 @@ def planned(
     reserve: int,
     later: Sequence[str] = (),
     question: str = "",
+    resident: bool = False,
 ) -> Generator[Event, None, Plan | None]:
     """The plan for the document next to ``instruction`` with ``reserve`` tokens kept free;
     None (and the refusal recorded) when nothing can be done. ``later``: the instructions of
     the job's later calls (combining partial results), which need a token of room too.
     ``question``: what `retrieve` ranks the document against; a job that plans once per
-    question calls this once per question, each plan with its own :class:`PlanReady`."""
+    question calls this once per question, each plan with its own :class:`PlanReady`.
+    ``resident``: its call keeps the chunks already in the cache (ring order)."""
     result = runner.result
     frame = runner.frame(instruction)
     budget = result.n_ctx - frame.tokens - reserve
@@ -73,7 +75,7 @@ def planned(
         return None
     if runner.audit is not None:
         runner.audit.planned(plan.kept_chunks(), pass_chunks(plan), dropped=bool(plan.dropped),
-                             streamed=strategy == "rolling")  # fmt: skip
+                             streamed=strategy == "rolling", resident=resident)  # fmt: skip
     return plan
 
 

@@ -46,6 +46,7 @@ from app.core.jobs.job_setup import (
 from app.core.jobs.map_reduce import map_reduce
 from app.core.jobs.options import TASKS, CancelToken
 from app.core.jobs.rolling import rolling
+from app.core.jobs.streaming import ResidentCalls, shift_refusal
 from app.core.planning.frame import ASK, ASK_PART, COMBINE, COMBINE_ANSWERS, SUMMARIZE
 from app.core.planning.strategies import MULTI_PASS, QUESTION_STRATEGIES, Planner
 from app.core.tokens import TokenCounter
@@ -119,8 +120,10 @@ def ask(
     question after the first reuses the evaluated document from the KV cache (only the question
     is evaluated). Multi-pass strategies ask each window and then combine the answers.
     `retrieve` plans once per question (each its own :class:`PlanReady`, its own kept chunks in
-    the same budget): a later question reuses the prompt's start as far as the two plans keep
-    the same chunks, and evaluates the rest.
+    the same budget): the chunks a later question's plan shares with what the cache holds stay
+    resident and only its other chunks and the question are evaluated
+    (:class:`~app.core.jobs.streaming.ResidentCalls`), or, on a cache that cannot shift, the
+    prompt's start is reused as far as the two plans keep the same chunks.
     """
     t0 = time.perf_counter()
     result, runner = start_job("ask", strategy, n_ctx, engine, cancel, audit=audit,
@@ -135,6 +138,9 @@ def ask(
         room = reserve - max_tokens  # the longest question, after the document
         later = (COMBINE_ANSWERS,) if strategy in MULTI_PASS else ()
         per_question = strategy in QUESTION_STRATEGIES
+        resident = None  # the calls keep shared chunks in the cache (per-question plans)
+        if per_question and shift_refusal(engine) is None:
+            resident = ResidentCalls(runner, instruction)
         plan = None
         if not per_question:  # one plan, whatever is asked
             plan = yield from planned(runner, planner, strategy, instruction, reserve=reserve,
@@ -148,15 +154,18 @@ def ask(
             if per_question:  # each question its own plan, in the same budget; the engine
                 # keeps what the prompts share at their start (the frame, the leading chunks)
                 plan = yield from planned(runner, planner, strategy, instruction,
-                                          reserve=reserve, later=later,
-                                          question=q)  # fmt: skip
+                                          reserve=reserve, later=later, question=q,
+                                          resident=resident is not None)  # fmt: skip
                 if plan is None:
                     return
             assert plan is not None
             if not plan.multi_pass:
                 doc = chunk_segments(text, plan.kept_chunks())
                 asked = TextSegment(question_text(q), None)
-                yield from runner.call(step, ASK, [*doc, asked], max_tokens)
+                if resident is not None:
+                    yield from resident.call(step, [*doc, asked], max_tokens)
+                else:
+                    yield from runner.call(step, ASK, [*doc, asked], max_tokens)
                 continue
             windows = [
                 CallWindow(f"{step} part {w + 1}", [*chunk_segments(text, chunks),

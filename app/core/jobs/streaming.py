@@ -226,6 +226,43 @@ def windows_stream(
     return outs
 
 
+class ResidentCalls:
+    """Calls on one instruction whose document chunks stay in the cache from one call to the
+    next: the questions of one `ask` under `retrieve`, each with its own plan.
+
+    Before each call the chunks its plan shares with what is resident stay where they are (ring
+    order, not document order), everything else that is not pinned leaves (the chunks it does
+    not keep, the last question and reply), and its other chunks, its question and the frame's
+    end are appended: llama.cpp evaluates only those. A prompt re-sent from the start would
+    evaluate everything after the first chunk where two plans differ. The caller checked
+    :func:`shift_refusal`.
+    """
+
+    def __init__(self, session: RingSession, instruction: str) -> None:
+        self.session = session
+        self.frame, self.laid, self.held = _pinned(session, instruction)
+
+    def call(
+        self, step: str, segments: Sequence[Any], max_tokens: int
+    ) -> Generator[Event, None, OutputSpan]:
+        """One reply after ``segments`` (``TextSegment`` s: document chunks with their span,
+        then text of the job's own, the question)."""
+        session, engine = self.session, self.session.engine
+        ring = session.ring
+        pieces = [(seg, chunk_tokens(engine, seg.text)) for seg in segments]
+        chunks = [(seg, t) for seg, t in pieces if t and seg.source is not None]
+        tail = [(seg, t) for seg, t in pieces if t and seg.source is None]
+        wanted = {seg.source for seg, _ in chunks}
+        keep = {s.id for s in ring if s.kind is SegmentKind.CHUNK and s.source in wanted}
+        resident = {s.source for s in ring if s.id in keep}
+        victims = [s for s in ring if not s.pinned and s.id not in keep]
+        yield from _evict(session, step, victims, self.laid, self.held)
+        return (yield from _call(session, step, [
+            *[(t, seg) for seg, t in chunks if seg.source not in resident],
+            *[(t, None) for _, t in tail], (self.frame.after, None),
+        ], self.laid, self.held, max_tokens=max_tokens))  # fmt: skip
+
+
 def _make_room(
     session: RingSession, step: str, need: int, laid: dict[int, tuple[int, ...]],
     held: list[int],

@@ -37,6 +37,9 @@ class PlanOptions:
     # what `retrieve` ranks the document against (an ask's question, an extract's instruction);
     # the other strategies plan the same whatever it is, and their plans are cached without it
     question: str = ""
+    # `retrieve`: fill the budget with further matches and their neighbours (the earlier rule)
+    # instead of keeping what scores close to the best match and its paragraph
+    fill: bool = False
 
 
 StrategyFn = Callable[..., "_Draft"]  # (chunks, text, budget, options) -> what it decides
@@ -143,7 +146,8 @@ def _retrieve(
     if index is None:
         index = Index.build([text[c.start : c.end] for c in chunks])
     draft = _Draft("")
-    for c, v in zip(chunks, select(chunks, index, question, budget).verdicts, strict=True):
+    chosen = select(chunks, index, question, budget, fill=opts.fill, text=text)
+    for c, v in zip(chunks, chosen.verdicts, strict=True):
         if v.kept:
             draft.keep_reasons[c.index] = v.reason
         else:
@@ -257,6 +261,13 @@ def unit_tokens(strategy: str, budget: int, opts: PlanOptions) -> int:
     return max(1, min(budget, max(budget // 8, 32), 256))
 
 
+def paragraph_units(strategy: str) -> Boundary | None:
+    """PARAGRAPH where no chunk of ``strategy``'s plans may hold the end of one paragraph and
+    the start of the next: entropy judges paragraphs one by one, and `retrieve` keeps the
+    passage that matches without the text of the next one around it. None: chunks fill up."""
+    return Boundary.PARAGRAPH if strategy in ("entropy", "retrieve") else None
+
+
 def needle_spans(text: str, needles: Sequence[str]) -> list[tuple[int, int]]:
     """Character ranges of every occurrence of each needle text (for needle retention)."""
     found: list[tuple[int, int]] = []
@@ -338,7 +349,7 @@ class Planner:
         opts = opts or PlanOptions(question=plan.question)
         self.cache.remember_plan(self._plan_key(plan.strategy, plan.budget, opts), plan)
         if plan.budget >= 1 and plan.strategy in STRATEGIES:
-            split_at = Boundary.PARAGRAPH if plan.strategy == "entropy" else None
+            split_at = paragraph_units(plan.strategy)
             unit = unit_tokens(plan.strategy, plan.budget, opts)
             self.cache.remember_chunks(self._chunks_key(unit, split_at), list(plan.chunks))
 
@@ -377,7 +388,9 @@ class Planner:
 
     def _plan_key(self, strategy: str, budget: int, opts: PlanOptions) -> tuple[object, ...]:
         question = question_for(strategy, opts.question)
-        return self._key("plan", strategy, budget, opts.overlap, opts.chunk_tokens, question)
+        fill = opts.fill and strategy in QUESTION_STRATEGIES
+        return self._key("plan", strategy, budget, opts.overlap, opts.chunk_tokens, question,
+                         *(("fill",) if fill else ()))  # fmt: skip
 
     def _make(self, strategy: str, budget: int, opts: PlanOptions) -> Plan:
         t0 = time.perf_counter()
@@ -390,8 +403,7 @@ class Planner:
             return Plan(strategy, budget, total, (), dropped, refused=message,
                         boundary_integrity=1.0, seconds=time.perf_counter() - t0,
                         question=question)  # fmt: skip
-        # entropy judges paragraphs one by one, so they must not share a chunk
-        split_at = Boundary.PARAGRAPH if strategy == "entropy" else None
+        split_at = paragraph_units(strategy)
         unit = unit_tokens(strategy, budget, opts)
         chunks = self.chunks(unit, split_at)
         extra = {}
