@@ -11,10 +11,11 @@ calls from one thread; only :meth:`cancel` may come from another.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from app.core.calibrate import Calibration, cached, calibrate, candidates, machine_key
 from app.core.default_model import sha256_of
@@ -32,7 +33,14 @@ from app.core.engine.types import (
     LoadSettings,
 )
 from app.core.jobs.audit import Audit
-from app.core.jobs.tasks import CancelToken, JobResult, resume, run_strategies, state_after
+from app.core.jobs.tasks import (
+    CancelToken,
+    JobFinished,
+    JobResult,
+    resume,
+    run_strategies,
+    state_after,
+)
 from app.core.planning.strategies import Planner
 from app.core.tokens import LlamaCounter, TokenCounter, host_counter
 from app.services.errors import BadRequest
@@ -79,6 +87,8 @@ class EngineSession:
         self._server_gguf: Path | None = None  # the server's model as a GGUF here, when given
         self._sha: dict[Path, str] = {}
         self._cancel = CancelToken()
+        # what the last job left resident in the cache (JobResult.resident), for a follow-up
+        self._resident: object | None = None
 
     def __enter__(self) -> EngineSession:
         return self
@@ -265,10 +275,22 @@ class EngineSession:
             planner = None
         if planner is None:
             planner = Planner(text, counter)
+        if spec.task == "ask" and remote is None:  # a follow-up keeps what its plans share
+            options["resident_after"] = self._resident
+        self._resident = None  # any job changes what the cache holds
         events = run_strategies(self.engine, text, counter, task=spec.task,
                                 strategies=list(spec.strategies), planner=planner,
                                 **options)  # fmt: skip
-        return JobRun(events, outcome, lambda result: self._state_after(result, outcome))
+        return JobRun(self._keeping_resident(events), outcome,
+                      lambda result: self._state_after(result, outcome))  # fmt: skip
+
+    def _keeping_resident(self, events: Iterator[Any]) -> Iterator[Any]:
+        """The job's events; what its last job left resident in the cache is kept for the
+        next ask (the core job takes it up only where the cache still holds it)."""
+        for ev in events:
+            if isinstance(ev, JobFinished):
+                self._resident = ev.result.resident
+            yield ev
 
     def resume(self, spec: ResumeSpec) -> JobRun:
         """Generate a version's reply again from its saved KV state, without evaluating its

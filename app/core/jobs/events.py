@@ -213,6 +213,9 @@ class JobResult:
     # The token ids of the last model call's prompt: with the KV state saved right after the job,
     # a rollback can resume that call without evaluating it again. Not part of as_dict().
     final_prompt: tuple[int, ...] = field(default=(), repr=False)
+    # What the job's calls left resident in the KV cache, for a follow-up job on the same engine
+    # (app.core.jobs.streaming.ResidentState); None where nothing can be taken up. Not in as_dict.
+    resident: Any = field(default=None, repr=False)
     # The document the job was given, until it ends (job_setup.finish aligns the outputs to it
     # and lets it go). Not part of as_dict().
     document_text: str = field(default="", repr=False, compare=False)
@@ -231,7 +234,8 @@ class JobResult:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["final_prompt"], d["document_text"]
+        del d["final_prompt"]
+        d.pop("resident", None), d["document_text"]
         d["prompt_tokens_evaluated"] = self.evaluated_tokens
         d["evaluated_per_document_token"] = self.evaluated_per_document_token
         d["outputs"] = [

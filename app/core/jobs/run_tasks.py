@@ -46,7 +46,7 @@ from app.core.jobs.job_setup import (
 from app.core.jobs.map_reduce import map_reduce
 from app.core.jobs.options import TASKS, CancelToken
 from app.core.jobs.rolling import rolling
-from app.core.jobs.streaming import ResidentCalls, shift_refusal
+from app.core.jobs.streaming import ResidentCalls, ResidentState, shift_refusal
 from app.core.planning.frame import ASK, ASK_PART, COMBINE, COMBINE_ANSWERS, SUMMARIZE
 from app.core.planning.strategies import MULTI_PASS, QUESTION_STRATEGIES, Planner
 from app.core.tokens import TokenCounter
@@ -113,6 +113,7 @@ def ask(
     audit: Audit | None = None,
     lanes: int | None = None,
     sampling: SamplingSettings | None = None,
+    resident_after: ResidentState | None = None,
 ) -> Iterator[Event]:
     """Answer ``questions`` about ``text``, one output per question.
 
@@ -124,12 +125,15 @@ def ask(
     resident and only its other chunks and the question are evaluated
     (:class:`~app.core.jobs.streaming.ResidentCalls`), or, on a cache that cannot shift, the
     prompt's start is reused as far as the two plans keep the same chunks.
+    ``resident_after``: what an earlier job's questions left resident (:attr:`JobResult.resident`
+    of the last job on this engine): a follow-up job keeps the chunks its plans share with it.
     """
     t0 = time.perf_counter()
     result, runner = start_job("ask", strategy, n_ctx, engine, cancel, audit=audit,
                                text=text, max_tokens=max_tokens, lanes=lanes,
                                sampling=sampling)  # fmt: skip
     planner = planner or Planner(text, counter)
+    resident: ResidentCalls | None = None  # the calls keep shared chunks in the cache
     try:
         if not questions or not all(q.strip() for q in questions):
             raise ValueError("ask needs at least one question, and no empty ones")
@@ -138,9 +142,8 @@ def ask(
         room = reserve - max_tokens  # the longest question, after the document
         later = (COMBINE_ANSWERS,) if strategy in MULTI_PASS else ()
         per_question = strategy in QUESTION_STRATEGIES
-        resident = None  # the calls keep shared chunks in the cache (per-question plans)
         if per_question and shift_refusal(engine) is None:
-            resident = ResidentCalls(runner, instruction)
+            resident = ResidentCalls(runner, instruction, resident_after)
         plan = None
         if not per_question:  # one plan, whatever is asked
             plan = yield from planned(runner, planner, strategy, instruction, reserve=reserve,
@@ -187,6 +190,8 @@ def ask(
     except EngineError as exc:
         yield failed(result, runner, exc)
     finally:
+        if resident is not None and result.error is None and not runner.cancel.is_set():
+            result.resident = resident.state()
         yield finish(result, runner, t0)
 
 

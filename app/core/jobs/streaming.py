@@ -226,6 +226,19 @@ def windows_stream(
     return outs
 
 
+@dataclass(frozen=True)
+class ResidentState:
+    """What a job's resident calls left in llama.cpp's cache, for the next job on the same
+    engine (a follow-up question in the window): the ring, each segment's tokens, the cache's
+    tokens by position, and the instruction that frames them. Used only where the cache still
+    holds exactly ``held`` (nothing else ran in between)."""
+
+    instruction: str
+    ring: dict[str, Any]
+    laid: dict[int, tuple[int, ...]]
+    held: tuple[int, ...]
+
+
 class ResidentCalls:
     """Calls on one instruction whose document chunks stay in the cache from one call to the
     next: the questions of one `ask` under `retrieve`, each with its own plan.
@@ -238,9 +251,29 @@ class ResidentCalls:
     :func:`shift_refusal`.
     """
 
-    def __init__(self, session: RingSession, instruction: str) -> None:
-        self.session = session
+    def __init__(
+        self, session: RingSession, instruction: str, after: ResidentState | None = None
+    ) -> None:
+        """``after``: what an earlier job left resident; taken up when the cache still holds
+        it for the same instruction and context, else the calls start from the frame."""
+        self.session, self.instruction = session, instruction
         self.frame, self.laid, self.held = _pinned(session, instruction)
+        self.carried = 0  # document chunks taken over from ``after``
+        if after is None or after.instruction != instruction:
+            return
+        ring = Ring.from_dict(after.ring)
+        if ring.capacity != session.ring.capacity:
+            return
+        if list(session.engine.kv_tokens()) != list(after.held):
+            return  # another job, a rollback or a reload changed the cache since
+        session.ring = ring
+        self.laid, self.held = dict(after.laid), list(after.held)
+        self.carried = sum(s.kind is SegmentKind.CHUNK for s in ring)
+
+    def state(self) -> ResidentState:
+        """What these calls leave resident, for the next job."""
+        ring = self.session.ring
+        return ResidentState(self.instruction, ring.to_dict(), dict(self.laid), tuple(self.held))
 
     def call(
         self, step: str, segments: Sequence[Any], max_tokens: int
