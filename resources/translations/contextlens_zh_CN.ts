@@ -74,6 +74,14 @@
         <translation>已结束：{0} · 提示词 {1:,} 个 token（已计算 {2:,} 个）· 生成 {3:,} 个 · KV 峰值 {4:,} / {5:,} · {6:.1f} 秒</translation>
     </message>
     <message>
+        <source>No support in the kept text (best match: score {0:.2f})</source>
+        <translation>保留的文本中没有依据（最佳匹配：得分 {0:.2f}）</translation>
+    </message>
+    <message>
+        <source>Source: document characters {0:,}–{1:,}, score {2:.2f} (highlighted in the document)</source>
+        <translation>来源：文档字符 {0:,}–{1:,}，得分 {2:.2f}（已在文档中高亮）</translation>
+    </message>
+    <message>
         <source>Answer to “{0}”</source>
         <translation>对“{0}”的回答</translation>
     </message>
@@ -1028,6 +1036,18 @@ Qt (PySide6) {3}</translation>
         <translation>问题，或提取任务的指令</translation>
     </message>
     <message>
+        <source>Several questions: paste them one per line, or use Several…</source>
+        <translation>多个问题：每行粘贴一个，或使用“多个…”</translation>
+    </message>
+    <message>
+        <source>Several…</source>
+        <translation>多个…</translation>
+    </message>
+    <message>
+        <source>Ask several questions at once, one per line: their plans side by side, each answer its own version</source>
+        <translation>一次提出多个问题，每行一个：并排显示各自的计划，每个回答成为单独的版本</translation>
+    </message>
+    <message>
         <source>What to do with a document longer than the context</source>
         <translation>文档超出上下文长度时的处理方式</translation>
     </message>
@@ -1149,6 +1169,10 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Gauges</source>
         <translation>仪表盘</translation>
+    </message>
+    <message>
+        <source>Questions</source>
+        <translation>问题</translation>
     </message>
     <message>
         <source>Open Document</source>
@@ -1678,6 +1702,65 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>QuestionPlansView</name>
+    <message>
+        <source>Ask several questions under “retrieve” to see their plans side by side.</source>
+        <translation>在“retrieve”策略下提出多个问题，即可并排查看它们的计划。</translation>
+    </message>
+    <message>
+        <source>{0} questions, each with its plan under {1} ({2:,} tokens of room): {3} chunk(s), {4:,} tokens, kept by more than one</source>
+        <translation>{0} 个问题，各自在 {1} 下有计划（可用 {2:,} 个 token）：{3} 个分块、{4:,} 个 token 被多个问题保留</translation>
+    </message>
+    <message>
+        <source>Q{0}: {1}</source>
+        <translation>问{0}：{1}</translation>
+    </message>
+    <message>
+        <source>Shared</source>
+        <translation>共享</translation>
+    </message>
+    <message>
+        <source>Total</source>
+        <translation>合计</translation>
+    </message>
+    <message>
+        <source>{0:,} tokens kept, {1:,} shared</source>
+        <translation>保留 {0:,} 个 token，共享 {1:,} 个</translation>
+    </message>
+    <message>
+        <source>shares {0} of {1} chunks with Q{2}</source>
+        <translation>{1} 个分块中有 {0} 个与问{2}共享</translation>
+    </message>
+    <message>
+        <source>{0} with Q{1}</source>
+        <translation>与问{1}共享 {0} 个</translation>
+    </message>
+    <message>
+        <source>shares of {0} chunks: {1}</source>
+        <translation>{0} 个分块的共享情况：{1}</translation>
+    </message>
+    <message>
+        <source>rank {0}</source>
+        <translation>排名 {0}</translation>
+    </message>
+    <message>
+        <source>next to rank {0}</source>
+        <translation>紧邻排名 {0}</translation>
+    </message>
+    <message>
+        <source>kept</source>
+        <translation>保留</translation>
+    </message>
+    <message>
+        <source>{0:,} tokens · {1}</source>
+        <translation>{0:,} 个 token · {1}</translation>
+    </message>
+    <message>
+        <source>Also kept for {0}</source>
+        <translation>也为 {0} 保留</translation>
+    </message>
+</context>
+<context>
     <name>RunStatus</name>
     <message>
         <source>Window {0} of {1}</source>
@@ -2102,6 +2185,17 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Tuned settings are ready: see Speed in the model panel.</source>
         <translation>调优设置已就绪：请查看模型面板中的“速度”。</translation>
+    </message>
+</context>
+<context>
+    <name>SeveralQuestions</name>
+    <message>
+        <source>Several Questions</source>
+        <translation>多个问题</translation>
+    </message>
+    <message>
+        <source>One question per line. Under “retrieve” each question gets its own plan; each answer becomes its own version in the thread. Ctrl+Enter takes them.</source>
+        <translation>每行一个问题。在“retrieve”策略下，每个问题有自己的计划；每个回答成为对话中的单独版本。按 Ctrl+Enter 确认。</translation>
     </message>
 </context>
 <context>

@@ -59,6 +59,7 @@ from app.core.engine.host import EngineHost  # noqa: E402
 from app.core.engine.types import Finished, LoadSettings  # noqa: E402
 from app.core.jobs.tasks import JobFinished, JobResult, PlanReady, ask, planning  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
+from app.core.planning.cache import PlanCache  # noqa: E402
 from app.core.planning.chunking import sliding_windows  # noqa: E402
 from app.core.planning.frame import document_budget  # noqa: E402
 from app.core.planning.plan import Plan  # noqa: E402
@@ -182,8 +183,8 @@ NEEDLES: tuple[Needle, ...] = (
 
 # Three facts about one invented thing, far apart, and one question that needs all three
 MULTI_FACTS: tuple[Needle, ...] = (
-    Needle("The first of the three Harrowgate lanterns was forged by a smith named Oskel Trent.",
-           "", ("Trent",)),
+    Needle("The first of the three Harrowgate lanterns was forged by a smith named Oskel Vantry.",
+           "", ("Vantry",)),
     Needle("The second Harrowgate lantern was made in the hill village of Mirrowby.", "",
            ("Mirrowby",)),
     Needle("The third Harrowgate lantern is lit only on the night of the Saltmoon fair.", "",
@@ -401,8 +402,9 @@ def plan_all(strategy: str, planted: Planted, counter: TokenCounter, model: Path
     """Each question's plan on a planner of its own (so the first includes the chunking), with
     the budget of the ask job that asks them all. ``retrieve-fill``'s plans are handed to the
     planner as `retrieve`'s, so the job runs them."""
-    planner = Planner(planted.text, counter)
     questions = [n.question for n in planted.needles]
+    # room for every question's plan: the job must find the plans made here (fill's above all)
+    planner = Planner(planted.text, counter, cache=PlanCache(max_plans=4 * len(questions) + 16))
     fill = strategy == FILL
     name = "retrieve" if fill else strategy
     instruction, reserve = planning("ask", name, counter, max_tokens=max_tokens,

@@ -67,6 +67,8 @@ CLOSE = 0.7
 # At most this many matches are kept for their own score (a question of common words only
 # scores a thousand parts alike: it gets the best few, not the budget's worth)
 MOST_MATCHES = 12
+# Matches looked at for the parts of a question the close ones do not answer (see _covering)
+COVER_CANDIDATES = 50
 # Parts of the paragraph a kept match is cut from, kept on each side at most
 PASSAGE_PARTS = 2
 # A title: a line of at most this many words without a sentence's end. A question's words often
@@ -331,16 +333,23 @@ def select(
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i))
     rank = {i: r + 1 for r, i in enumerate(ranked)}
     words: dict[int, list[str]] = {}
+    holds: dict[int, set[str]] = {}  # chunk -> the question's terms it holds
+    rarity: dict[str, int] = {}  # term -> how many chunks hold it
     for term, word in wanted.items():
-        for i in index.matched(term).tolist():
-            if i < n and word not in words.setdefault(i, []):
-                words[i].append(word)
+        found = index.matched(term).tolist()
+        rarity[term] = len(found)
+        for i in found:
+            if i < n:
+                holds.setdefault(i, set()).add(term)
+                if word not in words.setdefault(i, []):
+                    words[i].append(word)
     if sum(c.tokens for c in chunks) <= budget:
         kept: dict[int, int | None] = dict.fromkeys(range(n))
     elif fill:
         kept = _within(chunks, ranked, rank, budget)
     else:
-        kept = _precise(chunks, ranked, rank, scores, budget, text=text)
+        kept = _precise(chunks, ranked, rank, scores, budget, text=text,
+                        covers=_covering(ranked, holds, rarity))  # fmt: skip
 
     matching = len(ranked)
     best = float(scores[ranked[0]]) if ranked else 0.0
@@ -366,18 +375,20 @@ def select(
 
 def _precise(
     chunks: Sequence[Chunk], ranked: Sequence[int], rank: dict[int, int], scores: np.ndarray,
-    budget: int, *, text: str,
+    budget: int, *, text: str, covers: Sequence[int] = (),
 ) -> dict[int, int | None]:  # fmt: skip
     """The chunks kept of a document over the budget by the evidence (see :func:`select`):
-    chunk -> the rank of the match whose paragraph it continues, None for a match."""
+    chunk -> the rank of the match whose paragraph it continues, None for a match.
+    ``covers``: further matches that hold what the question asks and the close ones do not."""
     n = len(chunks)
     kept: dict[int, int | None] = {}
     used = 0
     if not ranked:
         return kept
     floor = CLOSE * float(scores[ranked[0]])
-    for i in ranked:
-        if len(kept) >= MOST_MATCHES or float(scores[i]) < floor:
+    close = [i for i in ranked[:MOST_MATCHES] if float(scores[i]) >= floor]
+    for i in sorted(dict.fromkeys([*close, *covers]), key=rank.__getitem__):
+        if len(kept) >= MOST_MATCHES:
             break
         if used + chunks[i].tokens <= budget:
             kept[i] = None
@@ -401,6 +412,30 @@ def _precise(
                 kept[j] = rank[h]
                 used += chunks[j].tokens
     return kept
+
+
+def _covering(ranked: Sequence[int], holds: dict[int, set[str]],
+              rarity: dict[str, int]) -> list[int]:  # fmt: skip
+    """Matches that answer another part of the question: a question that needs several
+    passages ("who made the first lantern, where was the second made …") scores the passage of
+    one part highest, and the others fall under :data:`CLOSE`. Among the best
+    :data:`COVER_CANDIDATES` matches that hold the rarest term the best match holds (what the
+    question is about), each one that holds a question term no kept match holds yet, best
+    first."""
+    if not ranked:
+        return []
+    best = holds.get(ranked[0], set())
+    if not best:
+        return []
+    anchor = min(best, key=lambda t: (rarity.get(t, 0), t))
+    covered = set(best)
+    out = []
+    for i in ranked[1:COVER_CANDIDATES]:
+        terms_here = holds.get(i, set())
+        if anchor in terms_here and terms_here - covered:
+            out.append(i)
+            covered |= terms_here
+    return out
 
 
 def _within(
