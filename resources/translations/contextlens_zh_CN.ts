@@ -1037,7 +1037,7 @@ Qt (PySide6) {3}</translation>
     </message>
     <message>
         <source>Several questions: paste them one per line, or use Several…</source>
-        <translation>多个问题：每行粘贴一个，或使用“多个…”</translation>
+        <translation>多个问题：每行粘贴一个，或使用“多个…”按钮…</translation>
     </message>
     <message>
         <source>Several…</source>
