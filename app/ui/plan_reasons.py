@@ -58,6 +58,11 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (f"rank {_N} of {_N} matching parts \\(score {_F}\\), past the budget",
          QT_TRANSLATE_NOOP("PlanReason",
                            "rank {0} of {1} matching parts (score {2}), past the budget")),
+        (f"the paragraph of the part ranked {_N} goes on here",
+         QT_TRANSLATE_NOOP("PlanReason", "the paragraph of the part ranked {0} goes on here")),
+        (f"rank {_N} of {_N} matching parts \\(score {_F}\\), under 70% of the best \\({_F}\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "rank {0} of {1} matching parts (score {2}), under 70% "
+                                         "of the best ({3})")),
         (f"next to the part ranked {_N} \\(context\\)",
          QT_TRANSLATE_NOOP("PlanReason", "next to the part ranked {0} (context)")),
         ("matches no term of the question",

@@ -1685,6 +1685,14 @@ Qt (PySide6) {3}</translation>
         <translation>匹配片段中排名第 {0}（共 {1} 个；得分 {2}），超出预算</translation>
     </message>
     <message>
+        <source>the paragraph of the part ranked {0} goes on here</source>
+        <translation>排名 {0} 的部分所在段落在此延续</translation>
+    </message>
+    <message>
+        <source>rank {0} of {1} matching parts (score {2}), under 70% of the best ({3})</source>
+        <translation>匹配部分中排名 {0}（共 {1} 个，得分 {2}），低于最佳得分（{3}）的 70%</translation>
+    </message>
+    <message>
         <source>next to the part ranked {0} (context)</source>
         <translation>紧邻排名第 {0} 的片段（上下文）</translation>
     </message>

@@ -60,7 +60,8 @@ def test_plan_json_prints_scored_spans_one_plan_per_question(planted: Path) -> N
                 assert isinstance(s["rank"], int) and s["rank"] >= 1 and s["terms"]
                 assert s["reason"].startswith(f"rank {s['rank']:,} of ")
             else:
-                assert s["reason"] == f"next to the part ranked {s['next_to']:,} (context)"
+                assert s["reason"] == (f"the paragraph of the part ranked {s['next_to']:,} goes "
+                                       "on here")  # fmt: skip
         assert 1 in [s["rank"] for s in p["kept"]]
     deep, other = plans
     assert deep["needle_retention"] == 1.0  # the fact 300k tokens deep reaches the model

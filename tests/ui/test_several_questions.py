@@ -20,7 +20,8 @@ WAIT = 120_000
 TOPICS = ("Boats leave the harbour at dawn with the tide. ",
           "The keeper of the harbour keeps the key of the lighthouse. ",
           "Nets dry in the sun on the stones all day long. ")  # fmt: skip
-ASKED = ("When do the boats leave the harbour?", "Who keeps the key of the harbour?")
+ASKED = ("When do the boats leave the harbour?",
+         "When do the boats leave the harbour, and where do nets dry?")
 
 
 def window(qtbot, tmp_path: Path, model: Path | None, document: Path,
