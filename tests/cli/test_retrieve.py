@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from app.core.default_model import default_model_path
+from app.core.jobs.job_setup import question_text
 from app.core.paths import sample_document
 from app.core.planning.retrieve import NEEDS_QUESTION
+from app.core.tokens import gguf_encoding
 from tests.cli.runner import assert_one_line_error, run
 
 FACT = "At the Vostrikov labs the spare coffee grinder was kept in locker 7204, behind the tape "
@@ -123,3 +126,37 @@ def test_run_ask_with_retrieve_passes_the_audit_one_plan_per_question(tmp_path: 
         [(strategy,)] = con.execute("SELECT strategy FROM runs").fetchall()
     assert strategy == "retrieve"
     assert "audit passed: 1 job(s), 2 model call(s)" in proc.stderr
+
+
+def test_a_second_question_in_one_ask_evaluates_only_what_is_not_resident(tmp_path: Path) -> None:
+    """`run --task ask --strategy retrieve` with two questions whose plans share chunks: the
+    shared ones stay in llama.cpp's cache (ring order), the others leave, and the second call
+    evaluates at most 1.1x the tokens of its new chunks, its question and the frame's end; the
+    audit passes after the evictions."""
+    text = sample_document().read_text(encoding="utf-8")[:60_000]
+    doc = tmp_path / "jargon-start.txt"
+    doc.write_text(text, encoding="utf-8")
+    questions = ["What is jargon?", "How does jargon differ from techspeak?"]
+    proc = run("run", str(doc), "--task", "ask", "--strategy", "retrieve", "--question",
+               questions[0], "--question", questions[1], "--n-ctx", "1024", "--max-tokens", "8",
+               "--audit", "--json", timeout=300)  # fmt: skip
+    assert proc.returncode == EXIT_OK, proc.stderr
+    lines = _lines(proc.stdout)
+    done, audit = lines[-2], lines[-1]
+    assert audit["passed"] is True, audit["findings"]
+    assert audit["counts"]["evictions"] >= 1 and done["evictions"] == audit["counts"]["evictions"]
+    first, second = ([tuple(s) for s in o["source_spans"]] for o in done["outputs"])
+    shared = [s for s in second if s in first]
+    assert shared and second[: len(shared)] == shared  # resident first, where they were
+    new = [e for e in lines if e["type"] == "chunk_queued" and e["step"] == "answer 2"]
+    assert {(e["start"], e["end"]) for e in new} == set(second) - set(first)
+    unshared = sum(e["tokens"] for e in new)
+    asked = gguf_encoding(default_model_path()).count(question_text(questions[1]))
+    # what llama.cpp evaluates of each call's prompt (the cache holds the rest), as it said
+    totals = {e["step"]: e["total"] for e in lines if e["type"] == "eval_progress"}
+    evaluated = totals["answer 2"]
+    assert totals["answer 1"] + evaluated <= done["prompt_tokens_evaluated"]
+    # the frame's end: SmolLM2's "<|im_end|>\n<|im_start|>assistant\n" (5 tokens), and the
+    # prompt's last token evaluated again with the reply
+    assert evaluated <= 1.1 * (unshared + asked + 6), (evaluated, unshared, asked)
+    assert evaluated < (done["prompt_tokens"] - totals["answer 1"]) // 2  # the second's prompt
