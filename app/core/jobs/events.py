@@ -7,7 +7,7 @@ face can tell the calls of one job apart.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.engine.threads import describe_change
@@ -233,9 +233,10 @@ class JobResult:
         return round(self.evaluated_tokens / self.document_tokens, 4)
 
     def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        del d["final_prompt"]
-        d.pop("resident", None), d["document_text"]
+        # what only this process needs (token ids, the cache's layout, the document) is not
+        # copied, nor recorded
+        d = asdict(replace(self, final_prompt=(), resident=None, document_text=""))
+        del d["final_prompt"], d["resident"], d["document_text"]
         d["prompt_tokens_evaluated"] = self.evaluated_tokens
         d["evaluated_per_document_token"] = self.evaluated_per_document_token
         d["outputs"] = [
