@@ -63,6 +63,9 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (f"rank {_N} of {_N} matching parts \\(score {_F}\\), under 70% of the best \\({_F}\\)",
          QT_TRANSLATE_NOOP("PlanReason", "rank {0} of {1} matching parts (score {2}), under 70% "
                                          "of the best ({3})")),
+        (f"rank {_N} of {_N} matching parts \\(score {_F}\\), after the {_N} best kept",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "rank {0} of {1} matching parts (score {2}), after the {3} best kept")),
         (f"next to the part ranked {_N} \\(context\\)",
          QT_TRANSLATE_NOOP("PlanReason", "next to the part ranked {0} (context)")),
         ("matches no term of the question",

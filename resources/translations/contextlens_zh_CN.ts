@@ -1693,6 +1693,10 @@ Qt (PySide6) {3}</translation>
         <translation>匹配部分中排名 {0}（共 {1} 个，得分 {2}），低于最佳得分（{3}）的 70%</translation>
     </message>
     <message>
+        <source>rank {0} of {1} matching parts (score {2}), after the {3} best kept</source>
+        <translation>匹配部分中排名 {0}（共 {1} 个，得分 {2}），在已保留的最佳 {3} 个之后</translation>
+    </message>
+    <message>
         <source>next to the part ranked {0} (context)</source>
         <translation>紧邻排名第 {0} 的片段（上下文）</translation>
     </message>

@@ -79,6 +79,7 @@ SPAN_REASONS = [
     re.compile(r"next to the part ranked [\d,]+ \(context\)"),
     re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d\), past the budget"),
     re.compile(r"the paragraph of the part ranked [\d,]+ goes on here"),
+    re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d\), after the 12 best kept"),
     re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d\), under 70% of the best "
                r"\(\d+\.\d\d\)"),
     re.compile(re.escape(NO_MATCH)),
@@ -213,7 +214,7 @@ def test_the_best_parts_are_kept_in_document_order_and_say_why(
     assert all((s.score or 0) >= CLOSE * top for s in own if s.rank is not None)
     dropped = [s for s in plan.dropped if s.rank is not None]
     assert dropped and all("under 70% of the best" in s.reason or "past the budget" in s.reason
-                           for s in dropped)  # fmt: skip
+                           or "after the 12 best kept" in s.reason for s in dropped)  # fmt: skip
     assert all((s.score or 0) < CLOSE * top for s in dropped if "under 70%" in s.reason)
     assert min(s.rank for s in dropped) > len(ranks)  # type: ignore[type-var]
     as_json = plan.as_dict()

@@ -304,6 +304,11 @@ def far_reason(rank: int, matching: int, score: float, best: float) -> str:
             f"{CLOSE:.0%} of the best ({best:.2f})")  # fmt: skip
 
 
+def beyond_reason(rank: int, matching: int, score: float) -> str:
+    return (f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}), after the "
+            f"{MOST_MATCHES} best kept")  # fmt: skip
+
+
 def past_budget_reason(rank: int, matching: int, score: float) -> str:
     return f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}), past the budget"
 
@@ -353,6 +358,7 @@ def select(
 
     matching = len(ranked)
     best = float(scores[ranked[0]]) if ranked else 0.0
+    full = sum(1 for v in kept.values() if v is None) >= MOST_MATCHES  # as many as it keeps
     around = neighbour_reason if fill else passage_reason
     out = Selection()
     for i in range(n):
@@ -364,9 +370,14 @@ def select(
             reason = FITS if r is None else kept_reason(r, matching, score, found)
             out.verdicts.append(Verdict(True, reason, score, r, found))
         elif r is not None:
-            far = not fill and score < CLOSE * best
-            reason = (far_reason(r, matching, score, best) if far
-                      else past_budget_reason(r, matching, score))  # fmt: skip
+            if fill:
+                reason = past_budget_reason(r, matching, score)
+            elif score < CLOSE * best:
+                reason = far_reason(r, matching, score, best)
+            elif full:
+                reason = beyond_reason(r, matching, score)
+            else:
+                reason = past_budget_reason(r, matching, score)
             out.verdicts.append(Verdict(False, reason, score, r, found))
         else:
             out.verdicts.append(Verdict(False, NO_MATCH, 0.0))
