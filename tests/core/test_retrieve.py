@@ -43,7 +43,7 @@ from app.core.planning.retrieve import (
     question_terms,
     terms,
 )
-from app.core.planning.strategies import Planner, PlanOptions, plan_for
+from app.core.planning.strategies import QUESTION_UNIT, Planner, PlanOptions, plan_for
 from app.core.tokens import (
     TiktokenCounter,
     counter_key,
@@ -381,9 +381,14 @@ def test_a_second_question_reuses_the_index(counter: TiktokenCounter, jargon: st
     assert again is first and planner.stats.plans_reused == 1
     head = planner.plan("head", 1_500, PlanOptions(question="anything"))
     assert head is planner.plan("head", 1_500) and head.question == ""
-    # a context of another size is another chunking, and another index
+    # a context of another size keeps the same parts (paragraphs, long ones in pieces of
+    # QUESTION_UNIT tokens): the same chunking and index, so a follow-up whose room differs by
+    # its question's length shares chunks with the last plan
+    chunkings = planner.stats.chunkings_made  # head's own, and retrieve's
     planner.plan("retrieve", 700, PlanOptions(question="What is a hacker?"))
-    assert planner.stats.indexes_made == 2
+    assert planner.stats.indexes_made == 1 and planner.stats.chunkings_made == chunkings
+    planner.plan("retrieve", QUESTION_UNIT - 1, PlanOptions(question="What is a hacker?"))
+    assert planner.stats.indexes_made == 2  # a budget under the unit: smaller parts
 
 
 @pytest.mark.unit

@@ -67,7 +67,7 @@ def check_grid(view: QuestionPlansView, plans: SideBySide) -> None:
 
 def test_two_questions_typed_show_their_plans_side_by_side(qtbot, tmp_path: Path) -> None:
     doc = tmp_path / "harbour.txt"
-    doc.write_text("\n\n".join(t * 40 for t in TOPICS) * 3, encoding="utf-8")
+    doc.write_text("\n\n".join(t * 8 for t in TOPICS) * 3, encoding="utf-8")
     w = window(qtbot, tmp_path, None, doc, 1024)  # no model: planned with cl100k
     w.fit_to(QRect(0, 0, 1024, 700))
     w.show()

@@ -250,6 +250,10 @@ def _novelty(text: str, start: int, raw: str) -> float:
 # planning
 
 
+# `retrieve`'s parts: paragraphs, a longer one cut into pieces of at most this many tokens
+QUESTION_UNIT = 128
+
+
 def unit_tokens(strategy: str, budget: int, opts: PlanOptions) -> int:
     """The chunk size a strategy plans with: fine for single pass, larger for windows."""
     if opts.chunk_tokens:
@@ -258,6 +262,10 @@ def unit_tokens(strategy: str, budget: int, opts: PlanOptions) -> int:
         return max(1, budget)
     if strategy in MULTI_PASS:
         return max(1, min(budget, max(budget // 4, 32)))
+    if strategy in QUESTION_STRATEGIES:
+        # one chunking whatever the budget: each question's room differs by its length, and
+        # follow-ups keep resident only the chunks their plans share (and reuse one index)
+        return max(1, min(budget, QUESTION_UNIT))
     return max(1, min(budget, max(budget // 8, 32), 256))
 
 
