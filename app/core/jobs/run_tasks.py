@@ -154,8 +154,8 @@ def ask(
             if runner.cancel.is_set():
                 return
             step = f"answer {i + 1}"
-            if per_question:  # each question its own plan, in the same budget; the engine
-                # keeps what the prompts share at their start (the frame, the leading chunks)
+            if per_question:  # each question its own plan, in the same budget; the chunks
+                # it shares with the cache stay resident (or, without shifts, the prompt's start)
                 plan = yield from planned(runner, planner, strategy, instruction,
                                           reserve=reserve, later=later, question=q,
                                           resident=resident is not None)  # fmt: skip
