@@ -33,6 +33,7 @@ from app.core.engine.types import (
     LoadSettings,
 )
 from app.core.jobs.audit import Audit
+from app.core.jobs.streaming import ResidentState
 from app.core.jobs.tasks import (
     CancelToken,
     JobFinished,
@@ -88,7 +89,7 @@ class EngineSession:
         self._sha: dict[Path, str] = {}
         self._cancel = CancelToken()
         # what the last job left resident in the cache (JobResult.resident), for a follow-up
-        self._resident: object | None = None
+        self._resident: ResidentState | None = None
 
     def __enter__(self) -> EngineSession:
         return self

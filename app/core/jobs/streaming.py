@@ -203,9 +203,7 @@ def windows_stream(
     for i, win in enumerate(windows):
         if session.cancelled:
             break
-        pieces = [(seg, chunk_tokens(engine, seg.text)) for seg in win.segments]
-        chunks = [(seg, t) for seg, t in pieces if t and seg.source is not None]
-        tail = [(seg, t) for seg, t in pieces if t and seg.source is None]
+        chunks, tail = _tokenized(engine, win.segments)
         wanted = [seg.source for seg, _ in chunks]
         resident = [s for s in ring if s.kind is SegmentKind.CHUNK]
         keep = next((resident[k:] for k in range(len(resident))
@@ -258,7 +256,6 @@ class ResidentCalls:
         it for the same instruction and context, else the calls start from the frame."""
         self.session, self.instruction = session, instruction
         self.frame, self.laid, self.held = _pinned(session, instruction)
-        self.carried = 0  # document chunks taken over from ``after``
         if after is None or after.instruction != instruction:
             return
         ring = Ring.from_dict(after.ring)
@@ -268,7 +265,6 @@ class ResidentCalls:
             return  # another job, a rollback or a reload changed the cache since
         session.ring = ring
         self.laid, self.held = dict(after.laid), list(after.held)
-        self.carried = sum(s.kind is SegmentKind.CHUNK for s in ring)
 
     def state(self) -> ResidentState:
         """What these calls leave resident, for the next job."""
@@ -280,11 +276,9 @@ class ResidentCalls:
     ) -> Generator[Event, None, OutputSpan]:
         """One reply after ``segments`` (``TextSegment`` s: document chunks with their span,
         then text of the job's own, the question)."""
-        session, engine = self.session, self.session.engine
+        session = self.session
         ring = session.ring
-        pieces = [(seg, chunk_tokens(engine, seg.text)) for seg in segments]
-        chunks = [(seg, t) for seg, t in pieces if t and seg.source is not None]
-        tail = [(seg, t) for seg, t in pieces if t and seg.source is None]
+        chunks, tail = _tokenized(session.engine, segments)
         wanted = {seg.source for seg, _ in chunks}
         keep = {s.id for s in ring if s.kind is SegmentKind.CHUNK and s.source in wanted}
         resident = {s.source for s in ring if s.id in keep}
@@ -294,6 +288,16 @@ class ResidentCalls:
             *[(t, seg) for seg, t in chunks if seg.source not in resident],
             *[(t, None) for _, t in tail], (self.frame.after, None),
         ], self.laid, self.held, max_tokens=max_tokens))  # fmt: skip
+
+
+def _tokenized(
+    engine: Engine, segments: Sequence[Any]
+) -> tuple[list[tuple[Any, list[int]]], list[tuple[Any, list[int]]]]:
+    """A window's segments as token ids: (its document chunks, the text after them without a
+    span, a question), each (segment, tokens); segments of no tokens left out."""
+    pieces = [(seg, chunk_tokens(engine, seg.text)) for seg in segments]
+    return ([(seg, t) for seg, t in pieces if t and seg.source is not None],
+            [(seg, t) for seg, t in pieces if t and seg.source is None])  # fmt: skip
 
 
 def _make_room(
