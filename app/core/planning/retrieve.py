@@ -404,7 +404,7 @@ def _precise(
         if used + chunks[i].tokens <= budget:
             kept[i] = None
             used += chunks[i].tokens
-    for h in [i for i in ranked if i in kept]:  # best match first
+    for h in sorted(kept, key=rank.__getitem__):  # the matches kept, best first
         # the paragraph goes on past a chunk that ends on a weaker boundary than its end
         for step in (1, -1):
             j = h
@@ -431,8 +431,8 @@ def _covering(ranked: Sequence[int], holds: dict[int, set[str]],
     passages ("who made the first lantern, where was the second made …") scores the passage of
     one part highest, and the others fall under :data:`CLOSE`. Among the best
     :data:`COVER_CANDIDATES` matches that hold the rarest term the best match holds (what the
-    question is about), each one that holds a question term no kept match holds yet, best
-    first."""
+    question is about), each one that holds a question term neither the best match nor a match
+    taken here before it holds, best first."""
     if not ranked:
         return []
     best = holds.get(ranked[0], set())
