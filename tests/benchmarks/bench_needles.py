@@ -409,13 +409,15 @@ def plan_all(strategy: str, planted: Planted, counter: TokenCounter, model: Path
     name = "retrieve" if fill else strategy
     instruction, reserve = planning("ask", name, counter, max_tokens=max_tokens,
                                     questions=questions)  # fmt: skip
-    budget = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=counter,
-                             task=instruction)  # fmt: skip
+    room = 0  # fill: plan_for's budget, planned with the earlier rule
+    if fill:
+        room = document_budget(model, n_ctx=n_ctx, reserve=reserve, counter=counter,
+                               task=instruction).available  # fmt: skip
     plans, ms = [], []
     for q in questions:
         t0 = time.perf_counter()
         if fill:
-            made = planner.plan(name, budget.available, PlanOptions(question=q, fill=True))
+            made = planner.plan(name, room, PlanOptions(question=q, fill=True))
             planner.remember(made)  # what the job's `retrieve` plan for q is
             plans.append(made)
         else:
