@@ -6,8 +6,10 @@ does the same, and a run recorded without one shows its reply as before."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QHelpEvent, QTextCursor
+from PySide6.QtGui import QHelpEvent, QTextCursor, QTextFragment
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QToolTip, QWidget
 
 from app.core.jobs.alignment import align
@@ -65,23 +67,34 @@ def _run(panel: BufferPanel) -> OutputSpan:
     return out
 
 
-def _sentence_point(panel: BufferPanel, link: str) -> QPoint:
-    """The viewport point of the middle of the text linked ``link`` (scrolled into view)."""
-    doc = panel.output.document()
-    block = doc.begin()
+def linked_fragments(panel: BufferPanel, link: str) -> Iterator[QTextFragment]:
+    """The fragments of the panel's output linked ``link``, in order."""
+    block = panel.output.document().begin()
     while block.isValid():
         it = block.begin()
         while not it.atEnd():
             frag = it.fragment()
             if frag.charFormat().anchorHref() == link:
-                cursor = QTextCursor(doc)
-                cursor.setPosition(frag.position() + frag.length() // 2)
-                panel.output.setTextCursor(cursor)
-                panel.output.ensureCursorVisible()
-                return panel.output.cursorRect(cursor).center()
+                yield frag
             it += 1
         block = block.next()
-    raise AssertionError(f"no text linked {link}")
+
+
+def point_of(panel: BufferPanel, frag: QTextFragment) -> QPoint:
+    """The viewport point of the middle of ``frag``, scrolled into view."""
+    cursor = QTextCursor(panel.output.document())
+    cursor.setPosition(frag.position() + frag.length() // 2)
+    panel.output.setTextCursor(cursor)
+    panel.output.ensureCursorVisible()
+    return panel.output.cursorRect(cursor).center()
+
+
+def _sentence_point(panel: BufferPanel, link: str) -> QPoint:
+    """The viewport point of the middle of the text linked ``link`` (scrolled into view)."""
+    frag = next(linked_fragments(panel, link), None)
+    if frag is None:
+        raise AssertionError(f"no text linked {link}")
+    return point_of(panel, frag)
 
 
 def _tooltip(panel: BufferPanel, point: QPoint) -> str:
@@ -92,18 +105,7 @@ def _tooltip(panel: BufferPanel, point: QPoint) -> str:
 
 
 def _linked_text(panel: BufferPanel, link: str) -> str:
-    doc = panel.output.document()
-    parts = []
-    block = doc.begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            frag = it.fragment()
-            if frag.charFormat().anchorHref() == link:
-                parts.append(frag.text())
-            it += 1
-        block = block.next()
-    return "".join(parts)
+    return "".join(frag.text() for frag in linked_fragments(panel, link))
 
 
 def test_hovering_a_sentence_highlights_its_source_in_the_document(qtbot) -> None:

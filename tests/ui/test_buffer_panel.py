@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QHelpEvent, QTextCursor
+from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from app.core.engine.host import EngineHost
@@ -30,6 +30,7 @@ from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
 from app.ui.buffer_panel import NARROW, BarSegment, BufferPanel, ChunkState
 from app.ui.gauges import GaugesPanel
+from tests.ui.test_answer_sources import linked_fragments, point_of
 
 N_CTX = 512
 WINDOW_1 = [(0, 317, 102), (317, 724, 96), (724, 1102, 99), (1102, 1670, 101)]
@@ -209,21 +210,10 @@ def test_a_sliding_window_model_shows_what_its_windowed_layers_no_longer_see(qtb
 
 def _anchor_point(panel: BufferPanel, index: int) -> QPoint:
     """The viewport point of the middle of the first fragment linked to output span ``index``."""
-    doc = panel.output.document()
-    block = doc.begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            frag = it.fragment()
-            if frag.charFormat().anchorHref() == f"span:{index}" and frag.length() > 1:
-                cursor = QTextCursor(doc)
-                cursor.setPosition(frag.position() + frag.length() // 2)
-                panel.output.setTextCursor(cursor)  # scrolled into view
-                panel.output.ensureCursorVisible()
-                return panel.output.cursorRect(cursor).center()
-            it += 1
-        block = block.next()
-    raise AssertionError(f"no text linked to span {index}")
+    frag = next((f for f in linked_fragments(panel, f"span:{index}") if f.length() > 1), None)
+    if frag is None:
+        raise AssertionError(f"no text linked to span {index}")
+    return point_of(panel, frag)  # scrolled into view
 
 
 def test_output_streams_per_call_and_a_click_emits_that_spans_sources(qtbot) -> None:
