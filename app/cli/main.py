@@ -95,14 +95,46 @@ def cmd_backend(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _memory_fit(info: Any, args: argparse.Namespace) -> Any:
+    """Will the model fit at the context and KV type asked for (default: the context the window
+    would load it with), against the memory free now; ValueError for impossible settings."""
+    from app.core.engine.types import LoadSettings, default_context
+    from app.core.telemetry import memory_fit
+
+    settings = LoadSettings(
+        n_ctx=args.n_ctx or default_context(info.n_ctx_train),
+        n_gpu_layers=args.gpu_layers,
+        kv_cache_type=args.kv_type,
+        flash_attn=args.flash_attn or args.kv_type not in ("f16", "f32", "bf16"),
+    )
+    settings.validate()
+    offload = None
+    if settings.n_gpu_layers:  # only then is llama.cpp's build asked whether it can offload
+        import llama_cpp
+
+        offload = bool(llama_cpp.llama_supports_gpu_offload())
+    return memory_fit(info, settings, gpu_offload=offload)
+
+
+def _breakdown(fit: Any) -> str:
+    from app.core.memory_fit import gib
+
+    est = fit.estimate
+    return (
+        f"weights {gib(est.weights_bytes)}, KV cache {gib(est.kv_bytes)}, compute "
+        f"{gib(est.compute_bytes)}; {gib(est.total)} in all"
+    )
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from app.core.engine.gguf import BASE_MODEL_NOTE, GGUFError, inspect_model
 
     try:
         info = inspect_model(_resolve_model(args.model))
-    except (GGUFError, FileNotFoundError) as exc:
+        fit = _memory_fit(info, args)
+    except (GGUFError, FileNotFoundError, ValueError) as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
-    data = info.as_dict()
+    data = {**info.as_dict(), "memory": fit.as_dict()}
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
@@ -126,9 +158,11 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("model", kind),
         ("attention", info.describe_attention()),
         ("KV bytes/token", f"{kv['f16']:,} (f16), {kv['q8_0']:,} (q8_0)" if kv["f16"] else "-"),
+        ("memory", fit.sentence()),
+        ("", _breakdown(fit)),
     ]
     for key, value in rows:
-        print(f"{key:>18}: {value if value is not None else '-'}")
+        print(f"{key:>18}{':' if key else ' '} {value if value is not None else '-'}")
     return EXIT_OK
 
 
@@ -270,8 +304,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"contextlens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("info", help="show a model's metadata (checks the GGUF file first)")
+    p = sub.add_parser(
+        "info",
+        help="show a model's metadata and whether it fits in memory (checks the GGUF file first)",
+        description="The model card of a GGUF file, and the memory loading it takes at a context "
+        "size (weights, KV cache, compute buffers) against the memory free now: the same "
+        "estimate the window shows and the load checks first.",
+    )
     p.add_argument("model", nargs="?", help="GGUF file (default: the default model)")
+    p.add_argument("--n-ctx", type=int,
+                   help="context size to estimate memory for (default: the window's, "
+                        f"{DEFAULT_N_CTX:,} or the training context when smaller)")  # fmt: skip
+    p.add_argument("--kv-type", default="f16", choices=KV_CACHE_TYPE_NAMES,
+                   help="KV cache type (quantized types imply flash attention)")  # fmt: skip
+    p.add_argument("--flash-attn", action="store_true", help="estimate with flash attention")
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded (-1: all)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
 

@@ -16,6 +16,9 @@ import psutil
 
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.types import InsufficientMemoryError, KVUsage, LoadSettings
+from app.core.memory_fit import Fit, MemoryEstimate, estimate_memory, gib
+
+__all__ = ["Fit", "MemoryEstimate", "estimate_memory", "memory_fit", "memory_preflight"]
 
 
 @dataclass(frozen=True)
@@ -123,41 +126,6 @@ class PromptHistogram:
 # ----- memory preflight ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
-    kv_bytes: int
-    compute_bytes: int
-    weights_bytes: int  # what the model's weights add to RAM (0 when fully offloaded)
-
-    @property
-    def total(self) -> int:
-        return self.kv_bytes + self.compute_bytes + self.weights_bytes
-
-
-def estimate_memory(info: ModelInfo, settings: LoadSettings) -> MemoryEstimate:
-    """KV from the model's shape: what llama.cpp allocates for the cache type, context rounded
-    and sliding-window layers counted as it does (``ModelInfo.kv_cache_bytes``, tested against
-    llama.cpp's own figure); compute buffers approximated.
-
-    The compute estimate covers the logits of one micro-batch, its activations, and, without
-    flash attention, the attention scores of one micro-batch against the whole context.
-    """
-    kv = info.kv_cache_bytes(settings.n_ctx, settings.kv_cache_type)
-    if kv is None:  # unknown shape: assume a generous 128 KiB per token
-        kv = 128 * 1024 * settings.n_ctx
-    n_embd = info.n_embd or 4096
-    n_vocab = info.vocab_size or 32_000
-    n_head = info.n_head or 32
-    ubatch = min(settings.n_ubatch, settings.n_ctx)
-    compute = ubatch * n_vocab * 4 + ubatch * n_embd * 4 * 8
-    if not settings.flash_attn:
-        compute += ubatch * settings.n_ctx * n_head * 4
-    n_layers = info.n_layers or 1
-    offloaded = 1.0 if settings.n_gpu_layers < 0 else min(1.0, settings.n_gpu_layers / n_layers)
-    weights = math.ceil(info.file_size * (1.0 - offloaded))
-    return MemoryEstimate(kv, compute, weights)
-
-
 def memory_preflight(
     info: ModelInfo,
     settings: LoadSettings,
@@ -167,8 +135,9 @@ def memory_preflight(
 ) -> MemoryEstimate:
     """Refuse, before llama.cpp allocates anything, a context that would not fit in free RAM.
 
-    (With layers offloaded, the KV cache goes to the GPU; this check then covers what stays in
-    RAM, and llama.cpp reports a VRAM shortfall itself.) ``gpu_offload`` is whether the engine's
+    (With layers offloaded, their share of the weights and KV cache and the compute buffer go
+    to the GPU; this check then covers what stays in RAM, and llama.cpp reports a VRAM
+    shortfall itself.) ``gpu_offload`` is whether the engine's
     llama.cpp build can offload at all (``EngineCapabilities.gpu_offload_supported``): a build
     that cannot runs every layer on the CPU whatever the settings ask, so its KV cache and
     weights are counted in RAM. None: unknown, the settings are taken at their word.
@@ -177,16 +146,29 @@ def memory_preflight(
         settings = replace(settings, n_gpu_layers=0)
     est = estimate_memory(info, settings)
     free = available if available is not None else int(psutil.virtual_memory().available)
-    on_gpu = settings.n_gpu_layers != 0
-    needed = est.weights_bytes + est.compute_bytes + (0 if on_gpu else est.kv_bytes)
+    needed = est.ram
     if needed > free:
+        share = 1.0 - est.offloaded
         raise InsufficientMemoryError(
-            f"a context of {settings.n_ctx:,} tokens needs about {_gib(needed)} "
-            f"(KV cache {_gib(est.kv_bytes)}, compute {_gib(est.compute_bytes)}, model "
-            f"{_gib(est.weights_bytes)}); {_gib(free)} of memory is free"
+            f"a context of {settings.n_ctx:,} tokens needs about {gib(needed)} "
+            f"(KV cache {gib(math.ceil(est.kv_bytes * share))}, compute "
+            f"{gib(est.compute_bytes if share >= 1 else 0)}, model "
+            f"{gib(math.ceil(est.weights_bytes * share))}); {gib(free)} of memory is free"
         )
     return est
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:,.2f} GiB" if n >= 2**28 else f"{n / 2**20:,.0f} MiB"
+def memory_fit(info: ModelInfo, settings: LoadSettings, *, gpu_offload: bool | None = None) -> Fit:
+    """Will ``info`` fit at ``settings``: the estimate against the RAM free now and, where
+    layers go to a GPU that NVML reports, the VRAM free on the first one. A build that cannot
+    offload runs every layer in RAM (``gpu_offload=False``)."""
+    if gpu_offload is False and settings.n_gpu_layers != 0:
+        settings = replace(settings, n_gpu_layers=0)
+    est = estimate_memory(info, settings)
+    vram_free = None
+    if est.offloaded > 0:
+        state = gpu_state()
+        if state.gpus:
+            vram_free = max(0, state.gpus[0].total - state.gpus[0].used)
+    return Fit(est, settings.n_ctx, settings.kv_cache_type,
+               int(psutil.virtual_memory().available), vram_free)  # fmt: skip

@@ -42,7 +42,7 @@ def test_kv_estimate_matches_the_model_shape(model_path: Path) -> None:
     info = inspect_model(model_path)
     est = estimate_memory(info, LoadSettings(n_ctx=8192))
     assert est.kv_bytes == 23_040 * 8192  # SmolLM2: 2 x 30 layers x 3 heads x 64 x 2 bytes
-    assert est.weights_bytes == info.file_size and est.compute_bytes > 0
+    assert est.weights_bytes == info.tensor_bytes and est.compute_bytes > 0
     half = estimate_memory(info, LoadSettings(n_ctx=8192, kv_cache_type="q8_0", flash_attn=True))
     assert half.kv_bytes < est.kv_bytes and half.compute_bytes < est.compute_bytes
 

@@ -155,6 +155,10 @@ class ModelInfo:
     # Why replies continue the text rather than follow instructions (None: a chat/instruct
     # model): no chat template, or the GGUF's own name for it says "base".
     base_model_reason: str | None = None
+    # For the memory estimate: the bytes of tensor data (the weights llama.cpp maps; 0: not
+    # known, the file's size stands in) and the feed-forward width (None: not in the file).
+    tensor_bytes: int = 0
+    n_ff: int | None = None
 
     @property
     def has_chat_template(self) -> bool:
@@ -263,6 +267,8 @@ class ModelInfo:
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_id,
             "n_tensors": self.n_tensors,
+            "tensor_bytes": self.tensor_bytes,
+            "n_ff": self.n_ff,
             "kv_bytes_per_token": {t: self.kv_bytes_per_token(t) for t in KV_CACHE_TYPES},
             "attention": self.describe_attention(),
             "sliding_window": self.sliding_window,
@@ -421,6 +427,14 @@ def base_model_reason(metadata: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _ff_width(value: Any, n_layers: int | None) -> int | None:
+    """The widest feed-forward layer (some models give one width per layer)."""
+    if isinstance(value, ArrayValue):
+        widths = [w for w in (value.items or ())[: n_layers or None] if isinstance(w, int)]
+        return max(widths) if widths else None
+    return _int_or_none(value)
+
+
 def model_info(gf: GGUFFile) -> ModelInfo:
     """Derive the model card from a checked header; implausible values raise GGUFError."""
     n_layers = _layer_count(gf)
@@ -467,6 +481,8 @@ def model_info(gf: GGUFFile) -> ModelInfo:
         n_tensors=len(gf.tensors),
         kv_heads_per_layer=kv_heads,
         base_model_reason=base_model_reason(gf.metadata),
+        tensor_bytes=max(0, gf.file_size - gf.data_offset) if gf.tensors else 0,
+        n_ff=_ff_width(gf.arch_value("feed_forward_length"), n_layers),
         **_attention(gf, n_layers),
     )
 

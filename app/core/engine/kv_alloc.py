@@ -1,4 +1,5 @@
-"""What llama.cpp allocated for the KV cache, read back from what it logs while creating it.
+"""What llama.cpp allocated for the KV cache and its other buffers, read back from what it logs
+while creating them.
 
 The C API does not expose the cache's buffers, but llama.cpp logs each cache as it allocates it
 (src/llama-kv-cache.cpp, llama-cpp-python 0.3.36):
@@ -13,6 +14,12 @@ windowed layers); others one. These figures are the "measured, not estimated" si
 numbers: the engine child collects the lines while it loads (llama_engine.py) and the model's card
 (``ModelInfo.kv_bytes_per_token``) is tested against them. Sizes are printed to 0.01 MiB, so a
 cache's bytes here are exact to within 5,243 bytes (:data:`MIB_PRECISION`).
+
+The other buffers are logged the same way, one line each: the weights (``load_tensors:
+CPU_Mapped model buffer size = 92.10 MiB``, plus ``CPU_REPACK`` where weights are re-laid out for
+this CPU), the logits (``CPU  output buffer size``) and the scratch memory of one micro-batch's
+graph (``sched_reserve: CPU compute buffer size``). Together they are what loading took, the
+figure the memory estimate (app/core/telemetry.py) is tested against.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ _SIZE = re.compile(
     r"MiB, V \((?P<v_type>\w+)\):\s*(?P<v_mib>[\d.]+) MiB"
 )
 _BUFFER = re.compile(r"llama_kv_cache:\s*(?P<device>\S+) KV buffer size =\s*(?P<mib>[\d.]+) MiB")
+_ANY_BUFFER = re.compile(
+    r"(?P<device>\S+)\s+(?P<kind>model|output|KV|compute) buffer size =\s*(?P<mib>[\d.]+) MiB"
+)
 _CREATING = re.compile(r"llama_kv_cache_iswa: creating\s+(?P<kind>non-SWA|SWA) KV cache")
 
 
@@ -66,3 +76,22 @@ def parse_kv_log(lines: Iterable[str]) -> tuple[KVCacheAlloc, ...]:
             )
             devices = []
     return tuple(caches)
+
+
+@dataclass(frozen=True)
+class BufferAlloc:
+    """One buffer llama.cpp allocated while loading: ``kind`` is "model" (weights), "output"
+    (logits), "KV" or "compute"; ``device`` the backend buffer ("CPU_Mapped", "CUDA0", ...)."""
+
+    kind: str
+    device: str
+    bytes: int  # from the MiB llama.cpp printed (to 0.01 MiB)
+
+
+def parse_buffer_log(lines: Iterable[str]) -> tuple[BufferAlloc, ...]:
+    """Every buffer the lines of one load name, in llama.cpp's order."""
+    return tuple(
+        BufferAlloc(m["kind"], m["device"], round(float(m["mib"]) * MIB))
+        for line in lines
+        if (m := _ANY_BUFFER.search(line))
+    )

@@ -78,7 +78,8 @@ class LlamaBase:
         self.tokens: list[int] = []  # what occupies KV positions 0..len-1 of sequence 0
         self.log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
         self.first_error = ""  # llama.cpp's first error since the last load began: the cause
-        self.kv_log: list[str] = []  # llama.cpp's lines about the KV cache of the last load
+        # llama.cpp's lines about what the last load allocated: the KV caches and every buffer
+        self.kv_log: list[str] = []
         self._step_hook = step_hook  # None unless a test installed one
         self._loading = False
         self._install_log_capture()
@@ -110,7 +111,7 @@ class LlamaBase:
         def on_log(level: int, text: bytes, _user: Any) -> None:
             if self._step_hook is not None and self._loading:
                 self._step_hook("load", nothing_pending)
-            if self._loading and text.startswith(b"llama_kv_cache"):  # what it allocates
+            if self._loading and (text.startswith(b"llama_kv_cache") or b"buffer size =" in text):
                 self.kv_log.append(text.decode("utf-8", "replace").rstrip())
             if level in (3, 4) or (level == 5 and self.log):  # ggml: warn, error, continuation
                 line = text.decode("utf-8", "replace").rstrip()

@@ -22,7 +22,7 @@ from jinja2 import TemplateError
 from app.core.engine.decoding import DecodeCancelled, ThreadPilot
 from app.core.engine.generation import Generation
 from app.core.engine.gguf import BASE_MODEL_NOTE, base_model_reason
-from app.core.engine.kv_alloc import parse_kv_log
+from app.core.engine.kv_alloc import parse_buffer_log, parse_kv_log
 from app.core.engine.llama_base import plain_reason
 from app.core.engine.template_check import template_problem
 from app.core.engine.threads import ThreadGovernor
@@ -161,6 +161,7 @@ class LlamaEngine(Vocabulary, Generation):
             load_seconds=load_s,
             warnings=tuple(warnings),
             kv_caches=parse_kv_log(self.kv_log),
+            buffers=parse_buffer_log(self.kv_log),
             can_shift=can_shift,
             sliding_window=int(lc.llama_model_n_swa(self.llm.model)),
             swa_full=bool(self.llm.context_params.swa_full),

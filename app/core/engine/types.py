@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from app.core.engine.kv_alloc import KVCacheAlloc
+from app.core.engine.kv_alloc import BufferAlloc, KVCacheAlloc
 from app.core.engine.threads import default_threads, describe_change
 
 # "repetition": the reply ended in a loop and was stopped (app/core/engine/repetition.py)
@@ -164,6 +164,7 @@ class LoadedModel:
     warnings: tuple[str, ...] = ()
     # Read back from llama.cpp after the load (the card's figures are tested against these):
     kv_caches: tuple[KVCacheAlloc, ...] = ()  # what it allocated, one entry per KV cache
+    buffers: tuple[BufferAlloc, ...] = ()  # every buffer it allocated (weights, KV, compute …)
     can_shift: bool = True  # llama_memory_can_shift: KV positions can be moved (context shift)
     sliding_window: int = 0  # llama_model_n_swa: the attention window in tokens, 0 for none
     swa_full: bool = True  # the windowed layers keep a full-size cache (every position)
@@ -174,6 +175,11 @@ class LoadedModel:
     def kv_cache_bytes(self) -> int:
         """Bytes of KV cache llama.cpp allocated, all caches together (0 when not known)."""
         return sum(c.bytes for c in self.kv_caches)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of every buffer llama.cpp allocated at load, on every device (0: not known)."""
+        return sum(b.bytes for b in self.buffers)
 
     @property
     def kv_cells(self) -> int:
