@@ -47,8 +47,9 @@ from app.core.engine.types import (
     LoadedModel,
     LoadSettings,
 )
+from app.core.memory_fit import Fit, gib
 from app.core.paths import list_models
-from app.core.telemetry import estimate_memory
+from app.core.telemetry import memory_fit
 from app.ui.background import run_in_background
 from app.ui.i18n import FollowsLanguage
 from app.ui.model_fetch_dialog import ModelFetchDialog
@@ -193,6 +194,7 @@ class ModelPanel(FollowsLanguage, QWidget):
     unload_requested = Signal()
     info_ready = Signal(object)  # ModelInfo of the selected file, once read
     file_failed = Signal(str)  # the selected file is not a usable model; one sentence
+    model_fetched = Signal(object)  # Path of a model just downloaded (from the panel or banner)
     calibrate_requested = Signal(object, object)  # Path, LoadSettings: measure again, then load
     calibration_cancel_requested = Signal()
 
@@ -358,8 +360,9 @@ class ModelPanel(FollowsLanguage, QWidget):
         self.n_ctx.setToolTip(self.tr("Tokens the model can hold at once (n_ctx)"))
         self.memory.setToolTip(
             self.tr(
-                "Estimated before loading: the KV cache is exact for its type; compute "
-                "buffers are approximated. Live figures come from llama.cpp once loaded."
+                "Estimated before loading from the model's shape (weights, KV cache, compute "
+                "buffers: within a few percent of what llama.cpp allocates) against the memory "
+                "free now. Live figures come from llama.cpp once loaded."
             )
         )
         self.kv_type.setToolTip(
@@ -419,6 +422,11 @@ class ModelPanel(FollowsLanguage, QWidget):
     def _on_default_model_fetched(self, path: Path) -> None:
         self.refresh_models()
         self.select_model(path)
+        self.model_fetched.emit(path)
+
+    def model_count(self) -> int:
+        """How many models the list offers (the window's no-model banner says so)."""
+        return len(self._listed())
 
     def _listed(self) -> list[Path]:
         return [Path(self.models.item(i).data(_PATH_ROLE)) for i in range(self.models.count())]
@@ -626,13 +634,23 @@ class ModelPanel(FollowsLanguage, QWidget):
             self.memory.setText(self.tr("KV cache: choose a model to see the memory it takes."))
         else:
             self.card.show_info(info, settings.kv_cache_type)
-            est = estimate_memory(info, settings)
-            self.memory.setText(
-                self.tr("KV cache: {0} MiB (model {1} MiB, total about {2:,.2f} GiB)").format(
-                    _mib(est.kv_bytes), _mib(est.weights_bytes), est.total / 2**30
-                )
-            )
+            offload = None if self._caps is None else self._caps.gpu_offload_supported
+            self.memory.setText(self._fit_text(memory_fit(info, settings, gpu_offload=offload)))
         self.card.show_loaded(self._loaded)
+
+    def _fit_text(self, fit: Fit) -> str:
+        """Will it fit, before loading: "Fits: 0.87 GiB of 23.1 GiB free at n_ctx 8,192, f16 KV
+        cache (weights 235 MiB, KV cache 144 MiB, compute 0.50 GiB)"."""
+        est = fit.estimate
+        text = (self.tr("Fits: {0} of {1} free at n_ctx {2:,}, {3} KV cache") if fit.fits
+                else self.tr("Does not fit: {0} needed, {1} free at n_ctx {2:,}, {3} KV cache")
+                ).format(gib(est.ram), gib(fit.ram_free), fit.n_ctx, fit.kv_cache_type)  # fmt: skip
+        if fit.vram_free is not None and est.vram:
+            text += self.tr("; {0} of {1} free on the GPU").format(
+                gib(est.vram), gib(fit.vram_free))  # fmt: skip
+        parts = self.tr("weights {0}, KV cache {1}, compute {2}").format(
+            gib(est.weights_bytes), gib(est.kv_bytes), gib(est.compute_bytes))  # fmt: skip
+        return f"{text} ({parts})."
 
     def use_tuned(self) -> bool:
         """Whether the tuned speed settings replace the panel's own at load."""

@@ -14,7 +14,11 @@ from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
 from app.ui.model_panel import ModelPanel
 
 BROKEN = b"GGUF\x01\x00\x00\x00" + bytes(32)
-MEMORY = re.compile(r"KV cache: ([\d,]+) MiB \(model ([\d,]+) MiB, total about ([\d.,]+) GiB\)")
+SIZE = r"([\d.,]+ [MG]iB)"
+MEMORY = re.compile(
+    rf"^Fits: {SIZE} of {SIZE} free at n_ctx [\d,]+, \w+ KV cache "
+    rf"\(weights {SIZE}, KV cache {SIZE}, compute {SIZE}\)\.$"
+)
 
 
 def caps(gpu: bool) -> EngineCapabilities:
@@ -40,11 +44,18 @@ def panel(qtbot, models_dir: Path) -> ModelPanel:
     return p
 
 
+def _bytes(size: str) -> float:
+    number, unit = size.split()
+    return float(number.replace(",", "")) * (2**30 if unit == "GiB" else 2**20)
+
+
 def memory_figures(p: ModelPanel) -> tuple[float, float, float]:
+    """(KV cache, weights, total) from the panel's "Fits: …" line."""
     m = MEMORY.search(p.memory.text())
     assert m, p.memory.text()
-    kv, model, total = (float(g.replace(",", "")) for g in m.groups())
-    return kv, model, total
+    total, free, weights, kv, compute = (_bytes(g) for g in m.groups())
+    assert 0 < total < free and abs(total - (weights + kv + compute)) < 0.02 * total
+    return kv, weights, total
 
 
 def type_into(qtbot, spin, text: str) -> None:
