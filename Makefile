@@ -18,7 +18,7 @@ QM     := $(TS:.ts=.qm)
 export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,offscreen))
 
 .PHONY: all setup run test check lint pytest bench clean clean-llama translations package package-test \
-	gpu-check
+	gpu-check docs
 
 all: setup
 
@@ -88,6 +88,11 @@ pytest: setup
 	$(BIN)/pytest -m "serial" $(PYTEST_ARGS)
 
 test: setup check pytest
+
+# The documentation site (mkdocs.yml, docs/): README's pages, the user guide the app shows and the
+# CLI reference written from the parser, built strictly (a broken link or anchor fails it).
+docs: $(VENV)/.installed
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 # The benchmarks compare against other chunkers, which only they need (the `bench` extra).
 $(VENV)/.bench: pyproject.toml | $(VENV)/.installed

@@ -76,7 +76,7 @@ def excerpts(folder: Path, count: int, chars: int, first: int) -> Path:
 
 def batch_rate(url: str, folder: Path, concurrency: int, max_tokens: int) -> float:
     """Documents per minute of one `contextlens-cli batch` run (its own summary figure). The
-    model's GGUF is given, as README advises for batches: counts are made here, so planning the
+    model's GGUF is given, as docs/server.md advises: counts are made here, so planning the
     next documents does not wait behind the server's generation (llama-cpp-python's server
     answers /extras/tokenize only between completions)."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,8 +2,9 @@
 a document opened through File > Open, a summary run, rolled back and exported, all through real
 key presses (xdotool), with a screenshot of each step.
 
-The screenshots go to build/real-display/ (README shows them); the test reads what the app did
-from the history file it writes and the log it keeps, as a person would see it in the window.
+The screenshots go to build/real-display/ (docs/real-display/ keeps a set for the documentation
+site, docs/desktop-app.md); the test reads what the app did from the history file it writes and
+the log it keeps, as a person would see it in the window.
 """
 
 from __future__ import annotations
