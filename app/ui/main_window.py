@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QSplitter,
     QTabWidget,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -53,6 +54,7 @@ from app.ui.i18n import FollowsLanguage, Retranslated, finish_label, strategy_la
 from app.ui.main_actions import MainActions
 from app.ui.model_offer import ModelOffer
 from app.ui.model_panel import MAX_CTX, MIN_CTX, ModelPanel
+from app.ui.no_model_banner import NoModelBanner
 from app.ui.plan_index import PlanIndex
 from app.ui.question_plans import QuestionPlansView
 from app.ui.run_status import RunStatus
@@ -114,6 +116,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
         if model is not None:
             self.model_panel.select_model(model)
             self.load_model(model, LoadSettings(n_ctx=n_ctx))
+        else:
+            self._show_no_model()
 
     # ----- building -----
 
@@ -130,10 +134,21 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
     def _build_panels(self) -> None:
         self.document_view = DocumentView()
-        self.setCentralWidget(self.document_view)
+        self.no_model = NoModelBanner()  # what to do first while there is no model
+        self.no_model.hide()
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.no_model)
+        column.addWidget(self.document_view, 1)
+        self.setCentralWidget(central)
 
         self.model_panel = ModelPanel(models_dir(), settings=self.settings)
         self.model_panel.load_requested.connect(self.load_model)
+        self.model_panel.model_fetched.connect(self._on_default_model_fetched)
+        self.no_model.fetch_requested.connect(self.model_panel.get_default_model)
+        self.no_model.choose_requested.connect(self._choose_model)
         self.model_panel.server.connect_requested.connect(self.connect_server)
         self.model_panel.server.disconnect_requested.connect(self.session.unload)
         self.model_panel.calibrate_requested.connect(self.calibrate_model)
@@ -460,6 +475,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
             loaded.sliding_window if info.swa_layers else 0, len(info.swa_layers),
             info.n_layers or len(info.kv_heads_per_layer),
         )  # fmt: skip
+        self.no_model.hide()
         self.model_panel.set_busy(False)
         self.model_panel.show_loaded(loaded)
         if caps is not None:
@@ -469,13 +485,35 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.gauges.set_threads(max(loaded.n_threads, loaded.n_threads_batch))
 
     def _on_server_connected(self, info: ServerInfo) -> None:
+        self.no_model.hide()
         self.model_panel.show_server(info)
         self.buffers.set_sliding_window(0, 0, 0)  # a server does not say
         self.gauges.set_engine_pid(None)
         self.gauges.set_n_ctx(info.n_ctx)
         self.gauges.set_threads(0)  # the server's own
 
+    def _show_no_model(self) -> None:
+        """The banner says what to do first: choose a model found here, or get the default."""
+        self.no_model.set_found(self.model_panel.model_count())
+        self.no_model.show()
+
+    def _choose_model(self) -> None:
+        """The banner's Choose a Model: the model panel, shown and with the list in focus."""
+        dock = self.model_panel.parentWidget()
+        while dock is not None and not isinstance(dock, QDockWidget):
+            dock = dock.parentWidget()
+        if dock is not None:
+            dock.show()
+            dock.raise_()
+        self.model_panel.models.setFocus()
+
+    def _on_default_model_fetched(self, path: Path) -> None:
+        """The model fetched from the banner (or the panel) loads at once when none is."""
+        if self.session.model_path is None and self.session.server is None:
+            self.load_model(path, self.model_panel.settings())
+
     def _on_model_unloaded(self) -> None:
+        self._show_no_model()
         self.model_panel.show_unloaded()
         self.buffers.set_sliding_window(0, 0, 0)
         self.gauges.set_engine_pid(None)
