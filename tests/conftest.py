@@ -29,6 +29,16 @@ os.environ.pop("CONTEXTLENS_RESOURCES", None)
 os.environ.pop("CONTEXTLENS_STATE", None)
 os.environ.pop("CONTEXTLENS_PYPI_URL", None)
 os.environ.pop("CONTEXTLENS_ENGINE_FAULT", None)
+# The models other programs keep (app/core/model_sources.py) are looked for under a home of the
+# session's own, and in no folder another program's variable names.
+os.environ["HOME"] = tempfile.mkdtemp(prefix="contextlens-home-")
+os.environ["OLLAMA_MODELS"] = os.path.join(os.environ["HOME"], ".ollama", "models")
+os.environ.pop("HF_HOME", None)
+os.environ.pop("HF_HUB_CACHE", None)
+os.environ.pop("LLAMA_CACHE", None)
+os.environ.pop("XDG_CACHE_HOME", None)
+os.environ.pop("LOCALAPPDATA", None)
+os.environ.pop("APPDATA", None)
 
 from app.core.default_model import GEMMA_3_270M, default_model_path
 from app.core.default_model import model_path as known_path
@@ -56,6 +66,15 @@ def gemma_path() -> Path:
     if not path.exists():
         pytest.fail(f"Gemma 3 270M is missing at {path}: run `make test`, which fetches it")
     return path
+
+
+@pytest.fixture(scope="session")
+def gemma_sha256(gemma_path: Path) -> str:
+    """The sha256 of Gemma 3 270M's bytes, read once: the name of its blob in an Ollama store
+    (tests/model_homes.py)."""
+    from tests.model_homes import sha256_of  # noqa: PLC0415 (numpy and gguf only where used)
+
+    return sha256_of(gemma_path)
 
 
 @pytest.fixture(scope="session")

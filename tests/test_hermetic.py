@@ -11,6 +11,7 @@ from pathlib import Path
 import platformdirs
 from PySide6.QtCore import QCoreApplication, QSettings
 
+from app.core.model_sources import places
 from app.core.paths import cache_dir, user_data_dir
 
 
@@ -33,3 +34,10 @@ def test_settings_data_and_caches_are_the_sessions_own() -> None:
     assert _made_for_the_session(os.environ["CONTEXTLENS_DB"])
     assert os.environ["CONTEXTLENS_CALIBRATE"] == "0"
     assert "CONTEXTLENS_API_KEY" not in os.environ and "CONTEXTLENS_MODELS" not in os.environ
+
+
+def test_the_models_of_other_programs_are_looked_for_in_the_sessions_folders_only() -> None:
+    """LM Studio's, Ollama's, the caches' … folders (app/core/model_sources.py) of the person
+    never reach a test: only the models folder of the checkout is outside the session's."""
+    looked = [p for p in places() if p.source != "ContextLens"]
+    assert looked and all(_made_for_the_session(p.folder) for p in looked), looked

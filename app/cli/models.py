@@ -1,25 +1,108 @@
-"""``contextlens-cli models``: the models this machine has."""
+"""``contextlens-cli models``: the GGUF models this machine has, wherever they were put."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
-from app.cli.common import EXIT_OK
+from app.cli.common import EXIT_BAD_INPUT, EXIT_OK, fail
+
+JSON_HELP = """\
+--json prints one JSON list, an object per model:
+  source          where it was found: ContextLens, LM Studio, Ollama, Hugging Face cache,
+                  llama.cpp cache, GPT4All, Jan, Added folder
+  name            its name there (Ollama's llama3.2:3b; org/repo/file.gguf in the HF cache)
+  path            the file llama.cpp opens (a split's first part; an Ollama blob has no
+                  extension); pass it to --model
+  family          general.architecture (llama, gemma3, qwen2 ...)
+  parameters      the weights' element count (summed over a split's parts present)
+  quantization    the file type (Q4_K_M ...)
+  file_size       bytes (summed over a split's parts present)
+  n_ctx_train     the context length it was trained on, or null
+  parts           the files the model is made of (1, or a split's count)
+  parts_present   how many of them are there
+  loadable        false when parts are missing
+  note            "2 of 3 parts present", or ""
+  gguf_name       general.name, or null
+  also_named      the same file's other names (another Ollama tag, a link elsewhere)
+  ollama_template, ollama_parameters, ollama_system
+                  Ollama only (else null): the manifest's Go chat template, its parameters
+                  (a JSON object: stop, temperature ...) and its system prompt
+Files that are not readable GGUF models are skipped, one sentence each on stderr.
+Exit codes: 0 listed (even when nothing was found), 2 a --folder that is not a folder."""
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:,.1f} B" if n >= 1e9 else f"{n / 1e6:,.0f} M"
+
+
+def _describe(model: Any) -> str:
+    parts = [model.family, f"{_count(model.parameters)} parameters", model.quantization,
+             _size(model.file_size)]  # fmt: skip
+    if model.n_ctx_train:
+        parts.append(f"trained context {model.n_ctx_train:,}")
+    if model.note:
+        parts.append(f"{model.note}: cannot be loaded")
+    return " · ".join(p for p in parts if p)
+
+
+def _print_text(found: Any) -> None:
+    groups = found.by_source()
+    if not groups:
+        print("No GGUF models found. Looked in:")
+        for place in found.places:
+            there = "" if place.folder.is_dir() else " (not there)"
+            print(f"  {place.source}: {place.folder}{there}")
+        return
+    for source, models in groups.items():
+        print(f"{source} ({len(models)})")
+        for model in models:
+            print(f"  {model.name}")
+            print(f"      {_describe(model)}")
+            print(f"      {model.path}")
+            if model.also_named:
+                print(f"      also named {', '.join(model.also_named)}")
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from app.core.paths import list_models, models_dir
+    from app.services.errors import BadRequest
+    from app.services.model_library import find_models
 
-    models = list_models()
-    if not models:
-        print(f"no *.gguf files in {models_dir()}", file=sys.stderr)
-    for p in models:
-        print(p)
+    try:
+        found = find_models(extra_folders=args.folder or ())
+    except BadRequest as exc:
+        return fail(EXIT_BAD_INPUT, str(exc), args.json)
+    if args.json:
+        print(json.dumps([m.as_json() for m in found.models], indent=2, ensure_ascii=False))
+    else:
+        _print_text(found)
+    for problem in found.problems:
+        print(f"skipped: {problem.sentence}", file=sys.stderr)
     return EXIT_OK
 
 
 def add_commands(sub: Any) -> None:
-    p = sub.add_parser("models", help="list the models in models/")
+    p = sub.add_parser(
+        "models",
+        help="list the GGUF models on this machine (ContextLens, LM Studio, Ollama, caches …)",
+        description="List the GGUF models found in ContextLens's models folder, LM Studio, "
+        "Ollama, the Hugging Face and llama.cpp caches, GPT4All, Jan and the folders added "
+        "in the window. Nothing is copied or moved.",
+        epilog=JSON_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list (fields below)")
+    p.add_argument("--folder", action="append", metavar="DIR",
+                   help="look in DIR too (repeatable; for this listing only)")  # fmt: skip
     p.set_defaults(func=cmd_models)

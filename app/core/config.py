@@ -20,6 +20,20 @@ own entry points read it the same way.
 | ``CONTEXTLENS_API_KEY`` | ``api_key`` | a server's API key for one run |
 | ``CONTEXTLENS_API_HOST`` | ``api_host`` | the one server that key may go to |
 | ``CONTEXTLENS_BENCH_DIR`` | ``bench_dir`` | where ``contextlens-cli bench`` finds the benchmarks |
+
+Other programs' variables, read only to find the GGUF models they keep
+(:mod:`app.core.model_sources`), as each program itself reads them:
+
+| variable | field | meaning |
+|---|---|---|
+| ``OLLAMA_MODELS`` | ``ollama_models`` | Ollama's model store (manifests and blobs) |
+| ``HF_HUB_CACHE`` | ``hf_hub_cache`` | the Hugging Face hub cache |
+| ``HF_HOME`` | ``hf_home`` | Hugging Face's home (its hub cache is ``hub`` inside) |
+| ``LLAMA_CACHE`` | ``llama_cache`` | llama.cpp's download cache |
+| ``XDG_CACHE_HOME`` | ``xdg_cache_home`` | the cache home (Hugging Face, llama.cpp on Linux) |
+| ``XDG_DATA_HOME`` | ``xdg_data_home`` | the data home (Jan on Linux) |
+| ``LOCALAPPDATA`` | ``local_app_data`` | Windows: GPT4All, llama.cpp's cache |
+| ``APPDATA`` | ``app_data`` | Windows: Jan's data folder |
 """
 
 from __future__ import annotations
@@ -40,6 +54,14 @@ INDEX_ENV = "CONTEXTLENS_PYPI_URL"
 API_KEY_ENV = "CONTEXTLENS_API_KEY"
 API_HOST_ENV = "CONTEXTLENS_API_HOST"
 BENCH_DIR_ENV = "CONTEXTLENS_BENCH_DIR"
+OLLAMA_MODELS_ENV = "OLLAMA_MODELS"
+HF_HUB_CACHE_ENV = "HF_HUB_CACHE"
+HF_HOME_ENV = "HF_HOME"
+LLAMA_CACHE_ENV = "LLAMA_CACHE"
+XDG_CACHE_HOME_ENV = "XDG_CACHE_HOME"
+XDG_DATA_HOME_ENV = "XDG_DATA_HOME"
+LOCAL_APP_DATA_ENV = "LOCALAPPDATA"
+APP_DATA_ENV = "APPDATA"
 _OFF = frozenset({"0", "off", "no", "false"})
 
 
@@ -62,6 +84,15 @@ class Config:
     api_key: str = ""
     api_host: str = ""
     bench_dir: Path | None = None
+    # where other programs keep their models (None: that program's default)
+    ollama_models: Path | None = None
+    hf_hub_cache: Path | None = None
+    hf_home: Path | None = None
+    llama_cache: Path | None = None
+    xdg_cache_home: Path | None = None
+    xdg_data_home: Path | None = None
+    local_app_data: Path | None = None
+    app_data: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -78,6 +109,14 @@ class Config:
             api_key=env.get(API_KEY_ENV, "").strip(),
             api_host=env.get(API_HOST_ENV, "").strip(),
             bench_dir=_path(env, BENCH_DIR_ENV),
+            ollama_models=_path(env, OLLAMA_MODELS_ENV),
+            hf_hub_cache=_path(env, HF_HUB_CACHE_ENV),
+            hf_home=_path(env, HF_HOME_ENV),
+            llama_cache=_path(env, LLAMA_CACHE_ENV),
+            xdg_cache_home=_path(env, XDG_CACHE_HOME_ENV),
+            xdg_data_home=_path(env, XDG_DATA_HOME_ENV),
+            local_app_data=_path(env, LOCAL_APP_DATA_ENV),
+            app_data=_path(env, APP_DATA_ENV),
         )
 
 

@@ -79,6 +79,12 @@ def user_data_dir() -> Path:
     return Path(platformdirs.user_data_dir(DATA_NAME))
 
 
+def config_dir() -> Path:
+    """The person's settings that are files of the app's own (the folders added to the model
+    list); the window's QSettings live beside them."""
+    return Path(platformdirs.user_config_dir(DATA_NAME))
+
+
 def models_dir() -> Path:
     """Where GGUF models are listed and the default model is fetched to."""
     override = config.current().models

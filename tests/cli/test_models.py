@@ -1,0 +1,80 @@
+"""``contextlens-cli models``: every model of a home laid out as other tools leave it, once, with
+its source (tests/model_homes.py); a folder that is not there is one sentence and exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from tests.cli.runner import assert_one_line_error, run
+from tests.model_homes import PARAMS, TEMPLATE, Home, build_home
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str,
+           monkeypatch: pytest.MonkeyPatch) -> Home:  # fmt: skip
+    home = build_home(tmp_path, model_path, gemma_path, gemma_sha256)
+    monkeypatch.setenv("HOME", str(home.home))
+    monkeypatch.setenv("OLLAMA_MODELS", str(home.ollama_store))
+    monkeypatch.setenv("CONTEXTLENS_MODELS", str(home.own))
+    return home
+
+
+def test_json_lists_each_model_once_with_its_source(layout: Home) -> None:
+    proc = run("models", "--json", "--folder", str(layout.added))
+    assert proc.returncode == EXIT_OK, proc.stderr
+    models = json.loads(proc.stdout)
+    assert [(m["source"], m["name"]) for m in models] == [
+        ("LM Studio", "bartowski/SmolLM2-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf"),
+        ("Ollama", "gemma3:270m"),
+        ("Hugging Face cache", "tiny-org/Tiny-GGUF/tiny-f32.gguf"),
+        ("llama.cpp cache", "tiny-org_Tiny_cache.gguf"),
+        ("Added folder", "big-00001-of-00003.gguf"),
+        ("Added folder", "half/half-00001-of-00003.gguf"),
+    ]
+    for model in models:
+        assert {"path", "family", "parameters", "quantization", "file_size", "n_ctx_train",
+                "parts", "ollama_template", "ollama_parameters"} <= model.keys()  # fmt: skip
+    gemma = models[1]
+    assert gemma["path"] == str(layout.ollama_blob) and gemma["family"] == "gemma3"
+    assert (gemma["ollama_template"], gemma["ollama_parameters"]) == (TEMPLATE, PARAMS)
+    assert models[0]["ollama_template"] is None
+    assert (models[5]["parts"], models[5]["parts_present"], models[5]["loadable"]) == (3, 2, False)
+    # the file that is not a GGUF: one sentence on stderr, not in the list
+    assert proc.stderr.strip() == (
+        f"skipped: Skipped {layout.bad_file}: not a GGUF file (the first four bytes are not "
+        "'GGUF').")  # fmt: skip
+
+
+def test_text_groups_the_models_by_source(layout: Home) -> None:
+    proc = run("models")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    lines = proc.stdout.splitlines()
+    headers = [line for line in lines if not line.startswith(" ")]
+    assert headers == ["LM Studio (1)", "Ollama (1)", "Hugging Face cache (1)",
+                       "llama.cpp cache (1)"]  # fmt: skip
+    assert "      gemma3 · 268 M parameters · Q4_K_M · 241.4 MiB · trained context 32,768" in lines
+
+
+def test_nothing_found_says_where_it_looked(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    monkeypatch.setenv("CONTEXTLENS_MODELS", str(tmp_path / "models"))
+    proc = run("models")
+    assert proc.returncode == EXIT_OK and proc.stderr == ""
+    assert proc.stdout.startswith("No GGUF models found. Looked in:\n")
+    assert f"  Ollama: {tmp_path / 'ollama'} (not there)" in proc.stdout
+    assert json.loads(run("models", "--json").stdout) == []
+
+
+def test_a_folder_that_is_not_there_is_one_sentence(tmp_path: Path) -> None:
+    proc = run("models", "--folder", str(tmp_path / "nowhere"))
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert_one_line_error(proc)
+    assert proc.stderr == f"error: {tmp_path / 'nowhere'} is not a folder\n"
