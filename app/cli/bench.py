@@ -37,7 +37,8 @@ BENCH_DIR_ENV = config.BENCH_DIR_ENV
 # state restore, batched map-reduce, GUI stall and CPU; benchmarks not named here run after these.
 ORDER = ("bench_tokens", "bench_chunking", "bench_engine_host", "bench_contention",
          "bench_calibration", "bench_kv", "bench_rollback", "bench_batched_map",
-         "bench_gui_responsiveness", "bench_window_cpu", "bench_needles",
+         "bench_gui_responsiveness", "bench_window_cpu", "bench_memory_fit", "bench_needles",
+         "bench_demo",
          "bench_peers")  # fmt: skip
 EXIT_BENCH_FAILED = EXIT_ENGINE_CRASHED  # a benchmark crashed: the code the CLI uses for a crash
 STOP_GRACE_S = 10.0  # after Ctrl+C, how long a benchmark gets to end before it is killed
