@@ -50,9 +50,21 @@ from app.core.engine.types import (
 from app.core.memory_fit import Fit, gib
 from app.core.paths import list_models
 from app.core.telemetry import memory_fit
+from app.services import model_library
+from app.services.errors import BadRequest
+from app.services.model_library import Discovery, FoundModel, Source
 from app.ui.background import run_in_background
 from app.ui.i18n import FollowsLanguage
 from app.ui.model_fetch_dialog import ModelFetchDialog
+from app.ui.model_list import (
+    DETAILS_ROLE,
+    PATH_ROLE,
+    SOURCE_ROLE,
+    ModelRowDelegate,
+    count_text,
+    size_text,
+)
+from app.ui.model_search import ModelSearch
 from app.ui.server_box import ServerBox
 from app.ui.tuned_settings import TunedSettingsBox
 from app.ui.widgets import MessageLine, WrappingCheckBox, plain_label
@@ -62,7 +74,9 @@ MIN_CTX = 16  # llama.cpp's own floor
 UNQUANTIZED_KV = ("f16", "f32", "bf16")  # the cache types that work without flash attention
 MAX_THREADS = 512
 MAX_BATCH = 65_536
-_PATH_ROLE = Qt.ItemDataRole.UserRole
+_PATH_ROLE = PATH_ROLE
+OWN = str(Source.CONTEXTLENS)  # the list's group of the models folder's own files
+CHOSEN = "chosen"  # the list's group of files chosen by hand that no source lists
 
 
 def _mib(n: int) -> str:
@@ -195,6 +209,7 @@ class ModelPanel(FollowsLanguage, QWidget):
     info_ready = Signal(object)  # ModelInfo of the selected file, once read
     file_failed = Signal(str)  # the selected file is not a usable model; one sentence
     model_fetched = Signal(object)  # Path of a model just downloaded (from the panel or banner)
+    models_listed = Signal(int)  # the search for models answered: how many the list offers
     calibrate_requested = Signal(object, object)  # Path, LoadSettings: measure again, then load
     calibration_cancel_requested = Signal()
 
@@ -217,11 +232,22 @@ class ModelPanel(FollowsLanguage, QWidget):
 
         self.models = QListWidget()
         self.models.setAlternatingRowColors(True)
+        self.models.setItemDelegate(ModelRowDelegate(self._hover_text, self.models))
         self.models.currentItemChanged.connect(self._on_current_changed)
         self._models_label = QLabel()
         self._models_label.setBuddy(self.models)
         self.browse_button = QPushButton()
         self.browse_button.clicked.connect(self._browse)
+        self.add_folder_button = QPushButton()
+        self.add_folder_button.clicked.connect(self._add_folder)
+        self.models_note = plain_label()  # the files skipped while looking for models
+        self.models_note.setWordWrap(True)
+        self.models_note.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.models_note.hide()
+        self._library: Discovery | None = None  # what the last search found
+        self._chosen: list[Path] = []  # files chosen by hand (Browse…, a drop, --model)
+        self._search = ModelSearch(self._models_dir, self)
+        self._search.found.connect(self._on_found)
         self.get_default_button = QPushButton()
         self.get_default_button.clicked.connect(self.get_default_model)
         self._fetch_dialog: ModelFetchDialog | None = None
@@ -300,6 +326,7 @@ class ModelPanel(FollowsLanguage, QWidget):
         top = QHBoxLayout()
         top.addWidget(self._models_label)
         top.addStretch(1)
+        top.addWidget(self.add_folder_button)
         top.addWidget(self.browse_button)
 
         self._options = QGroupBox()
@@ -337,6 +364,7 @@ class ModelPanel(FollowsLanguage, QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.models, 1)
+        layout.addWidget(self.models_note)
         layout.addWidget(self.get_default_button)
         layout.addWidget(self.file_error)
         layout.addWidget(self.card)
@@ -353,6 +381,11 @@ class ModelPanel(FollowsLanguage, QWidget):
         self._models_label.setText(self.tr("&Models:"))
         self.browse_button.setText(self.tr("Bro&wse…"))
         self.browse_button.setToolTip(self.tr("Choose a GGUF file anywhere on disk"))
+        self.add_folder_button.setText(self.tr("Add Folder…"))
+        self.add_folder_button.setToolTip(
+            self.tr("List the GGUF models in a folder of yours too (they stay where they are)"))
+        self._retitle()
+        self._show_problems()
         self.get_default_button.setText(self.tr("Get the Default Model…"))
         self.get_default_button.setToolTip(
             self.tr("Download the default model (about 98 MB) and check it against its checksum")
@@ -392,19 +425,31 @@ class ModelPanel(FollowsLanguage, QWidget):
     # ----- the list of models -----
 
     def refresh_models(self) -> None:
-        """List the *.gguf files in the models folder again (files chosen by hand stay)."""
+        """List the models again: the models folder's files at once, every other place when
+        the search off the GUI thread answers (files chosen by hand stay)."""
         chosen = self.selected_model()
-        extra = [p for p in self._listed() if p.parent != self._models_dir]
-        self.models.blockSignals(True)
-        self.models.clear()
-        for path in [*list_models(self._models_dir), *extra]:
-            self._add_item(path)
-        self.models.blockSignals(False)
+        self._show_rows()
         if chosen is not None:
             self.select_model(chosen)
-        elif self.models.count():
-            self.models.setCurrentRow(0)
+        elif (row := self._first_model_row()) is not None:
+            self.models.setCurrentRow(row)
         self.get_default_button.setVisible(not default_model_path(self._models_dir).exists())
+        self._search.search()
+
+    def _on_found(self, discovery: Discovery) -> None:
+        """The search answered (at start, or after a watched folder changed): the list shows
+        what it found, the selection kept where it still is."""
+        self._library = discovery
+        chosen = self.selected_model()
+        self._show_rows()
+        if chosen is None or self._row_of(chosen) is None:
+            row = self._first_model_row()
+            if row is not None:
+                self.models.setCurrentRow(row)
+            elif chosen is not None:
+                self._on_current_changed(None, None)
+        self._show_problems()
+        self.models_listed.emit(self.model_count())
 
     def get_default_model(self) -> None:
         """Offer to download the default model into the models folder (asks first)."""
@@ -429,16 +474,171 @@ class ModelPanel(FollowsLanguage, QWidget):
         return len(self._listed())
 
     def _listed(self) -> list[Path]:
-        return [Path(self.models.item(i).data(_PATH_ROLE)) for i in range(self.models.count())]
+        """The models listed, in order (not the sources' titles)."""
+        items = (self.models.item(i).data(_PATH_ROLE) for i in range(self.models.count()))
+        return [Path(path) for path in items if path]
 
-    def _add_item(self, path: Path) -> QListWidgetItem:
-        folder = self._models_dir.absolute()
-        text = path.name if path.parent.absolute() == folder else f"{path.name} ({path.parent})"
+    def _add_item(self, path: Path, text: str | None = None, details: str = "") -> QListWidgetItem:
+        """A row for ``path`` at the end of the list, named ``text`` (default: the file's name,
+        and its folder when that is not the models folder)."""
+        if text is None:
+            in_own = path.parent.absolute() == self._models_dir.absolute()
+            text = path.name if in_own else f"{path.name} ({path.parent})"
         item = QListWidgetItem(text)
         item.setData(_PATH_ROLE, str(path))
+        item.setData(DETAILS_ROLE, details)
         item.setToolTip(str(path))
         self.models.addItem(item)
         return item
+
+    def _add_title(self, group: str) -> None:
+        """A source's title: a row that cannot be selected or focused."""
+        item = QListWidgetItem(self._source_titles().get(group, group))
+        item.setFlags(Qt.ItemFlag.NoItemFlags)
+        item.setData(SOURCE_ROLE, group)
+        self.models.addItem(item)
+
+    def _source_titles(self) -> dict[str, str]:
+        return {
+            str(Source.CONTEXTLENS): self.tr("ContextLens models folder"),
+            str(Source.LM_STUDIO): self.tr("LM Studio"),
+            str(Source.OLLAMA): self.tr("Ollama"),
+            str(Source.HF_CACHE): self.tr("Hugging Face cache"),
+            str(Source.LLAMA_CPP_CACHE): self.tr("llama.cpp cache"),
+            str(Source.GPT4ALL): self.tr("GPT4All"),
+            str(Source.JAN): self.tr("Jan"),
+            str(Source.ADDED): self.tr("Added folders"),
+            CHOSEN: self.tr("Chosen files"),
+        }
+
+    def _retitle(self) -> None:
+        titles = self._source_titles()
+        for i in range(self.models.count()):
+            item = self.models.item(i)
+            group = item.data(SOURCE_ROLE)
+            if group:
+                item.setText(titles.get(group, group))
+
+    def _groups(self) -> list[tuple[str, list[tuple[Path, str | None, str]]]]:
+        """The rows to show, source by source: (path, name or None for the file's, details)."""
+        library = self._library
+        found = {m.path: m for m in library.models} if library is not None else {}
+        problems = {p.path for p in library.problems} if library is not None else set()
+        own = list_models(self._models_dir)
+        groups = [(OWN, [(p, None, self._details(found.get(p), p in problems)) for p in own])]
+        listed = {p.absolute() for p in own}
+        if library is not None:
+            for source, models in library.by_source().items():
+                fresh = [m for m in models if m.path.absolute() not in listed]
+                listed.update(m.path.absolute() for m in fresh)
+                groups.append((str(source), [(m.path, m.name, self._details(m)) for m in fresh]))
+        chosen = [p for p in self._chosen if p not in listed]
+        groups.append((CHOSEN, [(p, None, self._details(found.get(p))) for p in chosen]))
+        return [(group, rows) for group, rows in groups if rows]
+
+    def _details(self, model: FoundModel | None, unreadable: bool = False) -> str:
+        """A model's second line: parameters, quantization, size (and a split's parts)."""
+        if model is None:
+            return self.tr("not a GGUF model llama.cpp can read") if unreadable else ""
+        parts = [count_text(model.parameters), model.quantization, size_text(model.file_size)]
+        if not model.loadable:
+            parts.append(self.tr("{0} of {1} parts present").format(
+                model.parts_present, model.parts))  # fmt: skip
+        return " · ".join(p for p in parts if p)
+
+    def _show_rows(self) -> None:
+        """Lay the list out again, keeping the selected model selected without reading it
+        again; when the rows are the same, only their second lines change."""
+        groups = self._groups()
+        titled = any(group != OWN for group, _rows in groups)  # the models folder alone: none
+        wanted: list[tuple[str, str]] = []
+        for group, rows in groups:
+            if titled:
+                wanted.append((group, ""))
+            wanted += [("", str(path)) for path, _name, _details in rows]
+        shown = [(self.models.item(i).data(SOURCE_ROLE) or "",
+                  self.models.item(i).data(_PATH_ROLE) or "")
+                 for i in range(self.models.count())]  # fmt: skip
+        if wanted == shown:
+            details = {str(path): d for _g, rows in groups for path, _n, d in rows}
+            for i in range(self.models.count()):
+                item = self.models.item(i)
+                if item.data(_PATH_ROLE):
+                    item.setData(DETAILS_ROLE, details.get(item.data(_PATH_ROLE), ""))
+            self.models.doItemsLayout()
+            return
+        chosen = self.selected_model()
+        self.models.blockSignals(True)
+        self.models.clear()
+        for group, rows in groups:
+            if titled:
+                self._add_title(group)
+            for path, name, details in rows:
+                self._add_item(path, name, details)
+        row = self._row_of(chosen) if chosen is not None else None
+        if row is not None:
+            self.models.setCurrentRow(row)
+        self.models.blockSignals(False)
+
+    def _row_of(self, path: Path) -> int | None:
+        path = path.absolute()
+        for i in range(self.models.count()):
+            listed = self.models.item(i).data(_PATH_ROLE)
+            if listed and Path(listed).absolute() == path:
+                return i
+        return None
+
+    def _first_model_row(self) -> int | None:
+        for i in range(self.models.count()):
+            if self.models.item(i).data(_PATH_ROLE):
+                return i
+        return None
+
+    def _hover_text(self, path: str) -> str | None:
+        """What resting on a model shows: its path, trained context and what else is known."""
+        library = self._library
+        if library is None:
+            return None
+        model = next((m for m in library.models if str(m.path) == path), None)
+        if model is None:
+            problem = next((p for p in library.problems if str(p.path) == path), None)
+            return f"{path}\n{problem.sentence}" if problem is not None else None
+        lines = [path]
+        if model.n_ctx_train:
+            lines.append(self.tr("Trained context: {0:,} tokens").format(model.n_ctx_train))
+        if model.family:
+            lines.append(self.tr("Family: {0}").format(model.family))
+        if not model.loadable:
+            lines.append(self.tr("{0} of {1} parts present: it cannot be loaded").format(
+                model.parts_present, model.parts))  # fmt: skip
+        if model.also_named:
+            lines.append(self.tr("Also found as: {0}").format(", ".join(model.also_named)))
+        return "\n".join(lines)
+
+    def _show_problems(self) -> None:
+        """How many files were skipped outside the models folder (its own are listed, and
+        say why when chosen), and why, on hover."""
+        library = self._library
+        skipped = [p for p in library.problems if p.source != Source.CONTEXTLENS] if library else []
+        self.models_note.setVisible(bool(skipped))
+        if skipped:
+            self.models_note.setText(self.tr(
+                "Skipped %n file(s) that are not GGUF models llama.cpp can read; hover to see "
+                "why.", "", len(skipped)))  # fmt: skip
+            self.models_note.setToolTip("\n".join(p.sentence for p in skipped))
+
+    def _add_folder(self) -> None:
+        """Add a folder of the person's to the list, remembered for the command line too."""
+        name = QFileDialog.getExistingDirectory(self, self.tr("Add a Folder of Models"),
+                                                str(Path.home()))  # fmt: skip
+        if not name:
+            return
+        try:
+            model_library.add_folder(Path(name))
+        except BadRequest as exc:
+            self.file_error.show_message(_sentence(str(exc)))
+            return
+        self._search.search()
 
     def _browse(self) -> None:
         name, _ = QFileDialog.getOpenFileName(
@@ -452,28 +652,32 @@ class ModelPanel(FollowsLanguage, QWidget):
 
     def selected_model(self) -> Path | None:
         item = self.models.currentItem()
-        return Path(item.data(_PATH_ROLE)) if item is not None else None
+        path = item.data(_PATH_ROLE) if item is not None else None
+        return Path(path) if path else None
 
     def select_model(self, path: Path | str) -> None:
         """Select ``path`` (adding it to the list when it is not there) and read its card. A
         relative path (``--model models/x.gguf``) is the listed file it names, not a second
         entry."""
         path = Path(path).expanduser().absolute()
-        for i, listed in enumerate(self._listed()):
-            if listed.absolute() == path:
-                if self.models.currentRow() == i:
-                    self._read(path)  # selected already: read again (the file may have changed)
-                else:
-                    self.models.setCurrentRow(i)
-                return
-        self.models.setCurrentItem(self._add_item(path))
+        row = self._row_of(path)
+        if row is None:  # chosen by hand: listed from now on, under "Chosen files"
+            self._chosen.append(path)
+            self._show_rows()
+            row = self._row_of(path)
+            assert row is not None
+        if self.models.currentRow() == row:
+            self._read(path)  # selected already: read again (the file may have changed)
+        else:
+            self.models.setCurrentRow(row)
 
     def _on_current_changed(self, current: QListWidgetItem | None, _previous: object) -> None:
-        if current is None:
+        path = current.data(_PATH_ROLE) if current is not None else None
+        if not path:
             self._reading += 1
             self._set_info(None)
             return
-        self._read(Path(current.data(_PATH_ROLE)))
+        self._read(Path(path))
 
     def _read(self, path: Path) -> None:
         self._reading += 1

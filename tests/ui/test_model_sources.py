@@ -1,0 +1,104 @@
+"""The model panel lists the models other tools keep, grouped by source under titles that cannot
+be selected, and a model that lands in a watched folder appears without a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from app.services import model_library
+from app.ui.model_list import DETAILS_ROLE, SOURCE_ROLE
+from app.ui.model_panel import ModelPanel
+from tests.model_homes import Home, build_home, write_tiny_gguf
+
+
+@pytest.fixture
+def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str,
+           monkeypatch: pytest.MonkeyPatch) -> Home:  # fmt: skip
+    home = build_home(tmp_path, model_path, gemma_path, gemma_sha256)
+    monkeypatch.setenv("HOME", str(home.home))
+    monkeypatch.setenv("OLLAMA_MODELS", str(home.ollama_store))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the folders added
+    model_library.add_folder(home.added)
+    return home
+
+
+@pytest.fixture
+def panel(qtbot, layout: Home, tmp_path: Path) -> ModelPanel:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    p = ModelPanel(layout.own, settings=settings)
+    qtbot.addWidget(p)
+    qtbot.waitUntil(lambda: "gemma3:270m" in rows(p), timeout=20_000)
+    return p
+
+
+def rows(panel: ModelPanel) -> list[str]:
+    """Each row's text, a source's title in brackets."""
+    out = []
+    for i in range(panel.models.count()):
+        item = panel.models.item(i)
+        out.append(f"[{item.text()}]" if item.data(SOURCE_ROLE) else item.text())
+    return out
+
+
+def row_named(panel: ModelPanel, name: str) -> int:
+    return rows(panel).index(name)
+
+
+def test_the_list_groups_the_models_by_source(panel: ModelPanel, layout: Home) -> None:
+    assert rows(panel) == [
+        "[ContextLens models folder]", "not-a-model.gguf",
+        "[LM Studio]", "bartowski/SmolLM2-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf",
+        "[Ollama]", "gemma3:270m",
+        "[Hugging Face cache]", "tiny-org/Tiny-GGUF/tiny-f32.gguf",
+        "[llama.cpp cache]", "tiny-org_Tiny_cache.gguf",
+        "[Added folders]", "big-00001-of-00003.gguf", "half/half-00001-of-00003.gguf",
+    ]  # fmt: skip
+    titles = [panel.models.item(i) for i in range(panel.models.count())
+              if panel.models.item(i).data(SOURCE_ROLE)]  # fmt: skip
+    assert all(t.flags() == Qt.ItemFlag.NoItemFlags for t in titles)  # cannot be selected
+    assert panel.model_count() == 7 and layout.lm_studio_file in panel._listed()
+    gemma = panel.models.item(row_named(panel, "gemma3:270m"))
+    assert gemma.data(DETAILS_ROLE) == "268 M · Q4_K_M · 241.4 MiB"
+    hover = panel._hover_text(str(layout.ollama_blob))
+    assert hover is not None
+    assert hover.splitlines()[:3] == [str(layout.ollama_blob), "Trained context: 32,768 tokens",
+                                      "Family: gemma3"]  # fmt: skip
+    half = panel.models.item(row_named(panel, "half/half-00001-of-00003.gguf"))
+    assert half.data(DETAILS_ROLE).endswith(" · 2 of 3 parts present")
+    bad = panel.models.item(row_named(panel, "not-a-model.gguf"))
+    assert bad.data(DETAILS_ROLE) == "not a GGUF model llama.cpp can read"
+    assert panel.models_note.isHidden()  # the only file skipped is the models folder's, listed
+
+
+def test_an_ollama_blob_is_chosen_and_read_like_any_model(panel: ModelPanel, layout: Home,
+                                                          qtbot) -> None:  # fmt: skip
+    with qtbot.waitSignal(panel.info_ready, timeout=10_000) as blocker:
+        panel.models.setCurrentRow(row_named(panel, "gemma3:270m"))
+    assert blocker.args[0].architecture == "gemma3"
+    assert panel.selected_model() == layout.ollama_blob
+    assert panel.load_button.isEnabled()
+
+
+def test_a_model_put_in_a_watched_folder_appears_without_a_restart(
+    panel: ModelPanel, layout: Home, qtbot
+) -> None:
+    selected = panel.selected_model()
+    repo = layout.lm_studio_file.parent
+    write_tiny_gguf(repo / "SmolLM2-tiny-F32.gguf", "Tiny new")
+    name = "bartowski/SmolLM2-GGUF/SmolLM2-tiny-F32.gguf"
+    qtbot.waitUntil(lambda: name in rows(panel), timeout=20_000)
+    write_tiny_gguf(layout.added / "new-folder" / "later.gguf", "Later")  # a new subfolder
+    qtbot.waitUntil(lambda: "new-folder/later.gguf" in rows(panel), timeout=20_000)
+    assert panel.selected_model() == selected  # the list grew; the choice stayed
+
+
+def test_a_file_chosen_by_hand_is_listed_under_its_own_title(panel: ModelPanel, tmp_path: Path,
+                                                             qtbot) -> None:  # fmt: skip
+    elsewhere = write_tiny_gguf(tmp_path / "elsewhere" / "mine.gguf", "Mine")
+    with qtbot.waitSignal(panel.info_ready, timeout=10_000):
+        panel.select_model(elsewhere)
+    assert rows(panel)[-2:] == ["[Chosen files]", f"mine.gguf ({elsewhere.parent})"]
+    assert panel.selected_model() == elsewhere
