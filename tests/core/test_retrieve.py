@@ -245,21 +245,31 @@ def test_neighbours_widen_the_context_around_a_kept_match(planner: Planner, budg
 @pytest.mark.unit
 def test_a_match_cut_mid_paragraph_keeps_the_rest_of_its_paragraph_only(planner: Planner) -> None:
     """Precise: a part kept as context continues the paragraph of a kept neighbour (the cut
-    between them is weaker than a paragraph's end) or follows a kept heading, at most
-    PASSAGE_PARTS parts from a match; a paragraph's end is crossed for context only after a
-    heading. Parts are paragraphs or pieces of one."""
+    between them is weaker than a paragraph's end) or the section of a kept heading (every part
+    between them kept, none of them a heading), at most PASSAGE_PARTS parts from a match; a
+    paragraph's end is crossed for context only in a heading's section. Parts are paragraphs or
+    pieces of one."""
     plan = planner.plan("retrieve", 1_800, PlanOptions(question="hacker ethic and free software"))
     chunks = plan.chunks
     kept = {c.index for c in chunks if any(s.start <= c.start < s.end for s in plan.kept)}
     context = {c.index for c in chunks
                if any(s.start <= c.start < s.end and s.next_to is not None for s in plan.kept)}
     assert context, "a long paragraph was kept in pieces"
+    def title(j: int) -> bool:
+        return is_title(planner.text[chunks[j].start : chunks[j].end])
+
+    def in_section(i: int) -> bool:  # a kept heading above, the parts between kept, none a title
+        for h in range(i - 1, max(-1, i - 1 - PASSAGE_PARTS), -1):
+            if h not in kept:
+                return False
+            if title(h):
+                return True
+        return False
+
     for i in context:
-        before = planner.text[chunks[i - 1].start : chunks[i - 1].end] if i else ""
-        left = i > 0 and i - 1 in kept and (chunks[i - 1].boundary < Boundary.PARAGRAPH
-                                            or is_title(before))  # fmt: skip
+        left = i > 0 and i - 1 in kept and chunks[i - 1].boundary < Boundary.PARAGRAPH
         right = i + 1 in kept and chunks[i].boundary < Boundary.PARAGRAPH
-        assert left or right, f"part {i} is kept as context across a paragraph's end"
+        assert left or right or in_section(i), f"part {i} is kept across a paragraph's end"
         near = [j for j in kept - context if abs(j - i) <= PASSAGE_PARTS]
         assert near, f"part {i} is further than {PASSAGE_PARTS} parts from any match"
     for c in chunks[:-1]:  # no part holds a paragraph's end and more text after it
@@ -280,6 +290,26 @@ def test_a_heading_that_matches_brings_its_text(planner: Planner) -> None:
     assert after.next_to == heading.rank
     assert "The original Jargon File was a collection" in text[after.start : after.end]
     assert is_title("3. Revision History") and not is_title("The fact is stated here.")
+
+
+@pytest.mark.unit
+def test_a_dictionary_entry_outranks_the_index_lines_that_name_it(planner: Planner) -> None:
+    """The sample lists every entry twice in one-line paragraphs (its indexes): BM25 favours a
+    short part, and those lines ("kluge", "kluge around") once took every place the entry
+    should have had. A run of title-like lines is weighted down; the headword (":kluge:
+    /klooj/", ":cracker: n.") is a heading, so the definitions under it come with it."""
+    text = planner.text
+    for question, head, definition in (
+        ("What is a kluge?", ":kluge: /klooj/", "A Rube Goldberg (or Heath Robinson) device"),
+        ("What is a cracker?", ":cracker: n.", "One who breaks security on a system."),
+    ):
+        plan = planner.plan("retrieve", 1_800, PlanOptions(question=question))
+        kept = "".join(text[s.start : s.end] for s in plan.kept)
+        assert head in kept and definition in kept, question
+        lines = [s for s in plan.kept if text[s.start : s.end].strip() in ("kluge", "cracker")]
+        assert not lines, f"{question}: an index line was kept"
+    assert is_title(":cracker: n.") and is_title(":grok: /grok/, /grohk/, vt.")
+    assert not is_title("It is a cat.")
 
 
 @pytest.mark.unit

@@ -76,13 +76,52 @@ PASSAGE_PARTS = 2
 # section's text continues it.
 TITLE_WORDS = 12
 _SENTENCE_END = re.compile(r"[.!?;:。！？；：…\"'”’)\]]\s*$")
+# ...or one that ends on a word class, as a dictionary's headword does (":cracker: n.",
+# ":grok: /grok/, vt."): after a colon, comma, slash or bracket, a word of at most three letters
+# and its full stop ("It is a cat." stays a sentence).
+_ABBREVIATION_END = re.compile(r"[:,/)\]]\s+[^\W\d_]{1,3}\.$")
 
 
 def is_title(text: str) -> bool:
-    """Whether ``text`` reads as a heading: one short line that does not end a sentence."""
+    """Whether ``text`` reads as a heading: one short line that does not end a sentence (or
+    ends on an abbreviation)."""
     line = text.strip()
     return bool(line) and "\n" not in line and len(line.split()) <= TITLE_WORDS and (
-        not _SENTENCE_END.search(line))  # fmt: skip
+        not _SENTENCE_END.search(line) or bool(_ABBREVIATION_END.search(line)))  # fmt: skip
+
+
+# A run of at least this many title-like parts in a row (a table of contents, an index, a word
+# list) names subjects whose text is elsewhere. BM25 favours a short part, and a one-word line
+# of an index ("kluge") outscored the entry that defines the word: on the sample's "What is a
+# kluge?" every part kept was a line of its two indexes, and the reply was invented. Such lines
+# score this share of what they would.
+LIST_RUN = 3
+LIST_WEIGHT = 0.2
+
+
+def _demote_lists(scores: np.ndarray, chunks: Sequence[Chunk], text: str) -> np.ndarray:
+    """``scores`` with the matching parts that are lines of a list (see :data:`LIST_RUN`)
+    weighted down; only matches and their neighbours are read, so a question stays fast."""
+    titles: dict[int, bool] = {}
+
+    def title(j: int) -> bool:
+        if j not in titles:
+            titles[j] = 0 <= j < len(chunks) and is_title(text[chunks[j].start : chunks[j].end])
+        return titles[j]
+
+    out = scores.copy()
+    for i in np.flatnonzero(scores > 0).tolist():
+        if not title(i):
+            continue
+        run = 1
+        for step in (-1, 1):
+            j = i + step
+            while run < LIST_RUN and title(j):
+                run += 1
+                j += step
+        if run >= LIST_RUN:
+            out[i] *= LIST_WEIGHT
+    return out
 
 # Han, kana, Hangul syllables and their extensions: scripts written without spaces between words
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002ebef"
@@ -334,6 +373,8 @@ def select(
     """
     wanted = question_terms(question)
     scores = index.scores(wanted)
+    if text:
+        scores = _demote_lists(scores, chunks, text)
     n = len(chunks)
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i))
     rank = {i: r + 1 for r, i in enumerate(ranked)}
@@ -404,17 +445,21 @@ def _precise(
         if used + chunks[i].tokens <= budget:
             kept[i] = None
             used += chunks[i].tokens
+    def title(j: int) -> bool:
+        return bool(text) and is_title(text[chunks[j].start : chunks[j].end])
+
     for h in sorted(kept, key=rank.__getitem__):  # the matches kept, best first
-        # the paragraph goes on past a chunk that ends on a weaker boundary than its end
+        # the paragraph goes on past a chunk that ends on a weaker boundary than its end; a
+        # heading's section goes on after it, up to the next heading
         for step in (1, -1):
             j = h
+            section = step == 1 and title(h)
             for _ in range(PASSAGE_PARTS):
                 edge = chunks[j].boundary if step == 1 else (
                     chunks[j - 1].boundary if j > 0 else Boundary.END)  # fmt: skip
-                goes_on = edge < Boundary.PARAGRAPH or (
-                    step == 1 and text and is_title(text[chunks[j].start : chunks[j].end]))
+                goes_on = edge < Boundary.PARAGRAPH or section
                 j += step
-                if not goes_on or not 0 <= j < n:
+                if not goes_on or not 0 <= j < n or (section and title(j)):
                     break
                 if j in kept:
                     continue
