@@ -20,6 +20,8 @@ own entry points read it the same way.
 | ``CONTEXTLENS_API_KEY`` | ``api_key`` | a server's API key for one run |
 | ``CONTEXTLENS_API_HOST`` | ``api_host`` | the one server that key may go to |
 | ``CONTEXTLENS_BENCH_DIR`` | ``bench_dir`` | where ``contextlens-cli bench`` finds the benchmarks |
+| ``HF_ENDPOINT`` | ``hf_endpoint`` | the Hugging Face Hub models are fetched from (a mirror) |
+| ``HF_TOKEN`` | ``hf_token`` | a Hugging Face token, sent only to that Hub |
 
 Other programs' variables, read only to find the GGUF models they keep
 (:mod:`app.core.model_sources`), as each program itself reads them:
@@ -54,6 +56,8 @@ INDEX_ENV = "CONTEXTLENS_PYPI_URL"
 API_KEY_ENV = "CONTEXTLENS_API_KEY"
 API_HOST_ENV = "CONTEXTLENS_API_HOST"
 BENCH_DIR_ENV = "CONTEXTLENS_BENCH_DIR"
+HF_ENDPOINT_ENV = "HF_ENDPOINT"
+HF_TOKEN_ENV = "HF_TOKEN"
 OLLAMA_MODELS_ENV = "OLLAMA_MODELS"
 HF_HUB_CACHE_ENV = "HF_HUB_CACHE"
 HF_HOME_ENV = "HF_HOME"
@@ -84,6 +88,8 @@ class Config:
     api_key: str = ""
     api_host: str = ""
     bench_dir: Path | None = None
+    hf_endpoint: str = ""
+    hf_token: str = ""
     # where other programs keep their models (None: that program's default)
     ollama_models: Path | None = None
     hf_hub_cache: Path | None = None
@@ -109,6 +115,8 @@ class Config:
             api_key=env.get(API_KEY_ENV, "").strip(),
             api_host=env.get(API_HOST_ENV, "").strip(),
             bench_dir=_path(env, BENCH_DIR_ENV),
+            hf_endpoint=env.get(HF_ENDPOINT_ENV, "").strip(),
+            hf_token=env.get(HF_TOKEN_ENV, "").strip(),
             ollama_models=_path(env, OLLAMA_MODELS_ENV),
             hf_hub_cache=_path(env, HF_HUB_CACHE_ENV),
             hf_home=_path(env, HF_HOME_ENV),

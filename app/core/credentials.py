@@ -99,3 +99,52 @@ def forget_api_key(url: str) -> bool:
     except (KeyringError, RuntimeError) as exc:
         raise _failed("remove the API key", exc) from None
     return True
+
+
+# A Hugging Face token is kept the same way, under the Hub's address (``$HF_ENDPOINT``, or
+# https://huggingface.co): a token for one Hub is never sent to another. ``$HF_TOKEN`` gives one
+# for a run without the keyring (app/core/hub_fetch.py reads it first).
+HUB_TOKEN_PREFIX = "Hugging Face token for "
+
+
+def _hub_user(endpoint: str) -> str:
+    return HUB_TOKEN_PREFIX + endpoint.strip().rstrip("/").lower()
+
+
+def hub_token(endpoint: str) -> str | None:
+    """The token kept for the Hub at ``endpoint``, or None (also when the keyring cannot be
+    read: the Hub will say if the model needs one)."""
+    from keyring.errors import KeyringError  # noqa: PLC0415 (see _keyring)
+
+    try:
+        return _keyring().get_password(SERVICE, _hub_user(endpoint))
+    except (KeyringError, RuntimeError):
+        return None
+
+
+def save_hub_token(endpoint: str, token: str) -> None:
+    """Keep ``token`` for the Hub at ``endpoint`` in the keyring (replacing an earlier one)."""
+    from keyring.errors import KeyringError  # noqa: PLC0415 (see _keyring)
+
+    token = token.strip()
+    if not token:
+        raise CredentialError("the Hugging Face token is empty")
+    if any(c.isspace() for c in token):
+        raise CredentialError("a Hugging Face token has no spaces in it (hf_…)")
+    try:
+        _keyring().set_password(SERVICE, _hub_user(endpoint), token)
+    except (KeyringError, RuntimeError) as exc:
+        raise _failed("save the Hugging Face token", exc) from None
+
+
+def forget_hub_token(endpoint: str) -> bool:
+    """Remove the token kept for the Hub at ``endpoint``; False when there was none."""
+    from keyring.errors import KeyringError, PasswordDeleteError  # noqa: PLC0415 (see _keyring)
+
+    try:
+        _keyring().delete_password(SERVICE, _hub_user(endpoint))
+    except PasswordDeleteError:
+        return False
+    except (KeyringError, RuntimeError) as exc:
+        raise _failed("remove the Hugging Face token", exc) from None
+    return True

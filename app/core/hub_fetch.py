@@ -1,0 +1,440 @@
+"""Fetching a GGUF from the Hugging Face Hub by name, through the ``huggingface_hub`` client.
+
+The reference is parsed and the repository's files are chosen in :mod:`app.core.hub_refs`.
+Files land where ``huggingface_hub`` keeps them: in its cache by default (so other tools, and
+ContextLens's own model discovery, see them), or in a folder (``local_dir``) when one is given.
+
+The client does the talking: ``HfApi.model_info`` lists the repository's files,
+``get_hf_file_metadata`` asks where each file is and what it is (size, ETag, commit), its session
+(``http_stream_backoff``, ``hf_raise_for_status``) carries the transfer, and ``hf_hub_download``
+files the result into its cache (refs, snapshot links) or writes the folder's metadata. What is
+ours is the transfer's loop, for two things the client no longer gives: since huggingface_hub 1.x
+each ``hf_hub_download`` writes to a temporary file unique to that call and deletes it on any
+error, so nothing resumes across calls; and it reads in 10 MB pieces, so neither a cancel nor the
+progress could answer within a second. Here the bytes go to ``<blob>.incomplete`` (in the cache's
+``blobs``, or in the folder's ``.cache/huggingface/download``, as the client names them), which
+stays after a cut connection, a cancel or Ctrl-C; the next fetch asks for the rest with
+``Range: bytes=N-``. A connection that breaks after sending something is resumed at once, a few
+times. The whole file is then checked against the Hub's SHA-256 (the ETag of an LFS file) and
+renamed into place, and the client links it. The files are checked to be a GGUF last.
+
+Xet: the Hub names Xet-stored files with ``X-Xet-Hash`` headers; this transfer never uses Xet
+(it follows the same ``resolve`` redirect a plain HTTP download does, which the Hub serves with
+range requests), so an endpoint that sends no Xet headers (a mirror, the tests' server) works as
+it is, and ``HF_HUB_DISABLE_XET`` is not needed.
+
+``HF_ENDPOINT`` and ``HF_TOKEN`` are read through :mod:`app.core.config` and passed explicitly,
+so they hold even when set after ``huggingface_hub`` was imported. A token (``HF_TOKEN``, else
+the one kept in the keyring for this endpoint) goes only to that endpoint, never to the storage a
+download is redirected to. Every failure is one sentence (:class:`ModelFetchError`).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+from app.core import config, credentials
+from app.core.default_model import ModelFetchError
+from app.core.hub_refs import HubRef, HubReferenceError, choose_files, parse_reference
+from app.core.model_fetch import CancelCheck, FetchCancelled, Progress, _cancelled
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+TIMEOUT_S = 30.0  # per network operation (connect, each read), not for the whole download
+RESUMES = 5  # a broken connection that had sent something is resumed at once, this many times
+HASH_CHUNK = 4 << 20
+REPORT_EVERY = 256 * 1024  # bytes between progress reports (a chunk is often 16 KB)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def endpoint() -> str:
+    """The Hub to fetch from: ``$HF_ENDPOINT`` (a mirror) or https://huggingface.co."""
+    return (config.current().hf_endpoint or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def endpoint_host(where: str | None = None) -> str:
+    """The host shown to the person ("huggingface.co")."""
+    where = where or endpoint()
+    return urlsplit(where).netloc or where
+
+
+def hub_cache_dir() -> Path:
+    """Hugging Face's hub cache, where the model list looks (``HF_HUB_CACHE``, ``HF_HOME``)."""
+    from app.core.model_sources import hf_cache_roots  # noqa: PLC0415 (the one rule for it)
+
+    return hf_cache_roots()[0]
+
+
+def hub_token(where: str | None = None) -> str | None:
+    """``$HF_TOKEN``, else the token kept in the keyring for the endpoint ``where``."""
+    return config.current().hf_token or credentials.hub_token(where or endpoint())
+
+
+@dataclass(frozen=True)
+class _Remote:
+    """One file as the Hub describes it: where to get it, its size, ETag and commit."""
+
+    name: str
+    url: str
+    size: int | None
+    etag: str
+    commit: str
+
+
+class _Tally:
+    """The bytes of all of a model's files on disk so far, reported as ``progress(done, total)``
+    at most every :data:`REPORT_EVERY` bytes (and at the end)."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress, self.total, self.done, self._shown = progress, total, 0, -REPORT_EVERY
+
+    def add(self, n: int, *, force: bool = False) -> None:
+        self.done += n
+        if self.progress and (force or abs(self.done - self._shown) >= REPORT_EVERY):
+            self._shown = self.done
+            self.progress(self.done, max(self.total, self.done))
+
+
+def _check(cancel: CancelCheck | None) -> None:
+    if _cancelled(cancel):
+        raise FetchCancelled("the download was cancelled; fetching it again resumes where it "
+                             "stopped")  # fmt: skip
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _disk_error(exc: OSError, folder: Path) -> NoReturn:
+    if exc.errno == errno.ENOSPC:
+        raise ModelFetchError(f"the disk holding {folder} is full") from None
+    if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
+        raise ModelFetchError(f"cannot write to {folder}: permission denied") from None
+    detail = exc.strerror or str(exc)
+    raise ModelFetchError(f"cannot write to {folder}: {detail[:1].lower()}{detail[1:]}") from None
+
+
+@contextmanager
+def _in_sentences(ref: HubRef, where: str, token: str | None, what: list[str]) -> Iterator[None]:
+    """Turn what the client raises into one sentence; ``what`` names the file being fetched."""
+    import httpx2  # noqa: PLC0415 (huggingface_hub's HTTP client: only when fetching)
+    from filelock import Timeout as LockTimeout  # noqa: PLC0415
+    from huggingface_hub import errors  # noqa: PLC0415
+
+    host, repo = endpoint_host(where), ref.repo_id
+    need = (f"this model needs a Hugging Face token: {repo} is gated or private; accept its "
+            f"terms at {where}/{repo} while signed in, then keep a token with `contextlens-cli "
+            "hub-token` (or in the window) or set HF_TOKEN")  # fmt: skip
+    refused = (f"this model needs a Hugging Face token that may read it: the token was refused "
+               f"for {repo}; accept its terms at {where}/{repo} with that account")  # fmt: skip
+    try:
+        yield
+    except (ModelFetchError, KeyboardInterrupt):
+        raise
+    except errors.GatedRepoError:
+        raise ModelFetchError(refused if token else need) from None
+    except errors.RepositoryNotFoundError as exc:
+        if token is None and exc.response is not None and exc.response.status_code == 401:
+            raise ModelFetchError(need) from None
+        raise ModelFetchError(f"{host} has no model {repo} (or it is private and needs a "
+                              "Hugging Face token)") from None  # fmt: skip
+    except errors.RevisionNotFoundError:
+        raise ModelFetchError(f"{repo} has no revision {ref.revision}") from None
+    except errors.EntryNotFoundError:
+        raise ModelFetchError(f"{repo} has no file {what[0] if what else ref}") from None
+    except errors.OfflineModeIsEnabled:
+        raise ModelFetchError(f"HF_HUB_OFFLINE is set, so nothing is downloaded from {host}")\
+            from None
+    except errors.HfHubHTTPError as exc:
+        code = exc.response.status_code if exc.response is not None else 0
+        if code in (401, 403):
+            raise ModelFetchError(refused if token else need) from None
+        raise ModelFetchError(f"{host} answered HTTP {code} when asked for "
+                              f"{what[0] if what else repo}") from None  # fmt: skip
+    except errors.HFValidationError:
+        raise HubReferenceError(f"{repo} is not a valid Hugging Face repository name") from None
+    except httpx2.ConnectError:
+        raise ModelFetchError(f"cannot reach {host} (no network, or the address is wrong)")\
+            from None
+    except httpx2.TimeoutException:
+        raise ModelFetchError(f"{host} did not answer in time") from None
+    except httpx2.HTTPError as exc:
+        raise ModelFetchError(f"the connection to {host} failed ({type(exc).__name__})") from None
+    except LockTimeout:
+        raise ModelFetchError(f"another download of {what[0] if what else repo} is running; "
+                              "try again when it has finished") from None  # fmt: skip
+    except OSError as exc:
+        if exc.errno is None:  # the client's own consistency errors are OSErrors too
+            raise ModelFetchError(f"the download from {host} failed: {exc}") from None
+        _disk_error(exc, Path(exc.filename or "."))
+
+
+def _auth(headers: dict[str, str], url: str, where: str) -> dict[str, str]:
+    """``headers`` without the token unless ``url`` is on the endpoint itself."""
+    target, home = urlsplit(url), urlsplit(where)
+    same = (target.scheme, target.netloc) == (home.scheme, home.netloc)
+    return headers if same else {k: v for k, v in headers.items() if k.lower() != "authorization"}
+
+
+def _describe(ref: HubRef, name: str, where: str, token: str | bool) -> _Remote:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url  # noqa: PLC0415
+
+    url = hf_hub_url(ref.repo_id, name, revision=ref.revision, endpoint=where)
+    meta = get_hf_file_metadata(url, token=token, endpoint=where, timeout=TIMEOUT_S)
+    if not meta.commit_hash or not meta.etag:
+        raise ModelFetchError(f"{endpoint_host(where)} does not answer as the Hugging Face Hub "
+                              "does (no commit or ETag for the file)")  # fmt: skip
+    return _Remote(name, meta.location, meta.size, meta.etag, meta.commit_hash)
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where one file goes: the finished file, its partial download, and the lock the client
+    takes for it."""
+
+    done: Path
+    partial: Path
+    lock: Path
+    ready: bool  # already there
+
+
+def _place(ref: HubRef, remote: _Remote, cache: Path, folder: Path | None) -> _Place:
+    from huggingface_hub._local_folder import (  # noqa: PLC0415 (the folder layout's owner)
+        get_local_download_paths,
+        read_download_metadata,
+    )
+    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415
+
+    if folder is not None:
+        paths = get_local_download_paths(folder, remote.name)
+        kept = read_download_metadata(folder, remote.name)
+        ready = paths.file_path.is_file() and kept is not None and kept.etag == remote.etag
+        return _Place(paths.file_path, paths.incomplete_path(remote.etag), paths.lock_path, ready)
+    repo_folder = repo_folder_name(repo_id=ref.repo_id, repo_type="model")
+    storage = cache / repo_folder
+    blob = storage / "blobs" / remote.etag
+    pointer = storage / "snapshots" / remote.commit / remote.name
+    lock = cache / ".locks" / repo_folder / f"{remote.etag}.lock"
+    return _Place(blob, blob.with_name(blob.name + ".incomplete"), lock,
+                  blob.is_file() or pointer.is_file())  # fmt: skip
+
+
+def _on_disk(place: _Place, remote: _Remote) -> int:
+    if place.ready:
+        return remote.size or 0
+    with suppress(OSError):
+        size = place.partial.stat().st_size
+        return size if remote.size is None or size <= remote.size else 0
+    return 0
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One fetch: where from (and with which token), where to, and its progress and cancel."""
+
+    ref: HubRef
+    where: str
+    token: str | bool  # False: none (never the client's own stored token)
+    headers: dict[str, str]
+    cache: Path
+    folder: Path | None
+    tally: _Tally
+    cancel: CancelCheck | None
+
+
+def _transfer(job: _Job, remote: _Remote, place: _Place) -> None:
+    """Bring ``remote``'s bytes into ``place.partial``, from where they stopped."""
+    import httpx2  # noqa: PLC0415
+    from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff  # noqa: PLC0415
+
+    host, tally, where = endpoint_host(job.where), job.tally, job.where
+    resumes = RESUMES
+    place.partial.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        have = place.partial.stat().st_size if place.partial.exists() else 0
+        if remote.size is not None and have >= remote.size:
+            return
+        wanted = {**_auth(job.headers, remote.url, where), "Accept-Encoding": "identity"}
+        if have:
+            wanted["Range"] = f"bytes={have}-"
+        got = 0
+        try:
+            with http_stream_backoff("GET", remote.url, headers=wanted, timeout=TIMEOUT_S,
+                                     retry_on_exceptions=()) as response:
+                hf_raise_for_status(response)
+                if have and response.status_code != 206:  # the whole file again: start over
+                    tally.add(-have, force=True)
+                    have = 0
+                with place.partial.open("ab" if have else "wb") as out:
+                    for block in response.iter_bytes():
+                        _check(job.cancel)
+                        out.write(block)
+                        got += len(block)
+                        tally.add(len(block))
+            return
+        except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.ReadTimeout):
+            if got and resumes:  # it was moving: ask for the rest now
+                resumes -= 1
+                continue
+            raise ModelFetchError(
+                f"the connection to {host} broke after {_mb(tally.done)} of {_mb(tally.total)}; "
+                "fetching again resumes there"
+            ) from None
+
+
+def _verify(remote: _Remote, place: _Place, cancel: CancelCheck | None, where: str) -> None:
+    """Refuse a partial file that is not the Hub's file (a wrong size, a wrong SHA-256): it is
+    deleted, so the next fetch starts over instead of resuming it."""
+    size = place.partial.stat().st_size
+    problem = None
+    if remote.size is not None and size != remote.size:
+        if size < remote.size:
+            raise ModelFetchError(
+                f"{endpoint_host(where)} closed the connection after {_mb(size)} of "
+                f"{_mb(remote.size)} of {remote.name}; fetching again resumes there"
+            )
+        problem = f"{_mb(size)} arrived instead of {_mb(remote.size)}"
+    elif _SHA256.match(remote.etag):
+        digest = hashlib.sha256()
+        with place.partial.open("rb") as f:
+            while block := f.read(HASH_CHUNK):
+                _check(cancel)
+                digest.update(block)
+        if digest.hexdigest() != remote.etag:
+            problem = "its SHA-256 differs from the Hub's"
+    if problem:
+        place.partial.unlink(missing_ok=True)
+        raise ModelFetchError(f"the download of {remote.name} is not the Hub's file ({problem}); "
+                              "it was deleted, fetch it again")  # fmt: skip
+
+
+def _bring(job: _Job, remote: _Remote, place: _Place) -> None:
+    """Download one file (resuming), check it and put it where the client expects it."""
+    from huggingface_hub.utils import WeakFileLock  # noqa: PLC0415
+
+    place.lock.parent.mkdir(parents=True, exist_ok=True)
+    with WeakFileLock(place.lock, timeout=1):  # the client's lock: one writer per file
+        _transfer(job, remote, place)
+        _verify(remote, place, job.cancel, job.where)
+        os.chmod(place.partial, 0o644)
+        os.replace(place.partial, place.done)
+    if job.folder is not None:
+        from huggingface_hub._local_folder import write_download_metadata  # noqa: PLC0415
+
+        write_download_metadata(job.folder, remote.name, remote.commit, remote.etag)
+
+
+def _file_it(job: _Job, name: str) -> Path:
+    """``hf_hub_download`` finds the file in place and links it (cache) or notes it (folder)."""
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+
+    return Path(hf_hub_download(job.ref.repo_id, name, revision=job.ref.revision,
+                                endpoint=job.where, token=job.token, cache_dir=job.cache,
+                                local_dir=job.folder, etag_timeout=TIMEOUT_S))  # fmt: skip
+
+
+def _free_space(places: list[tuple[_Remote, _Place]], target: Path) -> None:
+    missing = sum((r.size or 0) - _on_disk(p, r) for r, p in places)
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return
+    if free < missing:
+        raise ModelFetchError(f"not enough free space in {target}: the download needs "
+                              f"{_mb(missing)}, {_mb(free)} is free")  # fmt: skip
+
+
+def _discard(paths: list[Path], folder: Path | None) -> None:
+    """Remove files that arrived whole but are not a model (their cache blobs too)."""
+    for path in paths:
+        with suppress(OSError):
+            blob = path.resolve()
+            path.unlink()
+            if folder is None and blob != path:
+                blob.unlink()
+
+
+def _check_gguf(paths: list[Path], folder: Path | None, ref: HubRef) -> None:
+    from app.core.engine.gguf import GGUFError, inspect_model  # noqa: PLC0415
+
+    try:
+        inspect_model(paths[0])
+    except (GGUFError, OSError, ValueError) as exc:
+        _discard(paths, folder)
+        reason = str(exc).rstrip(".") or type(exc).__name__
+        raise ModelFetchError(f"{paths[0].name} from {ref.repo_id} is not a GGUF model that "
+                              f"ContextLens can read ({reason}); it was removed") from None
+
+
+def fetch_hub_model(
+    reference: str | HubRef,
+    folder: Path | None = None,
+    progress: Progress | None = None,
+    cancel: CancelCheck | None = None,
+    *,
+    cache_dir: Path | None = None,
+    on_plan: Any = None,
+) -> Path:
+    """Fetch the model ``reference`` names (see :mod:`app.core.hub_refs`) and return the local
+    path of its (first) file.
+
+    Into ``folder`` when given, else into the Hugging Face cache (``cache_dir``, default
+    :func:`hub_cache_dir`). ``progress(done, total)`` counts the bytes of all its files (a
+    resumed download starts at what was there); ``cancel`` (an Event, or a callable returning
+    True) stops it within a chunk, keeping the partial file for the next fetch.
+    ``on_plan(names, total_bytes)`` hears what will be fetched once the Hub has said. Raises
+    :class:`ModelFetchError` in one sentence (:class:`FetchCancelled` when cancelled)."""
+    where = endpoint()
+    ref = reference if isinstance(reference, HubRef) else parse_reference(reference, where)
+    if ref.filename is not None and not ref.filename.lower().endswith(".gguf"):
+        raise HubReferenceError(f"{ref.filename} is not a GGUF file (its name ends otherwise)")
+    cache = Path(cache_dir) if cache_dir is not None else hub_cache_dir()
+    folder = Path(folder).expanduser().resolve() if folder is not None else None
+    secret = hub_token(where)
+    token: str | bool = secret or False  # False: never the client's own stored token
+    what: list[str] = []
+    with _in_sentences(ref, where, secret, what):
+        from huggingface_hub import HfApi  # noqa: PLC0415
+        from huggingface_hub.utils import build_hf_headers  # noqa: PLC0415
+
+        info = HfApi(endpoint=where, token=token).model_info(ref.repo_id, revision=ref.revision,
+                                                             timeout=TIMEOUT_S)  # fmt: skip
+        names = choose_files(ref, [s.rfilename for s in info.siblings or []])
+        remotes = []
+        for name in names:
+            what[:] = [name]
+            remotes.append(_describe(ref, name, where, token))
+        places = [(r, _place(ref, r, cache, folder)) for r in remotes]
+        tally = _Tally(progress, sum(r.size or 0 for r in remotes))
+        if on_plan is not None:
+            on_plan(names, tally.total)
+        _free_space(places, folder or cache)
+        tally.add(sum(_on_disk(p, r) for r, p in places), force=True)
+        headers = build_hf_headers(token=token, library_name="contextlens")
+        job = _Job(ref, where, token, headers, cache, folder, tally, cancel)
+        try:
+            for remote, place in places:
+                what[:] = [remote.name]
+                if not place.ready:
+                    _check(cancel)
+                    _bring(job, remote, place)
+        except OSError as exc:
+            if exc.errno is None:
+                raise
+            _disk_error(exc, folder or cache)
+        tally.add(0, force=True)
+        paths = [_file_it(job, name) for name in names]
+    _check_gguf(paths, folder, ref)
+    return paths[0]
