@@ -44,7 +44,11 @@ def _size(n: int) -> str:
 
 
 def _count(n: int) -> str:
-    return f"{n / 1e9:,.1f} B" if n >= 1e9 else f"{n / 1e6:,.0f} M"
+    if n >= 1e9:
+        return f"{n / 1e9:,.1f} B"
+    if n >= 1e6:
+        return f"{n / 1e6:,.0f} M"
+    return f"{n / 1e3:,.0f} K" if n >= 1e3 else f"{n:,}"
 
 
 def _describe(model: Any) -> str:

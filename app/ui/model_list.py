@@ -31,13 +31,20 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 def count_text(n: int) -> str:
-    """Parameters as a person reads them: "135 M", "7.2 B"."""
-    return f"{n / 1e9:,.1f} B" if n >= 1e9 else f"{n / 1e6:,.0f} M"
+    """Parameters as a person reads them: "135 M", "7.2 B" (a test model's "32")."""
+    if n >= 1e9:
+        return f"{n / 1e9:,.1f} B"
+    if n >= 1e6:
+        return f"{n / 1e6:,.0f} M"
+    return f"{n / 1e3:,.0f} K" if n >= 1e3 else f"{n:,}"
 
 
 def size_text(n: int) -> str:
-    """A file size: "93.8 MiB", "4.1 GiB"."""
-    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+    """A file size: "93.8 MiB", "4.1 GiB" (a test model's "1.2 KiB")."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,} B"
 
 
 class ModelRowDelegate(QStyledItemDelegate):
@@ -54,7 +61,9 @@ class ModelRowDelegate(QStyledItemDelegate):
         height = option.fontMetrics.height() * lines + 2 * PAD
         if index.data(SOURCE_ROLE):
             height += PAD * 2  # a little air above a source's title
-        return QSize(size.width(), max(size.height(), height))
+        # as wide as the view: a long name is elided in the middle, never scrolled to
+        width = size.width() if not isinstance(option.widget, QAbstractItemView) else 0
+        return QSize(width, max(size.height(), height))
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
         title = index.data(SOURCE_ROLE)

@@ -87,6 +87,15 @@ def _count(n: int) -> str:
     return f"{n / 1e9:,.1f} B" if n >= 1e9 else f"{n / 1e6:,.0f} M"
 
 
+def _short_name(name: str, limit: int = 40) -> str:
+    """A file name short enough for the card: an Ollama blob's ``sha256-<64 hex>`` is one word
+    that cannot wrap, and would widen the whole panel."""
+    if len(name) <= limit:
+        return name
+    keep = (limit - 1) // 2
+    return f"{name[:keep]}…{name[-keep:]}"
+
+
 def _sentence(text: str) -> str:
     text = " ".join(text.split())
     return text if text.endswith((".", "!", "?")) else text + "."
@@ -153,6 +162,7 @@ class ModelCard(FollowsLanguage, QGroupBox):
         self._loaded_shown = False
         for value in self._fields.values():
             value.setText("–")
+        self._fields["file"].setToolTip("")
 
     def show_info(self, info: ModelInfo, cache_type: str) -> None:
         self._info, self._cache_type = info, cache_type
@@ -160,7 +170,7 @@ class ModelCard(FollowsLanguage, QGroupBox):
         values = {
             "name": info.name or Path(info.path).name,
             "file": self.tr("{0} ({1} MiB, GGUF v{2})").format(
-                Path(info.path).name, _mib(info.file_size), info.gguf_version
+                _short_name(Path(info.path).name), _mib(info.file_size), info.gguf_version
             ),
             "arch": info.architecture,
             "params": _count(info.parameters),
@@ -178,6 +188,7 @@ class ModelCard(FollowsLanguage, QGroupBox):
         }
         for key, text in values.items():
             self._fields[key].setText(text)
+        self._fields["file"].setToolTip(info.path)
 
     def _attention(self, info: ModelInfo) -> str:
         """Full attention, or the sliding window and on how many layers (the KV cache keeps
@@ -233,6 +244,8 @@ class ModelPanel(FollowsLanguage, QWidget):
         self.models = QListWidget()
         self.models.setAlternatingRowColors(True)
         self.models.setItemDelegate(ModelRowDelegate(self._hover_text, self.models))
+        self.models.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.models.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.models.currentItemChanged.connect(self._on_current_changed)
         self._models_label = QLabel()
         self._models_label.setBuddy(self.models)
