@@ -417,7 +417,8 @@ def fetch_hub_model(
             what[:] = [name]
             remotes.append(_describe(ref, name, where, token))
         places = [(r, _place(ref, r, cache, folder)) for r in remotes]
-        tally = _Tally(progress, sum(r.size or 0 for r in remotes))
+        waiting = not all(p.ready for _, p in places)  # all there: nothing to report
+        tally = _Tally(progress if waiting else None, sum(r.size or 0 for r in remotes))
         if on_plan is not None:
             on_plan(names, tally.total)
         _free_space(places, folder or cache)

@@ -31,6 +31,9 @@ def test_a_hub_file_is_fetched_and_its_path_printed(hub, tmp_path: Path) -> None
     port = endpoint.rsplit(":", 1)[1]
     assert lines[0] == f"fetching {Q4KM} (0.7 MB) from 127.0.0.1:{port}"
     assert lines[-1] == "  0.7 of 0.7 MB" and len(lines) <= 12
+    again = run_here("fetch-model", f"test-org/vocab-GGUF:{Q4KM}")
+    assert again.returncode == 0 and again.stdout == done.stdout
+    assert again.stderr == ""  # already there: nothing to report
 
 
 def test_an_interrupted_fetch_fails_in_one_sentence_and_the_next_resumes(hub,
