@@ -25,6 +25,7 @@ JSON_HELP = """\
   parts_present   how many of them are there
   loadable        false when parts are missing
   note            "2 of 3 parts present", or ""
+  found_in        the folder it was found in (a models folder, an Ollama store, a cache)
   gguf_name       general.name, or null
   also_named      the same file's other names (another Ollama tag, a link elsewhere)
   ollama_template, ollama_parameters, ollama_system

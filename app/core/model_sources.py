@@ -100,6 +100,7 @@ class FoundModel:
     n_ctx_train: int | None
     parts: int = 1  # the files the model is made of
     parts_present: int = 1
+    folder: Path | None = None  # the place it was found in (an Ollama store, an added folder)
     gguf_name: str | None = None  # general.name
     also_named: tuple[str, ...] = ()  # the same file under other names (another tag, a link)
     ollama: OllamaDetails | None = None
@@ -130,6 +131,7 @@ class FoundModel:
             "parts_present": self.parts_present,
             "loadable": self.loadable,
             "note": self.note,
+            "found_in": str(self.folder) if self.folder is not None else None,
             "gguf_name": self.gguf_name,
             "also_named": list(self.also_named),
             "ollama_template": details.template if details else None,
@@ -307,6 +309,7 @@ class _Candidate:
     source: Source
     name: str
     group: Group
+    folder: Path
     ollama: OllamaModel | None = None
 
 
@@ -331,7 +334,7 @@ def _walk_place(place: Place, found: _Found) -> None:
     for _folder, files in walk.files:
         for group in group_files(files):
             name = _relative_name(place.folder, group.first, place.source)
-            found.candidates.append(_Candidate(place.source, name, group))
+            found.candidates.append(_Candidate(place.source, name, group, place.folder))
 
 
 def _hf_repo_name(folder: Path) -> str:
@@ -366,7 +369,8 @@ def _walk_hf_cache(place: Place, found: _Found) -> None:
                 for group in group_files(files):
                     rel = group.first.relative_to(snapshot).as_posix()
                     name = f"{_hf_repo_name(repo)}/{rel}"
-                    found.candidates.append(_Candidate(Source.HF_CACHE, name, group))
+                    found.candidates.append(_Candidate(Source.HF_CACHE, name, group,
+                                                       place.folder))  # fmt: skip
 
 
 def _walk_ollama(place: Place, found: _Found) -> None:
@@ -375,7 +379,7 @@ def _walk_ollama(place: Place, found: _Found) -> None:
     found.problems += [Problem(Source.OLLAMA, place.folder, s) for s in listing.problems]
     for model in listing.models:
         found.candidates.append(_Candidate(Source.OLLAMA, model.name, Group((model.blob,), 1),
-                                           model))  # fmt: skip
+                                           place.folder, model))  # fmt: skip
 
 
 def _look(place_list: Sequence[Place]) -> _Found:
@@ -436,6 +440,7 @@ def _model(candidate: _Candidate, cards: CardCache) -> FoundModel | Problem | No
         n_ctx_train=first.n_ctx_train,
         parts=count,
         parts_present=len(parts),
+        folder=candidate.folder,
         gguf_name=first.name,
         ollama=details,
     )

@@ -18,8 +18,8 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtGui import QPalette
+from PySide6.QtCore import QPoint, QSettings, Qt, Signal
+from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMenu,
     QPushButton,
     QSlider,
     QSpinBox,
@@ -246,6 +247,8 @@ class ModelPanel(FollowsLanguage, QWidget):
         self.models.setItemDelegate(ModelRowDelegate(self._hover_text, self.models))
         self.models.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.models.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.models.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.models.customContextMenuRequested.connect(self._show_list_menu)
         self.models.currentItemChanged.connect(self._on_current_changed)
         self._models_label = QLabel()
         self._models_label.setBuddy(self.models)
@@ -639,6 +642,34 @@ class ModelPanel(FollowsLanguage, QWidget):
                 "Skipped %n file(s) that are not GGUF models llama.cpp can read; hover to see "
                 "why.", "", len(skipped)))  # fmt: skip
             self.models_note.setToolTip("\n".join(p.sentence for p in skipped))
+
+    def list_menu(self, row: int) -> QMenu | None:
+        """The menu of a model's row: copy its path; for a folder the person added, stop
+        listing that folder (nothing in it is touched)."""
+        item = self.models.item(row)
+        path = item.data(_PATH_ROLE) if item is not None else None
+        if not path:
+            return None
+        menu = QMenu(self.models)
+        copy = menu.addAction(self.tr("Copy Path"))
+        copy.triggered.connect(lambda: QGuiApplication.clipboard().setText(path))
+        library = self._library
+        model = next((m for m in library.models if str(m.path) == path), None) if library else None
+        if model is not None and model.source == Source.ADDED and model.folder is not None:
+            folder = model.folder
+            forget = menu.addAction(self.tr("Stop Listing {0}").format(folder))
+            forget.triggered.connect(lambda: self._forget_folder(folder))
+        return menu
+
+    def _show_list_menu(self, pos: QPoint) -> None:
+        menu = self.list_menu(self.models.indexAt(pos).row())
+        if menu is not None:
+            menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            menu.popup(self.models.viewport().mapToGlobal(pos))
+
+    def _forget_folder(self, folder: Path) -> None:
+        model_library.remove_folder(folder)
+        self._search.search()
 
     def _add_folder(self) -> None:
         """Add a folder of the person's to the list, remembered for the command line too."""

@@ -63,6 +63,7 @@ def test_each_model_is_found_once_with_its_source_name_and_card(layout: Home) ->
     assert (smol.family, smol.parameters, smol.quantization, smol.n_ctx_train) == (
         "llama", 134_515_008, "Q4_1", 8192)  # fmt: skip
     assert smol.path == layout.lm_studio_file
+    assert smol.as_json()["found_in"] == str(layout.home / ".lmstudio" / "models")
     assert smol.file_size == layout.lm_studio_file.stat().st_size
     # the link to it in the added folder is the same file: listed once, under the first source
     assert smol.also_named == ("same-as-lm-studio.gguf",)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QGuiApplication
 
 from app.services import model_library
 from app.ui.model_list import DETAILS_ROLE, SOURCE_ROLE
@@ -102,3 +103,19 @@ def test_a_file_chosen_by_hand_is_listed_under_its_own_title(panel: ModelPanel, 
         panel.select_model(elsewhere)
     assert rows(panel)[-2:] == ["[Chosen files]", f"mine.gguf ({elsewhere.parent})"]
     assert panel.selected_model() == elsewhere
+
+
+def test_a_models_menu_copies_its_path_and_forgets_an_added_folder(
+    panel: ModelPanel, layout: Home, qtbot
+) -> None:
+    ollama = panel.list_menu(row_named(panel, "gemma3:270m"))
+    assert ollama is not None and [a.text() for a in ollama.actions()] == ["Copy Path"]
+    ollama.actions()[0].trigger()
+    assert QGuiApplication.clipboard().text() == str(layout.ollama_blob)
+    added = panel.list_menu(row_named(panel, "big-00001-of-00003.gguf"))
+    assert added is not None
+    assert [a.text() for a in added.actions()] == ["Copy Path", f"Stop Listing {layout.added}"]
+    added.actions()[1].trigger()
+    qtbot.waitUntil(lambda: "[Added folders]" not in rows(panel), timeout=20_000)
+    assert model_library.added_folders() == [] and layout.split_first.is_file()
+    assert panel.list_menu(0) is None  # a source's title has no menu
