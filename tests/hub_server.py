@@ -56,6 +56,7 @@ class HubState:
     trickle_at: int | None = None
     trickle_delay: float = 0.02
     cdn: bool = False
+    missing_status: int = 404  # the Hub answers 401 to an anonymous request for a missing repo
     log: list[Request] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -119,7 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _repo(self, repo: str, revision: str | None) -> dict[str, bytes] | None:
         files = self.server.state.repos.get(repo)
         if files is None:
-            self._answer(404, error=("RepoNotFound", "Repository not found"))
+            self._answer(self.server.state.missing_status,
+                         error=("RepoNotFound", "Repository not found"))
             return None
         if revision not in (None, "main", COMMIT):
             self._answer(404, error=("RevisionNotFound", "Invalid rev id"))

@@ -144,9 +144,14 @@ def _in_sentences(ref: HubRef, where: str, token: str | None, what: list[str]) -
         raise ModelFetchError(refused if token else need) from None
     except errors.RepositoryNotFoundError as exc:
         if token is None and exc.response is not None and exc.response.status_code == 401:
-            raise ModelFetchError(need) from None
+            # the Hub answers so for a private repository and for one that does not exist
+            raise ModelFetchError(
+                f"{host} has no public model {repo}: check the name, or, if it is private, it "
+                "needs a Hugging Face token (keep one with `contextlens-cli hub-token` or set "
+                "HF_TOKEN)"
+            ) from None
         raise ModelFetchError(f"{host} has no model {repo} (or it is private and needs a "
-                              "Hugging Face token)") from None  # fmt: skip
+                              "Hugging Face token that may read it)") from None  # fmt: skip
     except errors.RevisionNotFoundError:
         raise ModelFetchError(f"{repo} has no revision {ref.revision}") from None
     except errors.EntryNotFoundError:

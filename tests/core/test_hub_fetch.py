@@ -294,6 +294,18 @@ def test_what_is_not_there_is_said_in_one_sentence(hub, reference: str, says: st
     assert says in str(caught.value) and one_sentence(str(caught.value))
 
 
+def test_a_repository_hidden_from_anonymous_requests_asks_to_check_the_name_or_a_token(
+    hub,
+) -> None:
+    state, _ = hub
+    state.missing_status = 401  # as the Hub answers for a private or a missing repository
+    with pytest.raises(ModelFetchError) as caught:
+        fetch_hub_model("test-org/private-GGUF:Q4_K_M")
+    assert "has no public model test-org/private-GGUF: check the name, or, if it is private, it " \
+        "needs a Hugging Face token" in str(caught.value)
+    assert one_sentence(str(caught.value))
+
+
 def test_a_file_that_is_not_a_gguf_is_refused_and_removed(hub, tmp_path: Path) -> None:
     with pytest.raises(ModelFetchError) as caught:
         fetch_hub_model("test-org/broken-GGUF")
