@@ -14,12 +14,6 @@ if TYPE_CHECKING:
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
-DEMO_STRATEGY = "entropy"  # keeps spans all through the document: the highlighting shows it
-# Greedy decoding loops on the sample ("It includes a list of the different types of programming
-# languages." over and over); the Balanced preset, seeded, gives a varied summary, the same each
-# time. The person's own sampling choice is left as it was.
-DEMO_SAMPLING = "balanced"
-
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The options; ``model`` is the default model when none is given (it may be missing),
@@ -39,7 +33,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"context size the model loads with (default {DEFAULT_N_CTX}, or "
                              f"the model's training context when smaller)")  # fmt: skip
     parser.add_argument("--demo", action="store_true",
-                        help="summarize the sample document with the default model")  # fmt: skip
+                        help="ask the sample document a question and a follow-up with the "
+                             "default model, the plan shown first")  # fmt: skip
     parser.add_argument("--screenshot", type=Path,
                         help="save a PNG of the window when ready (with --demo: when the job is "
                              "done), then quit")  # fmt: skip
@@ -232,19 +227,11 @@ def _main(argv: Sequence[str] | None) -> int:
         exit_code = 1
         shoot()
 
-    if args.demo:  # once the model is loaded and the document counted: summarize it
-        started = False
+    if args.demo:  # once the model is loaded and the sample counted (app/ui/demo_run.py)
+        from app.ui.demo_run import DemoRun
 
-        def start_demo() -> None:
-            nonlocal started
-            if not started:
-                started = True
-                window.strategy_box.setCurrentIndex(window.strategy_box.findData(DEMO_STRATEGY))
-                window.sampling_box.choose_preset(DEMO_SAMPLING, remember=False)
-                window.run_job()
-
-        window.ready.connect(start_demo)
-        window.job_finished.connect(lambda _outcome: QTimer.singleShot(300, shoot))
+        demo = DemoRun(window)
+        demo.finished.connect(lambda: QTimer.singleShot(300, shoot))
     elif args.screenshot:
         window.ready.connect(lambda: QTimer.singleShot(300, shoot))
     if args.screenshot:
