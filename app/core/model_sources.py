@@ -362,6 +362,7 @@ def _walk_hf_cache(place: Place, found: _Found) -> None:
         return
     found.folders.append(place.folder)
     for repo in repos:
+        found.folders.append(repo / "snapshots")  # where a new revision lands
         for snapshot in _hf_snapshots(repo):
             walk = find_gguf(snapshot, 3)
             found.folders += walk.folders
@@ -488,5 +489,6 @@ def watch_folders(discovery: Discovery, limit: int = MAX_WATCHED) -> list[Path]:
     """The folders a file watcher should watch to see a new model appear: each place that
     exists, then the folders read below them (shallowest first), ``limit`` at most."""
     roots = [p.folder for p in discovery.places if p.folder.is_dir()]
-    below = sorted((f for f in discovery.folders if f not in roots), key=lambda f: len(f.parts))
+    below = sorted((f for f in discovery.folders if f not in roots and f.is_dir()),
+                   key=lambda f: len(f.parts))  # fmt: skip
     return _unique([*roots, *below])[:limit]

@@ -182,6 +182,7 @@ def test_watch_folders_are_the_places_there_and_the_folders_read(layout: Home) -
     assert watched[0] == layout.own  # the places first
     assert layout.lm_studio_file.parent in watched  # where LM Studio puts a repo's next file
     assert layout.ollama_store / "manifests" / "registry.ollama.ai" / "library" in watched
+    assert layout.hf_cache / "models--tiny-org--Tiny-GGUF" / "snapshots" in watched  # a new rev
     assert len(watch_folders(found, limit=3)) == 3
 
 
