@@ -132,8 +132,8 @@ def _in_sentences(ref: HubRef, where: str, token: str | None, what: list[str]) -
 
     host, repo = endpoint_host(where), ref.repo_id
     need = (f"this model needs a Hugging Face token: {repo} is gated or private; accept its "
-            f"terms at {where}/{repo} while signed in, then keep a token with `contextlens-cli "
-            "hub-token` (or in the window) or set HF_TOKEN")  # fmt: skip
+            f"terms at {where}/{repo} while signed in, then give a token (`contextlens-cli "
+            "hub-token`, the window's Get a Model from Hugging Face, or HF_TOKEN)")  # fmt: skip
     refused = (f"this model needs a Hugging Face token that may read it: the token was refused "
                f"for {repo}; accept its terms at {where}/{repo} with that account")  # fmt: skip
     try:

@@ -23,6 +23,7 @@ from PySide6.QtCore import QCoreApplication, QTimer, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QProgressBar,
@@ -32,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
+from app.core.credentials import CredentialError
 from app.core.default_model import DEFAULT_MODEL, ModelFetchError
 from app.core.model_fetch import FetchCancelled, index_host
 from app.services import models
@@ -263,6 +265,16 @@ class HubFetchDialog(QDialog):
                 models.hub_host(), where)
         )
         self.note.setWordWrap(True)
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setPlaceholderText(
+            self.tr("only for a gated or private model; kept in the system keyring")
+        )
+        token_label = QLabel(self.tr("Hugging Face &token:"))
+        token_label.setBuddy(self.token)
+        token_row = QHBoxLayout()
+        token_row.addWidget(token_label)
+        token_row.addWidget(self.token, 1)
         self.bar = QProgressBar()
         self.bar.setTextVisible(False)
         self.amount = QLabel()
@@ -275,12 +287,12 @@ class HubFetchDialog(QDialog):
         self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
         self.download_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.reject)
-        self.reference.returnPressed.connect(self.start)
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.intro)
         layout.addWidget(self.reference)
         layout.addWidget(self.note)
+        layout.addLayout(token_row)
         layout.addWidget(self.bar)
         layout.addWidget(self.amount)
         layout.addWidget(self.error)
@@ -307,8 +319,10 @@ class HubFetchDialog(QDialog):
             return
         transfer = self._transfer = Progress()
         folder = self._folder
+        token = self.token.text().strip()
         self.error.clear()
         self.reference.setEnabled(False)
+        self.token.setEnabled(False)
         self.download_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.cancel_button.setText(self.tr("Cancel"))
@@ -322,10 +336,12 @@ class HubFetchDialog(QDialog):
 
         def work() -> Path | str | None:  # plain values only: see run_in_background
             try:
+                if token:
+                    models.keep_hub_token(token)
                 return models.fetch_from_hub(text, folder, transfer.report, transfer.cancel)
             except FetchCancelled:
                 return None
-            except ModelFetchError as exc:  # expected (a typo, offline, a gated model)
+            except (ModelFetchError, CredentialError) as exc:  # expected (a typo, offline, …)
                 return str(exc)
 
         dialog = weakref.ref(self)
@@ -407,6 +423,7 @@ class HubFetchDialog(QDialog):
         self.bar.hide()
         self.amount.hide()
         self.reference.setEnabled(True)
+        self.token.setEnabled(True)
         self.download_button.setEnabled(True)
         self.cancel_button.setEnabled(True)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog
 
+from app.core import credentials
 from app.ui.model_fetch_dialog import HubFetchDialog, ModelFetchDialog
 from tests.hub_server import COMMIT, TOKEN, hub, keyring_file, sha256
 
@@ -63,8 +64,8 @@ def test_cancel_stops_the_download_and_try_again_resumes(qtbot, hub, tmp_path: P
     assert state.gets(BIG)[-1].range == f"bytes={have}-" and not partial.exists()
 
 
-def test_a_gated_model_says_why_and_try_again_fetches_it(qtbot, hub, monkeypatch) -> None:
-    state, _ = hub
+def test_a_gated_model_says_why_and_try_again_with_a_token_fetches_it(qtbot, hub) -> None:
+    state, endpoint = hub
     state.gated.add("test-org/gated-GGUF")
     dialog = hub_dialog(qtbot, "test-org/gated-GGUF")
     with qtbot.waitSignal(dialog.failed, timeout=20_000) as blocker:
@@ -73,9 +74,11 @@ def test_a_gated_model_says_why_and_try_again_fetches_it(qtbot, hub, monkeypatch
         "Could not get the model: this model needs a Hugging Face token: test-org/gated-GGUF")
     assert blocker.args[0].endswith(".") and dialog.error_text() == blocker.args[0]
     assert dialog.download_button.text() == "Try &Again" and dialog.isVisible()
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    dialog.token.setText(f" {TOKEN} ")  # kept in the keyring, then used
     with qtbot.waitSignal(dialog.fetched, timeout=20_000):
         qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    assert credentials.hub_token(endpoint) == TOKEN
+    assert state.log[-1].authorization == f"Bearer {TOKEN}"
 
 
 def test_an_empty_reference_asks_for_one(qtbot, hub) -> None:
