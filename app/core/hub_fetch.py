@@ -266,7 +266,10 @@ def _transfer(job: _Job, remote: _Remote, place: _Place) -> None:
     place.partial.parent.mkdir(parents=True, exist_ok=True)
     while True:
         have = place.partial.stat().st_size if place.partial.exists() else 0
-        if remote.size is not None and have >= remote.size:
+        if remote.size is not None and have > remote.size:  # not this file's beginning
+            place.partial.unlink()  # (the tally never counted it: see _on_disk)
+            continue
+        if remote.size is not None and have == remote.size:
             return
         wanted = {**_auth(job.headers, remote.url, where), "Accept-Encoding": "identity"}
         if have:

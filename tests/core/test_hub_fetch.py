@@ -214,6 +214,31 @@ def test_a_failed_fetch_resumes_in_the_next_one(hub, tmp_path: Path) -> None:
     assert not partial.exists()
 
 
+def test_a_partial_file_longer_than_the_file_is_started_over(hub, tmp_path: Path) -> None:
+    state, _ = hub
+    data = state.repos["test-org/vocab-GGUF"][Q4KM]
+    blobs = cache_of(tmp_path) / "models--test-org--vocab-GGUF" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{sha256(data)}.incomplete").write_bytes(b"x" * (len(data) + 1))
+    path = fetch_hub_model(f"test-org/vocab-GGUF:{Q4KM}")
+    assert path.read_bytes() == data and state.gets(Q4KM)[-1].range is None
+
+
+def test_a_resumed_file_that_is_not_the_hubs_is_deleted(hub, tmp_path: Path) -> None:
+    state, _ = hub
+    data = state.repos["test-org/vocab-GGUF"][Q4KM]
+    blobs = cache_of(tmp_path) / "models--test-org--vocab-GGUF" / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / f"{sha256(data)}.incomplete"
+    partial.write_bytes(b"y" * 1000)  # not the file's first bytes
+    with pytest.raises(ModelFetchError) as caught:
+        fetch_hub_model(f"test-org/vocab-GGUF:{Q4KM}")
+    assert "is not the Hub's file (its SHA-256 differs from the Hub's)" in str(caught.value)
+    assert one_sentence(str(caught.value)) and not partial.exists()
+    assert state.gets(Q4KM)[-1].range == "bytes=1000-"
+    assert fetch_hub_model(f"test-org/vocab-GGUF:{Q4KM}").read_bytes() == data
+
+
 def test_a_cancel_stops_within_a_second_and_leaves_only_the_incomplete_file(
     hub, tmp_path: Path
 ) -> None:
