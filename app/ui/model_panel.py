@@ -342,8 +342,10 @@ class ModelPanel(FollowsLanguage, QWidget):
         top = QHBoxLayout()
         top.addWidget(self._models_label)
         top.addStretch(1)
-        top.addWidget(self.add_folder_button)
         top.addWidget(self.browse_button)
+        folders = QHBoxLayout()  # under the list: the dock is too narrow for both beside it
+        folders.addWidget(self.add_folder_button)
+        folders.addStretch(1)
 
         self._options = QGroupBox()
         form = QFormLayout(self._options)
@@ -380,6 +382,7 @@ class ModelPanel(FollowsLanguage, QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.models, 1)
+        layout.addLayout(folders)
         layout.addWidget(self.models_note)
         layout.addWidget(self.get_default_button)
         layout.addWidget(self.file_error)
@@ -465,7 +468,22 @@ class ModelPanel(FollowsLanguage, QWidget):
             elif chosen is not None:
                 self._on_current_changed(None, None)
         self._show_problems()
+        chosen = self.selected_model()
+        missing = self._parts_missing(chosen) if chosen is not None else ""
+        if missing and self._info is not None and chosen is not None:
+            self._set_info(None)
+            self._on_file_failed(chosen, missing)
         self.models_listed.emit(self.model_count())
+
+    def _parts_missing(self, path: Path) -> str:
+        """Why ``path`` cannot be loaded when the search found it a split with parts missing;
+        "" otherwise."""
+        library = self._library
+        model = next((m for m in library.models if m.path == path), None) if library else None
+        if model is None or model.loadable:
+            return ""
+        return self.tr("only {0} of its {1} parts are here, and llama.cpp needs them all").format(
+            model.parts_present, model.parts)  # fmt: skip
 
     def get_default_model(self) -> None:
         """Offer to download the default model into the models folder (asks first)."""
@@ -745,6 +763,10 @@ class ModelPanel(FollowsLanguage, QWidget):
         run_in_background(lambda: inspect_model(path), done, failed)
 
     def _on_info(self, info: ModelInfo) -> None:
+        missing = self._parts_missing(Path(info.path))
+        if missing:  # a split with parts missing: llama.cpp would refuse it at load
+            self._on_file_failed(Path(info.path), missing)
+            return
         self._set_info(info)
         self.tuning.show_calibration(self._calibrations.get(Path(info.path)))
         self._say(self._loaded_text)

@@ -119,3 +119,16 @@ def test_a_models_menu_copies_its_path_and_forgets_an_added_folder(
     qtbot.waitUntil(lambda: "[Added folders]" not in rows(panel), timeout=20_000)
     assert model_library.added_folders() == [] and layout.split_first.is_file()
     assert panel.list_menu(0) is None  # a source's title has no menu
+
+
+def test_a_split_with_a_part_missing_cannot_be_loaded_and_says_why(
+    panel: ModelPanel, qtbot
+) -> None:
+    with qtbot.waitSignal(panel.file_failed, timeout=10_000) as blocker:
+        panel.models.setCurrentRow(row_named(panel, "half/half-00001-of-00003.gguf"))
+    assert blocker.args[0] == ("half-00001-of-00003.gguf cannot be used: only 2 of its 3 parts "
+                               "are here, and llama.cpp needs them all.")  # fmt: skip
+    assert not panel.load_button.isEnabled()
+    with qtbot.waitSignal(panel.info_ready, timeout=10_000):  # the whole split loads
+        panel.models.setCurrentRow(row_named(panel, "big-00001-of-00003.gguf"))
+    assert panel.load_button.isEnabled() and panel.error_text() == ""
