@@ -153,7 +153,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("heads / KV heads", f"{info.n_head} / {info.n_head_kv}"),
         ("head size (K/V)", f"{info.head_dim_k} / {info.head_dim_v}"),
         ("context trained", f"{info.n_ctx_train:,}" if info.n_ctx_train else "-"),
-        ("vocabulary", f"{info.vocab_size:,} ({info.tokenizer_model}, pre {info.tokenizer_pre})"),
+        ("vocabulary", f"{info.vocab_size or 0:,} ({info.tokenizer_model}, "
+                       f"pre {info.tokenizer_pre})"),
         ("chat template", "yes" if info.has_chat_template else "no"),
         ("model", kind),
         ("attention", info.describe_attention()),

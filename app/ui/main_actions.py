@@ -120,6 +120,9 @@ class MainActions(QObject):
         self._fill_recent()
         self.get_model_action = file_menu.addAction("")
         t.set(self.get_model_action.setText, lambda: self.tr("Get the &Default Model…"))
+        self.get_hub_model_action = file_menu.addAction("")
+        t.set(self.get_hub_model_action.setText,
+              lambda: self.tr("Get a Model from &Hugging Face…"))  # fmt: skip
         file_menu.addSeparator()
         quit_action = self.quit_action = QAction(window)
         t.set(quit_action.setText, lambda: self.tr("&Quit"))

@@ -149,6 +149,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.model_panel.model_fetched.connect(self._on_default_model_fetched)
         self.no_model.fetch_requested.connect(self.model_panel.get_default_model)
         self.no_model.choose_requested.connect(self._choose_model)
+        self.model_panel.models_listed.connect(self._on_models_listed)
         self.model_panel.server.connect_requested.connect(self.connect_server)
         self.model_panel.server.disconnect_requested.connect(self.session.unload)
         self.model_panel.calibrate_requested.connect(self.calibrate_model)
@@ -249,6 +250,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         start.set_recent(c.recent())
         c.recent_changed.connect(start.set_recent)
         c.get_model_action.triggered.connect(self.model_panel.get_default_model)
+        c.get_hub_model_action.triggered.connect(self.model_panel.get_hub_model)
         c.about_action.triggered.connect(lambda: about_box(self, self.session.capabilities))
         c.task_box.currentIndexChanged.connect(lambda _i: self.update_plan())
         c.question.textChanged.connect(self._replan_soon)
@@ -496,6 +498,11 @@ class MainWindow(FollowsLanguage, QMainWindow):
         """The banner says what to do first: choose a model found here, or get the default."""
         self.no_model.set_found(self.model_panel.model_count())
         self.no_model.show()
+
+    def _on_models_listed(self, count: int) -> None:
+        """The search for models answered: the banner, while shown, counts what it found."""
+        if not self.no_model.isHidden():
+            self.no_model.set_found(count)
 
     def _choose_model(self) -> None:
         """The banner's Choose a Model: the model panel, shown and with the list in focus."""

@@ -56,7 +56,7 @@ from app.services.errors import BadRequest
 from app.services.model_library import Discovery, FoundModel, Source
 from app.ui.background import run_in_background
 from app.ui.i18n import FollowsLanguage
-from app.ui.model_fetch_dialog import ModelFetchDialog
+from app.ui.model_fetch_dialog import HubFetchDialog, ModelFetchDialog
 from app.ui.model_list import (
     DETAILS_ROLE,
     PATH_ROLE,
@@ -267,6 +267,7 @@ class ModelPanel(FollowsLanguage, QWidget):
         self.get_default_button = QPushButton()
         self.get_default_button.clicked.connect(self.get_default_model)
         self._fetch_dialog: ModelFetchDialog | None = None
+        self._hub_dialog: HubFetchDialog | None = None
 
         self.card = ModelCard()
         self.file_error = MessageLine()
@@ -495,6 +496,19 @@ class ModelPanel(FollowsLanguage, QWidget):
         if dialog is not None:
             dialog.deleteLater()
         dialog = self._fetch_dialog = ModelFetchDialog(self._models_dir, self)
+        dialog.fetched.connect(self._on_default_model_fetched)
+        dialog.open()
+
+    def get_hub_model(self) -> None:
+        """Get a model from Hugging Face by name (into its cache, where the list finds it)."""
+        dialog = self._hub_dialog
+        if dialog is not None and dialog.isVisible():
+            dialog.raise_()
+            dialog.activateWindow()
+            return
+        if dialog is not None:
+            dialog.deleteLater()
+        dialog = self._hub_dialog = HubFetchDialog(parent=self)
         dialog.fetched.connect(self._on_default_model_fetched)
         dialog.open()
 

@@ -57,12 +57,19 @@ def test_no_model_anywhere_offers_the_default_one_which_then_loads(
 def test_models_on_this_computer_are_offered_instead(
     qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path
 ) -> None:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    (folder / model_path.name).symlink_to(model_path)
-    window = window_with_models(qtbot, tmp_path, monkeypatch, folder)
+    """No model in ContextLens's folder, one in LM Studio's: once the search for models has
+    answered (off the GUI thread), the banner offers to choose it."""
+    empty = tmp_path / "models"
+    empty.mkdir()
+    home = tmp_path / "home"
+    lmstudio = home / ".lmstudio" / "models" / "someone" / "SmolLM2-GGUF"
+    lmstudio.mkdir(parents=True)
+    (lmstudio / model_path.name).symlink_to(model_path)
+    monkeypatch.setenv("HOME", str(home))
+    window = window_with_models(qtbot, tmp_path, monkeypatch, empty)
     banner = window.no_model
-    assert banner.isVisible() and banner.button.text() == "Choose a Model"
+    qtbot.waitUntil(lambda: banner.button.text() == "Choose a Model", timeout=30_000)
+    assert banner.isVisible()
     assert "1 model(s) found on this computer; choose one" in banner.text.text()
     dock = window.model_panel.parentWidget()
     while not isinstance(dock, QDockWidget):
