@@ -912,6 +912,77 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>HubFetchDialog</name>
+    <message>
+        <source>Get a Model from Hugging Face</source>
+        <translation>从 Hugging Face 获取模型</translation>
+    </message>
+    <message>
+        <source>Get a model from Hugging Face: org/repo:Q4_K_M or a link</source>
+        <translation>从 Hugging Face 获取模型：org/repo:Q4_K_M 或链接</translation>
+    </message>
+    <message>
+        <source>org/repo:Q4_K_M</source>
+        <translation>org/repo:Q4_K_M</translation>
+    </message>
+    <message>
+        <source>the Hugging Face cache, where the model list finds it</source>
+        <translation>Hugging Face 缓存（模型列表会在那里找到它）</translation>
+    </message>
+    <message>
+        <source>The model comes from {0} into {1}. A quantization such as Q4_K_M picks the matching .gguf file; an interrupted download resumes.</source>
+        <translation>模型从 {0} 下载到 {1}。Q4_K_M 这样的量化名会选中对应的 .gguf 文件；中断的下载会续传。</translation>
+    </message>
+    <message>
+        <source>only for a gated or private model; kept in the system keyring</source>
+        <translation>仅用于受限或私有模型；保存在系统密钥环中</translation>
+    </message>
+    <message>
+        <source>Hugging Face &amp;token:</source>
+        <translation>Hugging Face 令牌(&amp;T)：</translation>
+    </message>
+    <message>
+        <source>&amp;Download</source>
+        <translation>下载(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Type a model&apos;s name first, such as bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M.</source>
+        <translation>请先输入模型名称，例如 bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M。</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Asking {0} for the files…</source>
+        <translation>正在向 {0} 询问文件列表…</translation>
+    </message>
+    <message>
+        <source>Cancelling…</source>
+        <translation>正在取消…</translation>
+    </message>
+    <message>
+        <source>Checking the model…</source>
+        <translation>正在检查模型…</translation>
+    </message>
+    <message>
+        <source>{0:,.1f} of {1:,.1f} MB</source>
+        <translation>{0:,.1f} / {1:,.1f} MB</translation>
+    </message>
+    <message>
+        <source>Could not get the model: {0}</source>
+        <translation>无法获取模型：{0}</translation>
+    </message>
+    <message>
+        <source>Try &amp;Again</source>
+        <translation>重试(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Close</source>
+        <translation>关闭</translation>
+    </message>
+</context>
+<context>
     <name>KVBar</name>
     <message>
         <source>Free: {0:,} of {1:,} positions</source>
@@ -1018,6 +1089,10 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Get the &amp;Default Model…</source>
         <translation>获取默认模型(&amp;D)…</translation>
+    </message>
+    <message>
+        <source>Get a Model from &amp;Hugging Face…</source>
+        <translation>从 &amp;Hugging Face 获取模型…</translation>
     </message>
     <message>
         <source>&amp;Quit</source>
@@ -1341,6 +1416,14 @@ Qt (PySide6) {3}</translation>
         <translation>下载(&amp;D)</translation>
     </message>
     <message>
+        <source>From &amp;Hugging Face…</source>
+        <translation>从 &amp;Hugging Face…</translation>
+    </message>
+    <message>
+        <source>Get another model by name from the Hugging Face Hub</source>
+        <translation>按名称从 Hugging Face Hub 获取其他模型</translation>
+    </message>
+    <message>
         <source>Cancel</source>
         <translation>取消</translation>
     </message>
@@ -1423,6 +1506,14 @@ Qt (PySide6) {3}</translation>
         <translation>在磁盘上任意位置选择 GGUF 文件</translation>
     </message>
     <message>
+        <source>Add Folder…</source>
+        <translation>添加文件夹…</translation>
+    </message>
+    <message>
+        <source>List the GGUF models in a folder of yours too (they stay where they are)</source>
+        <translation>同时列出您某个文件夹中的 GGUF 模型（文件保持原位）</translation>
+    </message>
+    <message>
         <source>Get the Default Model…</source>
         <translation>获取默认模型…</translation>
     </message>
@@ -1435,8 +1526,8 @@ Qt (PySide6) {3}</translation>
         <translation>模型一次能容纳的 token 数（n_ctx）</translation>
     </message>
     <message>
-        <source>Estimated before loading: the KV cache is exact for its type; compute buffers are approximated. Live figures come from llama.cpp once loaded.</source>
-        <translation>加载前的估算：KV 缓存按其类型精确计算，计算缓冲区为近似值。加载后的实时数据来自 llama.cpp。</translation>
+        <source>Estimated before loading from the model&apos;s shape (weights, KV cache, compute buffers: within a few percent of what llama.cpp allocates) against the memory free now. Live figures come from llama.cpp once loaded.</source>
+        <translation>加载前根据模型结构估算（权重、KV 缓存、计算缓冲区：与 llama.cpp 实际分配相差几个百分点以内），并与当前可用内存比较。加载后显示 llama.cpp 的实时数据。</translation>
     </message>
     <message>
         <source>Quantized types (q8_0 … iq4_nl) take less memory and need flash attention</source>
@@ -1493,6 +1584,88 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Batch, micro-batch:</source>
         <translation>批大小、微批大小：</translation>
+    </message>
+    <message>
+        <source>only {0} of its {1} parts are here, and llama.cpp needs them all</source>
+        <translation>只有 {1} 个分片中的 {0} 个在这里，而 llama.cpp 需要全部分片</translation>
+    </message>
+    <message>
+        <source>ContextLens models folder</source>
+        <translation>ContextLens 模型文件夹</translation>
+    </message>
+    <message>
+        <source>LM Studio</source>
+        <translation>LM Studio</translation>
+    </message>
+    <message>
+        <source>Ollama</source>
+        <translation>Ollama</translation>
+    </message>
+    <message>
+        <source>Hugging Face cache</source>
+        <translation>Hugging Face 缓存</translation>
+    </message>
+    <message>
+        <source>llama.cpp cache</source>
+        <translation>llama.cpp 缓存</translation>
+    </message>
+    <message>
+        <source>GPT4All</source>
+        <translation>GPT4All</translation>
+    </message>
+    <message>
+        <source>Jan</source>
+        <translation>Jan</translation>
+    </message>
+    <message>
+        <source>Added folders</source>
+        <translation>添加的文件夹</translation>
+    </message>
+    <message>
+        <source>Chosen files</source>
+        <translation>选择的文件</translation>
+    </message>
+    <message>
+        <source>not a GGUF model llama.cpp can read</source>
+        <translation>不是 llama.cpp 能读取的 GGUF 模型</translation>
+    </message>
+    <message>
+        <source>{0} of {1} parts present</source>
+        <translation>{1} 个分片中有 {0} 个</translation>
+    </message>
+    <message>
+        <source>Trained context: {0:,} tokens</source>
+        <translation>训练上下文：{0:,} 个词元</translation>
+    </message>
+    <message>
+        <source>Family: {0}</source>
+        <translation>架构：{0}</translation>
+    </message>
+    <message>
+        <source>{0} of {1} parts present: it cannot be loaded</source>
+        <translation>{1} 个分片中只有 {0} 个：无法加载</translation>
+    </message>
+    <message>
+        <source>Also found as: {0}</source>
+        <translation>也以此名称出现：{0}</translation>
+    </message>
+    <message numerus="yes">
+        <source>Skipped %n file(s) that are not GGUF models llama.cpp can read; hover to see why.</source>
+        <translation>
+            <numerusform>已跳过 %n 个不是 llama.cpp 能读取的 GGUF 模型的文件；悬停查看原因。</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Copy Path</source>
+        <translation>复制路径</translation>
+    </message>
+    <message>
+        <source>Stop Listing {0}</source>
+        <translation>不再列出 {0}</translation>
+    </message>
+    <message>
+        <source>Add a Folder of Models</source>
+        <translation>添加模型文件夹</translation>
     </message>
     <message>
         <source>Choose a Model</source>
@@ -1559,8 +1732,20 @@ Qt (PySide6) {3}</translation>
         <translation>KV 缓存：选择模型后可查看其占用的内存。</translation>
     </message>
     <message>
-        <source>KV cache: {0} MiB (model {1} MiB, total about {2:,.2f} GiB)</source>
-        <translation>KV 缓存：{0} MiB（模型 {1} MiB，总计约 {2:,.2f} GiB）</translation>
+        <source>Fits: {0} of {1} free at n_ctx {2:,}, {3} KV cache</source>
+        <translation>可以容纳：在 n_ctx {2:,}、{3} KV 缓存下需要 {0}，可用 {1}</translation>
+    </message>
+    <message>
+        <source>Does not fit: {0} needed, {1} free at n_ctx {2:,}, {3} KV cache</source>
+        <translation>无法容纳：在 n_ctx {2:,}、{3} KV 缓存下需要 {0}，可用 {1}</translation>
+    </message>
+    <message>
+        <source>; {0} of {1} free on the GPU</source>
+        <translation>；GPU 上需要 {0}，可用 {1}</translation>
+    </message>
+    <message>
+        <source>weights {0}, KV cache {1}, compute {2}</source>
+        <translation>权重 {0}，KV 缓存 {1}，计算 {2}</translation>
     </message>
     <message>
         <source>Loading…</source>
@@ -1589,6 +1774,25 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Loaded {0}: context {1:,} tokens.</source>
         <translation>已加载 {0}：上下文 {1:,} 个 token。</translation>
+    </message>
+</context>
+<context>
+    <name>NoModelBanner</name>
+    <message>
+        <source>No model is loaded: {0} model(s) found on this computer; choose one in the model panel, then Load.</source>
+        <translation>尚未加载模型：在这台计算机上找到 {0} 个模型；请在模型面板中选择一个，然后加载。</translation>
+    </message>
+    <message>
+        <source>Choose a Model</source>
+        <translation>选择模型</translation>
+    </message>
+    <message>
+        <source>No model yet: ContextLens needs a GGUF model to answer; get the default one ({0:,.0f} MB) or drop a .gguf file on the window.</source>
+        <translation>还没有模型：ContextLens 需要一个 GGUF 模型来回答；请获取默认模型（{0:,.0f} MB），或把 .gguf 文件拖到窗口上。</translation>
+    </message>
+    <message>
+        <source>Get the Default Model…</source>
+        <translation>获取默认模型…</translation>
     </message>
 </context>
 <context>
