@@ -93,7 +93,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     else:
         _print_text(found)
     for problem in found.problems:
-        print(f"skipped: {problem.sentence}", file=sys.stderr)
+        print(problem.sentence, file=sys.stderr)
     return EXIT_OK
 
 

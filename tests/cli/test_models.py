@@ -47,7 +47,7 @@ def test_json_lists_each_model_once_with_its_source(layout: Home) -> None:
     assert (models[5]["parts"], models[5]["parts_present"], models[5]["loadable"]) == (3, 2, False)
     # the file that is not a GGUF: one sentence on stderr, not in the list
     assert proc.stderr.strip() == (
-        f"skipped: Skipped {layout.bad_file}: not a GGUF file (the first four bytes are not "
+        f"Skipped {layout.bad_file}: not a GGUF file (the first four bytes are not "
         "'GGUF').")  # fmt: skip
 
 
