@@ -210,6 +210,7 @@ def _main(argv: Sequence[str] | None) -> int:
         )
     sys.excepthook = window.report_unexpected
     closer = CloseOnSignals(window.close, app)  # a logout or a kill closes it as a person would
+    window.closed.connect(app.quit)  # the window shut down: nothing else may keep the app alive
     if missing := missing_model_message(args):
         window.statusBar().showMessage(missing)
     if font_note:  # said last: a window of boxes is the first thing to fix

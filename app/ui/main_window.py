@@ -691,6 +691,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
         return self.session.waiting_for
 
     def _on_failed(self, message: str) -> None:
+        if self._shut_down:  # the close itself stopped a load or a run ("loading cancelled"):
+            return  # a message box shown now would keep the app running with no window
         self.last_error = message
         self.model_panel.set_busy(False)
         self.statusBar().showMessage(message)

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
 
 from app.core.engine import scratch
 from app.core.paths import project_root
+from app.ui.main_window import MainWindow
 
 
 def _engine_folder(pid: int) -> Path | None:
@@ -58,3 +61,23 @@ def test_a_signal_closes_the_window_and_cleans_up(
         if app.poll() is None:
             app.kill()
             app.wait(5)
+
+
+
+def test_a_failure_that_arrives_after_the_close_shows_no_window(
+    qtbot, tmp_path: Path, model_path: Path
+) -> None:
+    """Closing stops a load still running, and the load answered "loading cancelled" after the
+    window was gone: a message box for it kept the app running with no window (a SIGINT half a
+    second into a start hung the app: the tests above, when the signal fell in the load). Here
+    the session reports that failure, as the engine thread does, once the window has closed."""
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(model_path, None, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    with qtbot.waitSignal(w.closed, timeout=30_000):
+        w.close()
+    w.session.failed.emit("loading cancelled")
+    qtbot.wait(200)
+    shown = [x.metaObject().className() for x in QApplication.topLevelWidgets() if x.isVisible()]
+    assert shown == [] and w.last_error == ""
