@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.core.planning.plan import Plan
 from app.services.demo import DEMO_QUESTIONS, DEMO_SAMPLING, DEMO_STRATEGY, DEMO_TASK
 
-PLAN_PAUSE_MS = 1500  # the plan stays on screen this long before the run starts
+PLAN_PAUSE_MS = 2500  # the plan stays on screen this long before the run starts
 
 
 class DemoWindow(Protocol):
@@ -33,6 +33,7 @@ class DemoWindow(Protocol):
     question: object
     sampling_box: object
     buffers: object
+    document_view: object
 
     def update_plan(self) -> None: ...
 
@@ -81,6 +82,10 @@ class DemoRun(QObject):
         if (plan.question or "") != question:
             return
         self._waiting_for = None
+        ranked = [s for s in plan.kept if s.rank is not None]
+        if ranked:  # the document shows where the best match is, before the run
+            best = min(ranked, key=lambda s: s.rank or 0)
+            self._window.document_view.reveal(best.start)  # type: ignore[attr-defined]
         self._later(self._run)
 
     def _run(self) -> None:
