@@ -2,7 +2,8 @@
 and its sibling, "Get a Model from Hugging Face", for any GGUF on the Hub by name.
 
 Models are not bundled with the app. This dialog says what it will fetch, how large it is and
-from where, and downloads only when the person agrees. The work (app/core/model_fetch.py) runs on
+from where, and downloads only when the person agrees. Both dialogs share the transfer
+(:class:`_FetchDialog`). The work (app/core/model_fetch.py) runs on
 a pool thread and reports into a small lock-guarded object that a timer reads ten times a second,
 so the worker never touches Qt. A failure stays in the dialog as one sentence with Try Again; a
 cancel stops between chunks and leaves nothing behind.
@@ -16,6 +17,7 @@ The default model's dialog opens it from its "From Hugging Face…" button.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
@@ -48,90 +50,73 @@ def _as_sentence_end(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-class ModelFetchDialog(QDialog):
-    """Confirm, download and verify the default model into ``folder``."""
+class _FetchDialog(QDialog):
+    """What both dialogs share: the progress bar and its figures, Download and Cancel, the
+    worker on a pool thread that reports into a lock-guarded :class:`Progress` a timer reads,
+    and the end of a transfer (the model, a cancel or the error sentence with Try Again)."""
 
-    fetched = Signal(object)  # Path of the verified model
+    fetched = Signal(object)  # Path of the verified model (a split's first file)
     failed = Signal(str)  # the sentence shown
     cancelled = Signal()
 
-    def __init__(self, folder: Path, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None) -> None:
         super().__init__(parent)
-        self._folder = Path(folder)
         self._transfer: Progress | None = None
-        self.setWindowTitle(self.tr("Get the Default Model"))
         self.setMinimumWidth(MIN_WIDTH)
-
-        self.intro = QLabel(
-            self.tr(
-                "ContextLens will download {0} ({1:,.0f} MB) from {2} into {3}. The file is "
-                "checked against its published SHA-256 checksum before it is used."
-            ).format(DEFAULT_MODEL.filename, DEFAULT_MODEL.size / 1e6, index_host(), self._folder)
-        )
-        self.intro.setWordWrap(True)
         self.bar = QProgressBar()
         self.bar.setTextVisible(False)
         self.amount = QLabel()
         self.error = MessageLine()
-
         self.buttons = QDialogButtonBox()
         self.download_button = QPushButton(self.tr("&Download"))
         self.download_button.setDefault(True)
         self.buttons.addButton(self.download_button, QDialogButtonBox.ButtonRole.ActionRole)
         self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
-        self.hub_button = QPushButton(self.tr("From &Hugging Face…"))
-        self.hub_button.setToolTip(self.tr("Get another model by name from the Hugging Face Hub"))
-        self.buttons.addButton(self.hub_button, QDialogButtonBox.ButtonRole.ResetRole)
         self.download_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.reject)
-        self.hub_button.clicked.connect(self.open_hub)
-        self.hub_dialog: HubFetchDialog | None = None
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.intro)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.amount)
-        layout.addWidget(self.error)
-        layout.addStretch(1)
-        layout.addWidget(self.buttons)
-
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
         self._poll.timeout.connect(self._show_progress)
+
+    def _lay_out(self, *rows: QWidget | QHBoxLayout) -> None:
+        """``rows`` above the progress, the error line and the buttons."""
+        layout = QVBoxLayout(self)
+        for row in rows:
+            if isinstance(row, QHBoxLayout):
+                layout.addLayout(row)
+            else:
+                layout.addWidget(row)
+        for widget in (self.bar, self.amount, self.error):
+            layout.addWidget(widget)
+        layout.addStretch(1)
+        layout.addWidget(self.buttons)
         self._show_idle()
 
     def running(self) -> bool:
         return self._transfer is not None
 
-    def open_hub(self) -> HubFetchDialog:
-        """Open "Get a Model from Hugging Face" over this dialog; the model it fetches is this
-        dialog's ``fetched`` (so whoever listens for the default model selects it)."""
-        hub = self.hub_dialog
-        if hub is None:
-            hub = self.hub_dialog = HubFetchDialog(parent=self)
-            hub.fetched.connect(self._hub_fetched)
-        hub.open()
-        return hub
-
-    def _hub_fetched(self, path: Path) -> None:
-        if self._transfer is None:
-            self.fetched.emit(path)
-            self.accept()
-
     def start(self) -> None:
-        """Download now (the person agreed), on a pool thread."""
-        if self._transfer is not None:
-            return
+        raise NotImplementedError
+
+    def _set_inputs_enabled(self, enabled: bool) -> None:
+        """The controls besides Download and Cancel that a transfer must not change."""
+
+    def _failure_text(self, message: str) -> str:
+        raise NotImplementedError
+
+    def _launch(self, fetch: Callable[[Progress], Path], asking: str,
+                expected: tuple[type[Exception], ...]) -> None:  # fmt: skip
+        """Run ``fetch`` on a pool thread with a new transfer; ``asking`` is what the dialog
+        says until the first figures arrive; ``expected`` failures are one sentence, not logged."""
         transfer = self._transfer = Progress()
-        folder = self._folder
         self.error.clear()
+        self._set_inputs_enabled(False)
         self.download_button.setEnabled(False)
-        self.hub_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.cancel_button.setText(self.tr("Cancel"))
-        self.bar.setRange(0, 0)  # busy until the index says how large the wheel is
+        self.bar.setRange(0, 0)  # busy until the server says how large the file is
         self.bar.show()
-        self.amount.setText(self.tr("Asking {0} for the file…").format(index_host()))
+        self.amount.setText(asking)
         self.amount.show()
         self.adjustSize()
         self._poll.start()
@@ -141,10 +126,10 @@ class ModelFetchDialog(QDialog):
 
         def work() -> Path | str | None:  # plain values only: see run_in_background
             try:
-                return models.fetch(DEFAULT_MODEL, folder, transfer.report, transfer.cancel)
+                return fetch(transfer)
             except FetchCancelled:
                 return None
-            except ModelFetchError as exc:  # expected (offline, a bad mirror): not logged
+            except expected as exc:  # a typo, offline, a bad mirror: said, not logged
                 return str(exc)
 
         dialog = weakref.ref(self)
@@ -164,7 +149,7 @@ class ModelFetchDialog(QDialog):
 
     def reject(self) -> None:
         """Cancel, Esc or the close box: while downloading, stop it first (the dialog closes
-        once the worker has cleaned up); otherwise just close."""
+        once the worker has stopped); otherwise just close."""
         transfer = self._transfer
         if transfer is None:
             super().reject()
@@ -214,7 +199,7 @@ class ModelFetchDialog(QDialog):
     def _failed(self, transfer: Progress, message: str) -> None:
         if not self._end(transfer):
             return
-        text = self.tr("Could not get the default model: {0}").format(_as_sentence_end(message))
+        text = self._failure_text(_as_sentence_end(message))
         self._show_idle()
         self.error.show_message(text)
         self.download_button.setText(self.tr("Try &Again"))
@@ -225,29 +210,75 @@ class ModelFetchDialog(QDialog):
     def _show_idle(self) -> None:
         self.bar.hide()
         self.amount.hide()
+        self._set_inputs_enabled(True)
         self.download_button.setEnabled(True)
-        self.hub_button.setEnabled(True)
         self.cancel_button.setEnabled(True)
 
     def error_text(self) -> str:
         return self.error.text()
 
 
-class HubFetchDialog(QDialog):
+class ModelFetchDialog(_FetchDialog):
+    """Confirm, download and verify the default model into ``folder``."""
+
+    def __init__(self, folder: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._folder = Path(folder)
+        self.setWindowTitle(self.tr("Get the Default Model"))
+        self.intro = QLabel(
+            self.tr(
+                "ContextLens will download {0} ({1:,.0f} MB) from {2} into {3}. The file is "
+                "checked against its published SHA-256 checksum before it is used."
+            ).format(DEFAULT_MODEL.filename, DEFAULT_MODEL.size / 1e6, index_host(), self._folder)
+        )
+        self.intro.setWordWrap(True)
+        self.hub_button = QPushButton(self.tr("From &Hugging Face…"))
+        self.hub_button.setToolTip(self.tr("Get another model by name from the Hugging Face Hub"))
+        self.buttons.addButton(self.hub_button, QDialogButtonBox.ButtonRole.ResetRole)
+        self.hub_button.clicked.connect(self.open_hub)
+        self.hub_dialog: HubFetchDialog | None = None
+        self._lay_out(self.intro)
+
+    def open_hub(self) -> HubFetchDialog:
+        """Open "Get a Model from Hugging Face" over this dialog; the model it fetches is this
+        dialog's ``fetched`` (so whoever listens for the default model selects it)."""
+        hub = self.hub_dialog
+        if hub is None:
+            hub = self.hub_dialog = HubFetchDialog(parent=self)
+            hub.fetched.connect(self._hub_fetched)
+        hub.open()
+        return hub
+
+    def _hub_fetched(self, path: Path) -> None:
+        if self._transfer is None:
+            self.fetched.emit(path)
+            self.accept()
+
+    def start(self) -> None:
+        """Download now (the person agreed), on a pool thread."""
+        if self._transfer is not None:
+            return
+        folder = self._folder
+        self._launch(lambda t: models.fetch(DEFAULT_MODEL, folder, t.report, t.cancel),
+                     self.tr("Asking {0} for the file…").format(index_host()),
+                     (ModelFetchError,))  # fmt: skip
+
+    def _set_inputs_enabled(self, enabled: bool) -> None:
+        self.hub_button.setEnabled(enabled)
+
+    def _failure_text(self, message: str) -> str:
+        return self.tr("Could not get the default model: {0}").format(message)
+
+
+class HubFetchDialog(_FetchDialog):
     """Get a GGUF from the Hugging Face Hub by name into the Hugging Face cache (or ``folder``),
     with progress, Cancel, and the error sentence with Try Again."""
-
-    fetched = Signal(object)  # Path of the model's (first) file
-    failed = Signal(str)  # the sentence shown
-    cancelled = Signal()
 
     def __init__(self, folder: Path | None = None, parent: QWidget | None = None,
                  reference: str = "") -> None:  # fmt: skip
         super().__init__(parent)
         self._folder = Path(folder) if folder is not None else None
-        self._transfer: Progress | None = None
         self.setWindowTitle(self.tr("Get a Model from Hugging Face"))
-        self.setMinimumWidth(MIN_WIDTH)
 
         self.intro = QLabel(
             self.tr("Get a model from Hugging Face: org/repo:Q4_K_M or a link")
@@ -275,37 +306,7 @@ class HubFetchDialog(QDialog):
         token_row = QHBoxLayout()
         token_row.addWidget(token_label)
         token_row.addWidget(self.token, 1)
-        self.bar = QProgressBar()
-        self.bar.setTextVisible(False)
-        self.amount = QLabel()
-        self.error = MessageLine()
-
-        self.buttons = QDialogButtonBox()
-        self.download_button = QPushButton(self.tr("&Download"))
-        self.download_button.setDefault(True)
-        self.buttons.addButton(self.download_button, QDialogButtonBox.ButtonRole.ActionRole)
-        self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
-        self.download_button.clicked.connect(self.start)
-        self.cancel_button.clicked.connect(self.reject)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.intro)
-        layout.addWidget(self.reference)
-        layout.addWidget(self.note)
-        layout.addLayout(token_row)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.amount)
-        layout.addWidget(self.error)
-        layout.addStretch(1)
-        layout.addWidget(self.buttons)
-
-        self._poll = QTimer(self)
-        self._poll.setInterval(POLL_MS)
-        self._poll.timeout.connect(self._show_progress)
-        self._show_idle()
-
-    def running(self) -> bool:
-        return self._transfer is not None
+        self._lay_out(self.intro, self.reference, self.note, token_row)
 
     def start(self) -> None:
         """Download what the person typed, on a pool thread."""
@@ -317,115 +318,20 @@ class HubFetchDialog(QDialog):
                                             "bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M."))
             self.reference.setFocus()
             return
-        transfer = self._transfer = Progress()
         folder = self._folder
         token = self.token.text().strip()
-        self.error.clear()
-        self.reference.setEnabled(False)
-        self.token.setEnabled(False)
-        self.download_button.setEnabled(False)
-        self.cancel_button.setEnabled(True)
-        self.cancel_button.setText(self.tr("Cancel"))
-        self.bar.setRange(0, 0)  # busy until the Hub says how large the files are
-        self.bar.show()
-        self.amount.setText(self.tr("Asking {0} for the files…").format(models.hub_host()))
-        self.amount.show()
-        self.adjustSize()
-        self._poll.start()
-        QCoreApplication.instance().aboutToQuit.connect(transfer.stop)
 
-        def work() -> Path | str | None:  # plain values only: see run_in_background
-            try:
-                if token:
-                    models.keep_hub_token(token)
-                return models.fetch_from_hub(text, folder, transfer.report, transfer.cancel)
-            except FetchCancelled:
-                return None
-            except (ModelFetchError, CredentialError) as exc:  # expected (a typo, offline, …)
-                return str(exc)
+        def fetch(transfer: Progress) -> Path:
+            if token:
+                models.keep_hub_token(token)
+            return models.fetch_from_hub(text, folder, transfer.report, transfer.cancel)
 
-        dialog = weakref.ref(self)
+        self._launch(fetch, self.tr("Asking {0} for the files…").format(models.hub_host()),
+                     (ModelFetchError, CredentialError))  # fmt: skip
 
-        def done(outcome: Path | str | None) -> None:
-            if (d := dialog()) is not None and isValid(d):
-                if isinstance(outcome, str):
-                    d._failed(transfer, outcome)
-                else:
-                    d._finished(transfer, outcome)
+    def _set_inputs_enabled(self, enabled: bool) -> None:
+        self.reference.setEnabled(enabled)
+        self.token.setEnabled(enabled)
 
-        def failed(message: str) -> None:
-            if (d := dialog()) is not None and isValid(d):
-                d._failed(transfer, message)
-
-        run_in_background(work, done, failed)
-
-    def reject(self) -> None:
-        """Cancel, Esc or the close box: while downloading, stop it first (the dialog closes
-        once the worker has stopped; the partial file stays for Try Again); else close."""
-        transfer = self._transfer
-        if transfer is None:
-            super().reject()
-            return
-        if not transfer.cancel.is_set():
-            transfer.cancel.set()
-            self.cancel_button.setEnabled(False)
-            self.amount.setText(self.tr("Cancelling…"))
-
-    def _show_progress(self) -> None:
-        transfer = self._transfer
-        if transfer is None or transfer.cancel.is_set():
-            return
-        done, total = transfer.progress()
-        if total <= 0:
-            return
-        if self.bar.maximum() != total:
-            self.bar.setRange(0, total)
-        self.bar.setValue(done)
-        if done >= total:
-            self.amount.setText(self.tr("Checking the model…"))
-        else:
-            self.amount.setText(self.tr("{0:,.1f} of {1:,.1f} MB").format(done / 1e6, total / 1e6))
-
-    def _end(self, transfer: Progress) -> bool:
-        """Forget ``transfer``; False when it is not the current one (then ignore it)."""
-        if self._transfer is not transfer:
-            return False
-        self._show_progress()
-        self._poll.stop()
-        self._transfer = None
-        with suppress(RuntimeError, TypeError):
-            QCoreApplication.instance().aboutToQuit.disconnect(transfer.stop)
-        return True
-
-    def _finished(self, transfer: Progress, path: Path | None) -> None:
-        if not self._end(transfer):
-            return
-        if path is None:
-            self._show_idle()
-            self.cancelled.emit()
-            super().reject()
-            return
-        self.fetched.emit(path)
-        self.accept()
-
-    def _failed(self, transfer: Progress, message: str) -> None:
-        if not self._end(transfer):
-            return
-        text = self.tr("Could not get the model: {0}").format(_as_sentence_end(message))
-        self._show_idle()
-        self.error.show_message(text)
-        self.download_button.setText(self.tr("Try &Again"))
-        self.cancel_button.setText(self.tr("Close"))
-        self.adjustSize()
-        self.failed.emit(text)
-
-    def _show_idle(self) -> None:
-        self.bar.hide()
-        self.amount.hide()
-        self.reference.setEnabled(True)
-        self.token.setEnabled(True)
-        self.download_button.setEnabled(True)
-        self.cancel_button.setEnabled(True)
-
-    def error_text(self) -> str:
-        return self.error.text()
+    def _failure_text(self, message: str) -> str:
+        return self.tr("Could not get the model: {0}").format(message)

@@ -942,44 +942,16 @@ Qt (PySide6) {3}</translation>
         <translation>Hugging Face 令牌(&amp;T)：</translation>
     </message>
     <message>
-        <source>&amp;Download</source>
-        <translation>下载(&amp;D)</translation>
-    </message>
-    <message>
         <source>Type a model&apos;s name first, such as bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M.</source>
         <translation>请先输入模型名称，例如 bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M。</translation>
-    </message>
-    <message>
-        <source>Cancel</source>
-        <translation>取消</translation>
     </message>
     <message>
         <source>Asking {0} for the files…</source>
         <translation>正在向 {0} 询问文件列表…</translation>
     </message>
     <message>
-        <source>Cancelling…</source>
-        <translation>正在取消…</translation>
-    </message>
-    <message>
-        <source>Checking the model…</source>
-        <translation>正在检查模型…</translation>
-    </message>
-    <message>
-        <source>{0:,.1f} of {1:,.1f} MB</source>
-        <translation>{0:,.1f} / {1:,.1f} MB</translation>
-    </message>
-    <message>
         <source>Could not get the model: {0}</source>
         <translation>无法获取模型：{0}</translation>
-    </message>
-    <message>
-        <source>Try &amp;Again</source>
-        <translation>重试(&amp;A)</translation>
-    </message>
-    <message>
-        <source>Close</source>
-        <translation>关闭</translation>
     </message>
 </context>
 <context>
@@ -1412,10 +1384,6 @@ Qt (PySide6) {3}</translation>
         <translation>ContextLens 将从 {2} 下载 {0}（{1:,.0f} MB）到 {3}。使用前会用其公布的 SHA-256 校验和检查该文件。</translation>
     </message>
     <message>
-        <source>&amp;Download</source>
-        <translation>下载(&amp;D)</translation>
-    </message>
-    <message>
         <source>From &amp;Hugging Face…</source>
         <translation>从 &amp;Hugging Face…</translation>
     </message>
@@ -1424,36 +1392,12 @@ Qt (PySide6) {3}</translation>
         <translation>按名称从 Hugging Face Hub 获取其他模型</translation>
     </message>
     <message>
-        <source>Cancel</source>
-        <translation>取消</translation>
-    </message>
-    <message>
         <source>Asking {0} for the file…</source>
         <translation>正在向 {0} 请求文件…</translation>
     </message>
     <message>
-        <source>Cancelling…</source>
-        <translation>正在取消…</translation>
-    </message>
-    <message>
-        <source>Checking the model…</source>
-        <translation>正在检查模型…</translation>
-    </message>
-    <message>
-        <source>{0:,.1f} of {1:,.1f} MB</source>
-        <translation>{0:,.1f} / {1:,.1f} MB</translation>
-    </message>
-    <message>
         <source>Could not get the default model: {0}</source>
         <translation>无法获取默认模型：{0}</translation>
-    </message>
-    <message>
-        <source>Try &amp;Again</source>
-        <translation>重试(&amp;A)</translation>
-    </message>
-    <message>
-        <source>Close</source>
-        <translation>关闭</translation>
     </message>
 </context>
 <context>
@@ -2670,6 +2614,37 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Not calibrated yet: after the first load on this machine, the fastest threads, batch and flash attention are measured in the background.</source>
         <translation>尚未校准：在本机首次加载后，会在后台测出最快的线程数、批大小和 Flash Attention 设置。</translation>
+    </message>
+</context>
+<context>
+    <name>_FetchDialog</name>
+    <message>
+        <source>&amp;Download</source>
+        <translation>下载(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Cancelling…</source>
+        <translation>正在取消…</translation>
+    </message>
+    <message>
+        <source>Checking the model…</source>
+        <translation>正在检查模型…</translation>
+    </message>
+    <message>
+        <source>{0:,.1f} of {1:,.1f} MB</source>
+        <translation>{0:,.1f} / {1:,.1f} MB</translation>
+    </message>
+    <message>
+        <source>Try &amp;Again</source>
+        <translation>重试(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Close</source>
+        <translation>关闭</translation>
     </message>
 </context>
 <context>
