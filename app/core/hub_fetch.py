@@ -31,7 +31,6 @@ download is redirected to. Every failure is one sentence (:class:`ModelFetchErro
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
@@ -40,13 +39,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import urlsplit
 
 from app.core import config, credentials
 from app.core.default_model import ModelFetchError
 from app.core.hub_refs import HubRef, HubReferenceError, choose_files, parse_reference
-from app.core.model_fetch import CancelCheck, FetchCancelled, Progress, _cancelled
+from app.core.model_fetch import (
+    CancelCheck,
+    FetchCancelled,
+    Progress,
+    _cancelled,
+    disk_error,
+    mb,
+)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TIMEOUT_S = 30.0  # per network operation (connect, each read), not for the whole download
@@ -110,19 +116,6 @@ def _check(cancel: CancelCheck | None) -> None:
                              "stopped")  # fmt: skip
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB"
-
-
-def _disk_error(exc: OSError, folder: Path) -> NoReturn:
-    if exc.errno == errno.ENOSPC:
-        raise ModelFetchError(f"the disk holding {folder} is full") from None
-    if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
-        raise ModelFetchError(f"cannot write to {folder}: permission denied") from None
-    detail = exc.strerror or str(exc)
-    raise ModelFetchError(f"cannot write to {folder}: {detail[:1].lower()}{detail[1:]}") from None
-
-
 @contextmanager
 def _in_sentences(ref: HubRef, where: str, token: str | None, what: list[str]) -> Iterator[None]:
     """Turn what the client raises into one sentence; ``what`` names the file being fetched."""
@@ -180,7 +173,7 @@ def _in_sentences(ref: HubRef, where: str, token: str | None, what: list[str]) -
     except OSError as exc:
         if exc.errno is None:  # the client's own consistency errors are OSErrors too
             raise ModelFetchError(f"the download from {host} failed: {exc}") from None
-        _disk_error(exc, Path(exc.filename or "."))
+        disk_error(exc, Path(exc.filename or "."))
 
 
 def _auth(headers: dict[str, str], url: str, where: str) -> dict[str, str]:
@@ -294,7 +287,7 @@ def _transfer(job: _Job, remote: _Remote, place: _Place) -> None:
                 resumes -= 1
                 continue
             raise ModelFetchError(
-                f"the connection to {host} broke after {_mb(tally.done)} of {_mb(tally.total)}; "
+                f"the connection to {host} broke after {mb(tally.done)} of {mb(tally.total)}; "
                 "fetching again resumes there"
             ) from None
 
@@ -307,10 +300,10 @@ def _verify(remote: _Remote, place: _Place, cancel: CancelCheck | None, where: s
     if remote.size is not None and size != remote.size:
         if size < remote.size:
             raise ModelFetchError(
-                f"{endpoint_host(where)} closed the connection after {_mb(size)} of "
-                f"{_mb(remote.size)} of {remote.name}; fetching again resumes there"
+                f"{endpoint_host(where)} closed the connection after {mb(size)} of "
+                f"{mb(remote.size)} of {remote.name}; fetching again resumes there"
             )
-        problem = f"{_mb(size)} arrived instead of {_mb(remote.size)}"
+        problem = f"{mb(size)} arrived instead of {mb(remote.size)}"
     elif _SHA256.match(remote.etag):
         digest = hashlib.sha256()
         with place.partial.open("rb") as f:
@@ -361,7 +354,7 @@ def _free_space(places: list[tuple[_Remote, _Place]], target: Path) -> None:
         return
     if free < missing:
         raise ModelFetchError(f"not enough free space in {target}: the download needs "
-                              f"{_mb(missing)}, {_mb(free)} is free")  # fmt: skip
+                              f"{mb(missing)}, {mb(free)} is free")  # fmt: skip
 
 
 def _discard(paths: list[Path], folder: Path | None) -> None:
@@ -442,7 +435,7 @@ def fetch_hub_model(
         except OSError as exc:
             if exc.errno is None:
                 raise
-            _disk_error(exc, folder or cache)
+            disk_error(exc, folder or cache)
         tally.add(0, force=True)
         paths = [_file_it(job, name) for name in names]
     _check_gguf(paths, folder, ref)

