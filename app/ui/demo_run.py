@@ -12,32 +12,17 @@ sampling choice is left as it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.planning.plan import Plan
 from app.services.demo import DEMO_QUESTIONS, DEMO_SAMPLING, DEMO_STRATEGY, DEMO_TASK
 
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
+
 PLAN_PAUSE_MS = 2500  # the plan stays on screen this long before the run starts
-
-
-class DemoWindow(Protocol):
-    """What the demo drives: the main window's toolbar, plan and run."""
-
-    ready: Signal
-    plan_shown: Signal
-    job_finished: Signal
-    task_box: object
-    strategy_box: object
-    question: object
-    sampling_box: object
-    buffers: object
-    document_view: object
-
-    def update_plan(self) -> None: ...
-
-    def run_job(self, strategy: str | None = None) -> None: ...
 
 
 class DemoRun(QObject):
@@ -45,9 +30,9 @@ class DemoRun(QObject):
 
     finished = Signal()
 
-    def __init__(self, window: DemoWindow, questions: Sequence[str] = DEMO_QUESTIONS,
+    def __init__(self, window: MainWindow, questions: Sequence[str] = DEMO_QUESTIONS,
                  pause_ms: int = PLAN_PAUSE_MS) -> None:  # fmt: skip
-        super().__init__(window)  # type: ignore[arg-type]
+        super().__init__(window)
         self._window = window
         self._questions = list(questions)
         self._pause_ms = pause_ms
@@ -63,16 +48,15 @@ class DemoRun(QObject):
         if self._asked or self._waiting_for is not None:
             return  # ready again after a reload: the demo runs once
         w = self._window
-        w.task_box.setCurrentIndex(w.task_box.findData(DEMO_TASK))  # type: ignore[attr-defined]
-        w.strategy_box.setCurrentIndex(  # type: ignore[attr-defined]
-            w.strategy_box.findData(DEMO_STRATEGY))  # type: ignore[attr-defined]
-        w.sampling_box.choose_preset(DEMO_SAMPLING, remember=False)  # type: ignore[attr-defined]
+        w.task_box.setCurrentIndex(w.task_box.findData(DEMO_TASK))
+        w.strategy_box.setCurrentIndex(w.strategy_box.findData(DEMO_STRATEGY))
+        w.sampling_box.choose_preset(DEMO_SAMPLING, remember=False)
         self._ask_next()
 
     def _ask_next(self) -> None:
         question = self._questions[self._asked]
         self._waiting_for = question
-        self._window.question.setText(question)  # type: ignore[attr-defined]
+        self._window.question.setText(question)
         self._window.update_plan()
 
     def _on_plan(self, plan: Plan | None) -> None:
@@ -85,7 +69,7 @@ class DemoRun(QObject):
         ranked = [s for s in plan.kept if s.rank is not None]
         if ranked:  # the document shows where the best match is, before the run
             best = min(ranked, key=lambda s: s.rank or 0)
-            self._window.document_view.reveal(best.start)  # type: ignore[attr-defined]
+            self._window.document_view.reveal(best.start)
         self._later(self._run)
 
     def _run(self) -> None:
@@ -105,7 +89,7 @@ class DemoRun(QObject):
             self._later(self._ask_next)
             return
         if self._best is not None:
-            self._window.buffers.source_clicked.emit([self._best[1]])  # type: ignore[attr-defined]
+            self._window.buffers.source_clicked.emit([self._best[1]])
             self.shown_source = True
         self.finished.emit()
 
