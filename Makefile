@@ -71,7 +71,7 @@ run: setup
 	$(BIN)/contextlens --demo --model $(MODEL)
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check app tests
+	$(BIN)/ruff check app tests docs/hooks
 	$(BIN)/lint-imports
 
 # The tiers (tests/tiers.py): `check` is the unit tier, no model, no Qt, no process (about a
