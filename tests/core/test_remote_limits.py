@@ -445,3 +445,29 @@ def test_the_gate_lets_a_thread_that_holds_a_turn_go_on() -> None:
     assert waited.is_set()
     with pytest.raises(ValueError):
         InFlightGate(0)
+
+
+METRICS_CHILD = textwrap.dedent("""
+    import json, sys, time
+    from app.core.engine import remote_info
+    from app.core.engine.remote_info import kv_from_metrics
+    cap = getattr(remote_info, "MAX_METRICS_CHARS", 1 << 20)
+    hostile = "a{\\n" * (int(sys.argv[1]) // 3)  # what MULTILINE ``\\{[^}]*\\}`` backtracked on
+    t0 = time.perf_counter()
+    found = kv_from_metrics(hostile)
+    beyond = "x" * cap + "\\nllamacpp:kv_cache_tokens 5\\n"
+    print(json.dumps([found, time.perf_counter() - t0, kv_from_metrics(beyond)]))
+""")
+
+
+def test_a_hostile_metrics_page_is_read_in_one_pass_up_to_its_cap() -> None:
+    """Review round 3, row 1: lines like ``a{`` made the /metrics pattern quadratic (1.25 s for
+    96 kB, about 5 minutes at 1 MB, holding the GIL; a server may send 64 MiB). Read line by
+    line with string operations and only the first MAX_METRICS_CHARS, the largest body a
+    server may send is a fraction of a second; a KV line past the cap is not read."""
+    done = subprocess.run([sys.executable, "-c", METRICS_CHILD, str(MAX_BODY_BYTES)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    found, seconds, beyond = json.loads(done.stdout)
+    assert found is None and beyond is None
+    assert seconds < 20  # quadratic, the first 96 kB alone took 1.25 s and 64 MiB would take days

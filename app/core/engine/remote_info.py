@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,16 +126,46 @@ def kv_from_slots(slots: Any) -> int | None:
     return total if seen else None
 
 
-_METRIC = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})?\s+([-+\d.eE]+|NaN)\s*$", re.MULTILINE)
 _KV_TOKENS = ("llamacpp:kv_cache_tokens",)
 _KV_RATIO = ("llamacpp:kv_cache_usage_ratio", "vllm:kv_cache_usage_perc",
              "vllm:gpu_cache_usage_perc")  # fmt: skip
+# A /metrics page is read up to this many characters (vLLM's is about 100 kB); the server, or
+# anyone on the path of plain http://, decides what it holds.
+MAX_METRICS_CHARS = 1 << 20
+
+
+def _metric_lines(text: str) -> Iterator[tuple[str, str]]:
+    r"""(name, value) of each sample line of Prometheus text that names a KV figure, in one pass
+    of string operations. A regex over the page (``\{[^}]*\}`` under MULTILINE) backtracked
+    quadratically on lines like ``a{``: 1.25 s for 96 kB, holding the GIL, minutes for 1 MB."""
+    wanted = (*_KV_TOKENS, *_KV_RATIO)
+    for line in text[:MAX_METRICS_CHARS].splitlines():
+        if not line.startswith(wanted):
+            continue
+        end = len(line)
+        for mark in ("{", " ", "\t"):
+            at = line.find(mark)
+            if 0 <= at < end:
+                end = at
+        name, rest = line[:end], line[end:]
+        if name not in wanted:
+            continue  # a longer name that starts like one ("…_tokens_total")
+        if rest.startswith("{"):
+            close = rest.find("}")
+            if close < 0:
+                continue
+            rest = rest[close + 1 :]
+        fields = rest.split()
+        if fields and (not rest[:1].isspace() or len(fields) > 2):
+            continue  # "name{…}x 1" or a trailing word: not a sample line
+        if fields:
+            yield name, fields[0]
 
 
 def kv_from_metrics(text: str) -> tuple[int | None, float] | None:
     """(cells used, share of the cache in use) from Prometheus text, or None without either."""
     values: dict[str, float] = {}
-    for name, value in _METRIC.findall(text):
+    for name, value in _metric_lines(text):
         try:
             number = float(value)
         except ValueError:
