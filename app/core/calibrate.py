@@ -100,13 +100,52 @@ class Calibration:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
+        """What :meth:`to_json` wrote; TypeError or ValueError for anything else (the file is
+        in the cache folder, which someone else may be able to write)."""
         trials = tuple(
-            Trial(LoadSettings(**t["settings"]), float(t["prompt_tokens_per_s"]),
+            Trial(settings_from_json(t["settings"]), float(t["prompt_tokens_per_s"]),
                   float(t["gen_tokens_per_s"]))
-            for t in data["trials"]
+            for t in data["trials"][:MAX_TRIALS]
         )  # fmt: skip
         return cls(str(data["model_sha256"]), str(data["machine"]),
-                   LoadSettings(**data["best"]), trials)  # fmt: skip
+                   settings_from_json(data["best"]), trials)  # fmt: skip
+
+
+MAX_TRIALS = 64  # a calibration tries 18 at most (3 thread counts x 3 batches x 2)
+# Where a stored setting is clamped to: what a calibration could have chosen on any machine.
+_BOUNDS = {"n_threads": (1, 1024), "n_threads_batch": (1, 1024), "n_batch": (1, 8192),
+           "n_ubatch": (1, 8192), "n_ctx": (16, 1 << 20), "n_gpu_layers": (-1, 4096),
+           "seed": (0, 2**32 - 1)}  # fmt: skip
+
+
+def settings_from_json(data: Any) -> LoadSettings:
+    """Load settings from a stored calibration: only the known fields, each of its own type,
+    numbers clamped to :data:`_BOUNDS` and threads to this machine's cores; TypeError or
+    ValueError for anything else."""
+    if not isinstance(data, dict):
+        raise TypeError("stored settings are not an object")
+    defaults = LoadSettings()
+    known = {f.name for f in dataclasses.fields(LoadSettings)}
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        if name not in known:
+            raise ValueError(f"unknown setting {name!r}")
+        if value is None and name == "n_threads_batch":
+            continue
+        if name in _BOUNDS:
+            if type(value) is not int:
+                raise TypeError(f"{name} is not a whole number")
+            low, high = _BOUNDS[name]
+            if name.startswith("n_threads"):
+                high = max(1, usable_cores())
+            values[name] = min(max(value, low), high)
+        elif type(value) is type(getattr(defaults, name)):
+            values[name] = value
+        else:
+            raise TypeError(f"{name} is not what it should be")
+    settings = LoadSettings(**values)
+    settings.validate()
+    return settings
 
 
 def automatic() -> bool:

@@ -12,6 +12,7 @@ read costs time, never a wrong card.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -21,9 +22,10 @@ from typing import Any
 
 import diskcache
 
+from app.core.disk_store import ForeignStore, open_store
 from app.core.engine.gguf import GGUFError, model_info, read_gguf
 
-FORMAT = 1  # bump when Card changes
+FORMAT = 2  # bump when Card or its disk form changes (2: JSON bytes, no pickle)
 DISK_BYTES = 16 * 1024 * 1024
 _DISK_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout, TypeError, ValueError, KeyError)
 PROJECTOR_TYPES = frozenset({"mmproj", "clip-vision", "projector"})
@@ -74,6 +76,31 @@ def read_card_uncached(path: Path) -> Card:
                 info.file_size, kind, split_count, split_no)  # fmt: skip
 
 
+def _disk_key(key: tuple[str, int, int]) -> str:
+    return json.dumps([FORMAT, *key])
+
+
+def _encode(found: Card | str) -> bytes:
+    """A card, or the sentence a file that is not a model gave, as JSON bytes."""
+    return json.dumps(found if isinstance(found, str) else asdict(found)).encode()
+
+
+def _decode(stored: bytes) -> Card | str:
+    """What :func:`_encode` wrote; ValueError or TypeError for anything else."""
+    value = json.loads(stored)
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("not a card")
+    card = Card(**value)
+    for name, kind in (("family", str), ("parameters", int), ("quantization", str),
+                       ("file_size", int), ("kind", str), ("split_count", int),
+                       ("split_no", int)):  # fmt: skip
+        if not isinstance(getattr(card, name), kind):
+            raise TypeError(f"a card whose {name} is not a {kind.__name__}")
+    return card
+
+
 class CardCache:
     """Cards by (real path, size, mtime): in memory, and in ``folder`` on disk when given."""
 
@@ -114,9 +141,9 @@ class CardCache:
     def _open(self) -> diskcache.Cache | None:
         with self._lock:
             if self._disk is None and self._folder is not None and not self._disk_failed:
-                try:
-                    self._disk = diskcache.Cache(str(self._folder), size_limit=DISK_BYTES)
-                except _DISK_ERRORS:
+                try:  # bytes only, nothing in the folder trusted (app/core/disk_store.py)
+                    self._disk = open_store(self._folder, DISK_BYTES)
+                except (*_DISK_ERRORS, ForeignStore):
                     self._disk_failed = True
             return self._disk
 
@@ -125,10 +152,10 @@ class CardCache:
         if disk is None:
             return None
         try:
-            stored = disk.get((FORMAT, *key))
+            stored = disk.get(_disk_key(key))
             if stored is None:
                 return None
-            return stored if isinstance(stored, str) else Card(**stored)
+            return _decode(stored)
         except _DISK_ERRORS:
             return None
 
@@ -137,7 +164,7 @@ class CardCache:
         if disk is None:
             return
         with contextlib.suppress(*_DISK_ERRORS):
-            disk.set((FORMAT, *key), found if isinstance(found, str) else asdict(found))
+            disk.set(_disk_key(key), _encode(found))
 
     def close(self) -> None:
         with self._lock:

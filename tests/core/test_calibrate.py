@@ -199,3 +199,36 @@ def test_a_trial_disturbed_by_other_work_is_measured_again(
               disturbed=lambda: True, use_cache=False)  # fmt: skip
     assert always.loaded[: 1 + RETRIES] == [one] * (1 + RETRIES)
     assert always.loaded[1 + RETRIES :] == [one]  # then the fastest is loaded, as always
+
+
+@pytest.mark.unit
+def test_a_calibration_file_written_by_someone_else_is_clamped_or_ignored(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Review round 3, row 2b: the cached file fed ``LoadSettings(**json)`` with no bounds, so a
+    file in a shared cache folder could ask for a million threads or a billion-token context.
+    Numbers are clamped (threads to this machine's cores), anything else makes the file
+    ignored (calibrated again)."""
+    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
+    sha, machine = "ab" * 32, "m1"
+    folder = tmp_path / "cache" / "calibration"
+    folder.mkdir(parents=True)
+    path = folder / f"{sha[:16]}-{machine}-f16.json"
+    huge = {"n_threads": 1_000_000, "n_threads_batch": 1_000_000, "n_batch": 10**9,
+            "n_ubatch": 10**9, "n_ctx": 10**9, "n_gpu_layers": 10**6, "kv_cache_type": "f16",
+            "flash_attn": False, "seed": -5}  # fmt: skip
+    stored = {"version": 2, "model_sha256": sha, "machine": machine, "best": huge,
+              "trials": [{"settings": huge, "prompt_tokens_per_s": 1.0,
+                          "gen_tokens_per_s": 1.0}] * 1000}  # fmt: skip
+    path.write_text(json.dumps(stored), encoding="utf-8")
+    found = cached(sha, machine)
+    assert found is not None
+    best = found.best
+    assert 1 <= best.n_threads <= threads.usable_cores() and best.n_threads_batch == best.n_threads
+    assert (best.n_batch, best.n_ubatch, best.n_ctx, best.n_gpu_layers, best.seed) == (
+        8192, 8192, 1 << 20, 4096, 0)
+    assert len(found.trials) == 64
+    for bad in ({"n_threads": "8"}, {"n_threads": 2.5}, {"flash_attn": "yes"},
+                {"kv_cache_type": "evil"}, {"__class__": 1}, {"n_batch": True}):
+        path.write_text(json.dumps({**stored, "best": {**huge, **bad}}), encoding="utf-8")
+        assert cached(sha, machine) is None, bad

@@ -31,6 +31,7 @@ import numpy as np
 import zstandard
 
 from app.core import paths
+from app.core.disk_store import ForeignStore, open_store
 from app.core.planning.chunking import Boundary, Chunk
 from app.core.planning.codec import pack_plan, unpack_plan
 from app.core.planning.plan import Plan
@@ -239,14 +240,13 @@ def on_disk() -> PlanCache:
 
 
 def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache | None:
-    """The disk store; a damaged one is cleared and opened again, and None when that fails."""
+    """The disk store (bytes only: app/core/disk_store.py); a damaged or foreign one is cleared
+    and opened again, and None when that fails."""
     for attempt in range(2):
         try:
-            return diskcache.Cache(
-                str(directory), timeout=1, size_limit=size_limit,
-                eviction_policy="least-recently-stored",
-            )  # fmt: skip
-        except (sqlite3.Error, OSError):
+            return open_store(directory, size_limit, timeout=1,
+                              eviction_policy="least-recently-stored")  # fmt: skip
+        except (sqlite3.Error, OSError, ForeignStore):
             if attempt == 0:
                 _clear(directory)
     return None
