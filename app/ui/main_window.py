@@ -38,6 +38,7 @@ from app.core.jobs.alignment import alignment_from
 from app.core.jobs.events import JobFinished
 from app.core.paths import models_dir, sample_document
 from app.core.planning.plan import Plan
+from app.core.textutil import clip_message
 from app.services.errors import BadRequest
 from app.services.history import History, Repository, VersionInfo, open_history
 from app.services.question_plans import SideBySide
@@ -693,6 +694,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
     def _on_failed(self, message: str) -> None:
         if self._shut_down:  # the close itself stopped a load or a run ("loading cancelled"):
             return  # a message box shown now would keep the app running with no window
+        message = clip_message(message)  # it may quote a server, a template or a document
         self.last_error = message
         self.model_panel.set_busy(False)
         self.statusBar().showMessage(message)

@@ -52,6 +52,7 @@ from app.core.engine.types import (
 from app.core.memory_fit import Fit, gib
 from app.core.paths import list_models
 from app.core.telemetry import memory_fit
+from app.core.textutil import clip_message
 from app.services import model_library
 from app.services.errors import BadRequest
 from app.services.model_library import Discovery, FoundModel, Source
@@ -1046,4 +1047,4 @@ class ModelPanel(FollowsLanguage, QWidget):
         text = self.tr("Loaded {0}: context {1:,} tokens.").format(
             Path(self._loaded.path).name, self._loaded.n_ctx
         )
-        return " ".join([text, *self._loaded.warnings])
+        return " ".join([text, *(clip_message(w) for w in self._loaded.warnings)])

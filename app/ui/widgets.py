@@ -29,6 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.textutil import clip_message
+
 # Value widgets the mouse wheel changes only once they have the focus (QScrollBar, also a slider,
 # is left alone: turning the wheel over it is how a panel scrolls).
 WHEEL_GUARDED = (QAbstractSpinBox, QComboBox, QSlider)
@@ -241,7 +243,7 @@ class MessageLine(QWidget):
         pixmap = icons.SP_MessageBoxWarning if error else icons.SP_MessageBoxInformation
         size = self.style().pixelMetric(QStyle.PixelMetric.PM_SmallIconSize)
         self.icon.setPixmap(self.style().standardIcon(pixmap).pixmap(size, size))
-        self.label.setText(text)
+        self.label.setText(clip_message(text))  # it may quote a server, a template, a file
         self.show()
 
     def clear(self) -> None:

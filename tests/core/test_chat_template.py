@@ -12,6 +12,7 @@ from packaging.requirements import Requirement
 from app.core.engine import chat_template as ct
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template, render_here
 from app.core.engine.reply_text import StopMatcher
+from app.core.textutil import MAX_MESSAGE_CHARS, clip_message
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
@@ -91,3 +92,15 @@ def test_stop_matcher_holds_back_a_possible_stop_string() -> None:
     assert m.flush() == ""
     m = StopMatcher([])
     assert m.feed("anything") == ("anything", False)
+
+
+def test_a_template_s_own_error_message_is_capped_before_anyone_shows_it() -> None:
+    """Review round 3, row 4: ``raise_exception`` with a 40,000,040-character message reached
+    the load warnings whole, and a word-wrapped label given a million characters kept the window
+    busy 56 s. The renderer sends at most MAX_MESSAGE_CHARS of it, and says how much more."""
+    with pytest.raises(ChatTemplateError) as err:
+        render_chat_template("{{ raise_exception('x' * 900000 ~ 'y' * 900000) }}", MESSAGES, time_limit_s=5)
+    message = str(err.value)
+    assert len(message) < MAX_MESSAGE_CHARS + 50
+    assert message.endswith("more characters)") and "x" * 1000 not in message
+    assert clip_message("short") == "short"

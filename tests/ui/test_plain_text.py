@@ -10,6 +10,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QLabel, QMessageBox
 
+from app.core.textutil import MAX_MESSAGE_CHARS
 from app.ui.document_view import DocumentView
 from app.ui.main_window import MainWindow
 from app.ui.model_panel import ModelPanel
@@ -49,3 +50,23 @@ def test_labels_that_show_outside_text_are_plain(qtbot, tmp_path: Path) -> None:
         label.setText(MARKUP)
         assert label.textFormat() == Qt.TextFormat.PlainText, label
         assert label.text() == MARKUP
+
+
+def test_a_message_of_a_million_characters_is_capped_before_a_widget_shows_it(
+    qtbot, tmp_path: Path
+) -> None:
+    """Review round 3, row 4: a word-wrapped label given 1,000,000 characters kept the window
+    busy 56 s. Messages that quote outside text are cut at MAX_MESSAGE_CHARS first."""
+    huge = "cannot load: " + "x" * 1_000_000
+    line = MessageLine()
+    qtbot.addWidget(line)
+    line.show_message(huge)
+    assert len(line.text()) < MAX_MESSAGE_CHARS + 50 and line.text().endswith("characters)")
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(None, None, db_path=tmp_path / "h.db", settings=settings)
+    qtbot.addWidget(w)
+    w.session.fail(huge)
+    assert len(w.last_error) < MAX_MESSAGE_CHARS + 50
+    assert all(len(b.text()) < MAX_MESSAGE_CHARS + 50 for b in w.findChildren(QMessageBox))
+    assert len(w.statusBar().currentMessage()) < MAX_MESSAGE_CHARS + 50
+    w.close()

@@ -63,6 +63,7 @@ from app.core.engine.template_sandbox import (
     watched,
 )
 from app.core.engine.types import CancelledError
+from app.core.textutil import clip_message
 
 # What callers import from here: this module's names and the sandbox's.
 __all__ = [
@@ -164,7 +165,7 @@ class _Renderer:
         reply = json.loads(raw)
         if "ok" in reply:
             return reply["ok"]
-        kind, message = reply.get("error"), str(reply.get("message", ""))
+        kind, message = reply.get("error"), clip_message(str(reply.get("message", "")))
         if kind == "memory" or reply.get("retired"):
             with self._lock:  # it ran out of memory and exits: never sent another template
                 self._kill()
@@ -409,14 +410,14 @@ def serve(fd: int, parent: int) -> None:
         done = False
         try:
             reply = _answer(request, compiled)
-        except ChatTemplateError as exc:
-            reply = {"error": "template", "message": str(exc)}
+        except ChatTemplateError as exc:  # raise_exception('x' * 40_000_000): said, not sent
+            reply = {"error": "template", "message": clip_message(str(exc))}
             done = "ran out of memory" in str(exc)
         except MemoryError:
             reply, done = {"error": "memory", "message": _OUT_OF_MEMORY}, True
         except Exception as exc:  # the request itself was malformed: say so, carry on
-            reply = {"error": "template",
-                     "message": f"the chat template failed: {type(exc).__name__}: {exc}"}
+            reply = {"error": "template", "message": clip_message(
+                f"the chat template failed: {type(exc).__name__}: {exc}")}
         if done:
             reply["retired"] = True  # the caller starts a fresh renderer for the next template
         try:

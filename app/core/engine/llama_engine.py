@@ -35,6 +35,7 @@ from app.core.engine.types import (
     ModelLoadError,
 )
 from app.core.engine.vocabulary import Vocabulary
+from app.core.textutil import clip_message
 
 
 def build_capabilities(lc: Any) -> EngineCapabilities:
@@ -159,7 +160,7 @@ class LlamaEngine(Vocabulary, Generation):
             kv_cache_type=settings.kv_cache_type,
             flash_attn=settings.flash_attn,
             load_seconds=load_s,
-            warnings=tuple(warnings),
+            warnings=tuple(clip_message(w) for w in warnings),  # some quote the file's author
             kv_caches=parse_kv_log(self.kv_log),
             buffers=parse_buffer_log(self.kv_log),
             can_shift=can_shift,

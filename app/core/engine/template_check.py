@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.core.engine.chat_template import check_chat_template
+from app.core.textutil import clip_message
 
 
 class SandboxedTemplateCheck:
@@ -43,6 +44,6 @@ def template_problem(metadata: dict[str, Any], apply_chat_template: Callable[...
         return ""
     try:
         split_at_document(apply_chat_template(document_messages("Summarize.")))
-    except ValueError as exc:  # ChatTemplateError is one
-        return str(exc)
+    except ValueError as exc:  # ChatTemplateError is one; its text may be the template's own
+        return clip_message(str(exc))
     return ""
