@@ -48,3 +48,15 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isabs(p)))
     env["PYTHONSAFEPATH"] = "1"
     return env
+
+
+# What a child that parses hostile files needs of the environment to start Python and name its
+# temporary files; nothing else (API keys, tokens, the app's settings) goes to it.
+_MINIMAL = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TEMP", "TMP", "SYSTEMROOT")
+
+
+def minimal_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:func:`child_env` reduced to what starting Python needs: for a child that reads hostile
+    files (a document reader), which must not see ``CONTEXTLENS_API_KEY`` or ``HF_TOKEN``."""
+    env = child_env(base)
+    return {k: v for k, v in env.items() if k in _MINIMAL or k in ("PYTHONPATH", "PYTHONSAFEPATH")}

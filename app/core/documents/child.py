@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import signal
 import sys
+import threading
+import time
 from array import array
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -82,6 +85,33 @@ def limit_memory(limit: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def limit_cpu(seconds: int) -> None:
+    """Cap this process's processor time: SIGXCPU at ``seconds``, SIGKILL a second later."""
+    try:
+        import resource  # noqa: PLC0415 (POSIX only)
+    except ImportError:  # Windows: no rlimits
+        return
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = seconds if hard == resource.RLIM_INFINITY else min(seconds, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard if hard != resource.RLIM_INFINITY
+                                                 else soft + 1))  # fmt: skip
+
+
+def end_with_parent(interval_s: float = 0.5) -> None:
+    """Exit as soon as the parent is gone (a SIGKILLed app cannot kill its reader): a thread
+    that looks twice a second. The parsers release the GIL in their long C loops."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def serve(conn: Connection) -> None:
     try:
         request = conn.recv()
@@ -113,8 +143,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="contextlens-reader")
     parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
     parser.add_argument("--memory", type=int, required=True, help="address-space cap in bytes")
+    parser.add_argument("--cpu", type=int, default=120, help="processor-time cap in seconds")
     args = parser.parse_args(argv)
+    end_with_parent()
     limit_memory(args.memory)
+    limit_cpu(args.cpu)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the parent's
     conn = Connection(args.fd)
     try:

@@ -5,9 +5,10 @@ work is bounded by the readers' caps (``Limits``), but the bounds are in the mil
 thread cannot be stopped. So these formats are read in a child process, started the way the
 engine's child is (``python -m``, a socket pair, its own session, an empty private working
 folder so no ``app`` package lying in the current folder can be imported in its place), whose
-address space is capped (``RLIMIT_AS``, ``Limits.reader_memory_bytes``) and which
-:func:`read_document` kills as soon as its ``cancel`` event is set. If the child dies, only the
-read fails, in one sentence.
+address space is capped (``RLIMIT_AS``, ``Limits.reader_memory_bytes``), whose processor time is
+capped (``RLIMIT_CPU``, :data:`READER_CPU_S`), which gets only the environment Python needs (no
+API key or token) and ends when its parent does, and which :func:`read_document` kills as soon as
+its ``cancel`` event is set. If the child dies, only the read fails, in one sentence.
 
 Plain text, Markdown and source code are read in this process: their reading is linear (decode,
 then line rules) and already bounded by the size cap, and starting a child (~0.1–0.3 s of
@@ -34,7 +35,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
-from app.core.child_process import package_root
+from app.core.child_process import minimal_env
 from app.core.documents import load_document
 from app.core.documents.child import unpack
 from app.core.documents.formats import FORMATS, format_for_name, resolve_format
@@ -44,6 +45,9 @@ from app.core.documents.reading import check_file, read_head
 
 IN_PROCESS: Final = frozenset({"text", "markdown", "code"})
 POLL_S: Final = 0.05
+# The processor time a reader child may use: the largest real documents read in seconds, and
+# the readers' caps bound the rest; a parser that loops is stopped here.
+READER_CPU_S: Final = 120
 _ZIP_MAGIC: Final = (b"PK\x03\x04", b"PK\x05\x06")
 _DEFAULT_LIMITS: Final = Limits()
 
@@ -102,17 +106,15 @@ def _in_child(
 ) -> Document:
     workdir = tempfile.mkdtemp(prefix="contextlens-reader-")
     ours, theirs = socket.socketpair()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package_root(), env.get("PYTHONPATH", "")) if p
-    )
+    env = minimal_env()  # a hostile file is parsed there: no key or token goes with it
     proc: subprocess.Popen[bytes] | None = None
     conn = Connection(ours.detach())
     try:
         with theirs:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "app.core.documents.child",
-                 "--fd", str(theirs.fileno()), "--memory", str(limits.reader_memory_bytes)],
+                 "--fd", str(theirs.fileno()), "--memory", str(limits.reader_memory_bytes),
+                 "--cpu", str(READER_CPU_S)],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -185,6 +187,9 @@ def _died(name: str, proc: subprocess.Popen[bytes], limits: Limits) -> str:
     code = proc.wait()
     if code == -signal.SIGKILL:
         return _too_much_memory(name, limits)
+    if code == -getattr(signal, "SIGXCPU", -1):
+        return (f"{name} could not be read: it took more than {READER_CPU_S} s of processor "
+                "time, far more than any document needs.")
     if code < 0:
         try:
             how = signal.Signals(-code).name
