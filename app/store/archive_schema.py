@@ -7,13 +7,17 @@ finite, and the fields the app reads back later (a version's settings and sampli
 outputs and timings, a KV state's shape) have the types those readers expect. A value out of
 bounds is a validation error like a wrong type, so the import names it in one sentence instead
 of failing on an ``OverflowError`` mid-transaction or storing a value that fails on a later
-rollback. Fields no reader looks into (a run's plan, a KV state's ring) stay plain JSON objects,
-bounded by the import's cap on what parsing a member may cost.
+rollback. A run's plan is read back when its version is opened (painted on the document): it
+stays a plain JSON object, checked in one pass without a model per span (:func:`_check_plan`:
+a plan of a million spans costs no more than its JSON). Fields no reader looks into (a KV
+state's ring) stay plain JSON objects, bounded by the import's cap on what parsing a member may
+cost.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args, get_type_hints
 
@@ -175,11 +179,80 @@ class TimingsModel(Open):
     lanes: Count | None = None
 
 
+MAX_PLAN_TEXT = 100_000  # a plan's question or refusal
+MAX_REASON = 2_000  # why a span is kept or dropped: one sentence
+MAX_TERMS = 256  # the question's words a span holds
+
+
+def _whole(value: Any, where: str, low: int = 0, high: int = INT64_MAX) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{where}: a whole number from {low} to {high:,} was expected")
+
+
+def _text(value: Any, where: str, limit: int) -> None:
+    if not isinstance(value, str) or len(value) > limit:
+        raise ValueError(f"{where}: a text of at most {limit:,} characters was expected")
+
+
+def _check_span(span: Any, where: str) -> None:
+    if not isinstance(span, dict):
+        raise ValueError(f"{where}: a span was expected")
+    for key in ("start", "end"):
+        _whole(span.get(key), f"{where}.{key}")
+    if span["end"] < span["start"]:
+        raise ValueError(f"{where}: a span that ends before it starts")
+    _whole(span.get("tokens"), f"{where}.tokens", high=INT32_MAX)
+    _text(span.get("reason"), f"{where}.reason", MAX_REASON)
+    score = span.get("score")
+    if score is not None and (type(score) not in (int, float) or not math.isfinite(score)):
+        raise ValueError(f"{where}.score: a finite number was expected")
+    for key in ("rank", "next_to"):
+        if span.get(key) is not None:
+            _whole(span[key], f"{where}.{key}", high=INT32_MAX)
+    terms = span.get("terms", [])
+    if not isinstance(terms, list) or len(terms) > MAX_TERMS:
+        raise ValueError(f"{where}.terms: at most {MAX_TERMS} words were expected")
+    for term in terms:
+        _text(term, f"{where}.terms", MAX_LABEL * 8)
+
+
+def _check_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """A recorded plan (``Plan.as_dict``) as ``versions.plan_from_dict`` reads it back: every
+    field it reads typed and bounded; ValueError naming the first that is not. ``{}``: none."""
+    if not plan:
+        return plan
+    _text(plan.get("strategy", ""), "strategy", MAX_LABEL)
+    for key in ("budget", "total_tokens"):
+        _whole(plan.get(key, 0), key, high=INT32_MAX)
+    for key in ("kept", "dropped"):
+        spans = plan.get(key, [])
+        if not isinstance(spans, list):
+            raise ValueError(f"{key}: a list of spans was expected")
+        for i, span in enumerate(spans):
+            _check_span(span, f"{key}.{i}")
+    windows = plan.get("windows", [])
+    if not isinstance(windows, list):
+        raise ValueError("windows: a list was expected")
+    for i, window in enumerate(windows):
+        if not isinstance(window, dict) or set(window) != {"start", "end", "tokens", "first",
+                                                            "last"}:  # fmt: skip
+            raise ValueError(f"windows.{i}: start, end, tokens, first and last were expected")
+        for key, value in window.items():
+            _whole(value, f"windows.{i}.{key}")
+    if plan.get("refused") is not None:
+        _text(plan["refused"], "refused", MAX_PLAN_TEXT)
+    _text(plan.get("question") or "", "question", MAX_PLAN_TEXT)
+    integrity = plan.get("boundary_integrity", 1.0)
+    if type(integrity) not in (int, float) or not 0 <= integrity <= 1:
+        raise ValueError("boundary_integrity: a share from 0 to 1 was expected")
+    return plan
+
+
 class RunModel(Strict):
     id: Id
     version: Id
     strategy: Label
-    plan: dict[str, Any]
+    plan: Annotated[dict[str, Any], AfterValidator(_check_plan)]
     outputs: list[OutputModel]
     prompt_tokens: Count
     completion_tokens: Count

@@ -65,7 +65,10 @@ def populate(repo: Repository) -> int:
     out = OutputSpan("summary", "Short. 短い。", ((0, 100), (200, 300)), 3, "stop")
     result = JobResult("summarize", "head", "stop", 2048, prompt_tokens=400,
                        completion_tokens=20, kv_peak_cells=420, ttft_s=[1.5], seconds=2.5,
-                       outputs=[out], truncated=True, plan={"kept": [0, 2]})  # fmt: skip
+                       outputs=[out], truncated=True,
+                       plan={"strategy": "head", "budget": 1800, "total_tokens": 9,
+                             "kept": [{"start": 0, "end": 2, "tokens": 1,
+                                       "reason": "the start of the document"}]})  # fmt: skip
     repo.save_run(v1.id, result)
     repo.save_run(v2.id, result)
     add_kv(repo, v3.id, TOKENS, STATE)

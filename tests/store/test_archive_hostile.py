@@ -369,6 +369,15 @@ def sampling(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def span(**changes: Any) -> dict[str, Any]:
+    """A plan's span as Plan.as_dict writes it, with ``changes``."""
+    return {"start": 0, "end": 2, "tokens": 1, "reason": "the start of the document", **changes}
+
+
+def set_plan(**plan: Any) -> Callable[[dict[str, Any]], None]:
+    return set_in(("runs", 0, "plan"), plan)
+
+
 BOUNDS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "number 2**63": (set_in(("versions", 0, "number"), 2**63), "versions.0.number"),
     "prompt_tokens 10**30": (set_in(("runs", 0, "prompt_tokens"), 10**30), "runs.0.prompt_tokens"),
@@ -402,6 +411,16 @@ BOUNDS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "kv state_bytes -1": (kv_field("state_bytes", -1), "kv_states.0.state_bytes"),
     "timings seconds 'slow'": (set_in(("runs", 0, "timings", "seconds"), "slow"), "timings"),
     "task of 33 characters": (set_in(("versions", 0, "task"), "t" * 33), "versions.0.task"),
+    # a run's plan is read back when its version opens (review round 3, row 8)
+    "plan kept 'all'": (set_plan(kept="all"), "kept: a list of spans"),
+    "plan span of text": (set_plan(kept=["0-9"]), "kept.0: a span"),
+    "plan span ending before it starts": (set_plan(kept=[span(start=9)]),
+                                          "kept.0: a span that ends before it starts"),
+    "plan tokens 10**30": (set_plan(dropped=[span(tokens=10**30)]), "dropped.0.tokens"),
+    "plan reason of a megabyte": (set_plan(kept=[span(reason="r" * 1_000_000)]),
+                                  "kept.0.reason"),
+    "plan window of junk": (set_plan(windows=[{"a": 1}]), "windows.0"),
+    "plan score NaN": (set_plan(kept=[span(score=float("nan"))]), "kept.0.score"),
 }
 
 
