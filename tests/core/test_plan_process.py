@@ -197,6 +197,21 @@ def test_a_document_changed_on_disk_is_refused_in_one_sentence(
     assert process.count(reopened, CL100K_KEY) == cl100k().count(reopened.text)
 
 
+def test_a_file_swapped_after_opening_is_never_parsed_by_the_planning_child(
+    process: PlanProcess, tmp_path: Path
+) -> None:
+    """Review round 3, row 6: the child parsed the file again, without the reader's memory cap,
+    before it compared hashes: an HTML swapped for a 200k-element one was parsed with RLIMIT_AS
+    unlimited. Now the bytes are hashed first: here the swapped file is a PDF that would fail
+    to parse in a sentence of its own, and the refusal is the changed file's."""
+    path = tmp_path / "page.html"
+    path.write_text("<html><body>" + "<p>An opened page.</p>" * 50 + "</body></html>", "utf-8")
+    doc = load_document(path)
+    path.write_bytes(b"%PDF-1.4\n" + b"\x00 not a pdf the reader could parse " * 1000)
+    with pytest.raises(DocumentChanged, match=r"page\.html changed on disk since it was opened"):
+        process.plan(doc, CL100K_KEY, "head", model=None, n_ctx=256, reserve=16, instruction=TASK)
+
+
 def test_errors_in_the_child_come_back_with_its_words(process: PlanProcess, tmp_path: Path) -> None:
     path = tmp_path / "gone.txt"
     path.write_text("Soon deleted.\n", encoding="utf-8")

@@ -20,7 +20,15 @@ from pathlib import Path
 from app.core.documents.decoding import decode_bytes, strip_surrogates
 from app.core.documents.formats import FORMATS, format_for_name, resolve_format
 from app.core.documents.messages import short_reason
-from app.core.documents.model import Block, BlockKind, Document, DocumentError, Limits, Parsed
+from app.core.documents.model import (
+    Block,
+    BlockKind,
+    ContentChanged,
+    Document,
+    DocumentError,
+    Limits,
+    Parsed,
+)
 from app.core.documents.reading import check_file, read_file
 from app.core.documents.text import structure
 
@@ -40,9 +48,12 @@ DEFAULT_LIMITS = Limits()
 
 
 def load_document(
-    path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS, format: str | None = None
-) -> Document:
-    """Load a file; ``format`` overrides what the contents and the extension say."""
+    path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS, format: str | None = None,
+    expect_sha256: str | None = None,
+) -> Document:  # fmt: skip
+    """Load a file; ``format`` overrides what the contents and the extension say. With
+    ``expect_sha256``, bytes that are not those raise ContentChanged before anything parses
+    them (a file opened once, then swapped for a hostile one, is never parsed)."""
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown document format {format!r}; expected one of {FORMATS}")
     file_path = Path(path)
@@ -54,6 +65,8 @@ def load_document(
         raise DocumentError(f"{name} is empty.")
     size = len(data)
     sha256 = hashlib.sha256(data).hexdigest()
+    if expect_sha256 is not None and sha256 != expect_sha256:
+        raise ContentChanged(f"{name} changed on disk since it was opened; open it again.")
     fmt = format or resolve_format(data, by_name, name=name)
     if fmt in _TEXT_FORMATS:
         text, encoding, lossy = decode_bytes(data, name=name)

@@ -15,6 +15,10 @@ class DocumentError(ValueError):
     """A document that cannot be loaded; ``str(err)`` is one sentence meant for the person."""
 
 
+class ContentChanged(DocumentError):
+    """The file no longer holds the bytes it was opened with (found before parsing them)."""
+
+
 class BlockKind(StrEnum):
     HEADING = "heading"
     PARAGRAPH = "paragraph"

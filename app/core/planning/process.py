@@ -38,6 +38,7 @@ from typing import Any
 from app.core import config
 from app.core.child_process import child_env, module_command
 from app.core.documents import Document, DocumentError, load_document
+from app.core.documents.model import ContentChanged
 from app.core.gc_pause import gc_paused
 from app.core.planning.cache import BoundedLru, doc_id, on_disk
 from app.core.planning.codec import pack_plan, unpack_plan
@@ -350,12 +351,15 @@ class _Child:
             return doc  # the same bytes read the same way, wherever the file is now
         if (path, sha) not in self.changed:
             self.doc = None  # free the old one first
-            with gc_paused():  # ~400k blocks, none of them garbage
-                doc = self.doc = load_document(path, format=request["format"])
-            self.documents_read += 1
-            if doc.sha256 == sha:
+            try:  # hashed before it is parsed: only the bytes the reader child read, capped,
+                # when the file was opened are ever parsed here
+                with gc_paused():  # ~400k blocks, none of them garbage
+                    doc = self.doc = load_document(path, format=request["format"],
+                                                   expect_sha256=sha)  # fmt: skip
+                self.documents_read += 1
                 return doc
-            self.changed.add((path, sha))
+            except ContentChanged:
+                self.changed.add((path, sha))
         raise DocumentChanged(f"{os.path.basename(path)} changed on disk since it was opened; "
                               "open it again to plan it.")  # fmt: skip
 
