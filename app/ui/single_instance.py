@@ -1,15 +1,16 @@
 """One window per user: a second launch hands its files to the running one and exits.
 
-The first instance listens on a local socket (a Unix socket in the user's private runtime
-folder, a named pipe on Windows). A later ``contextlens FILE…`` connects, sends the absolute
-paths and the options it was given (``--n-ctx``, ``--lang``, ``--theme``) as one JSON line,
-waits for ``ok`` and exits 0; the running window opens each path (a ``.ctxlens`` export is
-imported into the history, a ``.gguf`` is chosen as the model, anything else opens as the
-document), honours the options and comes to the front. Options it cannot honour (a context size
-while a run is going on) are refused with one sentence, which the launch prints before it exits
-1: an option is never dropped in silence. A socket left behind by a crashed run is
-removed before listening, so it never blocks a start; a running instance that does not answer
-is left alone, and the new window then runs on its own.
+The first instance listens on a local socket (a Unix socket in a folder only this user can
+enter, the runtime folder or one in the state folder; a named pipe on Windows). A launch that
+finds no such folder, or a socket held by another user's process, runs on its own. A later
+``contextlens FILE…`` connects, sends the absolute paths and the options it was given
+(``--n-ctx``, ``--lang``, ``--theme``) as one JSON line, waits for ``ok`` and exits 0; the
+running window opens each path (a ``.ctxlens`` export is imported into the history, a ``.gguf``
+is chosen as the model, anything else opens as the document), honours the options and comes to
+the front. Options it cannot honour (a context size while a run is going on) are refused with
+one sentence, which the launch prints before it exits 1: an option is never dropped in silence.
+A socket left behind by a crashed run is removed before listening, so it never blocks a start;
+a running instance that does not answer is left alone, and the new window then runs on its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import hashlib
 import json
 import logging
 import os
+import socket as sockets
+import stat
+import struct
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -64,32 +68,59 @@ class Opens(Protocol):
     def take_launch(self, paths: Sequence[Path], options: Mapping[str, object]) -> None: ...
 
 
-def server_name() -> str:
-    """Per user and per state folder (so tests and a second profile keep apart): a socket in
-    the user's private runtime folder where there is one, else a name Qt places itself."""
+def server_name() -> str | None:
+    """Per user and per state folder (so tests and a second profile keep apart). On POSIX a
+    socket in a folder this user alone can enter: the runtime folder, else one in the state
+    folder; None when neither can hold it (the launch then runs on its own). Qt's fallback, a
+    name it places in /tmp, is never used: another user could hold that name first and be
+    handed the files this user opens. On Windows a named pipe Qt makes this user's only."""
     key = hashlib.sha256(str(state_dir().absolute()).encode()).hexdigest()[:16]
     name = f"{APP_NAME}-{key}"
-    folder = _private_runtime_dir()
-    if folder is not None and len(str(folder / name)) <= _MAX_SOCKET_PATH:
-        return str(folder / name)
-    return name
-
-
-def _private_runtime_dir() -> Path | None:
-    """The runtime folder when it is ours alone (owned by this user, no access for others)."""
     if os.name != "posix":
+        return name
+    for folder in (_runtime_dir(), state_dir() / "instance"):
+        if (folder is not None and _private(folder)
+                and len(str(folder / name)) <= _MAX_SOCKET_PATH):  # fmt: skip
+            return str(folder / name)
+    return None
+
+
+def _runtime_dir() -> Path | None:
+    """The user's runtime folder as platformdirs names it (None when it cannot say)."""
+    try:
+        with warnings.catch_warnings():  # no XDG_RUNTIME_DIR: platformdirs warns, falls back
+            warnings.simplefilter("ignore")
+            return Path(platformdirs.user_runtime_dir(APP_NAME))
+    except Exception:  # a fallback folder another user made first: PermissionError, …
         return None
-    with warnings.catch_warnings():  # no XDG_RUNTIME_DIR: platformdirs warns, then falls back
-        warnings.simplefilter("ignore")
-        folder = Path(platformdirs.user_runtime_dir(APP_NAME))
+
+
+def _private(folder: Path) -> bool:
+    """Whether ``folder`` is (or, created now, becomes) this user's alone: owned by this user,
+    no access for others, and not a link."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = folder.stat()
+        info = folder.lstat()
     except OSError:
-        return None
-    if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        return None
-    return folder
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & 0o077)  # fmt: skip
+
+
+def _peer_is_this_user(socket: QLocalSocket) -> bool:
+    """Whether the process at the other end of ``socket`` runs as this user (Linux: the
+    kernel's SO_PEERCRED; elsewhere the private folder is the guard, and this says True)."""
+    option = getattr(sockets, "SO_PEERCRED", None)
+    fd = int(socket.socketDescriptor())
+    if option is None or fd < 0:
+        return True
+    with sockets.socket(fileno=os.dup(fd)) as peer:
+        try:
+            _pid, uid, _gid = struct.unpack("3i", peer.getsockopt(
+                sockets.SOL_SOCKET, option, struct.calcsize("3i")))  # fmt: skip
+        except OSError:
+            return False
+    return uid == os.getuid()
 
 
 def _request(paths: Sequence[Path], options: Mapping[str, object]) -> bytes:
@@ -107,10 +138,17 @@ def send_paths(
     """Hand ``paths`` (none: just raise the window) and ``options`` to the instance listening
     on ``name``. Blocking; runs before this launch has an event loop, or on any thread.
     Raises HandoverRefused when the running window refuses an option."""
+    name = name or server_name()
+    if name is None:
+        return Handover.NO_SERVER
     socket = QLocalSocket()
-    socket.connectToServer(name or server_name())
+    socket.connectToServer(name)
     if not socket.waitForConnected(CONNECT_TIMEOUT_MS):
         return Handover.NO_SERVER
+    if not _peer_is_this_user(socket):  # someone else's process holds the name: tell it nothing
+        socket.abort()
+        log.warning("single instance off: %s is held by another user's process", name)
+        return Handover.NO_ANSWER
     socket.write(_request(paths, options or {}))
     socket.flush()
     answer = b""
@@ -141,7 +179,7 @@ class InstanceServer(QObject):
 
     def __init__(self, name: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.name = name or server_name()
+        self.name = name or server_name() or ""  # "": nowhere private to listen
         self.refusal: Callable[[dict[str, object]], str] = lambda _options: ""
         self._server = QLocalServer(self)
         self._server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
@@ -151,6 +189,9 @@ class InstanceServer(QObject):
     def listen(self) -> bool:
         """Listen, removing a socket file a crashed run left; False (and logged) when that
         fails: the window then works on its own."""
+        if not self.name:
+            log.warning("single instance off: no folder of this user's alone for its socket")
+            return False
         QLocalServer.removeServer(self.name)
         if self._server.listen(self.name):
             return True
@@ -242,6 +283,8 @@ def claim(paths: Sequence[Path], name: str | None = None, *,
     listening if the socket could not be made). (NO_ANSWER, None): run on its own. Raises
     HandoverRefused when the running window refuses the options."""
     name = name or server_name()
+    if name is None:  # nowhere private for the channel: this launch runs on its own
+        return Handover.NO_SERVER, None
     with _startup_lock():
         outcome = send_paths(paths, name, options=options)
         if outcome is not Handover.NO_SERVER:

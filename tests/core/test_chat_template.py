@@ -99,7 +99,8 @@ def test_a_template_s_own_error_message_is_capped_before_anyone_shows_it() -> No
     the load warnings whole, and a word-wrapped label given a million characters kept the window
     busy 56 s. The renderer sends at most MAX_MESSAGE_CHARS of it, and says how much more."""
     with pytest.raises(ChatTemplateError) as err:
-        render_chat_template("{{ raise_exception('x' * 900000 ~ 'y' * 900000) }}", MESSAGES, time_limit_s=5)
+        render_chat_template("{{ raise_exception('x' * 900000 ~ 'y' * 900000) }}", MESSAGES,
+                             time_limit_s=5)
     message = str(err.value)
     assert len(message) < MAX_MESSAGE_CHARS + 50
     assert message.endswith("more characters)") and "x" * 1000 not in message

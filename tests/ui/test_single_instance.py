@@ -4,8 +4,10 @@ requests are refused; a socket left by a crash never blocks a start."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 from PySide6.QtNetwork import QLocalSocket
 
 from app.core.paths import project_root
+from app.ui import single_instance
 from app.ui.main import parse_args
 from app.ui.single_instance import Handover, InstanceServer, claim, send_paths, server_name
 
@@ -186,3 +189,79 @@ def test_the_command_line_names_what_a_second_launch_hands_over() -> None:
     # absolute: the window it goes to runs in another folder
     assert not args.new_instance and args.given == [Path("b.txt").absolute()]
     assert parse_args([]).given == []  # no files: the running window is only raised
+
+
+# ----- review round 3, row 3: a folder or a socket another user controls ----------------------
+
+
+def test_a_runtime_folder_that_is_not_private_is_not_used(
+    qapp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime folder others may enter (or one platformdirs cannot name: a pre-created
+    ``/tmp/runtime-<uid>`` made it raise PermissionError and the app fail to start) leaves the
+    socket in a private folder of the state folder, never in a name Qt puts in /tmp."""
+    state = Path(tempfile.mkdtemp(prefix="cl-"))  # short: a socket path holds 108 bytes
+    monkeypatch.setenv("CONTEXTLENS_STATE", str(state))
+    shared = tmp_path / "run"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setattr(single_instance, "_runtime_dir", lambda: shared)
+    name = server_name()
+    assert name is not None and Path(name).parent == state / "instance"
+    assert (state / "instance").stat().st_mode & 0o077 == 0
+
+    def refuse(*_args: object, **_kwargs: object) -> str:
+        raise PermissionError("/tmp/runtime-0 belongs to someone else")
+
+    monkeypatch.undo()
+    monkeypatch.setenv("CONTEXTLENS_STATE", str(state))
+    monkeypatch.setattr(single_instance.platformdirs, "user_runtime_dir", refuse)
+    assert single_instance._runtime_dir() is None
+    assert server_name() == name
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_without_a_private_folder_a_launch_runs_on_its_own(
+    qapp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(single_instance, "_runtime_dir", lambda: None)
+    monkeypatch.setenv("CONTEXTLENS_STATE", str(tmp_path / ("deep" * 30)))  # no room for a socket
+    assert server_name() is None
+    assert claim([Path("a.txt")]) == (Handover.NO_SERVER, None)
+    assert send_paths([Path("a.txt")]) is Handover.NO_SERVER
+
+
+SQUATTER = """
+import os, socket, sys
+path = sys.argv[1]
+server = socket.socket(socket.AF_UNIX)
+os.setgid(65534)
+os.setuid(65534)  # another user
+server.bind(path)
+os.chmod(path, 0o777)
+server.listen()
+print("ready", flush=True)
+conn, _ = server.accept()
+conn.sendall(b"ok\\n")  # "taken": the launch would exit, its files handed to this user
+print(conn.recv(65536).decode() or "nothing", flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0,
+                    reason="needs root to run the other user's process")  # fmt: skip
+def test_a_socket_held_by_another_user_is_told_nothing(qapp, tmp_path: Path) -> None:
+    shared = Path(tempfile.mkdtemp(prefix="contextlens-squat-"))  # in /tmp: others may enter
+    shared.chmod(0o777)
+    path = shared / "contextlens-squatted"
+    squatter = subprocess.Popen([sys.executable, "-c", SQUATTER, str(path)],
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "ready"
+        outcome = send_paths([tmp_path / "secret-report.txt"], str(path))
+        assert outcome is Handover.NO_ANSWER  # not TAKEN: this launch runs on its own
+        received = squatter.communicate(timeout=10)[0]
+        assert "secret-report" not in received
+    finally:
+        if squatter.poll() is None:
+            squatter.kill()
+        shutil.rmtree(shared, ignore_errors=True)
