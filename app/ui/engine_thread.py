@@ -11,6 +11,7 @@ with the same model: the window and its work survive.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,6 +29,8 @@ from app.services.engine_session import EngineSession, ServerSpec
 from app.services.errors import BadRequest
 from app.services.jobs import JobOutcome, JobRun, JobSpec, ResumeSpec
 from app.services.workbench_ports import JobRequest, TuneSpec
+
+log = logging.getLogger(__name__)
 
 BATCH_SECONDS = 0.05
 
@@ -183,6 +186,11 @@ class EngineDriver(QObject):
             self._recover(str(exc))
         except (EngineError, ValueError) as exc:
             self.failed.emit(str(exc))
+        except Exception as exc:  # a fault of the app's own, or a server's reply of a shape
+            # nothing expected: said and logged, and the job still ends (job_done below)
+            log.exception("a job ended on an unexpected error")
+            self.failed.emit(f"The job stopped on an unexpected error ({type(exc).__name__}: "
+                             f"{exc}); the log has the details.")  # fmt: skip
         else:
             died = self.session.died(outcome)
             if died:

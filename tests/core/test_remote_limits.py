@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from app.core.engine.remote import CUT_SHORT, RemoteEngine, ServerInfo
+from app.core.engine.remote import CUT_SHORT, RemoteEngine, ServerInfo, reply_cap
 from app.core.engine.remote_http import (
     MAX_BODY_BYTES,
     MAX_LINE_BYTES,
@@ -39,6 +39,7 @@ from app.core.engine.remote_http import (
     ServerError,
     StreamBrokenError,
 )
+from app.core.engine.remote_info import kv_from_slots
 from app.core.engine.types import Finished, TextDelta
 from app.core.tokens import cl100k
 
@@ -471,3 +472,39 @@ def test_a_hostile_metrics_page_is_read_in_one_pass_up_to_its_cap() -> None:
     found, seconds, beyond = json.loads(done.stdout)
     assert found is None and beyond is None
     assert seconds < 20  # quadratic, the first 96 kB alone took 1.25 s and 64 MiB would take days
+
+
+# ----- review round 3, row 5: what a server may send in a reply -------------------------------
+
+
+@pytest.mark.unit
+def test_a_reply_piece_that_is_not_text_is_one_sentence(
+    fake: FakeServer, remote: RemoteEngine
+) -> None:
+    """A non-string ``"text"`` raised TypeError out of the engine, which the window's engine
+    thread did not catch: the job never ended."""
+    for piece in (5, ["a"], {"t": 1}):
+        fake.replies = [[" a", piece]]  # type: ignore[list-item]
+        with pytest.raises(StreamBrokenError) as err:
+            _reply(remote)
+        assert str(err.value) == (f"{remote._client.host} sent a piece of the reply that is "
+                                  "not text")  # fmt: skip
+
+
+@pytest.mark.unit
+def test_a_reply_far_longer_than_its_tokens_is_cut_at_its_cap(
+    fake: FakeServer, remote: RemoteEngine
+) -> None:
+    """A reply was bounded only by max_tokens x the 1 MiB line cap: 32 MB took 301 s to take
+    in. Now the text of a reply is capped at reply_cap(max_tokens) characters."""
+    fake.replies = [["x" * 500_000] * 8]  # 4 MB in 8 "tokens", each line under the line cap
+    text, done = _reply(remote, max_tokens=8)
+    assert len(text) <= reply_cap(8) and done.stats.finish_reason == "length"
+
+
+@pytest.mark.unit
+def test_slots_of_odd_shapes_are_not_figures() -> None:
+    """``/slots`` of ``[{"next_token": [1]}]`` raised AttributeError out of kv_usage()."""
+    assert kv_from_slots([{"next_token": [1]}]) is None
+    assert kv_from_slots([{"next_token": [None], "n_prompt_tokens": 7}]) == 7
+    assert kv_from_slots([{"next_token": [{"n_decoded": 3}], "n_prompt_tokens": 7}]) == 10

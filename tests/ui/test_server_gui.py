@@ -18,8 +18,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.engine.types import LoadSettings
 from app.core.paths import sample_document
-from app.services.jobs import JobSpec
-from app.ui.engine_thread import JobRequest
+from app.services.jobs import JobOutcome, JobRun, JobSpec
+from app.ui.engine_thread import EngineDriver, JobRequest
 from app.ui.main_window import MainWindow
 from app.ui.server_box import URL_KEY
 from app.ui.session_guard import LastSession, SessionGuard, SessionLock
@@ -206,3 +206,24 @@ def test_after_a_crash_the_last_session_connects_to_its_server_again(
     assert after.strategy_box.currentData() == "tail" and after.model_path is None
     after.close()
     assert not lock_path.exists()
+
+
+def test_a_job_that_ends_on_an_unexpected_error_still_ends(qapp) -> None:
+    """Review round 3, row 5: a server reply of an unexpected shape raised AttributeError or
+    TypeError out of the engine, which the engine thread did not catch: ``job_done`` never
+    came and the window waited for ever. Now the error is said and the job ends."""
+    driver = EngineDriver()
+    said: list[str] = []
+    done: list[object] = []
+    driver.failed.connect(said.append)
+    driver.job_done.connect(done.append)
+    outcome = JobOutcome(spec=None)  # type: ignore[arg-type]
+
+    def start() -> JobRun:
+        raise AttributeError("'int' object has no attribute 'get'")
+
+    driver._execute(start, outcome)
+    assert done == [outcome]
+    assert said == ["The job stopped on an unexpected error (AttributeError: 'int' object has no "
+                    "attribute 'get'); the log has the details."]  # fmt: skip
+    driver.session.close()

@@ -78,6 +78,9 @@ from app.core.tokens import (
 STREAM_INTERVAL_S = 0.02  # one text delta per 20 ms at most, as the local engine sends them
 PROBE_TIMEOUT_S = 10.0
 CUT_SHORT_RETRIES = 2  # a reply the server ended without a finish reason is asked for again
+MAX_TOKEN_CHARS = 64  # characters a token may bring, at most (see reply_cap)
+MIN_REPLY_CHARS = 64 * 1024  # however few tokens were asked for
+MAX_FINISH_CHARS = 32  # "stop", "length": a finish reason is a word
 CUT_SHORT = (
     "llama-cpp-python's server cuts a reply short when another request arrives, unless it runs "
     "with --interrupt_requests False"
@@ -101,7 +104,14 @@ class _Reply:
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)
     tokens: int = 0
+    chars: int = 0  # of the text received, every try of it
 
+
+def reply_cap(asked: int) -> int:
+    """The most characters of text a reply of ``asked`` tokens may bring: a token is a few
+    characters (64 is far more than any vocabulary's longest); the server decides what it
+    sends, and 32 MB once took 301 s to take in."""
+    return max(MIN_REPLY_CHARS, asked * MAX_TOKEN_CHARS)
 
 
 class RemoteEngine:
@@ -536,6 +546,9 @@ class RemoteEngine:
                 for event in events:
                     if reply.first is None:
                         reply.first = time.perf_counter()
+                    if not isinstance(event, dict):
+                        raise StreamBrokenError(f"{self._client.host} sent a reply event that "
+                                                "is not a JSON object")  # fmt: skip
                     if event.get("error"):  # llama-server reports a failure mid-stream this way
                         error = event["error"]
                         message = error.get("message") if isinstance(error, dict) else error
@@ -549,14 +562,19 @@ class RemoteEngine:
                     if isinstance(timings, dict):
                         reply.timings = timings
                     choices = event.get("choices") or ()
-                    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+                    choice = (choices[0] if isinstance(choices, list) and choices
+                              and isinstance(choices[0], dict) else {})  # fmt: skip
                     text = choice.get("text") or ""
+                    if not isinstance(text, str):
+                        raise StreamBrokenError(f"{self._client.host} sent a piece of the "
+                                                "reply that is not text")  # fmt: skip
                     if choice.get("finish_reason"):
-                        reply.finish = str(choice["finish_reason"])
+                        reply.finish = str(choice["finish_reason"])[:MAX_FINISH_CHARS]
                     if text:
-                        if asked and reply.tokens >= asked:  # a server that ignores max_tokens
-                            reply.finish = "length"
-                            break
+                        reply.chars += len(text)
+                        if asked and (reply.tokens >= asked or reply.chars > reply_cap(asked)):
+                            reply.finish = "length"  # a server that ignores max_tokens, or
+                            break  # sends far more text than that many tokens hold
                         reply.tokens += 1
                         yield text, 1
                     if reply.finish and reply.usage:

@@ -115,11 +115,9 @@ def kv_from_slots(slots: Any) -> int | None:
             continue
         prompt = slot.get("n_prompt_tokens") or slot.get("n_prompt_tokens_processed")
         nxt = slot.get("next_token")
-        decoded = (
-            nxt[0].get("n_decoded")
-            if isinstance(nxt, list) and nxt
-            else (nxt.get("n_decoded") if isinstance(nxt, dict) else None)
-        )
+        if isinstance(nxt, list):  # newer llama-server: one entry per sequence
+            nxt = nxt[0] if nxt else None
+        decoded = nxt.get("n_decoded") if isinstance(nxt, dict) else None  # [1]: not a figure
         if isinstance(prompt, int) or isinstance(decoded, int):
             total += int(prompt or 0) + int(decoded or 0)
             seen = True
