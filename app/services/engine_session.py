@@ -61,15 +61,17 @@ class ServerSpec:
     retries: int = DEFAULT_RETRIES
 
 
-def connect_remote(spec: ServerSpec) -> RemoteEngine:
+def connect_remote(spec: ServerSpec, cancelled: Callable[[], bool] | None = None
+                   ) -> RemoteEngine:  # fmt: skip
     """A RemoteEngine connected to the server ``spec`` names (closed again if it cannot be):
-    what a session runs jobs on, or what ``generate`` and ``remote info`` talk to directly."""
+    what a session runs jobs on, or what ``generate`` and ``remote info`` talk to directly.
+    ``cancelled()`` stops the connecting (ServerError)."""
     connection = Connection(spec.url, api_key=spec.api_key, timeout_s=spec.timeout_s,
                             retries=spec.retries)  # fmt: skip
     model_path = Path(spec.model_path).expanduser() if spec.model_path else None
     remote = RemoteEngine(connection, model=spec.model, n_ctx=spec.n_ctx, model_path=model_path)
     try:
-        remote.connect()
+        remote.connect(cancelled)
     except BaseException:
         remote.close()
         raise
@@ -216,7 +218,8 @@ class EngineSession:
         """Run jobs on the server ``spec`` names; the local engine's model is let go once the
         server answers (one engine at a time). What is known of its context, as a LoadedModel."""
         t0 = time.perf_counter()
-        remote = connect_remote(spec)
+        token = self._cancel = CancelToken()  # cancel() stops the connecting too
+        remote = connect_remote(spec, token.is_set)
         try:
             info, counter = remote.info, remote.counter()
         except BaseException:

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from app.core.engine import remote as remote_module
 from app.core.engine.remote import CUT_SHORT, RemoteEngine, ServerInfo, reply_cap
 from app.core.engine.remote_http import (
     MAX_BODY_BYTES,
@@ -508,3 +509,57 @@ def test_slots_of_odd_shapes_are_not_figures() -> None:
     assert kv_from_slots([{"next_token": [1]}]) is None
     assert kv_from_slots([{"next_token": [None], "n_prompt_tokens": 7}]) == 7
     assert kv_from_slots([{"next_token": [{"n_decoded": 3}], "n_prompt_tokens": 7}]) == 10
+
+
+class _Trickle(BaseHTTPRequestHandler):
+    """Answers /v1/models a byte every 0.2 s: each read is within any timeout, the whole is not."""
+
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self) -> None:
+        body = json.dumps({"object": "list", "data": [{"id": "slow", "object": "model"}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            for byte in (body + " " * 200).encode():
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass  # the client hung up
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def trickle() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.unit
+def test_connecting_to_a_trickling_server_ends_at_its_deadline_or_a_cancel(
+    trickle: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server sending a byte every 5 s kept connect() running past 45 s despite the 10 s
+    probe timeout, with no cancel. Now connecting has a wall-clock deadline, and a cancel
+    ends it at the next byte."""
+    monkeypatch.setattr(remote_module, "CONNECT_DEADLINE_S", 1.0)
+    engine = RemoteEngine(Connection(trickle, retries=0))
+    t0 = time.monotonic()
+    with pytest.raises(ServerError, match=r"took more than 1 s to answer GET /v1/models"):
+        engine.connect()
+    assert time.monotonic() - t0 < 10  # the 40 s the trickle would take, and more
+    monkeypatch.setattr(remote_module, "CONNECT_DEADLINE_S", 60.0)
+    threading.Timer(0.5, engine.cancel).start()
+    t0 = time.monotonic()
+    with pytest.raises(ServerError, match="was cancelled"):
+        engine.connect()
+    assert time.monotonic() - t0 < 10
+    engine.close()

@@ -22,7 +22,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,9 @@ from app.core.tokens import (
 
 STREAM_INTERVAL_S = 0.02  # one text delta per 20 ms at most, as the local engine sends them
 PROBE_TIMEOUT_S = 10.0
+# Connecting asks several questions (models, props, the tokenizer, the KV figures): all of them
+# within this, whatever pace the server answers at.
+CONNECT_DEADLINE_S = 30.0
 CUT_SHORT_RETRIES = 2  # a reply the server ended without a finish reason is asked for again
 MAX_TOKEN_CHARS = 64  # characters a token may bring, at most (see reply_cap)
 MIN_REPLY_CHARS = 64 * 1024  # however few tokens were asked for
@@ -162,9 +165,16 @@ class RemoteEngine:
     def close(self) -> None:
         self._client.close()
 
-    def connect(self) -> ServerInfo:
+    def connect(self, cancelled: Callable[[], bool] | None = None) -> ServerInfo:
         """Ask the server what it runs and offers; ServerError or ValueError (one sentence)
-        when it cannot be used."""
+        when it cannot be used, or when it takes longer than :data:`CONNECT_DEADLINE_S` in all
+        or ``cancelled()`` turns true (checked as each answer arrives)."""
+        self._cancel.clear()
+        stop = cancelled or (lambda: False)
+        with self._client.within(CONNECT_DEADLINE_S, lambda: self._cancel.is_set() or stop()):
+            return self._connect()
+
+    def _connect(self) -> ServerInfo:
         client = self._client
         listing = client.get_json("/v1/models", timeout=PROBE_TIMEOUT_S)
         models = listing.get("data") if isinstance(listing, dict) else None

@@ -231,6 +231,28 @@ class Client:
         self._gate: InFlightGate | None = None
         self.max_body_bytes = MAX_BODY_BYTES
         self.max_line_bytes = MAX_LINE_BYTES
+        self._deadline: tuple[float, float] | None = None  # (monotonic end, its seconds)
+        self._cancelled: Callable[[], bool] = lambda: False
+
+    @contextlib.contextmanager
+    def within(self, seconds: float, cancelled: Callable[[], bool]) -> Iterator[None]:
+        """Every request made inside ends ``seconds`` from now at the latest, or at the next
+        chunk after ``cancelled()`` turns true: the timeouts bound each read, and a server that
+        trickles its answer a byte at a time otherwise held a caller for as long as it liked."""
+        self._deadline = (time.monotonic() + seconds, seconds)
+        self._cancelled = cancelled
+        try:
+            yield
+        finally:
+            self._deadline, self._cancelled = None, lambda: False
+
+    def _in_time(self, what: str) -> None:
+        """ServerError when the caller's wall-clock deadline has passed or it cancelled."""
+        if self._cancelled():
+            raise ServerError(f"asking {self.host} was cancelled ({what})")
+        if self._deadline is not None and time.monotonic() > self._deadline[0]:
+            raise ServerError(f"{self.host} took more than {self._deadline[1]:g} s to answer "
+                              f"{what}")  # fmt: skip
 
     @property
     def host(self) -> str:
@@ -286,6 +308,7 @@ class Client:
         if timeout is not None:
             kwargs["timeout"] = httpx.Timeout(timeout, connect=min(timeout, 5.0))
         request = self._http.build_request(method, path, **kwargs)
+        self._in_time(f"{method} {path}")
         with self._turn():
             response = self._retrying(lambda: self._http.send(request, stream=True), path,
                                       timeout)  # fmt: skip
@@ -310,6 +333,7 @@ class Client:
                 if size > limit:
                     raise self._too_big(what, limit)
                 chunks.append(chunk)
+                self._in_time(what)
         except httpx.TimeoutException:
             waited = timeout if timeout is not None else self.connection.timeout_s
             raise ServerError(f"{self.host} did not finish answering {what} within "
