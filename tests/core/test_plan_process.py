@@ -202,8 +202,9 @@ def test_a_file_swapped_after_opening_is_never_parsed_by_the_planning_child(
 ) -> None:
     """Review round 3, row 6: the child parsed the file again, without the reader's memory cap,
     before it compared hashes: an HTML swapped for a 200k-element one was parsed with RLIMIT_AS
-    unlimited. Now the bytes are hashed first: here the swapped file is a PDF that would fail
-    to parse in a sentence of its own, and the refusal is the changed file's."""
+    unlimited. Now text is hashed before it is decoded, and HTML, PDF and DOCX are parsed only
+    in the reader's capped child, their hash compared after: the refusal is the changed
+    file's."""
     path = tmp_path / "page.html"
     path.write_text("<html><body>" + "<p>An opened page.</p>" * 50 + "</body></html>", "utf-8")
     doc = load_document(path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 import signal
@@ -40,8 +41,8 @@ from app.core.documents import load_document
 from app.core.documents.child import unpack
 from app.core.documents.formats import FORMATS, format_for_name, resolve_format
 from app.core.documents.messages import human_size
-from app.core.documents.model import Document, DocumentError, Limits
-from app.core.documents.reading import check_file, read_head
+from app.core.documents.model import ContentChanged, Document, DocumentError, Limits
+from app.core.documents.reading import check_file, read_file, read_head
 
 IN_PROCESS: Final = frozenset({"text", "markdown", "code"})
 POLL_S: Final = 0.05
@@ -62,11 +63,14 @@ def read_document(
     limits: Limits = _DEFAULT_LIMITS,
     format: str | None = None,
     cancel: threading.Event | None = None,
+    expect_sha256: str | None = None,
 ) -> Document:
     """:func:`load_document`, with HTML, PDF and DOCX read in a killable, memory-capped child.
 
     Raises :class:`DocumentError` (one sentence) for a file that cannot be read, and
-    :class:`ReadCancelled` once ``cancel`` is set. Safe to call from any thread."""
+    :class:`ReadCancelled` once ``cancel`` is set. Safe to call from any thread. With
+    ``expect_sha256``, other bytes raise ContentChanged: before parsing in this process, after
+    parsing (under the child's caps) in the child."""
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown document format {format!r}; expected one of {FORMATS}")
     file_path = Path(path)
@@ -74,9 +78,16 @@ def read_document(
     check_file(file_path, name, limits.max_bytes)
     route = format or _format_from_head(file_path, name)
     if route in IN_PROCESS:
-        doc = load_document(file_path, limits=limits, format=route)
+        doc = load_document(file_path, limits=limits, format=route, expect_sha256=expect_sha256)
     else:
+        changed = ContentChanged(f"{name} changed on disk since it was opened; open it again.")
+        data = read_file(file_path, name, limits.max_bytes) if expect_sha256 else b""
+        if expect_sha256 is not None and hashlib.sha256(data).hexdigest() != expect_sha256:
+            raise changed  # not parsed at all
+        del data
         doc = _in_child(file_path, name, limits=limits, format=format, cancel=cancel)
+        if expect_sha256 is not None and doc.sha256 != expect_sha256:
+            raise changed  # swapped again in between: parsed, but under the child's caps
     if cancel is not None and cancel.is_set():
         raise ReadCancelled(f"reading {name} was cancelled")
     return doc

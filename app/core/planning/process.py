@@ -37,7 +37,8 @@ from typing import Any
 
 from app.core import config
 from app.core.child_process import child_env, module_command
-from app.core.documents import Document, DocumentError, load_document
+from app.core.documents import Document, DocumentError
+from app.core.documents.isolated import read_document
 from app.core.documents.model import ContentChanged
 from app.core.gc_pause import gc_paused
 from app.core.planning.cache import BoundedLru, doc_id, on_disk
@@ -351,10 +352,10 @@ class _Child:
             return doc  # the same bytes read the same way, wherever the file is now
         if (path, sha) not in self.changed:
             self.doc = None  # free the old one first
-            try:  # hashed before it is parsed: only the bytes the reader child read, capped,
-                # when the file was opened are ever parsed here
+            try:  # text is hashed before it is decoded; HTML, PDF and DOCX are parsed in the
+                # reader's capped child, as when the file was opened (never here, uncapped)
                 with gc_paused():  # ~400k blocks, none of them garbage
-                    doc = self.doc = load_document(path, format=request["format"],
+                    doc = self.doc = read_document(path, format=request["format"],
                                                    expect_sha256=sha)  # fmt: skip
                 self.documents_read += 1
                 return doc
