@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gguf import GGUFWriter
 
 TEMPLATE = "{{ .System }}<|user|>{{ .Prompt }}<|assistant|>"
@@ -145,3 +146,10 @@ def build_home(root: Path, smol: Path, gemma: Path, gemma_sha: str) -> Home:
     (added / "same-as-lm-studio.gguf").symlink_to(lm)
     return Home(home, own, lm, store, blob, hub, hf_blob, llama_cache, added, parts[0],
                 broken[0], bad)  # fmt: skip
+
+
+def live_in(home: Home, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """Make ``home`` this test's home, as the discovery reads it (its Ollama store too)."""
+    monkeypatch.setenv("HOME", str(home.home))
+    monkeypatch.setenv("OLLAMA_MODELS", str(home.ollama_store))
+    return home

@@ -35,26 +35,11 @@ Files that are not readable GGUF models are skipped, one sentence each on stderr
 Exit codes: 0 listed (even when nothing was found), 2 a --folder that is not a folder."""
 
 
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def _count(n: int) -> str:
-    if n >= 1e9:
-        return f"{n / 1e9:,.1f} B"
-    if n >= 1e6:
-        return f"{n / 1e6:,.0f} M"
-    return f"{n / 1e3:,.0f} K" if n >= 1e3 else f"{n:,}"
-
-
 def _describe(model: Any) -> str:
-    parts = [model.family, f"{_count(model.parameters)} parameters", model.quantization,
-             _size(model.file_size)]  # fmt: skip
+    from app.services.model_library import count_text, size_text
+
+    parts = [model.family, f"{count_text(model.parameters)} parameters", model.quantization,
+             size_text(model.file_size)]  # fmt: skip
     if model.n_ctx_train:
         parts.append(f"trained context {model.n_ctx_train:,}")
     if model.note:

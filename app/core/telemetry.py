@@ -126,6 +126,14 @@ class PromptHistogram:
 # ----- memory preflight ----------------------------------------------------------------------
 
 
+def _as_run(settings: LoadSettings, gpu_offload: bool | None) -> LoadSettings:
+    """``settings`` as the engine runs them: a build that cannot offload runs every layer on
+    the CPU, whatever the settings ask."""
+    if gpu_offload is False and settings.n_gpu_layers != 0:
+        return replace(settings, n_gpu_layers=0)
+    return settings
+
+
 def memory_preflight(
     info: ModelInfo,
     settings: LoadSettings,
@@ -142,8 +150,7 @@ def memory_preflight(
     that cannot runs every layer on the CPU whatever the settings ask, so its KV cache and
     weights are counted in RAM. None: unknown, the settings are taken at their word.
     """
-    if gpu_offload is False and settings.n_gpu_layers != 0:
-        settings = replace(settings, n_gpu_layers=0)
+    settings = _as_run(settings, gpu_offload)
     est = estimate_memory(info, settings)
     free = available if available is not None else int(psutil.virtual_memory().available)
     needed = est.ram
@@ -162,8 +169,7 @@ def memory_fit(info: ModelInfo, settings: LoadSettings, *, gpu_offload: bool | N
     """Will ``info`` fit at ``settings``: the estimate against the RAM free now and, where
     layers go to a GPU that NVML reports, the VRAM free on the first one. A build that cannot
     offload runs every layer in RAM (``gpu_offload=False``)."""
-    if gpu_offload is False and settings.n_gpu_layers != 0:
-        settings = replace(settings, n_gpu_layers=0)
+    settings = _as_run(settings, gpu_offload)
     est = estimate_memory(info, settings)
     vram_free = None
     if est.offloaded > 0:

@@ -30,23 +30,6 @@ PAD = 3  # pixels above and below a row's text
 Index = QModelIndex | QPersistentModelIndex
 
 
-def count_text(n: int) -> str:
-    """Parameters as a person reads them: "135 M", "7.2 B" (a test model's "32")."""
-    if n >= 1e9:
-        return f"{n / 1e9:,.1f} B"
-    if n >= 1e6:
-        return f"{n / 1e6:,.0f} M"
-    return f"{n / 1e3:,.0f} K" if n >= 1e3 else f"{n:,}"
-
-
-def size_text(n: int) -> str:
-    """A file size: "93.8 MiB", "4.1 GiB" (a test model's "1.2 KiB")."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return f"{n:,} B"
-
-
 class ModelRowDelegate(QStyledItemDelegate):
     """Draws title rows bold and model rows on two lines; ``hover_text(path)`` says what the
     pointer resting on a model shows (None: its path, as the item holds)."""

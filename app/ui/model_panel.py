@@ -59,14 +59,7 @@ from app.services.model_library import Discovery, FoundModel, Source
 from app.ui.background import run_in_background
 from app.ui.i18n import FollowsLanguage
 from app.ui.model_fetch_dialog import HubFetchDialog, ModelFetchDialog
-from app.ui.model_list import (
-    DETAILS_ROLE,
-    PATH_ROLE,
-    SOURCE_ROLE,
-    ModelRowDelegate,
-    count_text,
-    size_text,
-)
+from app.ui.model_list import DETAILS_ROLE, PATH_ROLE, SOURCE_ROLE, ModelRowDelegate
 from app.ui.model_search import ModelSearch
 from app.ui.server_box import ServerBox
 from app.ui.tuned_settings import TunedSettingsBox
@@ -589,7 +582,8 @@ class ModelPanel(FollowsLanguage, QWidget):
         """A model's second line: parameters, quantization, size (and a split's parts)."""
         if model is None:
             return self.tr("not a GGUF model llama.cpp can read") if unreadable else ""
-        parts = [count_text(model.parameters), model.quantization, size_text(model.file_size)]
+        parts = [model_library.count_text(model.parameters), model.quantization,
+                 model_library.size_text(model.file_size)]
         if not model.loadable:
             parts.append(self.tr("{0} of {1} parts present").format(
                 model.parts_present, model.parts))  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from tests.cli.runner import assert_one_line_error, run
-from tests.model_homes import PARAMS, TEMPLATE, Home, build_home
+from tests.model_homes import PARAMS, TEMPLATE, Home, build_home, live_in
 
 pytestmark = pytest.mark.unit
 
@@ -18,9 +18,7 @@ pytestmark = pytest.mark.unit
 @pytest.fixture
 def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str,
            monkeypatch: pytest.MonkeyPatch) -> Home:  # fmt: skip
-    home = build_home(tmp_path, model_path, gemma_path, gemma_sha256)
-    monkeypatch.setenv("HOME", str(home.home))
-    monkeypatch.setenv("OLLAMA_MODELS", str(home.ollama_store))
+    home = live_in(build_home(tmp_path, model_path, gemma_path, gemma_sha256), monkeypatch)
     monkeypatch.setenv("CONTEXTLENS_MODELS", str(home.own))
     return home
 

@@ -108,14 +108,19 @@ class _Hostile(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def hostile() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """The address of a loopback server answering with ``handler``, for as long as it lasts."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[str]:
+    yield from _serving(_Hostile)
 
 
 CHILD = textwrap.dedent("""
@@ -535,12 +540,7 @@ class _Trickle(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def trickle() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    yield from _serving(_Trickle)
 
 
 @pytest.mark.unit

@@ -12,15 +12,13 @@ from PySide6.QtGui import QGuiApplication
 from app.services import model_library
 from app.ui.model_list import DETAILS_ROLE, SOURCE_ROLE
 from app.ui.model_panel import ModelPanel
-from tests.model_homes import Home, build_home, write_tiny_gguf
+from tests.model_homes import Home, build_home, live_in, write_tiny_gguf
 
 
 @pytest.fixture
 def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str,
            monkeypatch: pytest.MonkeyPatch) -> Home:  # fmt: skip
-    home = build_home(tmp_path, model_path, gemma_path, gemma_sha256)
-    monkeypatch.setenv("HOME", str(home.home))
-    monkeypatch.setenv("OLLAMA_MODELS", str(home.ollama_store))
+    home = live_in(build_home(tmp_path, model_path, gemma_path, gemma_sha256), monkeypatch)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the folders added
     model_library.add_folder(home.added)
     return home
