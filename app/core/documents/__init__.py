@@ -66,7 +66,7 @@ def load_document(
     size = len(data)
     sha256 = hashlib.sha256(data).hexdigest()
     if expect_sha256 is not None and sha256 != expect_sha256:
-        raise ContentChanged(f"{name} changed on disk since it was opened; open it again.")
+        raise ContentChanged.of(name)
     fmt = format or resolve_format(data, by_name, name=name)
     if fmt in _TEXT_FORMATS:
         text, encoding, lossy = decode_bytes(data, name=name)

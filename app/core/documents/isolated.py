@@ -80,14 +80,12 @@ def read_document(
     if route in IN_PROCESS:
         doc = load_document(file_path, limits=limits, format=route, expect_sha256=expect_sha256)
     else:
-        changed = ContentChanged(f"{name} changed on disk since it was opened; open it again.")
-        data = read_file(file_path, name, limits.max_bytes) if expect_sha256 else b""
-        if expect_sha256 is not None and hashlib.sha256(data).hexdigest() != expect_sha256:
-            raise changed  # not parsed at all
-        del data
+        if expect_sha256 is not None and hashlib.sha256(
+                read_file(file_path, name, limits.max_bytes)).hexdigest() != expect_sha256:
+            raise ContentChanged.of(name)  # not parsed at all
         doc = _in_child(file_path, name, limits=limits, format=format, cancel=cancel)
         if expect_sha256 is not None and doc.sha256 != expect_sha256:
-            raise changed  # swapped again in between: parsed, but under the child's caps
+            raise ContentChanged.of(name)  # swapped again in between: parsed under the caps
     if cancel is not None and cancel.is_set():
         raise ReadCancelled(f"reading {name} was cancelled")
     return doc

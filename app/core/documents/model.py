@@ -18,6 +18,10 @@ class DocumentError(ValueError):
 class ContentChanged(DocumentError):
     """The file no longer holds the bytes it was opened with (found before parsing them)."""
 
+    @classmethod
+    def of(cls, name: str) -> ContentChanged:
+        return cls(f"{name} changed on disk since it was opened; open it again.")
+
 
 class BlockKind(StrEnum):
     HEADING = "heading"
