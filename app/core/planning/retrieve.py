@@ -99,16 +99,26 @@ LIST_RUN = 3
 LIST_WEIGHT = 0.2
 
 
-def _demote_lists(scores: np.ndarray, chunks: Sequence[Chunk], text: str) -> np.ndarray:
+class _Titles:
+    """Whether part ``j`` of ``chunks`` reads as a heading (:func:`is_title`), each part read
+    once however many steps ask; a part outside the chunking, or any part of an unknown text,
+    is none."""
+
+    def __init__(self, chunks: Sequence[Chunk], text: str) -> None:
+        self._chunks, self._text = chunks, text
+        self._seen: dict[int, bool] = {}
+
+    def __call__(self, j: int) -> bool:
+        if j not in self._seen:
+            chunks = self._chunks
+            self._seen[j] = bool(self._text) and 0 <= j < len(chunks) and is_title(
+                self._text[chunks[j].start : chunks[j].end])  # fmt: skip
+        return self._seen[j]
+
+
+def _demote_lists(scores: np.ndarray, title: _Titles) -> np.ndarray:
     """``scores`` with the matching parts that are lines of a list (see :data:`LIST_RUN`)
     weighted down; only matches and their neighbours are read, so a question stays fast."""
-    titles: dict[int, bool] = {}
-
-    def title(j: int) -> bool:
-        if j not in titles:
-            titles[j] = 0 <= j < len(chunks) and is_title(text[chunks[j].start : chunks[j].end])
-        return titles[j]
-
     out = scores.copy()
     for i in np.flatnonzero(scores > 0).tolist():
         if not title(i):
@@ -373,8 +383,9 @@ def select(
     """
     wanted = question_terms(question)
     scores = index.scores(wanted)
+    title = _Titles(chunks, text)
     if text:
-        scores = _demote_lists(scores, chunks, text)
+        scores = _demote_lists(scores, title)
     n = len(chunks)
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i))
     rank = {i: r + 1 for r, i in enumerate(ranked)}
@@ -394,7 +405,7 @@ def select(
     elif fill:
         kept = _within(chunks, ranked, rank, budget)
     else:
-        kept = _precise(chunks, ranked, rank, scores, budget, text=text,
+        kept = _precise(chunks, ranked, rank, scores, budget, title=title,
                         covers=_covering(ranked, holds, rarity))  # fmt: skip
 
     matching = len(ranked)
@@ -427,7 +438,7 @@ def select(
 
 def _precise(
     chunks: Sequence[Chunk], ranked: Sequence[int], rank: dict[int, int], scores: np.ndarray,
-    budget: int, *, text: str, covers: Sequence[int] = (),
+    budget: int, *, title: _Titles, covers: Sequence[int] = (),
 ) -> dict[int, int | None]:  # fmt: skip
     """The chunks kept of a document over the budget by the evidence (see :func:`select`):
     chunk -> the rank of the match whose paragraph it continues, None for a match.
@@ -445,9 +456,6 @@ def _precise(
         if used + chunks[i].tokens <= budget:
             kept[i] = None
             used += chunks[i].tokens
-    def title(j: int) -> bool:
-        return bool(text) and is_title(text[chunks[j].start : chunks[j].end])
-
     for h in sorted(kept, key=rank.__getitem__):  # the matches kept, best first
         # the paragraph goes on past a chunk that ends on a weaker boundary than its end; a
         # heading's section goes on after it, up to the next heading
