@@ -487,7 +487,7 @@ def _best(read, tries: int = 3) -> float:
 def _readers() -> list[psutil.Process]:
     return [
         child
-        for child in psutil.Process().children(recursive=True)
+        for child in psutil.Process().children()
         if "app.core.documents.child" in " ".join(_cmdline(child))
     ]
 

@@ -33,8 +33,10 @@ def slow_page(tmp_path: Path) -> Path:
 
 
 def readers() -> list[psutil.Process]:
+    """The window's own document readers: direct children only, since the planning child reads
+    the same file through a reader of its own (a grandchild) that is not the window's to end."""
     found = []
-    for child in psutil.Process().children(recursive=True):
+    for child in psutil.Process().children():
         try:
             if "app.core.documents.child" in " ".join(child.cmdline()):
                 found.append(child)
