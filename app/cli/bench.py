@@ -279,35 +279,47 @@ def plot_ratios(csv_path: Path, png_path: Path) -> None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import pyqtgraph as pg
     from pyqtgraph.exporters import ImageExporter
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QFontMetrics
     from PySide6.QtWidgets import QApplication
 
     with csv_path.open(encoding="utf-8", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["ratio"]]
+        rows = [r for r in csv.DictReader(fh) if r["ratio"] and not math.isnan(float(r["ratio"]))]
     if not rows:
         return
     _app = QApplication.instance() or QApplication([])
     pg.setConfigOptions(background="w", foreground="k", antialias=True)
     plot = pg.PlotWidget()
-    logs = [math.log10(max(float(r["ratio"]), 1e-9)) for r in rows]
+    ratios = [float(r["ratio"]) for r in rows]
     ys = list(range(len(rows)))[::-1]
+    goal_at = [(float(r["goal"].split()[-1]), y) for r, y in zip(rows, ys, strict=True)]
+    marks = [(math.log10(g), y) for g, y in goal_at if g > 0]  # "> 0" has no place on a log scale
+    goals = [g for g, _ in marks]
+    finite = [math.log10(max(v, 1e-9)) for v in ratios if math.isfinite(v)]
+    lo, hi = math.floor(min(*finite, *goals, 0)), math.ceil(max(*finite, *goals, 0))
+    # a ratio against a baseline of zero is infinite: its bar runs to the right edge
+    logs = [math.log10(max(v, 1e-9)) if math.isfinite(v) else float(hi) for v in ratios]
     colours = [pg.mkBrush("#2e7d32" if r["met"] == "yes" else "#c62828") for r in rows]
     plot.addItem(pg.BarGraphItem(x0=[min(0.0, v) for v in logs], width=[abs(v) for v in logs],
                                  y=ys, height=0.6, brushes=colours))  # fmt: skip
-    goals = [math.log10(max(float(r["goal"].split()[-1]), 1e-9)) for r in rows]
-    plot.addItem(pg.ScatterPlotItem(x=goals, y=ys, symbol="|", size=22, pen=pg.mkPen("k", width=2)))
-    for x, y, r in zip(logs, ys, rows, strict=True):
-        label = pg.TextItem(f"{float(r['ratio']):.3g}", color="k", anchor=(0, 0.5))
+    plot.addItem(pg.ScatterPlotItem(x=goals, y=[y for _, y in marks], symbol="|", size=22,
+                                    pen=pg.mkPen("k", width=2)))  # fmt: skip
+    for x, y, v in zip(logs, ys, ratios, strict=True):
+        text = f"{v:.3g}" if math.isfinite(v) else "infinite (baseline 0)"
+        label = pg.TextItem(text, color="k", anchor=(0 if x < hi else 1, 0.5))
         label.setPos(max(x, 0.0), y)
         plot.addItem(label)
-    lo, hi = math.floor(min(*logs, *goals, 0)), math.ceil(max(*logs, *goals, 0))
     plot.setXRange(lo, hi, padding=0.02)
     plot.getAxis("bottom").setTicks([[(k, f"{10**k:g}") for k in range(lo, hi + 1)]])
     left = plot.getAxis("left")
-    names = [f"{r['benchmark']}: {r['figure']}" for r in rows]
+    left.setWidth(560)
+    # the axis drops a label wider than itself: elide the long ones instead
+    metrics = QFontMetrics(left.style["tickFont"] or plot.font())
+    names = [metrics.elidedText(f"{r['benchmark']}: {r['figure']}", Qt.TextElideMode.ElideMiddle,
+                                540) for r in rows]  # fmt: skip
     left.setTicks([list(zip(ys, names, strict=True))])
-    left.setWidth(420)
     plot.setLabel("bottom", "ratio against the baseline (log scale); | marks the goal")
-    plot.resize(1200, 90 + 34 * len(rows))
+    plot.resize(1340, 90 + 34 * len(rows))
     plot.show()  # laid out (offscreen), so that the axis labels get their room
     _app.processEvents()
     ImageExporter(plot.plotItem).export(str(png_path))

@@ -41,6 +41,13 @@ print("starting", flush=True)
 print("boom: the benchmark broke", file=sys.stderr)
 sys.exit(1)
 """
+ZERO_BASELINE_BENCH = """
+import json, sys
+path = sys.argv[sys.argv.index("--json") + 1]
+row = {"figure": "supported share", "baseline": "the old way (none)", "value": 0.4,
+       "ratio": float("inf"), "goal": ">= 2.0", "met": True}
+json.dump({"bench": "bench_zero", "rows": [row]}, open(path, "w"))
+"""
 SLOW_BENCH = """
 import time
 time.sleep(60)
@@ -115,6 +122,19 @@ def test_a_missed_goal_is_reported_with_by_how_much_and_why(tmp_path: Path) -> N
     assert "1 of 4 goals met" in report and "bench_ok" not in "\n".join(missed)
     whys = {r["figure"]: r["why"] for r in _csv(out)}
     assert whys["speed-up"] == "prompts gain nothing from lanes" and whys["speed"] == ""
+
+
+def test_a_ratio_against_a_baseline_of_zero_is_reported_and_plotted(tmp_path: Path) -> None:
+    """bench_demo's supported share against an old demo that had none is infinite."""
+    folder = _benches(tmp_path / "b", bench_zero=ZERO_BASELINE_BENCH, bench_ok=OK_BENCH)
+    out = tmp_path / "report"
+    done = _bench("--bench-dir", str(folder), "--out", str(out))
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "no plot" not in done.stderr, done.stderr
+    report = (out / "report.md").read_text(encoding="utf-8")
+    row = "| bench_zero | supported share | the old way (none) | 0.4 | inf | >= 2.0 | yes |"
+    assert row in report
+    assert (out / "ratios.png").stat().st_size > 1000
 
 
 def test_ctrl_c_cancels_and_still_writes_the_report(tmp_path: Path) -> None:
