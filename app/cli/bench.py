@@ -312,11 +312,12 @@ def plot_ratios(csv_path: Path, png_path: Path) -> None:
     plot.setXRange(lo, hi, padding=0.02)
     plot.getAxis("bottom").setTicks([[(k, f"{10**k:g}") for k in range(lo, hi + 1)]])
     left = plot.getAxis("left")
-    left.setWidth(560)
-    # the axis drops a label wider than itself: elide the long ones instead
+    label_px = 560
+    left.setWidth(label_px)
+    # the axis drops a label wider than itself: elide the long ones instead (less the tick's room)
     metrics = QFontMetrics(left.style["tickFont"] or plot.font())
     names = [metrics.elidedText(f"{r['benchmark']}: {r['figure']}", Qt.TextElideMode.ElideMiddle,
-                                540) for r in rows]  # fmt: skip
+                                label_px - 20) for r in rows]  # fmt: skip
     left.setTicks([list(zip(ys, names, strict=True))])
     plot.setLabel("bottom", "ratio against the baseline (log scale); | marks the goal")
     plot.resize(1340, 90 + 34 * len(rows))
