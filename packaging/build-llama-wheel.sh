@@ -10,6 +10,10 @@
 # Environment:
 #   PYTHON             interpreter that builds the wheel (default: python3)
 #   LLAMA_CPP_VERSION  llama-cpp-python version (default below)
+#   LLAMA_BUILD        "native" (default): kernels for the CPU this runs on (-march=native);
+#                      "portable": a baseline instruction set that most laptops have, not this
+#                      CPU's own: on x86-64 AVX2, FMA and F16C, no AVX-512, no AMX (make
+#                      test-portable runs the model tier against it, to see what another CPU does)
 #   LLAMA_CMAKE_ARGS   extra CMake arguments, e.g. "-DGGML_CUDA=on" or "-DGGML_METAL=on"
 #   CONTEXTLENS_CACHE  where built wheels are kept (default: ${XDG_CACHE_HOME:-~/.cache}/contextlens)
 set -euo pipefail
@@ -26,6 +30,24 @@ case "$(uname -m)" in
     # flags win over -march=native in GCC and Clang, so the AMX code paths are never compiled.
     no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     cmake_args="$cmake_args -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
+    ;;
+esac
+case "${LLAMA_BUILD:-native}" in
+  native) ;;
+  portable)
+    # ggml's own switches for each instruction-set extension, with -march=native off; on other
+    # architectures ggml's baseline for the architecture.
+    cmake_args="$cmake_args -DGGML_NATIVE=OFF"
+    case "$(uname -m)" in
+      x86_64|amd64)
+        cmake_args="$cmake_args -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+        cmake_args="$cmake_args -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF"
+        ;;
+    esac
+    ;;
+  *)
+    echo "LLAMA_BUILD must be native or portable (got '${LLAMA_BUILD}')" >&2
+    exit 2
     ;;
 esac
 cmake_args="$cmake_args ${LLAMA_CMAKE_ARGS:-}"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.core.engine.decoding import FLOOR_SLICE, SLICE_S, ReportGate, SlicePacer
+from app.core.engine.decoding import ReportGate
 from app.core.engine.host import EngineHost
 from app.core.engine.types import (
     EngineError,
@@ -37,22 +37,7 @@ from app.core.tokens import exact_counter, host_tokenize
 N_CTX = 10_240
 
 
-# ----- the pacing of prompt slices and of reports -----
-
-
-@pytest.mark.unit
-def test_slices_start_at_the_floor_then_take_about_half_a_second() -> None:
-    pacer = SlicePacer(512)
-    assert pacer.size == FLOOR_SLICE  # the rate is not known yet
-    pacer.done(FLOOR_SLICE, 0.01)  # 12,800 tokens/s: a full batch fits in SLICE_S
-    assert pacer.size == 512
-    pacer.done(512, 1.0)  # 512 tokens/s: SLICE_S worth, in multiples of 64
-    assert pacer.size == int(512 * SLICE_S) // 64 * 64
-    pacer.done(pacer.size, 10.0)  # very slow: never under the floor
-    assert pacer.size == FLOOR_SLICE
-    pacer.done(7, 0.001)  # a short last slice says nothing about the rate
-    assert pacer.size == FLOOR_SLICE
-    assert SlicePacer(32).size == 32  # never more than n_batch
+# ----- the pacing of reports -----
 
 
 @pytest.mark.unit

@@ -23,17 +23,12 @@ DECODE_OK, DECODE_ABORTED = 0, 2  # llama_decode's success, and its answer to th
 
 # Live figures while a prompt is evaluated: how far a slice is comes from inside it: llama.cpp's
 # abort callback runs after every node of the graph, the nodes are counted, and every REPORT_S the
-# count is turned into tokens (LlamaBase._inside). The first prompt a model evaluates starts
-# with one slice of MIN_SLICE tokens, which shows how many nodes a graph has.
+# count is turned into tokens (LlamaBase._inside), once a decode has shown how many nodes a graph
+# has. A prompt of at most SHORT_PROMPT tokens gets no progress reports: it is over at once.
+# The slices themselves are the schedule's (schedule.py).
 REPORT_S = 0.2
-MIN_SLICE = 32
+SHORT_PROMPT = 32
 REPORT_GAP_S = 0.05  # reports closer together than this are skipped (the last one never)
-# Slices take about SLICE_S each, so the thread count (set between decodes) follows the machine
-# within a second; never under FLOOR_SLICE tokens: on two cores 1,900 prompt tokens went at the
-# same speed in slices of 128, 256 or 512 tokens and 4% slower in 64 (32-64-token slices had cost
-# 12%).
-SLICE_S = 0.5
-FLOOR_SLICE = 128
 
 
 class DecodeCancelled(Exception):
@@ -52,7 +47,8 @@ class LlamaHandles:
     context_params: Any  # the ``llama_context_params`` the loaded context was made with
     model_path: str
     n_ctx: int  # what one reply may hold
-    n_batch: int  # the most tokens one llama_decode of a prompt takes
+    n_batch: int  # the most tokens one llama_decode takes
+    slice_tokens: int  # the tokens of a prompt slice (schedule.slice_tokens)
     settings: LoadSettings  # what the model was loaded with
     log: Sequence[str]  # llama.cpp's latest warnings and errors, live: a failure quotes the last
     stopped: Callable[[], bool]  # cancelled, or the parent is gone
@@ -112,24 +108,6 @@ def decode_failure(rc: int, log: Sequence[str]) -> str:
     detail = reasons.get(rc, f"llama_decode returned {rc}")
     last = log[-1] if log else ""
     return f"llama.cpp could not evaluate the tokens: {detail}" + (f" ({last})" if last else "")
-
-
-class SlicePacer:
-    """How many tokens the next ``llama_decode`` of a prompt takes: about :data:`SLICE_S` worth
-    at the rate of the slice before, in multiples of 64, at least :data:`FLOOR_SLICE` and at
-    most ``n_batch`` (the first slice is the floor: the rate is not known yet)."""
-
-    def __init__(self, n_batch: int) -> None:
-        self.n_batch = max(1, n_batch)
-        self.floor = min(FLOOR_SLICE, self.n_batch)
-        self.size = self.floor
-
-    def done(self, tokens: int, seconds: float) -> None:
-        """A slice of ``tokens`` took ``seconds``: size the next one."""
-        if tokens < self.size or seconds <= 0:  # a short last slice, or no time to measure
-            return
-        fits = int(tokens / seconds * SLICE_S) // 64 * 64
-        self.size = max(self.floor, min(self.n_batch, fits))
 
 
 class ReportGate:

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from app.core.engine.compaction import Compaction
-from app.core.engine.decoding import MIN_SLICE, REPORT_S, DecodeCancelled, ReportGate
+from app.core.engine.decoding import REPORT_S, SHORT_PROMPT, DecodeCancelled, ReportGate
 from app.core.engine.lanes import generate_lanes
 from app.core.engine.reply_text import STREAM_INTERVAL_S, ReplyText
 from app.core.engine.sampler import build_sampler
@@ -119,12 +119,9 @@ class Generation(Compaction):
         try:
             if head:
                 self._decode(head, abortable=True, prompt=True, progress=progress)
-            # The last prompt token alone, as a reply resumed from a saved KV state evaluates it
-            # (the state put back holds the prompt; the cache then lacks only that token): the
-            # same one-token step on the same cache gives the same logits, so a rollback under
-            # greedy decoding replies what the job replied. In a slice of many tokens its
-            # logits came out of other kernels and could differ in the last bits, enough to
-            # turn a near tie ("culture" or "humor") the other way.
+            # The last prompt token alone (schedule.prompt_slices): a reply resumed from a
+            # saved KV state evaluates it so, and the same one-token step on the same cache gives
+            # the same logits, so a rollback under greedy decoding replies what the job replied.
             self._decode(todo[-1:], abortable=True, prompt=True, progress=None if progress is None
                          else lambda done, inside: progress(len(head) + done, inside))  # fmt: skip
         except DecodeCancelled:
@@ -160,7 +157,7 @@ class Generation(Compaction):
         Between slices the KV figures are read from llama.cpp. During one (``inside``) llama.cpp
         is computing and is not asked: the cells are those read last plus the tokens the slice
         has evaluated so far, the state's bytes scaled with them."""
-        if total <= MIN_SLICE:
+        if total <= SHORT_PROMPT:
             return None
         gate = ReportGate()
         read, read_at = self.kv_usage(), 0  # llama.cpp's figures, and how far the prompt was

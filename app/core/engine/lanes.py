@@ -43,6 +43,7 @@ from app.core.engine.decoding import (
 from app.core.engine.gguf import inspect_model
 from app.core.engine.reply_text import STREAM_INTERVAL_S, ReplyText
 from app.core.engine.sampler import build_sampler
+from app.core.engine.schedule import prompt_slices
 from app.core.engine.types import (
     ContextOverflowError,
     GenerationStats,
@@ -244,13 +245,15 @@ class _Run:
                 llama.pilot.after(self.ctx.ctx, len(piece), started)
 
     def _prompt(self, tokens: Sequence[int], start: int, lane: int) -> None:
-        """Evaluate a prompt's tokens into ``lane`` from position ``start``; logits for the
-        last, in n_batch slices as a single reply's prompt is."""
+        """Evaluate a prompt's tokens into ``lane`` from position ``start``, in the single
+        reply's schedule (schedule.prompt_slices: the last token alone, with its logits)."""
         entries = [(t, start + k, lane, False) for k, t in enumerate(tokens)]
-        n_batch = self.llama.n_batch
-        for i in range(0, len(entries), n_batch):
-            *head, (tok, pos, _, _) = entries[i : i + n_batch]
-            self._decode([*head, (tok, pos, lane, True)], abortable=True)
+        tok, pos, _, _ = entries[-1]
+        entries[-1] = (tok, pos, lane, True)
+        i = 0
+        for size in prompt_slices(len(entries), self.llama.slice_tokens):
+            self._decode(entries[i : i + size], abortable=True)
+            i += size
 
     # ----- the schedule -----
 

@@ -21,17 +21,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from app.core.engine.decoding import (
-    MIN_SLICE,
     REPORT_S,
     DecodeCancelled,
     LlamaHandles,
-    SlicePacer,
     ThreadPilot,
     abort_armed,
     check_token_ids,
     decode_batch,
 )
 from app.core.engine.ipc import SharedFlag
+from app.core.engine.schedule import PROMPT_SLICE, slices
 from app.core.engine.template_check import SandboxedTemplateCheck
 from app.core.engine.threads import Change, CpuMeter
 from app.core.engine.types import (
@@ -92,6 +91,7 @@ class LlamaBase:
         self._nodes_per_graph = 0  # learned from a decode of one micro-batch; 0: not yet
         self._meter = CpuMeter().start()  # other programs' CPU use, for the thread count
         self._pilot: ThreadPilot | None = None  # set by load
+        self.slice = PROMPT_SLICE  # the tokens of a prompt slice (schedule.slice_tokens), by load
 
     def _on_node(self, _data: Any) -> bool:
         self._nodes += 1
@@ -143,11 +143,13 @@ class LlamaBase:
         prompt: bool = False,
         progress: Callable[[int, bool], None] | None = None,
     ) -> None:
-        """Append ``tokens`` to the KV cache in slices (SlicePacer); logits for the last token only.
+        """Append ``tokens`` to the KV cache in slices of ``self.slice`` (schedule.py says why
+        the slices are fixed); logits for the last token only.
         ``prompt``: these are a prompt's tokens (not a generated one, not a re-evaluation).
         ``progress``: told how many of ``tokens`` are in the cache after each slice (False), and
         a few times a second during one (True: counted from the graph nodes llama.cpp has
-        computed, see :meth:`_inside`). The thread count is set before each slice (ThreadPilot).
+        computed, see :meth:`_inside`, once a decode has shown how many nodes a graph has). The
+        thread count is set before each slice (ThreadPilot).
         """
         llm = self._require()
         lc = self._lc
@@ -156,17 +158,11 @@ class LlamaBase:
         if len(self.tokens) + len(tokens) > n_ctx:
             raise ContextOverflowError(len(self.tokens) + len(tokens), n_ctx, 0)
         n_ubatch = max(1, int(llm.context_params.n_ubatch))
-        pacer = SlicePacer(llm.n_batch)
         i = 0
         with abort_armed(lc, llm.ctx, self._abort_cb, abortable):
-            while i < len(tokens):
+            for size in slices(len(tokens), self.slice):
                 if prompt and self._step_hook is not None:
                     self._step_hook("prompt", nothing_pending)
-                # until a decode has shown how many nodes a graph has, a first small slice
-                # learns it, so the progress of every later one can be told from inside it
-                size = pacer.size
-                if progress is not None and not self._nodes_per_graph and abortable:
-                    size = min(MIN_SLICE, n_ubatch)
                 piece = list(tokens[i : i + size])
                 n_past = len(self.tokens)
                 llm._batch.set_batch(batch=piece, n_past=n_past, logits_all=False)
@@ -186,7 +182,6 @@ class LlamaBase:
                 if abortable and len(piece) <= n_ubatch and self._nodes:
                     self._nodes_per_graph = self._nodes
                 pilot.after(llm.ctx, len(piece), started)
-                pacer.done(len(piece), time.perf_counter() - started)
                 self.tokens.extend(piece)
                 i += len(piece)
                 if progress is not None:
@@ -226,6 +221,7 @@ class LlamaBase:
             model_path=llm.model_path,
             n_ctx=llm.n_ctx(),
             n_batch=llm.n_batch,
+            slice_tokens=self.slice,
             settings=self.settings,
             log=self.log,
             stopped=self._stopped,

@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gguf.constants import GGMLQuantizationType
 from jinja2 import TemplateError
 
 from app.core.engine.decoding import DecodeCancelled, ThreadPilot
@@ -24,6 +23,7 @@ from app.core.engine.generation import Generation
 from app.core.engine.gguf import BASE_MODEL_NOTE, base_model_reason
 from app.core.engine.kv_alloc import parse_buffer_log, parse_kv_log
 from app.core.engine.llama_base import plain_reason
+from app.core.engine.schedule import llama_kwargs, slice_tokens
 from app.core.engine.template_check import template_problem
 from app.core.engine.threads import ThreadGovernor
 from app.core.engine.types import (
@@ -69,7 +69,6 @@ class LlamaEngine(Vocabulary, Generation):
                 "this llama.cpp build cannot offload to a GPU; every layer runs on the CPU"
             )
             n_gpu_layers = 0
-        cache_type = int(GGMLQuantizationType[settings.kv_cache_type.upper()])
         n_threads_batch = settings.n_threads_batch or settings.n_threads
         self.log.clear()
         self.kv_log.clear()
@@ -79,24 +78,7 @@ class LlamaEngine(Vocabulary, Generation):
             from llama_cpp import Llama  # noqa: PLC0415 (llama.cpp: engine process only)
 
             self._loading = True
-            self.llm = Llama(
-                model_path=path,
-                n_ctx=settings.n_ctx,
-                n_batch=min(settings.n_batch, settings.n_ctx),
-                n_ubatch=min(settings.n_ubatch, settings.n_batch, settings.n_ctx),
-                n_threads=settings.n_threads,
-                n_threads_batch=n_threads_batch,
-                n_gpu_layers=n_gpu_layers,
-                type_k=cache_type,
-                type_v=cache_type,
-                flash_attn=settings.flash_attn,
-                seed=settings.seed,
-                # llama.cpp's default, said here because the app relies on it: sliding-window
-                # layers keep every position, so prefix reuse, rollback and the ring's shifts
-                # work on them as on any layer (and ModelInfo.kv_bytes_per_token counts them).
-                swa_full=True,
-                verbose=False,
-            )
+            self.llm = Llama(**llama_kwargs(path, settings, n_gpu_layers))
         except CancelledError:  # while the chat templates were checked
             self.llm = None
             raise CancelledError("loading cancelled") from None
@@ -122,6 +104,7 @@ class LlamaEngine(Vocabulary, Generation):
         governor = ThreadGovernor(max(settings.n_threads, n_threads_batch), self._meter,
                                   adaptive=settings.adapt_threads)  # fmt: skip
         self._pilot = ThreadPilot(lc, governor, settings.n_threads, n_threads_batch)
+        self.slice = slice_tokens(self.llm.n_batch, n_gpu_layers)
         self.tokens = []
         n_ctx_train = self.llm._model.n_ctx_train()
         if settings.n_ctx > n_ctx_train:
