@@ -17,8 +17,8 @@ QM     := $(TS:.ts=.qm)
 # Offscreen only on a Linux machine without a display (macOS and Windows always have one).
 export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,offscreen))
 
-.PHONY: all setup run test check lint pytest bench clean clean-llama translations package package-test \
-	gpu-check docs
+.PHONY: all setup run test test-portable check lint pytest bench clean clean-llama translations \
+	package package-test gpu-check docs
 
 all: setup
 
@@ -88,6 +88,26 @@ pytest: setup
 	$(BIN)/pytest -m "serial" $(PYTEST_ARGS)
 
 test: setup check pytest
+
+# The model and window tiers again on a second build of llama.cpp, for a baseline instruction set
+# instead of this CPU's (packaging/build-llama-wheel.sh, LLAMA_BUILD=portable: AVX2, FMA and F16C
+# on x86-64, no AVX-512 or AMX): its kernels round otherwise, so greedy text differs from the
+# native build's, and the suite must not care. The wheel is cached beside the native one and
+# installed into a folder of its own that PYTHONPATH puts before the venv's, for the tests and
+# every process they start. Not part of `make test`: the first build takes as long as the
+# native one, and the tiers as long again.
+PORTABLE := $(VENV)/llama-portable
+$(PORTABLE)/.installed: packaging/build-llama-wheel.sh | $(PY)
+	wheel="$$(LLAMA_BUILD=portable PYTHON=$(PY) bash packaging/build-llama-wheel.sh)" && \
+	rm -rf $(PORTABLE) && $(PY) -m pip install --quiet --no-deps --target $(PORTABLE) "$$wheel"
+	touch $@
+
+test-portable: setup $(PORTABLE)/.installed
+	PYTHONPATH=$(CURDIR)/$(PORTABLE) $(PY) -c 'import llama_cpp; \
+		print("llama.cpp build:", llama_cpp.llama_print_system_info().decode().strip())'
+	PYTHONPATH=$(CURDIR)/$(PORTABLE) $(BIN)/pytest -m "not unit and not serial" \
+		-n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	PYTHONPATH=$(CURDIR)/$(PORTABLE) $(BIN)/pytest -m "serial" $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): README's pages, the user guide the app shows and the
 # CLI reference written from the parser, built strictly (a broken link or anchor fails it).

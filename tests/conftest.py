@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from collections.abc import Iterator
@@ -104,6 +105,15 @@ def engine(model_path: Path) -> Iterator[object]:
 def pytest_configure(config: pytest.Config) -> None:
     """A pytest-xdist worker runs on a core of its own (``make test``; tests/tiers.py)."""
     tiers.pin_worker()
+
+
+def pytest_report_header() -> str:
+    """Which llama.cpp build the run tests: the native one in the venv, or the portable one
+    ``make test-portable`` puts first on ``PYTHONPATH`` (found, not imported: the unit tier
+    never loads llama.cpp)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    where = Path(spec.origin).parent if spec and spec.origin else "not installed"
+    return f"llama.cpp: {where}"
 
 
 @pytest.hookimpl(tryfirst=True)

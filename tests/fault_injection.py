@@ -10,6 +10,7 @@ it, and kills itself with the real signal at that step of that phase. Engines st
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import random
 import signal
@@ -40,6 +41,15 @@ class Draw:
 
     def __str__(self) -> str:
         return f"{self.phase}/{self.signal}/after={self.after}"
+
+    def within(self, reply_tokens: int) -> Draw:
+        """This draw, moved where a healthy reply of ``reply_tokens`` tokens still reaches it:
+        how long the reply is comes from this machine's kernels, and a generate fault strikes
+        as a token is about to be sampled, so after at most ``reply_tokens - 1`` of them (a reply
+        its length ended samples no more)."""
+        if self.phase != "generate":
+            return self
+        return dataclasses.replace(self, after=max(1, min(self.after, reply_tokens - 1)))
 
 
 def draw(rng: random.Random, phase: str | None = None, sig: str | None = None) -> Draw:

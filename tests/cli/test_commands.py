@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from tests.cli.runner import CLI, assert_one_line_error, run
+from tests.loops import LOOP_TEXT
 
 
 def test_info_prints_the_model_card(model_path: Path) -> None:
@@ -95,8 +96,8 @@ def test_prompt_that_does_not_fit_exits_4(tmp_path: Path, model_path: Path) -> N
 
 def _start_long_generation() -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*CLI, "generate", "--prompt", "Write a very long story about the sea.",
-         "--max-tokens", "3000", "--n-ctx", "4096", "--json"],
+        [*CLI, "generate", "--prompt", LOOP_TEXT, "--raw", "--no-stop-on-repetition",
+         "--max-tokens", "3000", "--n-ctx", "4096", "--json"],  # runs on (tests/loops.py)
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

@@ -115,7 +115,8 @@ def test_refuse_runs_at_the_exact_budget_and_refuses_one_token_past_it(
     done = _lines(proc)[-1]
     if not past:
         assert proc.returncode == 0, proc.stderr
-        assert done["prompt_tokens"] == N_CTX - 1 and done["completion_tokens"] == 1
+        # one token, unless the model's first is its end (greedy text is per machine)
+        assert done["prompt_tokens"] == N_CTX - 1 and done["completion_tokens"] <= 1
         assert done["kv_peak_cells"] <= N_CTX == done["n_ctx"] and not done["truncated"]
         edges.add("prompt at the context's edge", "worked")
         return

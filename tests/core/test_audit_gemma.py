@@ -198,7 +198,7 @@ def test_a_rollback_past_the_sliding_window_resumes_the_reply_the_job_would_give
                            max_tokens=max_tokens)  # fmt: skip
         result = next(ev.result for ev in events if isinstance(ev, JobFinished))
         prompt = result.final_prompt
-        assert len(prompt) > 512 + max_tokens and result.completion_tokens == max_tokens
+        assert len(prompt) > 512 + max_tokens and result.completion_tokens <= max_tokens
         state = state_after(host, result)
         assert state is not None and state.tokens[: len(prompt)] == prompt
         live = _reply(host, prompt, max_tokens)  # the live cache, rolled back to the prompt

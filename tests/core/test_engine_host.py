@@ -26,6 +26,7 @@ from app.core.engine.types import (
     TextDelta,
 )
 from app.core.paths import sample_document
+from tests.loops import LOOP_TEXT
 from tests.plain_llama import plain_llama
 
 CHINESE_PROMPT = "请用中文详细介绍长城的历史，包括它的建造年代和意义。"
@@ -182,11 +183,12 @@ def test_bad_token_ids_are_refused_and_the_engine_survives(engine: EngineHost) -
 
 
 def test_cancel_during_generation_stops_after_at_most_one_token(engine: EngineHost) -> None:
-    tokens = chat_tokens(engine, "Tell me a very long story about a lighthouse keeper.")
+    tokens = engine.tokenize(LOOP_TEXT)  # a reply as long as it is let run (tests/loops.py)
     produced_after_cancel = 0
     cancel_at: float | None = None
     finished: Finished | None = None
-    for ev in engine.generate(tokens, max_tokens=1500):
+    for ev in engine.generate(tokens, max_tokens=1500,
+                              sampling=SamplingSettings(stop_on_repetition=False)):
         if isinstance(ev, Finished):
             finished = ev
             latency = time.perf_counter() - cancel_at if cancel_at else None

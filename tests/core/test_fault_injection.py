@@ -85,6 +85,14 @@ def counter(model_path: Path) -> TokenCounter:
     return exact_counter(model_path)
 
 
+@pytest.fixture(scope="module")
+def reply_tokens(model_path: Path, doc: Document, counter: TokenCounter) -> int:
+    """How long the healthy job's reply is on this machine (generate faults strike within it)."""
+    with EngineHost() as host:
+        host.load(model_path, SETTINGS)
+        return _job(host, doc, counter)[1].completion_tokens
+
+
 @dataclass
 class Rig:
     """What a fault test works with: a fresh engine host, the model, the document."""
@@ -178,15 +186,16 @@ def _inject(fault: Draw, rig: Rig) -> None:
 
 @pytest.mark.parametrize("fault", FAST, ids=str)
 def test_a_fault_mid_job_ends_in_a_clear_error_and_the_next_job_works(
-    fault: Draw, rig: Rig
+    fault: Draw, rig: Rig, reply_tokens: int
 ) -> None:
-    _inject(fault, rig)
+    _inject(fault.within(reply_tokens), rig)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", SLOW, ids=[f"{i:02d}-{f}" for i, f in enumerate(SLOW)])
-def test_every_phase_and_signal_and_random_draws(fault: Draw, rig: Rig) -> None:
-    _inject(fault, rig)
+def test_every_phase_and_signal_and_random_draws(fault: Draw, rig: Rig,
+                                                 reply_tokens: int) -> None:  # fmt: skip
+    _inject(fault.within(reply_tokens), rig)
 
 
 def test_the_fault_hook_strikes_at_the_last_step_drawn(rig: Rig) -> None:

@@ -149,7 +149,8 @@ def test_every_strategy_through_the_cli_on_a_document_ten_times_the_context(
         assert proc.returncode == 4 and "budget is" in proc.stderr
         return
     assert proc.returncode == 0, proc.stderr
-    assert done["finish_reason"] in ("stop", "length") and done["outputs"][-1]["text"]
+    assert done["finish_reason"] in ("stop", "length", "repetition")
+    assert done["outputs"][-1]["text"]
     assert done["truncated"] == (strategy not in ("rolling", "semantic", "map-reduce"))
 
 

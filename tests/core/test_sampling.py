@@ -1,5 +1,6 @@
 """Samplers and the loop stop on the real engine and the default model: a prompt that makes the
-model loop under greedy decoding ends with finish reason ``repetition`` (one call and in lanes),
+model loop under greedy decoding by construction (tests/loops.py) ends with finish reason
+``repetition`` (one call and in lanes),
 a seed makes a sampled reply reproducible, the penalties change what greedy decoding picks, and
 bad values are refused in one sentence. Presets and stored settings without an engine."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ from app.core.engine.types import (
     GenerationStats,
     LaneDelta,
     LaneFinished,
+    LoadSettings,
     SamplingSettings,
     TextDelta,
 )
@@ -34,16 +37,13 @@ from app.core.sampling import (
     preset_of,
     stored,
 )
-
-# Greedy decoding of the default model answers this with "a warrior of the internet, a warrior
-# of the internet, …" until the reply's length runs out.
-LOOPING_PROMPT = "Write a poem about hackers."
+from tests.loops import LOOP_LINE, LOOP_TEXT, MIN_LEAD
+from tests.plain_llama import plain_llama
 
 
 @pytest.fixture(scope="module")
 def looping(engine: EngineHost) -> list[int]:
-    text = engine.apply_chat_template([{"role": "user", "content": LOOPING_PROMPT}])
-    return engine.tokenize(text, parse_special=True)
+    return engine.tokenize(LOOP_TEXT)
 
 
 def _reply(engine: EngineHost, prompt: Sequence[int], sampling: SamplingSettings,
@@ -58,17 +58,30 @@ def _reply(engine: EngineHost, prompt: Sequence[int], sampling: SamplingSettings
     return "".join(parts), stats
 
 
+def test_the_loop_is_one_by_construction_on_this_build(engine: EngineHost, looping: list[int],
+                                                      model_path: Path) -> None:  # fmt: skip
+    """The premise of the loop tests, measured on the build that runs: greedy decoding writes
+    the line again, each token ahead of the next best by more than other kernels could move it
+    (tests/loops.py)."""
+    loaded = engine.model
+    assert loaded is not None
+    with plain_llama(model_path, LoadSettings(n_ctx=loaded.n_ctx)) as plain:
+        reply, leads = plain.leads(looping, 64)
+    assert min(leads) >= MIN_LEAD, f"the loop's weakest token leads by {min(leads):.2f} logits"
+    assert (LOOP_LINE + "\n") * 3 in engine.detokenize(reply)
+
+
 def test_a_greedy_loop_ends_with_finish_reason_repetition(engine: EngineHost,
                                                           looping: list[int]) -> None:  # fmt: skip
     stopped, stats = _reply(engine, looping, SamplingSettings(), 80)
     assert stats.finish_reason == "repetition", stopped
     assert stats.completion_tokens < 60 and ends_in_loop(stopped)
-    assert stopped.count("a warrior of the internet") >= 4
+    assert stopped.count(LOOP_LINE) >= 4  # a line repeated needs four copies to count
     # without the stop the same greedy reply goes on looping until its length runs out
     running, full = _reply(engine, looping, SamplingSettings(stop_on_repetition=False), 64)
     assert full.finish_reason == "length" and full.completion_tokens == 64
     assert running.startswith(stopped)
-    assert running.count("a warrior of the internet") > stopped.count("a warrior of the internet")
+    assert running.count(LOOP_LINE) > stopped.count(LOOP_LINE)
 
 
 def test_a_greedy_loop_in_lanes_ends_with_repetition(engine: EngineHost,
@@ -106,10 +119,10 @@ def test_the_same_seed_and_settings_give_the_same_sampled_reply(
 
 def test_penalties_steer_greedy_decoding_out_of_its_loop(engine: EngineHost,
                                                          looping: list[int]) -> None:  # fmt: skip
-    greedy, _ = _reply(engine, looping, SamplingSettings(), 32)
+    greedy, _ = _reply(engine, looping, SamplingSettings(stop_on_repetition=False), 32)
     penalized, stats = _reply(engine, looping, SamplingSettings(repeat_penalty=1.3), 32)
     assert penalized != greedy and stats.finish_reason != "repetition"
-    assert "a warrior of the internet, a warrior of the internet" not in penalized
+    assert (LOOP_LINE + "\n") * 2 not in penalized and not ends_in_loop(penalized)
 
 
 def test_bad_sampling_values_are_refused_in_one_sentence(engine: EngineHost,

@@ -29,7 +29,10 @@ from app.core.engine.types import (
     TextDelta,
     ThreadsChanged,
 )
+from app.core.jobs.audit import Audit
+from app.core.jobs.tasks import EvalProgress, JobFinished, resume, state_after, summarize
 from app.core.paths import sample_document
+from app.core.tokens import exact_counter, host_tokenize
 
 # every core, alone (`serial`): a core kept busy must be the test's own busy process
 pytestmark = [
@@ -97,6 +100,51 @@ def test_a_busy_program_costs_a_thread_and_changes_nothing_else(host: EngineHost
         assert any(c.cause == "quiet" and c.after > c.before for c in changes), changes
     elif others > BUSY_AT:  # something else keeps a core busy (a loaded CI machine)
         assert threads < default_threads()
+
+
+def test_a_job_across_thread_changes_is_audited_and_resumed_as_itself(
+    host: EngineHost, model_path: Path
+) -> None:
+    """Threads change no number (app/core/engine/schedule.py): a job that starts beside a busy
+    program (two threads, then one) and goes on after it ends (one, then two again) passes the
+    audit, and its reply resumed from its saved KV state, on the quiet machine's thread count,
+    is the job's own reply, audited too."""
+    text = sample_document().read_text(encoding="utf-8")[6000:9000]
+    counter = exact_counter(model_path, host_tokenize(host))
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        time.sleep(SETTLE_S)
+        audit = Audit(host, exact_counts=True)
+        host.reset()
+        result = None
+        for ev in summarize(host, text, counter, strategy="head", n_ctx=1024, max_tokens=24,
+                            audit=audit, sampling=SamplingSettings(stop_on_repetition=False)):
+            if isinstance(ev, EvalProgress) and busy.poll() is None and ev.evaluated > 0:
+                busy.kill()  # the prompt is under way: the rest of the job on a quiet machine
+                busy.wait()
+            elif isinstance(ev, JobFinished):
+                result = ev.result
+    finally:
+        if busy.poll() is None:
+            busy.kill()
+            busy.wait()
+    assert result is not None and result.error is None, result
+    audit.raise_if_failed()
+    causes = [change["cause"] for change in result.thread_changes]
+    assert causes[:1] == ["busy"], result.thread_changes
+    if others_now() < QUIET_AT:  # nothing else runs: the thread came back during the job
+        assert "quiet" in causes, result.thread_changes
+    state = state_after(host, result)
+    assert state is not None
+    host.reset()
+    again = Audit(host, exact_counts=True)
+    resumed = next(ev.result for ev in resume(
+        host, state, len(result.final_prompt), task="summarize", strategy="head",
+        max_tokens=24, sources=result.outputs[-1].source_spans, audit=again,
+        sampling=SamplingSettings(stop_on_repetition=False)) if isinstance(ev, JobFinished))
+    again.raise_if_failed()
+    assert resumed.evaluated_tokens == 1
+    assert resumed.text == result.text and resumed.completion_tokens == 24
 
 
 def test_the_cli_reports_the_thread_count(model_path: Path, tmp_path: Path) -> None:

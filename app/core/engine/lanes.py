@@ -99,8 +99,9 @@ def generate_lanes(
     (whole characters), :class:`LaneFinished` per prompt and :class:`LanesFinished` last. Each
     reply is the one the engine's single reply (``LlamaEngine.generate``) would give with
     ``on_full="stop"``: with one lane the very same decodes in the same order (the first prompt
-    whole, then each suffix after the cached prefix); with more, greedy replies may differ from
-    it by floating-point rounding.
+    whole, then each suffix after the cached prefix, each in the schedule of schedule.py); with
+    more, a step decodes a token of every lane in one batch, which other kernels compute than a
+    token alone, so greedy replies may differ from it by floating-point rounding.
     """
     lc = llama.lc
     prefix = list(prefix)

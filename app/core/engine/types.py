@@ -78,9 +78,10 @@ MAX_SEED = 2**32 - 2  # llama.cpp takes 2**32 - 1 (LLAMA_DEFAULT_SEED) as "pick 
 class SamplingSettings:
     """How each next token is chosen: llama.cpp's sampler chain, field for field.
 
-    Temperature 0 is greedy decoding and the default, so a job's reply is reproducible and
-    equal across the local engine, lanes and servers; the top-k/top-p/min-p cut-offs only matter
-    above it. The repetition penalty (llama.cpp's ``penalty_repeat`` over the last
+    Temperature 0 is greedy decoding and the default, so a job's reply is reproducible on the
+    machine that ran it (a rollback gives it again); other kernels round otherwise, so another
+    CPU, a server that batches the prompt its own way or several lanes at once may part from it
+    at a near tie (engine/schedule.py). The top-k/top-p/min-p cut-offs only matter above it. The repetition penalty (llama.cpp's ``penalty_repeat`` over the last
     ``repeat_last_n`` tokens) and DRY (``dry_*``, "don't repeat yourself": a penalty growing
     with the length of a repeated sequence) also apply to greedy decoding; 1.0 and 0.0 switch
     them off. The windows count the context's tokens (prompt and reply), as llama-server does;
