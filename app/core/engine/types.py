@@ -81,11 +81,12 @@ class SamplingSettings:
     Temperature 0 is greedy decoding and the default, so a job's reply is reproducible on the
     machine that ran it (a rollback gives it again); other kernels round otherwise, so another
     CPU, a server that batches the prompt its own way or several lanes at once may part from it
-    at a near tie (engine/schedule.py). The top-k/top-p/min-p cut-offs only matter above it. The repetition penalty (llama.cpp's ``penalty_repeat`` over the last
-    ``repeat_last_n`` tokens) and DRY (``dry_*``, "don't repeat yourself": a penalty growing
-    with the length of a repeated sequence) also apply to greedy decoding; 1.0 and 0.0 switch
-    them off. The windows count the context's tokens (prompt and reply), as llama-server does;
-    -1 means the whole context. ``seed`` makes a sampled reply reproducible.
+    at a near tie (engine/schedule.py). The top-k/top-p/min-p cut-offs only matter above it.
+    The repetition penalty (llama.cpp's ``penalty_repeat`` over the last ``repeat_last_n``
+    tokens) and DRY (``dry_*``, "don't repeat yourself": a penalty growing with the length of a
+    repeated sequence) also apply to greedy decoding; 1.0 and 0.0 switch them off. The windows
+    count the context's tokens (prompt and reply), as llama-server does; -1 means the whole
+    context. ``seed`` makes a sampled reply reproducible.
     ``stop_on_repetition``: end a reply that loops (finish reason ``repetition``).
     """
 
