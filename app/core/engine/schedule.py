@@ -21,8 +21,10 @@ Against ``Llama(path, n_ctx=N)`` followed by ``Llama.generate(prompt, temp=0)``:
   goes in slices of :func:`slice_tokens`, then its last token alone; each generated token alone.
   ``Llama.generate`` evaluates the prompt in ``n_batch`` batches with its last token inside the
   last one. The schedule is a pure function of the prompt's length and the settings, never of
-  timing or of what the engine evaluated before, so a job run again on the same machine
-  computes the same numbers.
+  timing or of what the engine evaluated before, so a job run again from the same cache on the
+  same machine computes the same numbers. (A prompt evaluated after a cached prefix starts its
+  slices where the prefix ends: its numbers may differ in the last bits from the same prompt
+  evaluated whole, as with any prefix cache.)
 - **Sampling**: llama.cpp's sampler chain (sampler.py); at temperature 0 its greedy pick is the
   largest logit, as llama-cpp-python's is.
 
