@@ -56,7 +56,14 @@ class HubState:
     trickle_at: int | None = None
     trickle_delay: float = 0.02
     cdn: bool = False
+    cdn_origin: str | None = None  # where ``cdn`` redirects (None: localhost on this port)
     missing_status: int = 404  # the Hub answers 401 to an anonymous request for a missing repo
+    # a hostile Hub: what it says of a file instead of the truth (by file name); a size of None
+    # says none at all
+    etags: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int | None] = field(default_factory=dict)
+    commit: str = COMMIT
+    anything: bytes | None = None  # served for any other path, as a server that answers all
     log: list[Request] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -114,6 +121,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._resolve(m[1], m[2], m[3])
         elif m := re.match(r"^/cdn/([^/]+/[^/]+)/(.+)$", path):
             self._body(self.server.state.repos[m[1]][m[2]])
+        elif (anything := self.server.state.anything) is not None:
+            digest = sha256(anything)
+            self._body(anything, {"X-Repo-Commit": self.server.state.commit,
+                                  "X-Linked-Etag": f'"{digest}"', "ETag": f'"{digest}"',
+                                  "X-Linked-Size": str(len(anything))})  # fmt: skip
         else:
             self._answer(404)
 
@@ -151,12 +163,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, headers={"X-Repo-Commit": COMMIT},
                          error=("EntryNotFound", "Entry not found"))  # fmt: skip
             return
-        digest = sha256(data)
-        about = {"X-Repo-Commit": COMMIT, "X-Linked-Etag": f'"{digest}"',
+        digest = state.etags.get(name, sha256(data))
+        about = {"X-Repo-Commit": state.commit, "X-Linked-Etag": f'"{digest}"',
                  "X-Linked-Size": str(len(data)), "ETag": f'"{digest}"'}  # fmt: skip
+        if name in state.sizes:
+            size = state.sizes[name]
+            if size is None:
+                del about["X-Linked-Size"]
+                if self.command == "HEAD":  # nothing says how large the file is
+                    self.close_connection = True
+                    self.send_response(200)
+                    for key, value in about.items():
+                        self.send_header(key, value)
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    return
+            else:
+                about["X-Linked-Size"] = str(size)
         if state.cdn:
-            host = f"localhost:{self.server.server_address[1]}"
-            self._answer(302, headers={**about, "Location": f"http://{host}/cdn/{repo}/{name}"})
+            origin = state.cdn_origin or f"http://localhost:{self.server.server_address[1]}"
+            self._answer(302, headers={**about, "Location": f"{origin}/cdn/{repo}/{name}"})
             return
         self._body(data, about)
 

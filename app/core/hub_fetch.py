@@ -5,10 +5,9 @@ Files land where ``huggingface_hub`` keeps them: in its cache by default (so oth
 ContextLens's own model discovery, see them), or in a folder (``local_dir``) when one is given.
 
 The client does the talking: ``HfApi.model_info`` lists the repository's files,
-``get_hf_file_metadata`` asks where each file is and what it is (size, ETag, commit), its session
-(``http_stream_backoff``, ``hf_raise_for_status``) carries the transfer, and ``hf_hub_download``
-files the result into its cache (refs, snapshot links) or writes the folder's metadata. What is
-ours is the transfer's loop, for two things the client no longer gives: since huggingface_hub 1.x
+``get_hf_file_metadata`` asks where each file is and what it is (size, ETag, commit), and its
+session (``http_stream_backoff``, ``hf_raise_for_status``) carries the transfer. What is ours is
+the transfer's loop, for two things the client no longer gives: since huggingface_hub 1.x
 each ``hf_hub_download`` writes to a temporary file unique to that call and deletes it on any
 error, so nothing resumes across calls; and it reads in 10 MB pieces, so neither a cancel nor the
 progress could answer within a second. Here the bytes go to ``<blob>.incomplete`` (in the cache's
@@ -16,7 +15,17 @@ progress could answer within a second. Here the bytes go to ``<blob>.incomplete`
 stays after a cut connection, a cancel or Ctrl-C; the next fetch asks for the rest with
 ``Range: bytes=N-``. A connection that breaks after sending something is resumed at once, a few
 times. The whole file is then checked against the Hub's SHA-256 (the ETag of an LFS file) and
-renamed into place, and the client links it. The files are checked to be a GGUF last.
+renamed into place and filed in the client's layout (the cache's ref and snapshot link, or the
+folder's metadata) with the client's own local helpers, without asking the server again. The
+files are checked to be a GGUF last.
+
+Nothing the server says becomes a path unchecked: the Hub names a file's blob by its ETag and a
+snapshot by its commit, so an ETag is accepted only as 40 or 64 lowercase hex (a git or an LFS
+hash), a commit only as 40 hex, a file name only as a relative path inside the repository, and
+every path written, linked or removed is checked to stay inside its folder. A download stops at
+the size the server announced (a file whose size it does not say is refused), and an ``http://``
+endpoint is used only on this machine (loopback): on the way to any other, anyone could change
+what arrives.
 
 Xet: the Hub names Xet-stored files with ``X-Xet-Hash`` headers; this transfer never uses Xet
 (it follows the same ``resolve`` redirect a plain HTTP download does, which the Hub serves with
@@ -53,6 +62,7 @@ from app.core.model_fetch import (
     disk_error,
     mb,
 )
+from app.core.textutil import clip_message
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TIMEOUT_S = 30.0  # per network operation (connect, each read), not for the whole download
@@ -60,11 +70,29 @@ RESUMES = 5  # a broken connection that had sent something is resumed at once, t
 HASH_CHUNK = 4 << 20
 REPORT_EVERY = 256 * 1024  # bytes between progress reports (a chunk is often 16 KB)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_ETAG = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")  # a git blob's SHA-1, an LFS file's SHA-256
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_REF_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")  # one segment of a branch or tag name
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 def endpoint() -> str:
     """The Hub to fetch from: ``$HF_ENDPOINT`` (a mirror) or https://huggingface.co."""
     return (config.current().hf_endpoint or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def _loopback(host: str | None) -> bool:
+    return host is not None and (host in _LOOPBACK or host.startswith("127."))
+
+
+def check_transport(url: str, what: str) -> None:
+    """Refuse ``url`` unless it is https, or http on this machine: a model fetched in clear over
+    the network can be changed by anyone on the way (and its ETag with it, so no hash helps)."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname)):
+        return
+    raise ModelFetchError(f"{what} {clip_message(url, 200)} is not https: a model is fetched over "
+                          "https, or over http only from this machine")  # fmt: skip
 
 
 def endpoint_host(where: str | None = None) -> str:
@@ -188,10 +216,47 @@ def _describe(ref: HubRef, name: str, where: str, token: str | bool) -> _Remote:
 
     url = hf_hub_url(ref.repo_id, name, revision=ref.revision, endpoint=where)
     meta = get_hf_file_metadata(url, token=token, endpoint=where, timeout=TIMEOUT_S)
+    host = endpoint_host(where)
     if not meta.commit_hash or not meta.etag:
-        raise ModelFetchError(f"{endpoint_host(where)} does not answer as the Hugging Face Hub "
-                              "does (no commit or ETag for the file)")  # fmt: skip
+        raise ModelFetchError(f"{host} does not answer as the Hugging Face Hub does (no commit "
+                              f"or ETag for {name})")  # fmt: skip
+    if not _ETAG.match(meta.etag) or not _COMMIT.match(meta.commit_hash):
+        etag, commit = clip_message(meta.etag, 80), clip_message(meta.commit_hash, 80)
+        raise ModelFetchError(f"{host} does not answer as the Hugging Face Hub does: the ETag "
+                              f"{etag!r} or the commit {commit!r} of {name} is not a hash; "
+                              "nothing was written")  # fmt: skip
+    if meta.size is None or meta.size < 0:
+        raise ModelFetchError(f"{host} did not say how large {name} is; a download without a "
+                              "size is not started")  # fmt: skip
+    check_transport(meta.location, f"{host} sends {name} from")
     return _Remote(name, meta.location, meta.size, meta.etag, meta.commit_hash)
+
+
+def _check_names(names: list[str], host: str) -> None:
+    """Each file name the Hub listed is a relative path inside the repository (no ``..``, no
+    absolute path, no backslash or control character): it becomes a path on this disk."""
+    for name in names:
+        parts = name.split("/")
+        if (not name or name.startswith("/") or "\\" in name or any(p in ("", ".", "..")
+                for p in parts) or any(ord(c) < 32 or c == "\x7f" for c in name)):  # fmt: skip
+            raise ModelFetchError(f"{host} listed a file {clip_message(name, 120)!r} that is not "
+                                  "a name inside the repository; nothing was written")  # fmt: skip
+
+
+def _check_revision(revision: str | None) -> None:
+    """A revision names a ref file of the cache (``refs/<revision>``): a branch, a tag or a
+    commit, segments of letters, digits and ``._-`` only."""
+    if revision is not None and not all(_REF_PART.match(p) for p in revision.split("/")):
+        raise HubReferenceError(f"{clip_message(revision, 120)!r} is not a revision name (a "
+                                "branch, a tag or a commit)")  # fmt: skip
+
+
+def _inside(path: Path, root: Path) -> Path:
+    """``path``, refused unless it stays inside ``root`` once links are followed."""
+    resolved, top = path.resolve(), root.resolve()
+    if resolved != top and not resolved.is_relative_to(top):
+        raise ModelFetchError(f"{path} would be outside {root}; nothing was written there")
+    return path
 
 
 @dataclass(frozen=True)
@@ -203,6 +268,8 @@ class _Place:
     partial: Path
     lock: Path
     ready: bool  # already there
+    pointer: Path | None = None  # the cache's snapshot link to ``done`` (None: a folder)
+    root: Path | None = None  # the folder everything above stays inside
 
 
 def _place(ref: HubRef, remote: _Remote, cache: Path, folder: Path | None) -> _Place:
@@ -216,14 +283,20 @@ def _place(ref: HubRef, remote: _Remote, cache: Path, folder: Path | None) -> _P
         paths = get_local_download_paths(folder, remote.name)
         kept = read_download_metadata(folder, remote.name)
         ready = paths.file_path.is_file() and kept is not None and kept.etag == remote.etag
-        return _Place(paths.file_path, paths.incomplete_path(remote.etag), paths.lock_path, ready)
-    repo_folder = repo_folder_name(repo_id=ref.repo_id, repo_type="model")
-    storage = cache / repo_folder
-    blob = storage / "blobs" / remote.etag
-    pointer = storage / "snapshots" / remote.commit / remote.name
-    lock = cache / ".locks" / repo_folder / f"{remote.etag}.lock"
-    return _Place(blob, blob.with_name(blob.name + ".incomplete"), lock,
-                  blob.is_file() or pointer.is_file())  # fmt: skip
+        place = _Place(paths.file_path, paths.incomplete_path(remote.etag), paths.lock_path,
+                       ready, root=folder)  # fmt: skip
+    else:
+        repo_folder = repo_folder_name(repo_id=ref.repo_id, repo_type="model")
+        storage = cache / repo_folder
+        blob = storage / "blobs" / remote.etag
+        pointer = storage / "snapshots" / remote.commit / remote.name
+        lock = cache / ".locks" / repo_folder / f"{remote.etag}.lock"
+        place = _Place(blob, blob.with_name(blob.name + ".incomplete"), lock,
+                       blob.is_file() or pointer.is_file(), pointer, cache)  # fmt: skip
+    for path in (place.done, place.partial, place.lock, place.pointer):
+        if path is not None:
+            _inside(path, place.root or cache)
+    return place
 
 
 def _on_disk(place: _Place, remote: _Remote) -> int:
@@ -255,14 +328,16 @@ def _transfer(job: _Job, remote: _Remote, place: _Place) -> None:
     from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff  # noqa: PLC0415
 
     host, tally, where = endpoint_host(job.where), job.tally, job.where
+    size = remote.size
+    assert size is not None  # _describe refuses a file whose size the server does not say
     resumes = RESUMES
     place.partial.parent.mkdir(parents=True, exist_ok=True)
     while True:
         have = place.partial.stat().st_size if place.partial.exists() else 0
-        if remote.size is not None and have > remote.size:  # not this file's beginning
+        if have > size:  # not this file's beginning
             place.partial.unlink()  # (the tally never counted it: see _on_disk)
             continue
-        if remote.size is not None and have == remote.size:
+        if have == size:
             return
         wanted = {**_auth(job.headers, remote.url, where), "Accept-Encoding": "identity"}
         if have:
@@ -278,10 +353,16 @@ def _transfer(job: _Job, remote: _Remote, place: _Place) -> None:
                 with place.partial.open("ab" if have else "wb") as out:
                     for block in response.iter_bytes():
                         _check(job.cancel)
+                        if have + got + len(block) > size:
+                            break
                         out.write(block)
                         got += len(block)
                         tally.add(len(block))
-            return
+                    else:
+                        return
+            place.partial.unlink(missing_ok=True)  # more than announced: not the Hub's file
+            raise ModelFetchError(f"{host} sent more than the {mb(size)} it announced for "
+                                  f"{remote.name}; the download was stopped and deleted")
         except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.ReadTimeout):
             if got and resumes:  # it was moving: ask for the rest now
                 resumes -= 1
@@ -334,13 +415,28 @@ def _bring(job: _Job, remote: _Remote, place: _Place) -> None:
         write_download_metadata(job.folder, remote.name, remote.commit, remote.etag)
 
 
-def _file_it(job: _Job, name: str) -> Path:
-    """``hf_hub_download`` finds the file in place and links it (cache) or notes it (folder)."""
-    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+def _file(job: _Job, remote: _Remote, place: _Place) -> Path:
+    """The file where the client's layout has it, filed with the client's own local helpers and
+    no request (a second answer of the server would be one more to check): in the cache, the
+    revision's ref and the snapshot's link to the blob; in a folder, the file itself, its
+    metadata written when it arrived."""
+    if place.pointer is None:
+        return place.done
+    from huggingface_hub.file_download import (  # noqa: PLC0415 (the cache layout's owner)
+        _cache_commit_hash_for_specific_revision,
+        _create_symlink,
+    )
 
-    return Path(hf_hub_download(job.ref.repo_id, name, revision=job.ref.revision,
-                                endpoint=job.where, token=job.token, cache_dir=job.cache,
-                                local_dir=job.folder, etag_timeout=TIMEOUT_S))  # fmt: skip
+    storage = place.done.parent.parent
+    revision = job.ref.revision or "main"
+    _inside(storage / "refs" / revision, storage)
+    _cache_commit_hash_for_specific_revision(str(storage), revision, remote.commit)
+    pointer = place.pointer
+    linked = pointer.is_symlink() and pointer.resolve() == place.done.resolve()
+    if not linked and not (pointer.is_file() and not pointer.is_symlink()):
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        _create_symlink(str(place.done), str(pointer), new_blob=not place.ready)
+    return pointer
 
 
 def _free_space(places: list[tuple[_Remote, _Place]], target: Path) -> None:
@@ -357,23 +453,23 @@ def _free_space(places: list[tuple[_Remote, _Place]], target: Path) -> None:
                               f"{mb(missing)}, {mb(free)} is free")  # fmt: skip
 
 
-def _discard(paths: list[Path], folder: Path | None) -> None:
-    """Remove files that arrived whole but are not a model (their cache blobs too)."""
-    for path in paths:
-        with suppress(OSError):
-            blob = path.resolve()
-            path.unlink()
-            if folder is None and blob != path:
-                blob.unlink()
+def _discard(places: list[_Place]) -> None:
+    """Remove files that arrived whole but are not a model: the file (a cache's blob) and the
+    cache's link to it, each where this fetch put it (never a path a link leads elsewhere)."""
+    for place in places:
+        for path in (place.pointer, place.done):
+            if path is not None:
+                with suppress(OSError):
+                    path.unlink()
 
 
-def _check_gguf(paths: list[Path], folder: Path | None, ref: HubRef) -> None:
+def _check_gguf(paths: list[Path], places: list[_Place], ref: HubRef) -> None:
     from app.core.engine.gguf import GGUFError, inspect_model  # noqa: PLC0415
 
     try:
         inspect_model(paths[0])
     except (GGUFError, OSError, ValueError) as exc:
-        _discard(paths, folder)
+        _discard(places)
         reason = str(exc).rstrip(".") or type(exc).__name__
         raise ModelFetchError(f"{paths[0].name} from {ref.repo_id} is not a GGUF model that "
                               f"ContextLens can read ({reason}); it was removed") from None
@@ -398,7 +494,9 @@ def fetch_hub_model(
     ``on_plan(names, total_bytes)`` hears what will be fetched once the Hub has said. Raises
     :class:`ModelFetchError` in one sentence (:class:`FetchCancelled` when cancelled)."""
     where = endpoint()
+    check_transport(where, "the Hugging Face endpoint")
     ref = reference if isinstance(reference, HubRef) else parse_reference(reference, where)
+    _check_revision(ref.revision)
     if ref.filename is not None and not ref.filename.lower().endswith(".gguf"):
         raise HubReferenceError(f"{ref.filename} is not a GGUF file (its name ends otherwise)")
     cache = Path(cache_dir) if cache_dir is not None else hub_cache_dir()
@@ -413,6 +511,7 @@ def fetch_hub_model(
         info = HfApi(endpoint=where, token=token).model_info(ref.repo_id, revision=ref.revision,
                                                              timeout=TIMEOUT_S)  # fmt: skip
         names = choose_files(ref, [s.rfilename for s in info.siblings or []])
+        _check_names(names, endpoint_host(where))
         remotes = []
         for name in names:
             what[:] = [name]
@@ -437,6 +536,6 @@ def fetch_hub_model(
                 raise
             disk_error(exc, folder or cache)
         tally.add(0, force=True)
-        paths = [_file_it(job, name) for name in names]
-    _check_gguf(paths, folder, ref)
+        paths = [_file(job, remote, place) for remote, place in places]
+    _check_gguf(paths, [place for _, place in places], ref)
     return paths[0]
