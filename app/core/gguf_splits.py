@@ -59,9 +59,9 @@ class Group:
 
 def group_files(files: Iterable[Path]) -> list[Group]:
     """The files of one folder as models: each whole file alone, each split's parts together
-    (the first part present leads; a part named twice counts once), in the files' order."""
-    groups: list[Group] = []
-    splits: dict[tuple[str, int], list[tuple[int, Path]]] = {}
+    (the first part present leads; a part named twice counts once), in the files' order.
+    Linear in the files, grouped by dictionary (a folder may hold thousands of parts)."""
+    splits: dict[tuple[str, int], dict[int, Path]] = {}
     order: list[tuple[str, int] | Path] = []
     for path in files:
         name = split_name(path)
@@ -70,14 +70,14 @@ def group_files(files: Iterable[Path]) -> list[Group]:
             continue
         key = (name.prefix.lower(), name.count)
         if key not in splits:
-            splits[key] = []
+            splits[key] = {}
             order.append(key)
-        if all(n != name.number for n, _ in splits[key]):
-            splits[key].append((name.number, path))
+        splits[key].setdefault(name.number, path)
+    groups: list[Group] = []
     for entry in order:
         if isinstance(entry, Path):
             groups.append(Group((entry,), 1))
         else:
-            parts = sorted(splits[entry])
-            groups.append(Group(tuple(p for _, p in parts), entry[1]))
+            parts = splits[entry]
+            groups.append(Group(tuple(parts[n] for n in sorted(parts)), entry[1]))
     return groups

@@ -149,6 +149,17 @@ def model_files(name: str) -> list[str]:
     return _split_parts(name) or [name]
 
 
+def _first_file(name: str) -> str:
+    """The first file of the model ``name`` is part of, without naming every part."""
+    m = _SPLIT.match(name)
+    if m is None:
+        return name
+    count = int(m["count"])
+    if count < 2 or not 1 <= int(m["no"]) <= count:
+        return name
+    return f"{m['prefix']}-00001-of-{count:05d}.gguf"
+
+
 def _is_projector(name: str) -> bool:
     """A multimodal projector (``mmproj-*.gguf``) is not a model to load on its own."""
     return "mmproj" in name.rsplit("/", 1)[-1].lower()
@@ -167,27 +178,24 @@ def quantizations(names: Iterable[str]) -> list[str]:
     return list(seen)
 
 
-def _models(names: Iterable[str]) -> dict[str, list[str]]:
-    """Files grouped by model (a split's parts together), keyed by the first file's name."""
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        files = model_files(name)
-        groups.setdefault(files[0], files)
-    return groups
+def _models(names: Iterable[str]) -> list[str]:
+    """The models among ``names`` (a split's parts together), each by its first file's name,
+    in order: linear in the names (a repository may list thousands of parts)."""
+    return list(dict.fromkeys(_first_file(name) for name in names))
 
 
 def choose_files(ref: HubRef, repo_files: Sequence[str]) -> list[str]:
     """The file(s) to fetch for ``ref`` from a repository holding ``repo_files``: one model, its
     first file first. HubReferenceError says why none fits, and what the repository has."""
     ggufs = sorted(f for f in repo_files if f.lower().endswith(".gguf"))
-    repo = ref.repo_id
+    repo, listed = ref.repo_id, frozenset(repo_files)
     if ref.filename is not None:
         if not ref.filename.lower().endswith(".gguf"):
             raise HubReferenceError(f"{ref.filename} is not a GGUF file (its name ends otherwise)")
-        if ref.filename not in repo_files:
+        if ref.filename not in listed:
             have = f"its GGUF files are {_listed(ggufs)}" if ggufs else "it has no GGUF files"
             raise HubReferenceError(f"{repo} has no file {ref.filename}; {have}")
-        return _complete(repo, model_files(ref.filename), repo_files)
+        return _complete(repo, model_files(ref.filename), listed)
     if not ggufs:
         raise HubReferenceError(
             f"{repo} has no GGUF files ({_listed(sorted(repo_files)) or 'it is empty'}); "
@@ -199,26 +207,26 @@ def choose_files(ref: HubRef, repo_files: Sequence[str]) -> list[str]:
     hits = [f for f in hits if _as_token(tag, f)] or hits
     groups = _models(hits)
     if len(groups) == 1:
-        return _complete(repo, next(iter(groups.values())), repo_files)
+        return _complete(repo, model_files(groups[0]), listed)
     if len(groups) > 1:
         raise HubReferenceError(
-            f"several models in {repo} match {tag} ({_listed(list(groups))}); name one as "
+            f"several models in {repo} match {tag} ({_listed(groups)}); name one as "
             f"{repo}:FILE.gguf"
         )
     everything = _models(models)
     if ref.quant is None and len(everything) == 1:
-        return _complete(repo, next(iter(everything.values())), repo_files)
+        return _complete(repo, model_files(everything[0]), listed)
     tags = quantizations(models)
     have = (f"its quantizations are {_listed(tags)}" if tags
-            else f"its GGUF files are {_listed(list(everything))}")  # fmt: skip
+            else f"its GGUF files are {_listed(everything)}")  # fmt: skip
     if ref.quant is None:
         raise HubReferenceError(f"{repo} has no {DEFAULT_QUANT} file; {have}: add one as "
                                 f"{repo}:TAG")  # fmt: skip
     raise HubReferenceError(f"{repo} has no {tag} file; {have}")
 
 
-def _complete(repo: str, files: list[str], repo_files: Sequence[str]) -> list[str]:
-    missing = [f for f in files if f not in repo_files]
+def _complete(repo: str, files: list[str], listed: frozenset[str]) -> list[str]:
+    missing = [f for f in files if f not in listed]
     if missing:
         raise HubReferenceError(
             f"{repo} holds only {len(files) - len(missing)} of the {len(files)} parts of "

@@ -3,7 +3,8 @@
 A file rather than the window's QSettings so the command line (``contextlens-cli models``) and
 the window list the same folders without Qt. ``model-folders.json`` in the config folder
 (:func:`app.core.paths.config_dir`): ``{"folders": ["/abs/path", ...]}``. A file that cannot be
-read is the same as none: the list is the person's convenience, never a reason to fail.
+read is the same as none: the list is the person's convenience, never a reason to fail. It is
+read through :mod:`.small_files` (a regular file, capped), as every small file a store holds.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import tempfile
 from pathlib import Path
 
 from app.core import paths
+from app.core.small_files import read_small_text
 
 FILE_NAME = "model-folders.json"
+MAX_FILE_BYTES = 1 << 20  # thousands of folders; a larger file is not one this app wrote
 
 
 def folders_file() -> Path:
@@ -26,8 +29,8 @@ def load_folders(file: Path | None = None) -> list[Path]:
     """The folders added, in the order they were added (none when the file is missing or bad)."""
     file = file or folders_file()
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = json.loads(read_small_text(file, MAX_FILE_BYTES))
+    except (OSError, ValueError, RecursionError):  # a FIFO, /dev/zero, not JSON, 200k "["
         return []
     listed = data.get("folders") if isinstance(data, dict) else None
     if not isinstance(listed, list):

@@ -47,9 +47,11 @@ from app.core.gguf_splits import Group, group_files
 from app.core.model_cards import Card, CardCache
 from app.core.model_walk import find_gguf
 from app.core.ollama_store import OllamaModel, read_store
+from app.core.small_files import read_small_text
 
 OLLAMA_SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")  # Linux installs' service user
 MAX_WATCHED = 256  # folders handed to a file watcher at most
+MAX_POINTER_BYTES = 4096  # a path (LM Studio's pointer) or a revision (refs/main), no more
 _CARDS_FOLDER = "model-cards"
 
 
@@ -202,8 +204,8 @@ def lm_studio_roots(home: Path | None = None, env: Config | None = None,
     home, env, platform = _where(home, env, platform)
     roots: list[Path] = []
     try:
-        pointed = (home / ".lmstudio-home-pointer").read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+        pointed = read_small_text(home / ".lmstudio-home-pointer", MAX_POINTER_BYTES).strip()
+    except OSError:
         pointed = ""
     if pointed:
         roots.append(Path(pointed).expanduser() / "models")
@@ -294,11 +296,8 @@ def places(own_folder: Path | None = None, added: Sequence[Path] = (), *,
 
 
 def _unique(folders: Iterable[Path]) -> list[Path]:
-    out: list[Path] = []
-    for folder in folders:
-        if folder not in out:
-            out.append(folder)
-    return out
+    """Each path once, in the order first given; linear (a walk hands up to 20k folders)."""
+    return list(dict.fromkeys(folders))
 
 
 # ----- what lies in each place -----
@@ -349,8 +348,8 @@ def _hf_snapshots(repo: Path) -> list[Path]:
     except OSError:
         return []
     try:
-        main = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+        main = read_small_text(repo / "refs" / "main", MAX_POINTER_BYTES).strip()
+    except OSError:
         main = ""
     return sorted(revisions, key=lambda p: p.name != main)
 
@@ -488,7 +487,13 @@ def discover(own_folder: Path | None = None, added: Sequence[Path] = (), *,
 def watch_folders(discovery: Discovery, limit: int = MAX_WATCHED) -> list[Path]:
     """The folders a file watcher should watch to see a new model appear: each place that
     exists, then the folders read below them (shallowest first), ``limit`` at most."""
-    roots = [p.folder for p in discovery.places if p.folder.is_dir()]
-    below = sorted((f for f in discovery.folders if f not in roots and f.is_dir()),
+    chosen = _unique(p.folder for p in discovery.places if p.folder.is_dir())[:limit]
+    known = set(chosen)
+    below = sorted(_unique(f for f in discovery.folders if f not in known),
                    key=lambda f: len(f.parts))  # fmt: skip
-    return _unique([*roots, *below])[:limit]
+    for folder in below:  # looked at (a stat each) only until the limit is reached
+        if len(chosen) >= limit:
+            break
+        if folder.is_dir():
+            chosen.append(folder)
+    return chosen

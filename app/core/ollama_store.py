@@ -8,15 +8,25 @@ chat template, its parameters (JSON: stop words, temperature …) and its system
 are shown as Ollama shows them: ``llama3.2:3b`` on its own registry's ``library``,
 ``namespace/model:tag`` for another namespace, ``host/namespace/model:tag`` for another host.
 Nothing here runs Ollama or writes into its store.
+
+Whoever writes the store (Ollama's service account, a shared ``OLLAMA_MODELS``, a model's
+publisher for its layers) may write anything there: every file is read through
+:mod:`.small_files` (regular files only, capped), every folder is listed once (a link back to a
+parent is not followed around) and the listing stops after ``MAX_ENTRIES`` entries, and what
+cannot be read or parsed is one sentence for that manifest, the rest of the list intact.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from app.core.small_files import SmallFileError, read_small_text
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
@@ -27,6 +37,7 @@ SYSTEM_TYPE = "application/vnd.ollama.image.system"
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_TEXT_BYTES = 1 << 20  # a template, a system prompt or parameters beyond this are not kept
 MAX_MANIFESTS = 5_000
+MAX_ENTRIES = 20_000  # entries looked at below manifests/ (folders and files together)
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 
@@ -73,29 +84,74 @@ def read_store(store: Path) -> StoreListing:
     if not manifests.is_dir():
         return listing
     for path, parts in _manifest_files(manifests, listing):
+        notes: list[str] = []
         try:
-            model = _read_manifest(store, path, display_name(*parts))
+            model = _read_manifest(store, path, display_name(*parts), notes)
         except ValueError as exc:
-            listing.problems.append(f"Ollama manifest {path}: {exc}.")
-            continue
+            notes.append(str(exc))
+            model = None
+        except OSError as exc:  # a blob's folder that cannot be looked in
+            notes.append(f"cannot be read ({exc.strerror or exc})")
+            model = None
+        listing.problems += [f"Ollama manifest {path}: {note}." for note in notes]
         if model is not None:
             listing.models.append(model)
     listing.models.sort(key=lambda m: m.name)
     return listing
 
 
+@dataclass
+class _Budget:
+    """The entries a listing may still look at, and the folders it has read (by identity)."""
+
+    entries: int
+    seen: set[tuple[int, int]] = field(default_factory=set)
+
+    def first_visit(self, folder: Path) -> bool:
+        """False for a folder read already (a loop, a second link to it) or one not there."""
+        try:
+            st = folder.stat()
+        except OSError:
+            return False
+        key = (st.st_dev, st.st_ino)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+    def list(self, folder: Path) -> list[Path] | None:
+        """The folder's entries, sorted (none when it cannot be read); None when they would
+        pass the budget (never more than the budget's worth is read)."""
+        try:
+            with os.scandir(folder) as it:  # lazy, unlike iterdir (a whole listdir first)
+                names = [e.name for e in itertools.islice(it, self.entries + 1)]
+        except OSError:
+            return []
+        entries = [folder / name for name in sorted(names)]
+        if len(entries) > self.entries:
+            return None
+        self.entries -= len(entries)
+        return entries
+
+
 def _manifest_files(root: Path, listing: StoreListing) -> list[tuple[Path, tuple[str, ...]]]:
-    """manifests/<host>/<namespace>/<model>/<tag>: four levels exactly, sorted."""
+    """manifests/<host>/<namespace>/<model>/<tag>: four levels exactly, sorted; each folder
+    read once, ``MAX_ENTRIES`` entries looked at in all."""
     found: list[tuple[Path, tuple[str, ...]]] = []
-    level = [(root, ())]
+    budget = _Budget(MAX_ENTRIES)
+    level: list[tuple[Path, tuple[str, ...]]] = [(root, ())]
     for depth in range(4):
         below: list[tuple[Path, tuple[str, ...]]] = []
         for folder, parts in level:
-            listing.folders.append(folder)
-            try:
-                entries = sorted(folder.iterdir())
-            except OSError:
+            if not budget.first_visit(folder):
                 continue
+            listing.folders.append(folder)
+            entries = budget.list(folder)
+            if entries is None:
+                listing.problems.append(
+                    f"Stopped reading the Ollama manifests in {root} after "
+                    f"{MAX_ENTRIES:,} entries.")  # fmt: skip
+                return found
             for entry in entries:
                 if depth < 3 and entry.is_dir():
                     below.append((entry, (*parts, entry.name)))
@@ -105,17 +161,15 @@ def _manifest_files(root: Path, listing: StoreListing) -> list[tuple[Path, tuple
     return found
 
 
-def _read_manifest(store: Path, path: Path, name: str) -> OllamaModel | None:
+def _read_manifest(store: Path, path: Path, name: str, notes: list[str]) -> OllamaModel | None:
     """The model a manifest describes; None when it has no GGUF layer (an embedding of another
-    format, a blob pulled only in part is a ValueError)."""
+    format). A manifest that cannot be used is a ValueError; a layer beside the weights that
+    cannot be read is left out, with a sentence in ``notes``."""
     try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ValueError("the manifest is too large to be one")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot be read ({exc})") from None
-    except json.JSONDecodeError:
-        raise ValueError("is not JSON") from None
+        text = read_small_text(path, MAX_MANIFEST_BYTES)
+    except SmallFileError as exc:
+        raise ValueError(exc.reason) from None
+    data = _json(text)
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):
         raise ValueError("has no list of layers")
@@ -132,27 +186,43 @@ def _read_manifest(store: Path, path: Path, name: str) -> OllamaModel | None:
         return None
     if not model.is_file():
         raise ValueError(f"its model blob {model.name} is missing")
-    params_text = _text(by_type.get(PARAMS_TYPE))
-    return OllamaModel(name, path, model, _text(by_type.get(TEMPLATE_TYPE)),
-                       _parameters(params_text), _text(by_type.get(SYSTEM_TYPE)))  # fmt: skip
+    template = _text(by_type.get(TEMPLATE_TYPE), "template", notes)
+    params = _parameters(_text(by_type.get(PARAMS_TYPE), "parameters", notes), notes)
+    system = _text(by_type.get(SYSTEM_TYPE), "system prompt", notes)
+    return OllamaModel(name, path, model, template, params, system)
 
 
-def _text(blob: Path | None) -> str | None:
+def _json(text: str) -> Any:
+    """The JSON value of ``text``; ValueError when it is not JSON or is nested so deeply that
+    the parser runs out of stack (200 kB of ``[`` raise RecursionError, under the size cap)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("is JSON nested too deeply to read") from None
+    except ValueError:
+        raise ValueError("is not JSON") from None
+
+
+def _text(blob: Path | None, what: str, notes: list[str]) -> str | None:
+    """A layer's text; None, with a sentence in ``notes``, when it cannot be read."""
     if blob is None:
         return None
     try:
-        if blob.stat().st_size > MAX_TEXT_BYTES:
-            return None
-        return blob.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return read_small_text(blob, MAX_TEXT_BYTES)
+    except SmallFileError as exc:
+        notes.append(f"its {what} blob {blob.name} {exc.reason}, so it is listed without "
+                     f"its {what}")  # fmt: skip
         return None
 
 
-def _parameters(text: str | None) -> dict[str, Any] | None:
+def _parameters(text: str | None, notes: list[str]) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
+        value = _json(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        notes.append("its parameters are not a JSON object, so it is listed without them")
         return None
-    return value if isinstance(value, dict) else None
+    return value

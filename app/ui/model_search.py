@@ -22,6 +22,13 @@ log = logging.getLogger(__name__)
 SETTLE_MS = 600  # quiet time after the last change in a watched folder before searching again
 
 
+def _search(own: Path) -> tuple[Discovery, list[Path]]:
+    """On the pool thread: the models, and the folders to watch (a stat each of up to the
+    walk's 20k folders read, too slow for the GUI thread)."""
+    discovery = find_models(own)
+    return discovery, watch_folders(discovery)
+
+
 class ModelSearch(QObject):
     """Searches on :meth:`search`, and by itself when a watched folder changes."""
 
@@ -43,14 +50,15 @@ class ModelSearch(QObject):
         """Look everywhere again; ``found`` answers on the GUI thread."""
         self._asked += 1
         own = self._own  # plain values only reach the pool thread
-        run_for(self, lambda: find_models(own), self._answer, self._asked,
+        run_for(self, lambda: _search(own), self._answer, self._asked,
                 on_error=self._failed)  # fmt: skip
 
-    def _answer(self, generation: int, discovery: Discovery) -> None:
+    def _answer(self, generation: int, answer: tuple[Discovery, list[Path]]) -> None:
         if generation != self._asked:
             return
+        discovery, folders = answer
         self.last = discovery
-        self._watch(watch_folders(discovery))
+        self._watch(folders)
         self.found.emit(discovery)
 
     def _failed(self, message: str) -> None:
