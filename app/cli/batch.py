@@ -32,6 +32,7 @@ from app.cli.common import (
     fail,
     sentence,
     sigint_cancels,
+    warn,
 )
 from app.cli.documents import model_path_or_default, read_document
 from app.cli.engine import (
@@ -151,7 +152,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             watch(session)
             assert session.loaded is not None
             for warning in session.loaded.warnings:
-                print(f"warning: {warning}", file=sys.stderr, flush=True)
+                warn(warning)
             args.concurrency = _in_flight(args.concurrency, session.server)
             return _run(args, spec, paths, session, stop)
     except BadRequest as exc:

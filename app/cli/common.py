@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from app.core.textutil import terminal_safe
 from app.services.errors import BadOption, BadRequest
 
 # A contract: 0 done, 2 bad input, 3 engine crashed, 4 refused (does not fit), 5 the audit found
@@ -37,11 +38,18 @@ def db_path(arg: str | None) -> Path | None:
 
 
 def fail(code: int, message: str, as_json: bool) -> int:
-    """Report an error as one line on stderr (and a JSON line with --json); return the code."""
+    """Report an error as one line on stderr (and a JSON line with --json); return the code.
+    The line's control characters are escaped: it may quote a file's name or its header."""
     if as_json:
         print(json.dumps({"type": "error", "exit_code": code, "message": message}), flush=True)
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    print(f"error: {terminal_safe(message)}", file=sys.stderr, flush=True)
     return code
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, its control characters escaped (a load warning quotes the model's
+    chat template, a server's what the server said)."""
+    print(f"warning: {terminal_safe(message)}", file=sys.stderr, flush=True)
 
 
 def done_record(result: Any) -> dict[str, Any]:

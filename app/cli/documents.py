@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_CONTEXT, EXIT_OK, BadInput, fail
+from app.core.textutil import terminal_safe
 
 
 def read_document(path: str) -> Any:
@@ -108,11 +109,11 @@ def cmd_count(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data))
         return EXIT_OK
-    print(f"{doc.name}: {doc.size:,} bytes, {len(doc.text):,} characters ({doc.format}, "
-          f"{doc.encoding}{', lossy' if doc.lossy else ''})")  # fmt: skip
+    print(f"{terminal_safe(doc.name)}: {doc.size:,} bytes, {len(doc.text):,} characters "
+          f"({doc.format}, {doc.encoding}{', lossy' if doc.lossy else ''})")  # fmt: skip
     if tokens_model is not None and model is not None:
-        print(f"  {tokens_model:>12,} tokens  {model.name} (exact, {t1 - t0:.2f} s; "
-              f"{counter_method(exact)})")  # fmt: skip
+        print(f"  {tokens_model:>12,} tokens  {terminal_safe(model.name)} (exact, "
+              f"{t1 - t0:.2f} s; {counter_method(exact)})")  # fmt: skip
     else:
         print("  no model: pass --model or fetch the default one for exact counts")
     print(f"  {tokens_cl100k:>12,} tokens  cl100k_base (estimate, {t2 - t1:.2f} s)")

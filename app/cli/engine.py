@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.cli.common import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_OK, BadInput, fail
+from app.cli.common import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, EXIT_OK, BadInput, fail, warn
 from app.cli.documents import model_path_or_default
 from app.core.engine.types import DEFAULT_N_CTX
+from app.core.textutil import terminal_safe
 
 if TYPE_CHECKING:
     from app.services.engine_session import EngineSession, ServerSpec
@@ -136,10 +137,10 @@ def cmd_remote_info(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(info.as_dict(), indent=2))
         else:
-            for line in describe(info):
-                print(line)
+            for line in describe(info):  # what the server said, control characters escaped
+                print(terminal_safe(line))
             for warning in info.warnings:
-                print(f"warning: {warning}", file=sys.stderr)
+                warn(warning)
     return EXIT_OK
 
 

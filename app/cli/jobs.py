@@ -35,6 +35,7 @@ from app.cli.common import (
     load_settings,
     sentence,
     sigint_cancels,
+    warn,
 )
 from app.cli.documents import model_path_or_default, read_document
 from app.cli.engine import (
@@ -111,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             for warning in session.loaded.warnings:  # past the training context, a template
                 if args.json:
                     print(json.dumps({"type": "warning", "message": warning}), flush=True)
-                print(f"warning: {warning}", file=sys.stderr, flush=True)
+                warn(warning)
             if session.server is not None and args.json:
                 print(json.dumps({"type": "server", **session.server.as_dict()}), flush=True)
             # the Document, with its structure: the chunks `plan` shows are the ones that run

@@ -31,6 +31,7 @@ from app.cli.common import (
     fail,
     load_settings,
     sigint_cancels,
+    warn,
 )
 from app.cli.documents import add_commands
 from app.cli.engine import add_commands as add_remote_commands
@@ -42,6 +43,7 @@ from app.cli.sampling import add_sampling_options, sampling_from_args
 from app.cli.snapshots import add_commands as add_snapshot_commands
 from app.core import config
 from app.core.engine.types import DEFAULT_N_CTX
+from app.core.textutil import terminal_safe
 
 GENERATE_N_CTX = DEFAULT_N_CTX  # the local engine's context for `generate` without --n-ctx
 
@@ -162,8 +164,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("memory", fit.sentence()),
         ("", _breakdown(fit)),
     ]
-    for key, value in rows:
-        print(f"{key:>18}{':' if key else ' '} {value if value is not None else '-'}")
+    for key, value in rows:  # the header's words and the file's name, control characters escaped
+        shown = terminal_safe(str(value if value is not None else "-"))
+        print(f"{key:>18}{':' if key else ' '} {shown}")
     return EXIT_OK
 
 
@@ -237,7 +240,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 warnings = loaded.warnings  # a context past the training one, no GPU offload
                 has_template = bool(host.model_info and host.model_info.has_chat_template)
             for warning in warnings:
-                print(f"warning: {warning}", file=sys.stderr, flush=True)
+                warn(warning)
             if cancelled.is_set():
                 return fail(EXIT_CANCELLED, "cancelled", args.json)
             if not args.raw and has_template:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_OK, fail
+from app.core.textutil import terminal_safe
 
 JSON_HELP = """\
 --json prints one JSON list, an object per model:
@@ -47,22 +48,28 @@ def _describe(model: Any) -> str:
     return " · ".join(p for p in parts if p)
 
 
+def _say(line: str) -> None:
+    """One line of the listing: names, paths and header fields are someone else's words, so
+    their control characters are escaped (a model's architecture set the terminal's title)."""
+    print(terminal_safe(line))
+
+
 def _print_text(found: Any) -> None:
     groups = found.by_source()
     if not groups:
-        print("No GGUF models found. Looked in:")
+        _say("No GGUF models found. Looked in:")
         for place in found.places:
             there = "" if place.folder.is_dir() else " (not there)"
-            print(f"  {place.source}: {place.folder}{there}")
+            _say(f"  {place.source}: {place.folder}{there}")
         return
     for source, models in groups.items():
-        print(f"{source} ({len(models)})")
+        _say(f"{source} ({len(models)})")
         for model in models:
-            print(f"  {model.name}")
-            print(f"      {_describe(model)}")
-            print(f"      {model.path}")
+            _say(f"  {model.name}")
+            _say(f"      {_describe(model)}")
+            _say(f"      {model.path}")
             if model.also_named:
-                print(f"      also named {', '.join(model.also_named)}")
+                _say(f"      also named {', '.join(model.also_named)}")
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -78,7 +85,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     else:
         _print_text(found)
     for problem in found.problems:
-        print(problem.sentence, file=sys.stderr)
+        print(terminal_safe(problem.sentence), file=sys.stderr)
     return EXIT_OK
 
 

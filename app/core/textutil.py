@@ -8,6 +8,11 @@ A message that quotes what someone else wrote (a template's ``raise_exception``,
 error, a document's) is as long as they made it: 40 million characters reached the load warnings,
 and a word-wrapped label given a million kept the window busy 56 s. :func:`clip_message` bounds
 one before it is passed on.
+
+A terminal acts on the control characters it is sent: a model's architecture of
+``llama\x1b]0;TITLE\x07\x1b[2J`` set the terminal's title and cleared it when the command line
+printed it. :func:`terminal_safe` writes them as escapes before anything a file or a server said
+reaches the terminal.
 """
 
 from __future__ import annotations
@@ -38,3 +43,24 @@ def clip_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit].rstrip()}… ({len(text) - limit:,} more characters)"
+
+
+# C0 controls, DEL and C1 controls (ESC, BEL, CSI, newlines: a terminal acts on them), the
+# bidirectional overrides and isolates, which reorder what follows them on the screen, and lone
+# surrogates (a file name's undecodable bytes, which would reach the terminal raw or not at all).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as a terminal shows it without acting on it: every control character written as
+    its escape (``\\x1b``, ``\\n``, ``\\u202e``); the same object when there is none."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")

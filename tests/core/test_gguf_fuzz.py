@@ -25,7 +25,15 @@ from hypothesis import strategies as st
 
 from app.core.default_model import default_model_path
 from app.core.engine import host as host_module
-from app.core.engine.gguf import GGUFError, GGUFFile, inspect_model, read_gguf
+from app.core.engine.gguf import (
+    CheckedFile,
+    CheckedModel,
+    FileIdentity,
+    GGUFError,
+    GGUFFile,
+    inspect_model,
+    read_gguf,
+)
 from app.core.engine.host import EngineHost
 from app.core.engine.types import (
     EngineCrashedError,
@@ -260,7 +268,11 @@ def test_a_file_that_kills_llama_cpp_is_reported_clearly(
     path = folder / "aborts.gguf"
     _base(case, request).image(case).write(path)
     card = inspect_model(model_path)
-    monkeypatch.setattr(host_module, "inspect_model", lambda _path: card)  # a validator gap
+
+    def gap(given: Path) -> CheckedModel:  # a validator gap: the file passes as it is
+        return CheckedModel(card, (CheckedFile(str(given), FileIdentity.of(given.stat())),))
+
+    monkeypatch.setattr(host_module, "check_parts", gap)
     with EngineHost() as h:
         try:
             with pytest.raises(EngineCrashedError) as err:

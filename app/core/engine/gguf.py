@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from gguf.constants import GGMLQuantizationType, LlamaFileType
@@ -26,8 +27,10 @@ from app.core.engine.gguf_reader import (
     MAX_TEMPLATE_BYTES,
     MAX_TEMPLATES_BYTES,
     MAX_TENSOR_COUNT,
+    MAX_VOCAB,
     TEMPLATE_KEY,
     ArrayValue,
+    FileIdentity,
     GGUFError,
     GGUFFile,
     SkippedString,
@@ -42,14 +45,20 @@ __all__ = [
     "KV_CELL_PAD",
     "MAX_ARRAY_ITEMS",
     "MAX_HEADER_MEMORY",
+    "MAX_HEAD_DIM",
     "MAX_KV_COUNT",
     "MAX_LAYERS",
+    "MAX_SPLIT_COUNT",
     "MAX_TEMPLATES_BYTES",
     "MAX_TEMPLATE_BYTES",
     "MAX_TENSOR_COUNT",
+    "MAX_WIDTH",
     "SWA_ARCHITECTURES",
     "TEMPLATE_KEY",
     "ArrayValue",
+    "CheckedFile",
+    "CheckedModel",
+    "FileIdentity",
     "GGUFError",
     "GGUFFile",
     "ModelInfo",
@@ -57,6 +66,7 @@ __all__ = [
     "TensorInfo",
     "adds_space_prefix",
     "base_model_reason",
+    "check_parts",
     "inspect_model",
     "model_info",
     "read_gguf",
@@ -109,6 +119,11 @@ SWA_ARCHITECTURES: dict[str, tuple[int, bool, int | None, str]] = {
     "dflash": (0, False, None, "standard"),
 }
 KV_CELL_PAD = 256  # llama.cpp allocates KV cells in multiples of this (GGML_PAD in llama_context)
+# Bounds of the sizes the memory estimate multiplies, far above any real model's (an embedding
+# of 16,384 and a feed-forward layer of 53,248 in Llama 3.1 405B; heads of 576 in DeepSeek's).
+MAX_WIDTH = 1 << 20
+MAX_HEAD_DIM = 1 << 16
+MAX_SPLIT_COUNT = 65535  # llama.cpp reads split.count as a uint16
 BASE_MODEL_NOTE = "base model: replies continue the text; instructions may be ignored"
 _BASE_WORD = re.compile(r"(?<![a-z0-9])base(?![a-z0-9])", re.IGNORECASE)
 _TUNED_WORD = re.compile(
@@ -319,6 +334,19 @@ def _arch_count(gf: GGUFFile, suffix: str, limit: int, bounds: str) -> int | Non
     return n
 
 
+def _arch_size(gf: GGUFFile, suffix: str, limit: int, what: str) -> int | None:
+    """``<arch>.<suffix>``, a size the memory estimate multiplies, from 1 to ``limit``; None when
+    absent or not an integer (the estimate then assumes a default)."""
+    value = gf.arch_value(suffix)
+    if _int_or_none(value) is None:
+        return None
+    return _arch_count(gf, suffix, limit, f"{what} is 1 to {limit:,} in a real model")
+
+
+def _head_size(gf: GGUFFile, suffix: str) -> int | None:
+    return _arch_size(gf, suffix, MAX_HEAD_DIM, "a head size")
+
+
 def _layer_count(gf: GGUFFile) -> int | None:
     return _arch_count(gf, "block_count", MAX_LAYERS, f"a model has 1 to {MAX_LAYERS} layers")
 
@@ -362,7 +390,8 @@ def _attention(gf: GGUFFile, n_layers: int | None) -> dict[str, Any]:
     arch = gf.architecture
     key = f"{arch}.attention.sliding_window"
     window = gf.get(key)
-    if window is not None and _int_or_none(window) is None:
+    if window is not None and (_int_or_none(window) is None
+                               or not 0 <= window <= MAX_CONTEXT_LENGTH):  # fmt: skip
         raise GGUFError(f"{key} is {window!r}, not a number of tokens")
     rule = SWA_ARCHITECTURES.get(arch)
     if rule is None:
@@ -397,8 +426,8 @@ def _attention(gf: GGUFFile, n_layers: int | None) -> dict[str, Any]:
         "sliding_window": window,
         "swa_layers": layers,
         "swa_type": kind,
-        "head_dim_k_swa": _int_or_none(gf.arch_value("attention.key_length_swa")),
-        "head_dim_v_swa": _int_or_none(gf.arch_value("attention.value_length_swa")),
+        "head_dim_k_swa": _head_size(gf, "attention.key_length_swa"),
+        "head_dim_v_swa": _head_size(gf, "attention.value_length_swa"),
     }
 
 
@@ -427,25 +456,30 @@ def base_model_reason(metadata: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _ff_width(value: Any, n_layers: int | None) -> int | None:
-    """The widest feed-forward layer (some models give one width per layer)."""
-    if isinstance(value, ArrayValue):
-        widths = [w for w in (value.items or ())[: n_layers or None] if isinstance(w, int)]
-        return max(widths) if widths else None
-    return _int_or_none(value)
+def _ff_width(gf: GGUFFile, n_layers: int | None) -> int | None:
+    """The widest feed-forward layer (some models give one width per layer; 0: a layer without
+    one), each width bounded before the estimate multiplies it."""
+    key = f"{gf.architecture}.feed_forward_length"
+    value = gf.get(key)
+    items = (value.items or ())[: n_layers or None] if isinstance(value, ArrayValue) else (value,)
+    widths = [w for w in items if _int_or_none(w) is not None]
+    for w in widths:
+        if not 0 <= w <= MAX_WIDTH:
+            raise GGUFError(f"{key} holds {w!r}; a feed-forward width is 0 to {MAX_WIDTH:,}")
+    return max(widths) if widths else None
 
 
 def model_info(gf: GGUFFile) -> ModelInfo:
     """Derive the model card from a checked header; implausible values raise GGUFError."""
     n_layers = _layer_count(gf)
-    n_embd = _int_or_none(gf.arch_value("embedding_length"))
+    n_embd = _arch_size(gf, "embedding_length", MAX_WIDTH, "an embedding width")
     n_head_raw = gf.arch_value("attention.head_count")
     n_head_kv_raw = gf.arch_value("attention.head_count_kv", n_head_raw)
     heads = _per_layer(gf, "attention.head_count", n_head_raw, n_layers)
     kv_heads = _per_layer(gf, "attention.head_count_kv", n_head_kv_raw, n_layers)
     n_head = max(heads) if heads else None
-    head_k = _int_or_none(gf.arch_value("attention.key_length"))
-    head_v = _int_or_none(gf.arch_value("attention.value_length"))
+    head_k = _head_size(gf, "attention.key_length")
+    head_v = _head_size(gf, "attention.value_length")
     if head_k is None and n_embd and n_head:
         head_k = n_embd // n_head
     if head_v is None:
@@ -454,7 +488,7 @@ def model_info(gf: GGUFFile) -> ModelInfo:
     tokens = gf.get("tokenizer.ggml.tokens")
     vocab = tokens.count if isinstance(tokens, ArrayValue) else None
     if vocab is None:
-        vocab = _int_or_none(gf.arch_value("vocab_size"))
+        vocab = _arch_size(gf, "vocab_size", MAX_VOCAB, "a vocabulary size")
     template = gf.get("tokenizer.chat_template")
     name = gf.get("general.name")
     return ModelInfo(
@@ -481,8 +515,8 @@ def model_info(gf: GGUFFile) -> ModelInfo:
         n_tensors=len(gf.tensors),
         kv_heads_per_layer=kv_heads,
         base_model_reason=base_model_reason(gf.metadata),
-        tensor_bytes=max(0, gf.file_size - gf.data_offset) if gf.tensors else 0,
-        n_ff=_ff_width(gf.arch_value("feed_forward_length"), n_layers),
+        tensor_bytes=_tensor_bytes(gf),
+        n_ff=_ff_width(gf, n_layers),
         **_attention(gf, n_layers),
     )
 
@@ -490,3 +524,97 @@ def model_info(gf: GGUFFile) -> ModelInfo:
 def inspect_model(path: str | os.PathLike[str]) -> ModelInfo:
     """Check a GGUF file and return its model card; raise GGUFError with one clear sentence."""
     return model_info(read_gguf(path))
+
+
+def _tensor_bytes(gf: GGUFFile) -> int:
+    return max(0, gf.file_size - gf.data_offset) if gf.tensors else 0
+
+
+@dataclass(frozen=True)
+class CheckedFile:
+    """One file llama.cpp will open for a model, as it was when its header passed the checks."""
+
+    path: str  # absolute, links not resolved: llama.cpp finds a split's parts by their names
+    identity: FileIdentity
+
+
+@dataclass(frozen=True)
+class CheckedModel:
+    """A model's card (its size and weights summed over a split's parts) and every file that
+    llama.cpp will open for it, in the order it opens them."""
+
+    info: ModelInfo
+    files: tuple[CheckedFile, ...]
+
+
+def check_parts(path: str | os.PathLike[str]) -> CheckedModel:
+    """Check every file llama.cpp opens for ``path``: the model's header and, for a split model,
+    each other part's header too (llama.cpp's own parser reads them all), before any of them
+    reaches it; raise GGUFError with one clear sentence otherwise."""
+    first = Path(os.path.abspath(path))
+    gf = read_gguf(first)
+    info = model_info(gf)
+    names = _part_paths(first, gf)
+    parts = [gf]
+    for number, name in enumerate(names[1:], start=2):
+        parts.append(_read_part(name, number, len(names)))
+    files = tuple(CheckedFile(str(n), _identity(p)) for n, p in zip(names, parts, strict=True))
+    if len(parts) > 1:
+        info = replace(
+            info,
+            file_size=sum(p.file_size for p in parts),
+            parameters=sum(t.n_elements for p in parts for t in p.tensors),
+            n_tensors=sum(len(p.tensors) for p in parts),
+            tensor_bytes=sum(_tensor_bytes(p) for p in parts),
+        )
+    return CheckedModel(info, files)
+
+
+def _identity(gf: GGUFFile) -> FileIdentity:
+    assert gf.identity is not None  # read_gguf sets it
+    return gf.identity
+
+
+def _split_count(gf: GGUFFile) -> int:
+    """How many files the model is split into, as llama.cpp reads ``split.count`` (1: whole)."""
+    value = gf.get("split.count")
+    if value is None:
+        return 1
+    if _int_or_none(value) is None or not 0 <= value <= MAX_SPLIT_COUNT:
+        raise GGUFError(f"split.count is {value!r}; a split model has 2 to {MAX_SPLIT_COUNT:,} "
+                        "parts")  # fmt: skip
+    return max(1, value)
+
+
+def _part_paths(first: Path, gf: GGUFFile) -> list[Path]:
+    """The files llama.cpp opens for the model whose first file is ``first``: the parts of a
+    split are named as llama_split_path names them, beside the first."""
+    count = _split_count(gf)
+    if count == 1:
+        return [first]
+    number = gf.get("split.no")
+    if number != 0:
+        shown = f"part {number + 1}" if _int_or_none(number) is not None else f"split.no {number!r}"
+        raise GGUFError(f"{first.name} is {shown} of a model split into {count:,} files; "
+                        "load its first part")  # fmt: skip
+    suffix = f"-00001-of-{count:05d}.gguf"
+    if not first.name.endswith(suffix):
+        raise GGUFError(f"{first.name} is the first of {count:,} parts, but its name does not "
+                        f"end in {suffix}, so llama.cpp cannot find the others")  # fmt: skip
+    prefix = str(first)[: -len(suffix)]
+    return [Path(f"{prefix}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def _read_part(path: Path, number: int, count: int) -> GGUFFile:
+    """Part ``number`` (from 1) of a split, checked as llama.cpp reads it: a header the reader
+    accepts, and ``split.no`` a uint16 naming this part (llama.cpp asserts that type)."""
+    where = f"part {number} of {count:,} ({path.name})"
+    try:
+        gf = read_gguf(path)
+    except GGUFError as exc:
+        raise GGUFError(f"{where}: {exc}") from None
+    kind, value = gf.value_type("split.no"), gf.get("split.no")
+    if kind != "uint16" or value != number - 1:
+        said = f"{value!r} as {kind}" if kind else "absent"
+        raise GGUFError(f"{where} does not say it is that part (its split.no is {said})")
+    return gf

@@ -101,6 +101,22 @@ class GGUFError(ValueError):
 
 
 @dataclass(frozen=True)
+class FileIdentity:
+    """Which file a path named when it was read: another file put in its place, or this one
+    written to, differs in one of these (the change time cannot be set back by its owner)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
 class ArrayValue:
     """A metadata array: its element type and length; items only when small or asked for."""
 
@@ -145,12 +161,21 @@ class GGUFFile:
     alignment: int
     data_offset: int
     _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # The file this header was read from, as its descriptor said before and after the read.
+    identity: FileIdentity | None = field(default=None, repr=False, compare=False)
+    # Each metadata key's value type code (llama.cpp asserts the type of some keys it reads).
+    types: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
 
     def arch_value(self, suffix: str, default: Any = None) -> Any:
         return self.metadata.get(f"{self.architecture}.{suffix}", default)
+
+    def value_type(self, key: str) -> str | None:
+        """The GGUF type of ``key``'s value ("uint16", "array" ...); None when absent."""
+        code = self.types.get(key)
+        return None if code is None else _type_name(code)
 
     @property
     def architecture(self) -> str:
@@ -380,13 +405,16 @@ def read_gguf(path: str | os.PathLike[str], *, keep_arrays: Collection[str] = ()
         raise GGUFError(f"cannot open {p}: {exc.strerror or exc}") from None
     with fh:
         try:
-            size = os.fstat(fh.fileno()).st_size
-            return _parse(p, _Reader(fh, size), set(keep_arrays))
+            before = FileIdentity.of(os.fstat(fh.fileno()))
+            gf = _parse(p, _Reader(fh, before.size), set(keep_arrays), before)
+            if FileIdentity.of(os.fstat(fh.fileno())) != before:
+                raise GGUFError(f"{p.name} changed while its header was read; try again")
+            return gf
         except OSError as exc:
             raise GGUFError(f"cannot read {p}: {exc.strerror or exc}") from None
 
 
-def _parse(path: Path, r: _Reader, keep_arrays: set[str]) -> GGUFFile:
+def _parse(path: Path, r: _Reader, keep_arrays: set[str], identity: FileIdentity) -> GGUFFile:
     if r.size < 4:
         raise GGUFError(f"not a GGUF file: it is only {r.size} bytes long")
     magic = r.bytes(4, "the magic number")
@@ -409,6 +437,7 @@ def _parse(path: Path, r: _Reader, keep_arrays: set[str]) -> GGUFFile:
         raise GGUFError(f"header claims {n_tensors:,} tensors, more than the file can hold")
 
     metadata: dict[str, Any] = {}
+    types: dict[str, int] = {}
     for i in range(n_kv):
         key = r.string(f"metadata key {i}", cap=MAX_KEY_BYTES)
         if not key:
@@ -416,6 +445,8 @@ def _parse(path: Path, r: _Reader, keep_arrays: set[str]) -> GGUFFile:
         if key in metadata:
             raise GGUFError(f"metadata key {key!r} appears twice")
         vtype = r.u32(f"the type of {key!r}")
+        r.hold(NUMBER_OVERHEAD, f"the type of {key!r}")
+        types[key] = vtype
         metadata[key] = _read_value(r, vtype, key, key in keep_arrays)
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -460,7 +491,8 @@ def _parse(path: Path, r: _Reader, keep_arrays: set[str]) -> GGUFFile:
             f"file has {r.size:,}"
         )
     _check_tensor_layout(tensors, data_offset, r.size)
-    return GGUFFile(path, r.size, version, metadata, tuple(tensors), alignment, data_offset)
+    return GGUFFile(path, r.size, version, metadata, tuple(tensors), alignment, data_offset,
+                    identity=identity, types=types)  # fmt: skip
 
 
 def _check_tensor_layout(tensors: list[TensorInfo], data_offset: int, file_size: int) -> None:

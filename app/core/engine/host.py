@@ -3,7 +3,8 @@
 A native crash inside llama.cpp (a failed GGML_ASSERT, a segfault, an illegal instruction, the
 kernel's OOM killer) kills only the child. The parent notices on its next read, raises
 :class:`EngineCrashedError` naming the signal and what to do, and the next :meth:`EngineHost.load`
-starts a fresh child. The GGUF header is checked here, in the parent, before the child sees it.
+starts a fresh child. The GGUF header is checked here, in the parent, before the child sees it:
+every part of a split model, and the child loads the very files checked (model_files.py).
 
 One request is in flight at a time (the llama context is not thread-safe); :meth:`cancel` is the
 one method that may be called from any thread, and it reaches the child through a shared flag. A
@@ -30,7 +31,7 @@ from typing import Any
 from app.core.child_process import child_env, module_command
 from app.core.engine import scratch
 from app.core.engine.chat_template import ChatTemplateError
-from app.core.engine.gguf import GGUFError, ModelInfo, inspect_model
+from app.core.engine.gguf import GGUFError, ModelInfo, check_parts
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.threads import GOMP_SPINCOUNT
 from app.core.engine.types import (
@@ -339,13 +340,15 @@ class EngineHost:
     def load(
         self, path: str | os.PathLike[str], settings: LoadSettings | None = None
     ) -> LoadedModel:
-        """Check the GGUF header here, then load it in the child (starting one if needed)."""
+        """Check the GGUF header of every file of the model here, then load it in the child
+        (starting one if needed), which gives llama.cpp those files or none (model_files.py)."""
         settings = settings or LoadSettings()
         settings.validate()
         try:
-            info = inspect_model(path)
+            checked = check_parts(path)
         except GGUFError as exc:
             raise ModelLoadError(f"cannot load {Path(path).name}: {exc}") from None
+        info = checked.info
         memory_preflight(info, settings)  # InsufficientMemoryError before anything is allocated
         with self._lock:
             if not self.alive:
@@ -360,7 +363,8 @@ class EngineHost:
             # is killed if llama.cpp does not finish soon.
             loaded = self._call("load", f"loading {Path(path).name}",
                                 cancel_grace=LOAD_CANCEL_GRACE_S,
-                                path=str(Path(path).resolve()), settings=settings)  # fmt: skip
+                                path=str(Path(path).resolve()), settings=settings,
+                                files=checked.files)  # fmt: skip
             self.model, self.model_info = loaded, info
             return loaded
 

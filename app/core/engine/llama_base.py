@@ -30,6 +30,7 @@ from app.core.engine.decoding import (
     decode_batch,
 )
 from app.core.engine.ipc import SharedFlag
+from app.core.engine.model_files import HeldFiles
 from app.core.engine.schedule import PROMPT_SLICE, slices
 from app.core.engine.template_check import SandboxedTemplateCheck
 from app.core.engine.threads import Change, CpuMeter
@@ -71,6 +72,7 @@ class LlamaBase:
         self.llm: Any = None
         self.vocab_model: Any = None  # a vocabulary-only model (load_vocab), for counting
         self.tokenizer_path = ""  # the GGUF the tokenizer comes from (model or vocabulary)
+        self.held: HeldFiles | None = None  # the loaded model's checked files (model_files.py)
         self.continuation_model: Any = None  # the vocabulary without its space prefix, or None
         self.space_prefix: bool | None = None  # whether the vocabulary adds one (None: unread)
         self.settings: LoadSettings | None = None
@@ -260,6 +262,9 @@ class LlamaBase:
         if self.continuation_model is not None:
             self.continuation_model.close()
             self.continuation_model = None
+        if self.held is not None:
+            self.held.close()
+            self.held = None
         self.tokenizer_path, self.space_prefix = "", None
         self.tokens = []
         self.settings = None

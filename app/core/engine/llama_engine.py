@@ -14,15 +14,17 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
 
 from app.core.engine.decoding import DecodeCancelled, ThreadPilot
 from app.core.engine.generation import Generation
-from app.core.engine.gguf import BASE_MODEL_NOTE, base_model_reason
+from app.core.engine.gguf import BASE_MODEL_NOTE, CheckedFile, base_model_reason
 from app.core.engine.kv_alloc import parse_buffer_log, parse_kv_log
 from app.core.engine.llama_base import plain_reason
+from app.core.engine.model_files import hold_checked
 from app.core.engine.schedule import llama_kwargs, slice_tokens
 from app.core.engine.template_check import template_problem
 from app.core.engine.threads import ThreadGovernor
@@ -56,10 +58,26 @@ class LlamaEngine(Vocabulary, Generation):
     def capabilities(self) -> EngineCapabilities:
         return build_capabilities(self._lc)
 
-    def load(self, path: str, settings: LoadSettings) -> LoadedModel:
+    def load(
+        self, path: str, settings: LoadSettings, files: Sequence[CheckedFile] = ()
+    ) -> LoadedModel:
+        """Load ``path``; with ``files`` (what the parent checked: see model_files.py), llama.cpp
+        gets those very files or nothing."""
         settings.validate()
         self.unload()
-        self.tokenizer_path = path
+        opened = path
+        if files:
+            self.held = hold_checked(files, Path(self._cancel.path).parent / "model")
+            opened = self.held.path
+        try:
+            return self._load(path, opened, settings)
+        except BaseException:
+            self.unload()
+            raise
+
+    def _load(self, path: str, opened: str, settings: LoadSettings) -> LoadedModel:
+        """Load the model at ``opened`` (``path``, or the link to its checked file)."""
+        self.tokenizer_path = opened
         lc = self._lc
         warnings: list[str] = []
         offload = bool(lc.llama_supports_gpu_offload())
@@ -78,7 +96,7 @@ class LlamaEngine(Vocabulary, Generation):
             from llama_cpp import Llama  # noqa: PLC0415 (llama.cpp: engine process only)
 
             self._loading = True
-            self.llm = Llama(**llama_kwargs(path, settings, n_gpu_layers))
+            self.llm = Llama(**llama_kwargs(opened, settings, n_gpu_layers))
         except CancelledError:  # while the chat templates were checked
             self.llm = None
             raise CancelledError("loading cancelled") from None
