@@ -464,10 +464,12 @@ def _discard(places: list[_Place]) -> None:
 
 
 def _check_gguf(paths: list[Path], places: list[_Place], ref: HubRef) -> None:
-    from app.core.engine.gguf import GGUFError, inspect_model  # noqa: PLC0415
+    """Every file of the model is a GGUF ContextLens can read (each part of a split), or they
+    are all removed."""
+    from app.core.engine.gguf import GGUFError, check_parts  # noqa: PLC0415
 
     try:
-        inspect_model(paths[0])
+        check_parts(paths[0])
     except (GGUFError, OSError, ValueError) as exc:
         _discard(places)
         reason = str(exc).rstrip(".") or type(exc).__name__

@@ -132,3 +132,18 @@ def test_the_hub_is_asked_about_a_file_once(hub, tmp_path: Path, into_folder: bo
     path = fetch_hub_model(f"{REPO}:Q4_K_M", tmp_path / "models" if into_folder else None)
     heads = [r for r in state.log if r.method == "HEAD" and r.path.endswith("/" + Q4KM)]
     assert len(heads) == 1 and path.read_bytes() == state.repos[REPO][Q4KM]
+
+
+def test_a_split_whose_second_part_is_hostile_is_removed_whole(hub, tmp_path: Path) -> None:
+    """Only the first part was checked: a second part claiming a 1 TiB key reached the model
+    folder as a model, for llama.cpp's own parser to read."""
+    from tests.core import gguf_cases as gc  # noqa: PLC0415
+
+    state, _ = hub
+    files = state.repos["test-org/split-GGUF"]
+    second = sorted(n for n in files if n.endswith(".gguf"))[1]
+    files[second] = gc.header(0, 1) + gc.u64(1 << 40) + b"split.no"
+    folder = tmp_path / "models"
+    with pytest.raises(ModelFetchError, match=r"part 2 of 2 .* it was removed"):
+        fetch_hub_model("test-org/split-GGUF:Q8_0", folder)
+    assert not [p for p in folder.rglob("*.gguf")]
