@@ -229,12 +229,15 @@ def test_abandoning_the_stream_cancels_and_keeps_the_engine_usable(engine: Engin
     assert engine.detokenize(engine.tokenize("ok")) == "ok"
 
 
-def test_kv_state_save_and_restore_resumes_without_re_evaluation(engine: EngineHost) -> None:
+def test_kv_state_save_and_restore_resumes_without_re_evaluation(
+    engine: EngineHost, model_path: Path
+) -> None:
     engine.reset()
     tokens = chat_tokens(engine, "Describe a library in two sentences.")
     engine.evaluate(tokens)
     state = engine.save_state()
     assert state.tokens == tuple(tokens)
+    assert state.model_path == str(model_path.resolve())  # the model's, not llama.cpp's link
     assert len(state.data) == engine.kv_usage().state_bytes
     ref_deltas, reference = collect(engine, tokens, max_tokens=16)
 

@@ -77,7 +77,7 @@ class KVStateIO(LlamaBase):
             data=data,
             n_ctx=llm.n_ctx(),
             kv_cache_type=self.settings.kv_cache_type,
-            model_path=llm.model_path,
+            model_path=self.model_path or llm.model_path,
         )
 
     def restore_state(self, state: KVState, path: str | None = None) -> int:

@@ -72,6 +72,7 @@ class LlamaBase:
         self.llm: Any = None
         self.vocab_model: Any = None  # a vocabulary-only model (load_vocab), for counting
         self.tokenizer_path = ""  # the GGUF the tokenizer comes from (model or vocabulary)
+        self.model_path = ""  # the model's path as the parent named it (llama.cpp may open a link)
         self.held: HeldFiles | None = None  # the loaded model's checked files (model_files.py)
         self.continuation_model: Any = None  # the vocabulary without its space prefix, or None
         self.space_prefix: bool | None = None  # whether the vocabulary adds one (None: unread)
@@ -265,7 +266,7 @@ class LlamaBase:
         if self.held is not None:
             self.held.close()
             self.held = None
-        self.tokenizer_path, self.space_prefix = "", None
+        self.tokenizer_path, self.model_path, self.space_prefix = "", "", None
         self.tokens = []
         self.settings = None
         self._pilot = None

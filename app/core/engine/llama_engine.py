@@ -65,7 +65,7 @@ class LlamaEngine(Vocabulary, Generation):
         gets those very files or nothing."""
         settings.validate()
         self.unload()
-        opened = path
+        self.model_path = opened = path
         if files:
             self.held = hold_checked(files, Path(self._cancel.path).parent / "model")
             opened = self.held.path
