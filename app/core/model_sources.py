@@ -45,7 +45,7 @@ from app.core.config import Config
 from app.core.engine.gguf import GGUFError
 from app.core.gguf_splits import Group, group_files
 from app.core.model_cards import Card, CardCache
-from app.core.model_walk import find_gguf
+from app.core.model_walk import StopCheck, check_stop, find_gguf
 from app.core.ollama_store import OllamaModel, read_store
 from app.core.small_files import read_small_text
 
@@ -326,8 +326,8 @@ def _relative_name(root: Path, path: Path, source: Source) -> str:
     return rel
 
 
-def _walk_place(place: Place, found: _Found) -> None:
-    walk = find_gguf(place.folder, place.depth)
+def _walk_place(place: Place, found: _Found, stop: StopCheck) -> None:
+    walk = find_gguf(place.folder, place.depth, stop=stop)
     found.folders += walk.folders
     found.problems += [Problem(place.source, place.folder, s) for s in walk.problems]
     for _folder, files in walk.files:
@@ -354,7 +354,7 @@ def _hf_snapshots(repo: Path) -> list[Path]:
     return sorted(revisions, key=lambda p: p.name != main)
 
 
-def _walk_hf_cache(place: Place, found: _Found) -> None:
+def _walk_hf_cache(place: Place, found: _Found, stop: StopCheck) -> None:
     try:
         repos = sorted(p for p in place.folder.iterdir() if p.name.startswith("models--"))
     except OSError:
@@ -363,7 +363,7 @@ def _walk_hf_cache(place: Place, found: _Found) -> None:
     for repo in repos:
         found.folders.append(repo / "snapshots")  # where a new revision lands
         for snapshot in _hf_snapshots(repo):
-            walk = find_gguf(snapshot, 3)
+            walk = find_gguf(snapshot, 3, stop=stop)
             found.folders += walk.folders
             for _folder, files in walk.files:
                 for group in group_files(files):
@@ -373,8 +373,8 @@ def _walk_hf_cache(place: Place, found: _Found) -> None:
                                                        place.folder))  # fmt: skip
 
 
-def _walk_ollama(place: Place, found: _Found) -> None:
-    listing = read_store(place.folder)
+def _walk_ollama(place: Place, found: _Found, stop: StopCheck) -> None:
+    listing = read_store(place.folder, stop)
     found.folders += listing.folders
     found.problems += [Problem(Source.OLLAMA, place.folder, s) for s in listing.problems]
     for model in listing.models:
@@ -382,17 +382,18 @@ def _walk_ollama(place: Place, found: _Found) -> None:
                                            place.folder, model))  # fmt: skip
 
 
-def _look(place_list: Sequence[Place]) -> _Found:
+def _look(place_list: Sequence[Place], stop: StopCheck) -> _Found:
     found = _Found()
     for place in place_list:
+        check_stop(stop)
         if not place.folder.is_dir():
             continue
         if place.source is Source.OLLAMA:
-            _walk_ollama(place, found)
+            _walk_ollama(place, found, stop)
         elif place.source is Source.HF_CACHE:
-            _walk_hf_cache(place, found)
+            _walk_hf_cache(place, found, stop)
         else:
-            _walk_place(place, found)
+            _walk_place(place, found, stop)
     return found
 
 
@@ -458,15 +459,17 @@ def default_cards() -> CardCache:
 
 def discover(own_folder: Path | None = None, added: Sequence[Path] = (), *,
              home: Path | None = None, env: Config | None = None, platform: str | None = None,
-             cards: CardCache | None = None) -> Discovery:  # fmt: skip
-    """Every GGUF model in the places of :func:`places`, each real file once."""
+             cards: CardCache | None = None, stop: StopCheck = None) -> Discovery:  # fmt: skip
+    """Every GGUF model in the places of :func:`places`, each real file once. ``stop`` ends
+    the scan with ScanCancelled as soon as it says so (it is asked for each entry)."""
     looked = places(own_folder, added, home=home, env=env, platform=platform)
-    found = _look(looked)
+    found = _look(looked, stop)
     cards = cards or default_cards()
     models: list[FoundModel] = []
     problems = list(found.problems)
     owner: dict[tuple[int, int], int | None] = {}  # a real file -> its model's index, if any
     for candidate in found.candidates:
+        check_stop(stop)
         identity = _identity(candidate.group.first)
         if identity is not None and identity in owner:
             i = owner[identity]
@@ -484,7 +487,8 @@ def discover(own_folder: Path | None = None, added: Sequence[Path] = (), *,
     return Discovery(tuple(models), tuple(problems), tuple(looked), tuple(_unique(found.folders)))
 
 
-def watch_folders(discovery: Discovery, limit: int = MAX_WATCHED) -> list[Path]:
+def watch_folders(discovery: Discovery, limit: int = MAX_WATCHED,
+                  stop: StopCheck = None) -> list[Path]:  # fmt: skip
     """The folders a file watcher should watch to see a new model appear: each place that
     exists, then the folders read below them (shallowest first), ``limit`` at most."""
     chosen = _unique(p.folder for p in discovery.places if p.folder.is_dir())[:limit]
@@ -492,6 +496,7 @@ def watch_folders(discovery: Discovery, limit: int = MAX_WATCHED) -> list[Path]:
     below = sorted(_unique(f for f in discovery.folders if f not in known),
                    key=lambda f: len(f.parts))  # fmt: skip
     for folder in below:  # looked at (a stat each) only until the limit is reached
+        check_stop(stop)
         if len(chosen) >= limit:
             break
         if folder.is_dir():

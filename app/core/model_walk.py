@@ -11,11 +11,24 @@ saying so, so a home folder added by mistake costs a moment, not minutes.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_ENTRIES = 20_000  # directory entries looked at per walk
 SUFFIX = ".gguf"
+
+StopCheck = Callable[[], bool] | None  # True once the scan is no longer wanted
+
+
+class ScanCancelled(Exception):
+    """The scan was stopped (a newer search, the window closing) before it ended."""
+
+
+def check_stop(stop: StopCheck) -> None:
+    """Raise :class:`ScanCancelled` once ``stop`` says so: scans call it for each entry."""
+    if stop is not None and stop():
+        raise ScanCancelled
 
 
 @dataclass
@@ -28,9 +41,11 @@ class Walk:
     problems: list[str] = field(default_factory=list)
 
 
-def find_gguf(root: Path, max_depth: int, max_entries: int = MAX_ENTRIES) -> Walk:
+def find_gguf(root: Path, max_depth: int, max_entries: int = MAX_ENTRIES,
+              stop: StopCheck = None) -> Walk:  # fmt: skip
     """The ``*.gguf`` regular files (or links to one) under ``root``, ``max_depth`` folders
-    deep at most (0: ``root`` itself only), breadth first, in name order."""
+    deep at most (0: ``root`` itself only), breadth first, in name order; ScanCancelled as soon
+    as ``stop`` says so."""
     walk = Walk()
     seen: set[tuple[int, int]] = set()
     entries = 0
@@ -50,6 +65,7 @@ def find_gguf(root: Path, max_depth: int, max_entries: int = MAX_ENTRIES) -> Wal
             walk.folders.append(folder)
             found: list[Path] = []
             for entry in listed:
+                check_stop(stop)
                 entries += 1
                 if entries > max_entries:
                     walk.problems.append(

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.model_walk import StopCheck, check_stop
 from app.core.small_files import SmallFileError, read_small_text
 
 DEFAULT_HOST = "registry.ollama.ai"
@@ -77,13 +78,15 @@ def blob_path(store: Path, digest: str) -> Path | None:
     return store / "blobs" / f"sha256-{m[1]}" if m else None
 
 
-def read_store(store: Path) -> StoreListing:
-    """Every tag in ``store`` whose manifest names a GGUF blob, in name order."""
+def read_store(store: Path, stop: StopCheck = None) -> StoreListing:
+    """Every tag in ``store`` whose manifest names a GGUF blob, in name order; ScanCancelled
+    as soon as ``stop`` says so."""
     listing = StoreListing()
     manifests = store / "manifests"
     if not manifests.is_dir():
         return listing
-    for path, parts in _manifest_files(manifests, listing):
+    for path, parts in _manifest_files(manifests, listing, stop):
+        check_stop(stop)
         notes: list[str] = []
         try:
             model = _read_manifest(store, path, display_name(*parts), notes)
@@ -134,7 +137,8 @@ class _Budget:
         return entries
 
 
-def _manifest_files(root: Path, listing: StoreListing) -> list[tuple[Path, tuple[str, ...]]]:
+def _manifest_files(root: Path, listing: StoreListing,
+                    stop: StopCheck = None) -> list[tuple[Path, tuple[str, ...]]]:  # fmt: skip
     """manifests/<host>/<namespace>/<model>/<tag>: four levels exactly, sorted; each folder
     read once, ``MAX_ENTRIES`` entries looked at in all."""
     found: list[tuple[Path, tuple[str, ...]]] = []
@@ -143,6 +147,7 @@ def _manifest_files(root: Path, listing: StoreListing) -> list[tuple[Path, tuple
     for depth in range(4):
         below: list[tuple[Path, tuple[str, ...]]] = []
         for folder, parts in level:
+            check_stop(stop)
             if not budget.first_visit(folder):
                 continue
             listing.folders.append(folder)

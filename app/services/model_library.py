@@ -21,6 +21,7 @@ from app.core.model_sources import (
     discover,
     watch_folders,
 )
+from app.core.model_walk import ScanCancelled, StopCheck
 from app.services.errors import BadRequest
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "OllamaDetails",
     "Place",
     "Problem",
+    "ScanCancelled",
     "Source",
     "add_folder",
     "added_folders",
@@ -66,12 +68,14 @@ def remove_folder(folder: Path) -> list[Path]:
     return model_folders.remove_folder(folder)
 
 
-def find_models(own_folder: Path | None = None, extra_folders: Sequence[Path] = ()) -> Discovery:
+def find_models(own_folder: Path | None = None, extra_folders: Sequence[Path] = (),
+                stop: StopCheck = None) -> Discovery:  # fmt: skip
     """Every model found: the models folder (``own_folder``, default the app's), the other
-    programs' folders, the folders added, then ``extra_folders`` (this call only)."""
+    programs' folders, the folders added, then ``extra_folders`` (this call only). ``stop``
+    ends the search with ScanCancelled as soon as it says so."""
     folders = [*added_folders()]
     folders += [f for f in check_folders(extra_folders) if f not in folders]
-    return discover(own_folder, folders)
+    return discover(own_folder, folders, stop=stop)
 
 
 # ----- how both faces say a listed model's figures -----

@@ -789,6 +789,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         for splitter in self._named_splitters():
             self.settings.setValue(f"splitters/{splitter.objectName()}", splitter.saveState())
         self.gauges.stop()
+        self.model_panel.stop_search()
         self.session.close()  # the file being read, the engine, the planning child
         if self.store is not None:
             self.store.close()  # deletions made final, then the database closed

@@ -453,6 +453,11 @@ class ModelPanel(FollowsLanguage, QWidget):
         self.get_default_button.setVisible(not default_model_path(self._models_dir).exists())
         self._search.search()
 
+    def stop_search(self) -> None:
+        """The search for models under way, if any, ends at its next entry (the window closes:
+        a walk of thousands of entries must not hold the process)."""
+        self._search.stop()
+
     def _on_found(self, discovery: Discovery) -> None:
         """The search answered (at start, or after a watched folder changed): the list shows
         what it found, the selection kept where it still is."""

@@ -10,11 +10,12 @@ while a file is written or a tool unpacks a model, so the search waits until the
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
 
-from app.services.model_library import Discovery, find_models, watch_folders
+from app.services.model_library import Discovery, ScanCancelled, find_models, watch_folders
 from app.ui.background import run_for
 
 log = logging.getLogger(__name__)
@@ -22,11 +23,15 @@ log = logging.getLogger(__name__)
 SETTLE_MS = 600  # quiet time after the last change in a watched folder before searching again
 
 
-def _search(own: Path) -> tuple[Discovery, list[Path]]:
+def _search(own: Path, stop: threading.Event) -> tuple[Discovery, list[Path]] | None:
     """On the pool thread: the models, and the folders to watch (a stat each of up to the
-    walk's 20k folders read, too slow for the GUI thread)."""
-    discovery = find_models(own)
-    return discovery, watch_folders(discovery)
+    walk's 20k folders read, too slow for the GUI thread); None once ``stop`` is set (a newer
+    search, or the window closing, made this one pointless)."""
+    try:
+        discovery = find_models(own, stop=stop.is_set)
+        return discovery, watch_folders(discovery, stop=stop.is_set)
+    except ScanCancelled:
+        return None
 
 
 class ModelSearch(QObject):
@@ -38,6 +43,7 @@ class ModelSearch(QObject):
         super().__init__(parent)
         self._own = Path(own_folder)
         self._asked = 0  # generation of the newest search; older answers are dropped
+        self._stop = threading.Event()  # set: the search under way is no longer wanted
         self.last: Discovery | None = None
         self.watcher = QFileSystemWatcher(self)
         self.watcher.directoryChanged.connect(self._changed)
@@ -49,12 +55,19 @@ class ModelSearch(QObject):
     def search(self) -> None:
         """Look everywhere again; ``found`` answers on the GUI thread."""
         self._asked += 1
-        own = self._own  # plain values only reach the pool thread
-        run_for(self, lambda: _search(own), self._answer, self._asked,
+        self.stop()  # the search under way, if any, ends at its next entry
+        own, stop = self._own, threading.Event()  # plain values only reach the pool thread
+        self._stop = stop
+        run_for(self, lambda: _search(own, stop), self._answer, self._asked,
                 on_error=self._failed)  # fmt: skip
 
-    def _answer(self, generation: int, answer: tuple[Discovery, list[Path]]) -> None:
-        if generation != self._asked:
+    def stop(self) -> None:
+        """End the search under way at its next entry (its answer is dropped)."""
+        self._stop.set()
+
+    def _answer(self, generation: int,
+                answer: tuple[Discovery, list[Path]] | None) -> None:  # fmt: skip
+        if generation != self._asked or answer is None:
             return
         discovery, folders = answer
         self.last = discovery

@@ -25,6 +25,7 @@ from app.core.gguf_splits import group_files
 from app.core.hub_refs import HubRef, choose_files
 from app.core.model_cards import CardCache
 from app.core.model_sources import Discovery, Source, discover, lm_studio_roots
+from app.core.model_walk import ScanCancelled
 from app.core.small_files import SmallFileError, read_small, read_small_text
 from tests.model_homes import write_tiny_gguf
 
@@ -296,3 +297,25 @@ def test_a_2000_part_split_is_one_model_grouped_linearly(
     paths = [Path("/m", n) for n in names]
     (group,) = group_files([*paths, paths[0]])  # a part named twice counts once
     assert group.parts == tuple(paths) and group.complete
+
+
+def test_a_search_ends_at_its_next_entry_once_stopped(tmp_path: Path) -> None:
+    """A newer search, or the window closing, stops a walk of many entries where it is (the
+    window's pool thread no longer holds the process for a whole walk)."""
+    home, own = tmp_path / "home", tmp_path / "own"
+    own.mkdir(parents=True)
+    for i in range(300):
+        (own / f"model-{i:03d}.gguf").write_bytes(b"")
+    asked = 0
+
+    def stop() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > 25
+
+    with pytest.raises(ScanCancelled):
+        discover(own, home=home, env=Config(), platform="linux", cards=CardCache(), stop=stop)
+    assert asked == 26  # asked at each entry, and not once more after it said stop
+    found = discover(own, home=home, env=Config(), platform="linux", cards=CardCache(),
+                     stop=lambda: False)  # fmt: skip
+    assert len(found.problems) == 300  # every (empty) file looked at when never stopped
