@@ -117,11 +117,12 @@ def test_llama_cpp_opens_the_checked_file_whatever_the_path_names_later(tmp_path
 def test_a_file_changed_before_the_child_opens_it_is_refused(tmp_path: Path, change: str) -> None:
     path = tmp_path / "tiny.gguf"
     path.write_bytes(gc.tiny_model())
+    os.utime(path, ns=(10**18, 10**18))  # a write now moves the time, whatever the clock's tick
     files = check_parts(path).files
     if change == "replaced":
         os.replace(_write(tmp_path / "bad.gguf", _aborting()), path)
     elif change == "written in place":
-        with path.open("r+b") as fh:  # same inode, same size: the change time tells
+        with path.open("r+b") as fh:  # same inode, same size: the modification time tells
             fh.seek(-1, os.SEEK_END)
             fh.write(b"\x01")
     elif change == "removed":
@@ -133,6 +134,22 @@ def test_a_file_changed_before_the_child_opens_it_is_refused(tmp_path: Path, cha
         hold_checked(files, tmp_path / "links")
     assert "Traceback" not in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "links").exists()
+
+
+@pytest.mark.unit
+def test_a_link_or_chmod_made_meanwhile_is_not_a_change(tmp_path: Path) -> None:
+    """Other tools link a shared model (a cache that de-duplicates, a test suite's workers) or
+    change its mode: the same file, loaded (the change time had refused it as changed)."""
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(gc.tiny_model())
+    files = check_parts(path).files
+    os.link(path, tmp_path / "linked.gguf")
+    path.chmod(0o600)
+    held = hold_checked(files, tmp_path / "links")
+    try:
+        assert read_gguf(held.path).get("llama.block_count") == gc.TINY_N_LAYERS
+    finally:
+        held.close()
 
 
 # --- Row 6: every part of a split model is checked ---------------------------------------------

@@ -103,17 +103,19 @@ class GGUFError(ValueError):
 @dataclass(frozen=True)
 class FileIdentity:
     """Which file a path named when it was read: another file put in its place, or this one
-    written to, differs in one of these (the change time cannot be set back by its owner)."""
+    written to, differs in one of these. Not the change time: a hard link made to the model, a
+    chmod or a backup tool's extended attribute changes it, and a model in a folder other tools
+    share (a test suite's workers, a cache that de-duplicates by linking) was refused as
+    changed."""
 
     device: int
     inode: int
     size: int
     mtime_ns: int
-    ctime_ns: int
 
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True)

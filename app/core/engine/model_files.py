@@ -1,8 +1,8 @@
 """The files llama.cpp loads are the files the parent checked: held open in the engine child.
 
 The parent checks every file of a model (:func:`app.core.engine.gguf.check_parts`) and notes
-which file each path named (device, inode, size, modification and change times, as the
-descriptor it read through said). Seconds pass before llama.cpp opens the path in the child (it
+which file each path named (device, inode, size and modification time, as the descriptor it
+read through said). Seconds pass before llama.cpp opens the path in the child (it
 may first have to start), and a watcher that puts another file in its place meanwhile handed
 llama.cpp a header nobody checked: a crash. So the child opens each file once, compares it with
 the parent's note (another file there: one sentence, nothing loaded), and gives llama.cpp a name
