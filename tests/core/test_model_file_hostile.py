@@ -92,6 +92,34 @@ def test_a_file_swapped_after_the_check_never_reaches_llama_cpp(
         assert host.load(model_path, SETTINGS).n_vocab == 49152  # the same child goes on
 
 
+def test_a_vocabulary_swapped_after_the_check_never_reaches_llama_cpp(
+    tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same swap for a vocabulary loaded alone (counting before a model is loaded)."""
+    target = tmp_path / "model.gguf"
+    os.link(model_path, target)
+    bad = _write(tmp_path / "bad.gguf", _aborting())
+    header = host_module.tokenizer_header
+
+    def check_then_swap(path: object) -> object:
+        checked = header(path)  # type: ignore[arg-type]
+        os.replace(bad, target)
+        return checked
+
+    monkeypatch.setattr(host_module, "tokenizer_header", check_then_swap)
+    with EngineHost() as host:
+        try:
+            host.load_vocab(target)
+        except EngineCrashedError as exc:
+            pytest.fail(f"llama.cpp was given the swapped file: {exc}")
+        except ModelLoadError as exc:
+            assert "changed on disk after it was checked" in str(exc)
+        else:
+            pytest.fail("the swapped file was read")
+        monkeypatch.setattr(host_module, "tokenizer_header", header)
+        assert host.alive and host.load_vocab(model_path) == 49152  # the same child goes on
+
+
 @pytest.mark.unit
 @pytest.mark.skipif(not PROC_FD.is_dir(), reason="needs /proc/self/fd (Linux)")
 def test_llama_cpp_opens_the_checked_file_whatever_the_path_names_later(tmp_path: Path) -> None:

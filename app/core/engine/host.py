@@ -31,7 +31,7 @@ from typing import Any
 from app.core.child_process import child_env, module_command
 from app.core.engine import scratch
 from app.core.engine.chat_template import ChatTemplateError
-from app.core.engine.gguf import GGUFError, ModelInfo, check_parts
+from app.core.engine.gguf import CheckedFile, GGUFError, ModelInfo, check_parts
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.threads import GOMP_SPINCOUNT
 from app.core.engine.types import (
@@ -373,16 +373,18 @@ class EngineHost:
         megabytes, also for a 70B model), and vocabulary-only GGUF files work. A loaded model is
         unloaded. Returns the vocabulary size."""
         try:
-            tokenizer_header(path)  # one clear sentence for a bad file, before llama.cpp reads it
+            header = tokenizer_header(path)  # one sentence for a bad file, before llama.cpp
         except GGUFError as exc:
             raise ModelLoadError(f"cannot read {Path(path).name}: {exc}") from None
+        resolved = str(Path(path).resolve())
+        files = (CheckedFile(resolved, header.identity),) if header.identity else ()
         with self._lock:
             if not self.alive:
                 self.start()
             self.model = None
             n_vocab = self._call("load_vocab", f"reading the vocabulary of {Path(path).name}",
-                                 path=str(Path(path).resolve()))  # fmt: skip
-            self.vocab_path = str(Path(path).resolve())
+                                 path=resolved, files=files)  # fmt: skip
+            self.vocab_path = resolved
             return int(n_vocab)
 
     def _need_model(self) -> None:

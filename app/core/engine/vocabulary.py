@@ -9,11 +9,13 @@ import ctypes
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
-from app.core.engine.gguf import adds_space_prefix, read_gguf
+from app.core.engine.gguf import CheckedFile, adds_space_prefix, read_gguf
 from app.core.engine.llama_base import LlamaBase, plain_reason
+from app.core.engine.model_files import hold_checked
 from app.core.engine.reply_text import token_bytes
 from app.core.engine.types import ModelLoadError
 from app.core.textutil import utf8
@@ -22,12 +24,22 @@ from app.core.textutil import utf8
 class Vocabulary(LlamaBase):
     """Tokens and text, and the chat template (requests of the parent, each a method)."""
 
-    def load_vocab(self, path: str) -> int:
+    def load_vocab(self, path: str, files: Sequence[CheckedFile] = ()) -> int:
         """Load only the vocabulary (llama.cpp's ``vocab_only``): counting needs no weights, and
-        a vocabulary-only GGUF has none. Replaces a loaded model; returns the vocabulary size."""
+        a vocabulary-only GGUF has none. Replaces a loaded model; returns the vocabulary size.
+        With ``files`` (what the parent checked), llama.cpp reads that very file or none
+        (model_files.py), as for a model."""
         self.unload()
-        self.vocab_model = self._vocab_only(path)
-        self.tokenizer_path = path
+        opened = path
+        if files:
+            self.held = hold_checked(files, Path(self._cancel.path).parent / "model")
+            opened = self.held.path
+        try:
+            self.vocab_model = self._vocab_only(opened)
+        except BaseException:
+            self.unload()
+            raise
+        self.tokenizer_path = opened
         return int(self.vocab_model.n_vocab())
 
     def _vocab_only(self, path: str, overrides: dict[str, bool] | None = None) -> Any:
