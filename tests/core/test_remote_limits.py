@@ -223,16 +223,21 @@ class _FakeLlamaCppPython(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self._leave()  # before the client can have its answer and send the next request
         self.wfile.write(body)
 
     def _enter(self) -> None:
+        self._in = True
         with self.server.lock:
             self.server.in_flight += 1
             self.server.most = max(self.server.most, self.server.in_flight)
 
     def _leave(self) -> None:
-        with self.server.lock:
-            self.server.in_flight -= 1
+        """The request is over for the count (once), as the client may see it end."""
+        if getattr(self, "_in", False):
+            self._in = False
+            with self.server.lock:
+                self.server.in_flight -= 1
 
     def do_GET(self) -> None:
         self._enter()
@@ -276,6 +281,8 @@ class _FakeLlamaCppPython(BaseHTTPRequestHandler):
             last = i == n - 1
             finish = ("stop" if n == len(words) else "length") if last else None
             event = {"choices": [{"text": word, "index": 0, "finish_reason": finish}]}
+            if last:
+                self._leave()  # the client's reply ends with this event
             self.wfile.write(f"data: {json.dumps(event)}\r\n\r\n".encode())
             self.wfile.flush()
             time.sleep(0.005)
