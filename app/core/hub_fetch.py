@@ -119,7 +119,7 @@ class _Remote:
 
     name: str
     url: str
-    size: int | None
+    size: int  # as announced (a file whose size is not said is refused: _describe)
     etag: str
     commit: str
 
@@ -251,12 +251,11 @@ def _check_revision(revision: str | None) -> None:
                                 "branch, a tag or a commit)")  # fmt: skip
 
 
-def _inside(path: Path, root: Path) -> Path:
-    """``path``, refused unless it stays inside ``root`` once links are followed."""
+def _inside(path: Path, root: Path) -> None:
+    """Refuse ``path`` unless it stays inside ``root`` once links are followed."""
     resolved, top = path.resolve(), root.resolve()
     if resolved != top and not resolved.is_relative_to(top):
         raise ModelFetchError(f"{path} would be outside {root}; nothing was written there")
-    return path
 
 
 @dataclass(frozen=True)
@@ -268,8 +267,8 @@ class _Place:
     partial: Path
     lock: Path
     ready: bool  # already there
+    root: Path  # the folder (the cache, or the one given) every path here stays inside
     pointer: Path | None = None  # the cache's snapshot link to ``done`` (None: a folder)
-    root: Path | None = None  # the folder everything above stays inside
 
 
 def _place(ref: HubRef, remote: _Remote, cache: Path, folder: Path | None) -> _Place:
@@ -284,7 +283,7 @@ def _place(ref: HubRef, remote: _Remote, cache: Path, folder: Path | None) -> _P
         kept = read_download_metadata(folder, remote.name)
         ready = paths.file_path.is_file() and kept is not None and kept.etag == remote.etag
         place = _Place(paths.file_path, paths.incomplete_path(remote.etag), paths.lock_path,
-                       ready, root=folder)  # fmt: skip
+                       ready, folder)  # fmt: skip
     else:
         repo_folder = repo_folder_name(repo_id=ref.repo_id, repo_type="model")
         storage = cache / repo_folder
@@ -292,19 +291,19 @@ def _place(ref: HubRef, remote: _Remote, cache: Path, folder: Path | None) -> _P
         pointer = storage / "snapshots" / remote.commit / remote.name
         lock = cache / ".locks" / repo_folder / f"{remote.etag}.lock"
         place = _Place(blob, blob.with_name(blob.name + ".incomplete"), lock,
-                       blob.is_file() or pointer.is_file(), pointer, cache)  # fmt: skip
+                       blob.is_file() or pointer.is_file(), cache, pointer)  # fmt: skip
     for path in (place.done, place.partial, place.lock, place.pointer):
         if path is not None:
-            _inside(path, place.root or cache)
+            _inside(path, place.root)
     return place
 
 
 def _on_disk(place: _Place, remote: _Remote) -> int:
     if place.ready:
-        return remote.size or 0
+        return remote.size
     with suppress(OSError):
         size = place.partial.stat().st_size
-        return size if remote.size is None or size <= remote.size else 0
+        return size if size <= remote.size else 0
     return 0
 
 
@@ -329,7 +328,6 @@ def _transfer(job: _Job, remote: _Remote, place: _Place) -> None:
 
     host, tally, where = endpoint_host(job.where), job.tally, job.where
     size = remote.size
-    assert size is not None  # _describe refuses a file whose size the server does not say
     resumes = RESUMES
     place.partial.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -378,7 +376,7 @@ def _verify(remote: _Remote, place: _Place, cancel: CancelCheck | None, where: s
     deleted, so the next fetch starts over instead of resuming it."""
     size = place.partial.stat().st_size
     problem = None
-    if remote.size is not None and size != remote.size:
+    if size != remote.size:
         if size < remote.size:
             raise ModelFetchError(
                 f"{endpoint_host(where)} closed the connection after {mb(size)} of "
@@ -440,7 +438,7 @@ def _file(job: _Job, remote: _Remote, place: _Place) -> Path:
 
 
 def _free_space(places: list[tuple[_Remote, _Place]], target: Path) -> None:
-    missing = sum((r.size or 0) - _on_disk(p, r) for r, p in places)
+    missing = sum(r.size - _on_disk(p, r) for r, p in places)
     probe = target
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -520,7 +518,7 @@ def fetch_hub_model(
             remotes.append(_describe(ref, name, where, token))
         places = [(r, _place(ref, r, cache, folder)) for r in remotes]
         waiting = not all(p.ready for _, p in places)  # all there: nothing to report
-        tally = _Tally(progress if waiting else None, sum(r.size or 0 for r in remotes))
+        tally = _Tally(progress if waiting else None, sum(r.size for r in remotes))
         if on_plan is not None:
             on_plan(names, tally.total)
         _free_space(places, folder or cache)
