@@ -132,32 +132,30 @@ def _parse_link(text: str, endpoint: str) -> HubRef:
     )
 
 
-def _split_parts(name: str) -> list[str] | None:
-    """Every part's name when ``name`` is a part of a split GGUF, else None."""
+def _split_of(name: str) -> tuple[str, int] | None:
+    """(prefix, count) when ``name`` is a part of a split GGUF, else None."""
     m = _SPLIT.match(name)
     if m is None:
         return None
     count = int(m["count"])
     if count < 2 or not 1 <= int(m["no"]) <= count:
         return None
-    prefix = m["prefix"]
-    return [f"{prefix}-{k:05d}-of-{count:05d}.gguf" for k in range(1, count + 1)]
+    return m["prefix"], count
 
 
 def model_files(name: str) -> list[str]:
     """The files that make the model ``name`` is part of: itself, or all of its split's parts."""
-    return _split_parts(name) or [name]
+    split = _split_of(name)
+    if split is None:
+        return [name]
+    prefix, count = split
+    return [f"{prefix}-{k:05d}-of-{count:05d}.gguf" for k in range(1, count + 1)]
 
 
 def _first_file(name: str) -> str:
     """The first file of the model ``name`` is part of, without naming every part."""
-    m = _SPLIT.match(name)
-    if m is None:
-        return name
-    count = int(m["count"])
-    if count < 2 or not 1 <= int(m["no"]) <= count:
-        return name
-    return f"{m['prefix']}-00001-of-{count:05d}.gguf"
+    split = _split_of(name)
+    return name if split is None else f"{split[0]}-00001-of-{split[1]:05d}.gguf"
 
 
 def _is_projector(name: str) -> bool:

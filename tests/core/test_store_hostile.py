@@ -286,8 +286,8 @@ def test_a_2000_part_split_is_one_model_grouped_linearly(
 ) -> None:
     names = [f"big-F16-{i:05d}-of-02000.gguf" for i in range(1, 2001)]
     made: list[int] = []
-    real = hub_refs._split_parts
-    monkeypatch.setattr(hub_refs, "_split_parts",
+    real = hub_refs.model_files  # the one that spells out every part's name
+    monkeypatch.setattr(hub_refs, "model_files",
                         lambda name: made.append(1) or real(name))  # fmt: skip
     Counted.compared = 0
     listed = [Counted(n) for n in reversed(names)]
