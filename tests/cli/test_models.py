@@ -17,6 +17,17 @@ from tests.model_homes import PARAMS, TEMPLATE, Home, build_home, live_in, write
 pytestmark = pytest.mark.unit
 
 
+# what the models listing finds in the built home, in order: (source, name)
+LISTED = [
+    ("LM Studio", "bartowski/SmolLM2-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf"),
+    ("Ollama", "gemma3:270m"),
+    ("Hugging Face cache", "tiny-org/Tiny-GGUF/tiny-f32.gguf"),
+    ("llama.cpp cache", "tiny-org_Tiny_cache.gguf"),
+    ("Added folder", "big-00001-of-00003.gguf"),
+    ("Added folder", "half/half-00001-of-00003.gguf"),
+]
+
+
 @pytest.fixture
 def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str,
            monkeypatch: pytest.MonkeyPatch) -> Home:  # fmt: skip
@@ -29,14 +40,7 @@ def test_json_lists_each_model_once_with_its_source(layout: Home) -> None:
     proc = run("models", "--json", "--folder", str(layout.added))
     assert proc.returncode == EXIT_OK, proc.stderr
     models = json.loads(proc.stdout)
-    assert [(m["source"], m["name"]) for m in models] == [
-        ("LM Studio", "bartowski/SmolLM2-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf"),
-        ("Ollama", "gemma3:270m"),
-        ("Hugging Face cache", "tiny-org/Tiny-GGUF/tiny-f32.gguf"),
-        ("llama.cpp cache", "tiny-org_Tiny_cache.gguf"),
-        ("Added folder", "big-00001-of-00003.gguf"),
-        ("Added folder", "half/half-00001-of-00003.gguf"),
-    ]
+    assert [(m["source"], m["name"]) for m in models] == LISTED
     for model in models:
         assert {"path", "family", "parameters", "quantization", "file_size", "n_ctx_train",
                 "parts", "ollama_template", "ollama_parameters"} <= model.keys()  # fmt: skip
@@ -95,14 +99,7 @@ def test_a_hostile_store_is_one_sentence_per_bad_entry_and_the_rest_is_listed(
     assert proc.returncode == EXIT_OK, proc.stderr
     models = json.loads(proc.stdout)
     assert [(m["source"], m["name"]) for m in models] == [
-        ("LM Studio", "bartowski/SmolLM2-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf"),
-        ("Ollama", "gemma3:270m"),
-        ("Ollama", "tiny:latest"),
-        ("Hugging Face cache", "tiny-org/Tiny-GGUF/tiny-f32.gguf"),
-        ("llama.cpp cache", "tiny-org_Tiny_cache.gguf"),
-        ("Added folder", "big-00001-of-00003.gguf"),
-        ("Added folder", "half/half-00001-of-00003.gguf"),
-    ]
+        *LISTED[:2], ("Ollama", "tiny:latest"), *LISTED[2:]]  # the home's, and the new model
     assert (models[1]["ollama_template"], models[1]["ollama_parameters"]) == (TEMPLATE, PARAMS)
     assert models[2]["ollama_template"] is None
     assert sorted(proc.stderr.splitlines()) == sorted(sentences)
