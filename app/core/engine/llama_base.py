@@ -18,6 +18,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from app.core.engine.decoding import (
@@ -29,8 +30,9 @@ from app.core.engine.decoding import (
     check_token_ids,
     decode_batch,
 )
+from app.core.engine.gguf import CheckedFile
 from app.core.engine.ipc import SharedFlag
-from app.core.engine.model_files import HeldFiles
+from app.core.engine.model_files import HeldFiles, hold_checked
 from app.core.engine.schedule import PROMPT_SLICE, slices
 from app.core.engine.template_check import SandboxedTemplateCheck
 from app.core.engine.threads import Change, CpuMeter
@@ -252,6 +254,14 @@ class LlamaBase:
         finally:
             pilot.on_change = None
 
+
+    def _hold(self, path: str, files: Sequence[CheckedFile]) -> str:
+        """What llama.cpp is to open for ``path``: with ``files`` (what the parent checked), a
+        link to the very files held open here (model_files.py); ``path`` itself otherwise."""
+        if not files:
+            return path
+        self.held = hold_checked(files, Path(self._cancel.path).parent / "model")
+        return self.held.path
 
     def unload(self) -> None:
         if self.llm is not None:

@@ -14,7 +14,6 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
@@ -24,7 +23,6 @@ from app.core.engine.generation import Generation
 from app.core.engine.gguf import BASE_MODEL_NOTE, CheckedFile, base_model_reason
 from app.core.engine.kv_alloc import parse_buffer_log, parse_kv_log
 from app.core.engine.llama_base import plain_reason
-from app.core.engine.model_files import hold_checked
 from app.core.engine.schedule import llama_kwargs, slice_tokens
 from app.core.engine.template_check import template_problem
 from app.core.engine.threads import ThreadGovernor
@@ -65,12 +63,9 @@ class LlamaEngine(Vocabulary, Generation):
         gets those very files or nothing."""
         settings.validate()
         self.unload()
-        self.model_path = opened = path
-        if files:
-            self.held = hold_checked(files, Path(self._cancel.path).parent / "model")
-            opened = self.held.path
+        self.model_path = path
         try:
-            return self._load(path, opened, settings)
+            return self._load(path, self._hold(path, files), settings)
         except BaseException:
             self.unload()
             raise

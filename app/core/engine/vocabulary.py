@@ -9,13 +9,11 @@ import ctypes
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
 from app.core.engine.gguf import CheckedFile, adds_space_prefix, read_gguf
 from app.core.engine.llama_base import LlamaBase, plain_reason
-from app.core.engine.model_files import hold_checked
 from app.core.engine.reply_text import token_bytes
 from app.core.engine.types import ModelLoadError
 from app.core.textutil import utf8
@@ -30,11 +28,8 @@ class Vocabulary(LlamaBase):
         With ``files`` (what the parent checked), llama.cpp reads that very file or none
         (model_files.py), as for a model."""
         self.unload()
-        opened = path
-        if files:
-            self.held = hold_checked(files, Path(self._cancel.path).parent / "model")
-            opened = self.held.path
         try:
+            opened = self._hold(path, files)
             self.vocab_model = self._vocab_only(opened)
         except BaseException:
             self.unload()
