@@ -122,10 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif m := re.match(r"^/cdn/([^/]+/[^/]+)/(.+)$", path):
             self._body(self.server.state.repos[m[1]][m[2]])
         elif (anything := self.server.state.anything) is not None:
-            digest = sha256(anything)
-            self._body(anything, {"X-Repo-Commit": self.server.state.commit,
-                                  "X-Linked-Etag": f'"{digest}"', "ETag": f'"{digest}"',
-                                  "X-Linked-Size": str(len(anything))})  # fmt: skip
+            self._body(anything, self._about(anything, sha256(anything)))
         else:
             self._answer(404)
 
@@ -163,9 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, headers={"X-Repo-Commit": COMMIT},
                          error=("EntryNotFound", "Entry not found"))  # fmt: skip
             return
-        digest = state.etags.get(name, sha256(data))
-        about = {"X-Repo-Commit": state.commit, "X-Linked-Etag": f'"{digest}"',
-                 "X-Linked-Size": str(len(data)), "ETag": f'"{digest}"'}  # fmt: skip
+        about = self._about(data, state.etags.get(name, sha256(data)))
         if name in state.sizes:
             size = state.sizes[name]
             if size is None:
@@ -185,6 +180,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(302, headers={**about, "Location": f"{origin}/cdn/{repo}/{name}"})
             return
         self._body(data, about)
+
+    def _about(self, data: bytes, digest: str) -> dict[str, str]:
+        """What the Hub says of a file, as of an LFS one: its commit, ETag and size."""
+        return {"X-Repo-Commit": self.server.state.commit, "X-Linked-Etag": f'"{digest}"',
+                "X-Linked-Size": str(len(data)), "ETag": f'"{digest}"'}
 
     def _body(self, data: bytes, about: dict[str, str] | None = None) -> None:
         state = self.server.state
