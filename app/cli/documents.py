@@ -52,7 +52,7 @@ def _exact_counter(model: Path, *, continuation: bool = True) -> Iterator[Any]:
     only the vocabulary: no weights are read to count). ``continuation``: count texts as the
     jobs put them into a prompt (tokens.host_counter), else each as a whole text."""
     from app.services.errors import BadRequest
-    from app.services.local_engine import exact_counter
+    from app.services.exact_count import exact_counter
 
     with ExitStack() as stack:
         try:

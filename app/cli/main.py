@@ -77,11 +77,9 @@ def _human_bytes(n: int) -> str:
 
 
 def cmd_backend(args: argparse.Namespace) -> int:
-    import llama_cpp
+    from app.services.engine_build import capabilities
 
-    from app.core.engine.llama_engine import build_capabilities
-
-    caps = build_capabilities(llama_cpp)
+    caps = capabilities()
     data = {
         "backends": list(caps.backends),
         "gpu_offload_supported": caps.gpu_offload_supported,
@@ -101,7 +99,7 @@ def _memory_fit(info: Any, args: argparse.Namespace) -> Any:
     """Will the model fit at the context and KV type asked for (default: the context the window
     would load it with), against the memory free now; ValueError for impossible settings."""
     from app.core.engine.types import LoadSettings, default_context
-    from app.core.telemetry import memory_fit
+    from app.services.engine_build import fit_of
 
     settings = LoadSettings(
         n_ctx=args.n_ctx or default_context(info.n_ctx_train),
@@ -110,12 +108,7 @@ def _memory_fit(info: Any, args: argparse.Namespace) -> Any:
         flash_attn=args.flash_attn or args.kv_type not in ("f16", "f32", "bf16"),
     )
     settings.validate()
-    offload = None
-    if settings.n_gpu_layers:  # only then is llama.cpp's build asked whether it can offload
-        import llama_cpp
-
-        offload = bool(llama_cpp.llama_supports_gpu_offload())
-    return memory_fit(info, settings, gpu_offload=offload)
+    return fit_of(info, settings)
 
 
 def _breakdown(fit: Any) -> str:
@@ -199,7 +192,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         TextDelta,
         ThreadsChanged,
     )
-    from app.services.local_engine import local_engine
+    from app.services.one_reply import Replier, ReplyRequest
 
     out: TextIO = sys.stdout
     try:
@@ -230,32 +223,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
         watch = stack.enter_context(sigint_cancels(cancelled))
         try:
             if args.engine:  # a server: the same stream, from /v1/completions
-                host = stack.enter_context(contextlib.closing(connect_remote(args, args.n_ctx)))
-                watch(host)
-                warnings, has_template = host.info.warnings, bool(host.info.chat_template)
+                remote = stack.enter_context(contextlib.closing(connect_remote(args, args.n_ctx)))
+                replier = Replier.on_server(remote)
+                watch(replier)
             else:
-                host = stack.enter_context(local_engine())
-                watch(host)
-                loaded = host.load(model_path, settings)
-                warnings = loaded.warnings  # a context past the training one, no GPU offload
-                has_template = bool(host.model_info and host.model_info.has_chat_template)
-            for warning in warnings:
+                assert model_path is not None  # resolved above: only a server's may be absent
+                replier = stack.enter_context(contextlib.closing(Replier.local()))
+                watch(replier)
+                replier.load(model_path, settings)
+            for warning in replier.warnings:  # a context past the training one, no GPU offload
                 warn(warning)
             if cancelled.is_set():
                 return fail(EXIT_CANCELLED, "cancelled", args.json)
-            if not args.raw and has_template:
-                messages = []
-                if args.system:
-                    messages.append({"role": "system", "content": args.system})
-                messages.append({"role": "user", "content": prompt_text})
-                prompt_text = host.apply_chat_template(messages)
-                tokens = host.tokenize(prompt_text, parse_special=True)
-            else:
-                tokens = host.tokenize(prompt_text)
-            stop = args.stop or []
+            request = ReplyRequest(prompt_text, args.max_tokens, sampling, args.stop or [],
+                                   args.system, args.raw)  # fmt: skip
             finished: Finished | None = None
-            for ev in host.generate(tokens, max_tokens=args.max_tokens, sampling=sampling,
-                                    stop=stop):  # fmt: skip
+            for ev in replier.reply(request):
                 if isinstance(ev, TextDelta):
                     if args.json:
                         out.write(json.dumps({"type": "text", "text": ev.text,

@@ -198,27 +198,18 @@ def _ids(values: list[str], n: int) -> list[int]:
 
 
 def _rollback(repo: Any, args: argparse.Namespace) -> int:
-    from app.core.default_model import sha256_of
     from app.services import versions
-    from app.services.history import rollback
+    from app.services.history import ResumeOn, rollback
 
     [old_id] = _ids(args.args, 1)
-    if not args.resume:
-        v = rollback(repo, old_id).version
-        print(json.dumps(v.as_dict()) if args.json else f"new version #{v.id} (v{v.number})")
-        return EXIT_OK
-    old = repo.get_version(old_id)
-    model = Path(args.model or old.model_path)
-    if old.settings.get("engine", "local") == "local" and not model.is_file():
-        raise BadInput(f"the model of version {old_id} is not at {model}; pass --model")
-    spec = versions.resume_spec(repo, old, model_sha256=sha256_of(model) if model.is_file() else "",
-                                model_path=str(model), max_tokens=args.max_tokens)  # fmt: skip
+    on = None
+    if args.resume:
+        on = ResumeOn(model=Path(args.model) if args.model else None, max_tokens=args.max_tokens)
+    done = rollback(repo, old_id, resume_on=on)  # NothingToResume: refused, nothing written
+    new, spec = done.version, done.resume
     if spec is None:
-        raise BadInput(
-            f"version {old_id} has no saved KV state for {model.name} "
-            "(run it with --keep-kv to save one); nothing was changed"
-        )
-    new = rollback(repo, old_id).version
+        print(json.dumps(new.as_dict()) if args.json else f"new version #{new.id} (v{new.number})")
+        return EXIT_OK
     result, code = _resume(spec, args.json)
     if result is not None:
         versions.record_resumed(repo, new, result)

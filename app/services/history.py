@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.default_model import sha256_of
+from app.services import versions
+from app.services.errors import BadRequest
+from app.services.jobs import ResumeSpec
 from app.services.versions import History, history, open_history
 from app.store import archive
 from app.store.archive import ArchiveCancelled, ArchiveError, ExportSummary, ImportSummary, Progress
@@ -37,8 +41,11 @@ __all__ = [
     "ImportSummary",
     "Imported",
     "NewVersion",
+    "NothingToResume",
     "Repository",
     "RepositoryError",
+    "ResumeOn",
+    "RolledBack",
     "SavedState",
     "StoreError",
     "Undone",
@@ -50,6 +57,7 @@ __all__ = [
     "export_session",
     "history",
     "import_session",
+    "no_saved_state",
     "open_history",
     "read_history",
     "rollback",
@@ -120,10 +128,74 @@ def _made(version: VersionInfo) -> NewVersion:
                       sessions_changed=(version.session,), select=version.id)  # fmt: skip
 
 
-def rollback(repo: Repository, version_id: int) -> NewVersion:
-    """A new version equal to ``version_id`` (its child), so nothing after it is lost;
-    RepositoryError when the version is gone, StoreError when nothing could be written."""
-    return _made(repo.rollback(version_id))
+@dataclass(frozen=True)
+class ResumeOn:
+    """What a rollback is to resume its reply on: the model file (None: the one the version ran
+    on), its sha256 ("": read from the file) and, where a model is loaded already (the
+    window), the context and cache type it is loaded with. ``max_tokens``: the reply's length
+    (None: the version's own)."""
+
+    model: Path | None = None
+    model_sha256: str = ""
+    n_ctx: int | None = None
+    cache_type: str | None = None
+    max_tokens: int | None = None
+
+
+class NothingToResume(BadRequest):
+    """A rollback asked to resume, and the version has no saved KV state it can resume from on
+    that model: nothing was written."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolledBack(NewVersion):
+    """A rollback: the new version (a child of ``copied``, equal to it), the document its session
+    is of, and, when a resume was asked for, how to generate its reply again from the saved
+    KV state (``resume``)."""
+
+    copied: VersionInfo
+    document_sha256: str
+    resume: ResumeSpec | None = None
+
+
+def rollback(repo: Repository, version_id: int, *, resume_on: ResumeOn | None = None) -> RolledBack:
+    """A new version equal to ``version_id`` (its child), so nothing after it is lost. With
+    ``resume_on``, the saved KV state is looked up first, and a version without one for that
+    model (and context) is refused with :class:`NothingToResume` before anything is written;
+    BadRequest for a version that ran on a server (it keeps no KV state), RepositoryError when
+    the version is gone, StoreError when nothing could be written. Both faces roll back
+    through here: the same tree and the same refusal."""
+    old = repo.get_version(version_id)
+    spec = _resume_spec(repo, old, resume_on) if resume_on is not None else None
+    new = repo.rollback(version_id)
+    document = repo.session_info(new.session)["document_sha256"]
+    return RolledBack(version=new, copied=old, resume=spec, document_sha256=document,
+                      versions_added=(new.id,), sessions_changed=(new.session,),
+                      select=new.id)  # fmt: skip
+
+
+def _resume_spec(repo: Repository, old: VersionInfo, on: ResumeOn) -> ResumeSpec:
+    model = on.model or Path(old.model_path)
+    sha = on.model_sha256
+    if not sha and old.settings.get("engine", "local") == "local":  # a server's: refused below
+        if not model.is_file():
+            raise NothingToResume(
+                f"version {old.id} resumes on the model it ran on, which is not at {model}: "
+                "name the model file to resume on; nothing was changed"
+            )
+        sha = sha256_of(model)
+    spec = versions.resume_spec(repo, old, model_sha256=sha, n_ctx=on.n_ctx,
+                                cache_type=on.cache_type, model_path=str(model),
+                                max_tokens=on.max_tokens)  # fmt: skip
+    if spec is None:
+        raise NothingToResume(no_saved_state(old.id, model.name))
+    return spec
+
+
+def no_saved_state(version_id: int, model_name: str) -> str:
+    """The refusal of a resume without a saved KV state (one sentence, both faces)."""
+    return (f"version {version_id} has no saved KV state for {model_name} (run it with the KV "
+            "state kept to save one); nothing was changed")  # fmt: skip
 
 
 def branch(repo: Repository, version_id: int, **changes: Any) -> NewVersion:

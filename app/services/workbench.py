@@ -5,8 +5,7 @@ what it decides from that state lives here as plain functions over plain values,
 so the command line could ask the same and a unit test can check it without a window, a model
 or a thread: which job the toolbar asks for (or why none can run), the plan a strategy shows
 (made in the planning child or in this process), each compared strategy's needle retention, a
-finished job's version to go on from, a version's plan made again, and what a rollback can give
-back.
+finished job's version to go on from, and a version's plan made again.
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ from app.core.planning.process import PlanProcess, Superseded
 from app.core.planning.strategies import QUESTION_STRATEGIES, Planner, needle_spans, plan_for
 from app.core.tokens import TokenCounter
 from app.services import versions
-from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
+from app.services.jobs import JobOutcome, JobSpec
 from app.services.question_plans import SideBySide, side_by_side
-from app.store.repository import Repository, VersionInfo
+from app.store.repository import VersionInfo
 
 
 @dataclass(frozen=True)
@@ -239,26 +238,3 @@ def version_to_go_on_from(done: versions.Recorded, outcome: JobOutcome, chosen: 
     index = strategies.index(chosen) if chosen in strategies else 0
     ends = done.ends or done.versions
     return ends[min(index, len(ends) - 1)]
-
-
-@dataclass(frozen=True)
-class Rollback:
-    """What rolling back to a version gives: whether it is of the open document (it becomes
-    the current version), and the saved KV state to resume its reply from (None: none for the
-    model and context loaded, or none asked for)."""
-
-    same_document: bool
-    resume: ResumeSpec | None
-
-
-def rollback(repo: Repository, version: VersionInfo, doc: Document | None, *, resumable: bool,
-             model_sha256: str, n_ctx: int, cache_type: str | None) -> Rollback:  # fmt: skip
-    """Read (off the GUI thread) what a rollback to ``version`` gives back; ``resumable``: a
-    KV state was saved with it and a model is loaded to resume on."""
-    info = repo.session_info(version.session)
-    same = doc is not None and info["document_sha256"] == doc.sha256
-    if not resumable:
-        return Rollback(same, None)
-    spec = versions.resume_spec(repo, version, model_sha256=model_sha256, n_ctx=n_ctx,
-                                cache_type=cache_type)  # fmt: skip
-    return Rollback(same, spec)

@@ -14,8 +14,7 @@ import logging
 from collections.abc import Callable
 
 from app.core.documents import Document
-from app.core.engine.types import LoadedModel
-from app.services import versions, workbench
+from app.services import history, versions, workbench
 from app.services.jobs import JobOutcome, ResumeSpec
 from app.services.workbench_ports import Message, Notice, Scheduler, WorkbenchEvents
 from app.store.repository import Repository, VersionInfo
@@ -79,6 +78,18 @@ class LineOfWork:
         self._scheduler.submit(lambda: versions.latest_line(repo, doc), found,
                                lambda m: self._fail(Message.text(m)))  # fmt: skip
 
+    def hear(self, changes: history.Changes, doc: Document | None) -> None:
+        """What the History panel changed: when the current version or its session was deleted,
+        the line goes on from the document's latest line that is left (none: the next Run
+        starts a session); a thread read again when versions came back."""
+        session, version = self.current
+        if version in changes.versions_removed or session in changes.sessions_removed:
+            self.set(None, None)
+            if doc is not None:
+                self.find(doc)
+        elif changes.versions_added and version is not None:
+            self.read_thread()
+
     def record(self, outcome: JobOutcome, place: workbench.JobPlace | None,
                resumed: VersionInfo | None) -> None:  # fmt: skip
         """Store the job through the service the command line records with (a version per
@@ -122,37 +133,33 @@ class LineOfWork:
         self._fail(Message(Notice.NOT_RECORDED, (message,)))
         self._events.job_finished(outcome)
 
-    def roll_back(self, version: VersionInfo, has_kv: bool, *, doc: Document | None,
-                  loaded: LoadedModel | None, model_sha256: str,
+    def roll_back(self, version_id: int, resume_on: history.ResumeOn | None, *,
+                  restore: Callable[[VersionInfo], None],
                   resume: Callable[[VersionInfo, ResumeSpec], None],
                   show: Callable[[int], None]) -> None:  # fmt: skip
-        """A version made by rolling back becomes current when it is of the open document
-        ``doc`` (the next Run branches from it); with a KV state (``has_kv``) for the ``loaded``
-        model and context, ``resume`` generates its reply again from that state, and without
-        one ``show`` opens the version it copies (its parent), whose reply it stands for."""
-        repo, sha = self._repo, model_sha256
+        """Roll back to ``version_id`` through the one rollback service (history.rollback):
+        the history hears what changed, ``restore`` gives the new version's job and sampling
+        back, it becomes current when it is of the open document (the next Run branches from
+        it); with ``resume_on`` its reply is generated again from the saved KV state
+        (``resume``), and a version without one is refused before anything is written; without,
+        ``show`` opens the version it copies, whose reply it stands for."""
+        repo = self._repo
         if repo is None:
             return
-        resumable = has_kv and loaded is not None and bool(sha)
-        n_ctx = loaded.n_ctx if loaded is not None else 0
-        cache_type = loaded.kv_cache_type if loaded is not None else None
 
-        def work() -> workbench.Rollback:
-            return workbench.rollback(repo, version, doc, resumable=resumable, model_sha256=sha,
-                                      n_ctx=n_ctx, cache_type=cache_type)  # fmt: skip
+        def work() -> history.RolledBack:
+            return history.rollback(repo, version_id, resume_on=resume_on)
 
-        def done(answer: workbench.Rollback) -> None:
-            same, spec = answer.same_document, answer.resume
-            if same and doc is self._document():
-                self.set(version.session, version.id)
-            if resumable and spec is not None:
-                resume(version, spec)
+        def done(answer: history.RolledBack) -> None:
+            new, doc = answer.version, self._document()
+            self._events.history_changed(answer)
+            restore(new)
+            if doc is not None and answer.document_sha256 == doc.sha256:
+                self.set(new.session, new.id)
+            if answer.resume is not None:
+                resume(new, answer.resume)
                 return
-            if version.parent is not None:
-                show(version.parent)
-            if not resumable:
-                self._events.status(Message(Notice.ROLLED_BACK, (version.id,)), 0)
-            else:
-                self._events.status(Message(Notice.NO_KV_STATE), 0)
+            show(answer.copied.id)
+            self._events.status(Message(Notice.ROLLED_BACK, (new.id,)), 0)
 
         self._scheduler.submit(work, done, lambda m: self._fail(Message.text(m)))

@@ -17,7 +17,6 @@ cannot), and store calls run on the "io" lane.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from app.core.documents.isolated import ReadCancelled, read_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel
-from app.core.gc_pause import gc_paused
+from app.core.gc_pause import freeze_long_lived, gc_paused, thaw_and_collect
 from app.core.jobs.events import JobFinished, RingFallback
 from app.core.planning.frame import FrameSource
 from app.core.planning.plan import Plan
@@ -37,7 +36,7 @@ from app.core.planning.process import PlanProcess
 from app.core.planning.strategies import Planner
 from app.core.sampling import from_version
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
-from app.services import versions, workbench
+from app.services import history, versions, workbench
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.question_plans import SideBySide
 from app.services.workbench import JobChoices, Refusal, StartedJob
@@ -187,6 +186,7 @@ class WorkbenchModel:
         Cancel (or opening another file) drops it: HTML, PDF and DOCX are read in a child
         process (app/core/documents/isolated.py), which is killed at once."""
         self._open_cancel.set()  # a file still being read is not wanted any more
+        thaw_and_collect()  # what was frozen with the last document (below) is collected again
         cancel = self._open_cancel = threading.Event()
         self._open_generation += 1
         generation = self._open_generation
@@ -195,13 +195,14 @@ class WorkbenchModel:
         def load() -> Document | None:
             # ~400k blocks, none of them garbage: the full collections their allocation triggers
             # would hold the GIL ~100 ms each. Frozen, later full collections skip them (they are
-            # still freed by reference counting when the document is closed).
+            # still freed by reference counting when the document is closed); the next opening
+            # thaws them, with any cycle frozen alongside, and collects once.
             with gc_paused():
                 try:
                     doc = read_document(path, cancel=cancel)
                 except ReadCancelled:
                     return None  # whoever cancelled it has moved on: nothing to report
-                gc.freeze()
+                freeze_long_lived()
             return doc
 
         def loaded(doc: Document | None) -> None:
@@ -297,7 +298,8 @@ class WorkbenchModel:
             instruction, reserve = framing(strategy, counter)
             # A 50 MB document's plan and its index are ~400k objects, none of them garbage:
             # as with a document's blocks (open_document), no collection runs while they are
-            # made and they are frozen, or full collections of 20-165 ms each hold the GIL.
+            # made and they are frozen (until the next document opens), or full collections of
+            # 20-165 ms each hold the GIL.
             with gc_paused():
                 plan = workbench.plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx,
                                             reserve=reserve, instruction=instruction,
@@ -317,7 +319,7 @@ class WorkbenchModel:
                         plan = None
                 # off the model's thread
                 planned = None if plan is None else (plan, index(plan), side)
-                gc.freeze()
+                freeze_long_lived()
             return planned
 
         def settle() -> None:
@@ -625,18 +627,33 @@ class WorkbenchModel:
 
     # ----- rollback with the KV state -----
 
-    def resume_rollback(self, version: VersionInfo, has_kv: bool) -> None:
-        """A version the history panel made by rolling back: its job and sampling come back
-        (``version_restored``, ``sampling_restored``), it becomes the current version when it
-        is of the open document (the next Run branches from it), and with a KV state for the
-        loaded model and context its reply resumes from that state."""
+    def rollback(self, version_id: int, resume: bool) -> None:
+        """Roll back to a version (the History panel's Rollback): a new version equal to it,
+        whose job and sampling come back (``version_restored``, ``sampling_restored``) and
+        which becomes the current version when it is of the open document (the next Run
+        branches from it). ``resume``: its reply is generated again from the KV state saved
+        for the loaded model and context; a version without one is refused, with the
+        command line's sentence, and nothing is written."""
+        on = None
+        if resume:
+            state, loaded = self._state, self._state.loaded
+            if loaded is None or state.model_path is None:
+                self._events.failed(Message(Notice.NO_MODEL))
+                return
+            on = history.ResumeOn(model=state.model_path, model_sha256=state.model_sha256,
+                                  n_ctx=loaded.n_ctx, cache_type=loaded.kv_cache_type)  # fmt: skip
+        self._line.roll_back(version_id, on, restore=self._restore, resume=self._resume,
+                             show=self.open_version)  # fmt: skip
+
+    def on_history_changed(self, changes: history.Changes) -> None:
+        """A change the History panel made (a deletion, an undo, a branch, an import): the line
+        of work follows it (a Run never goes on from a deleted version)."""
+        self._line.hear(changes, self._doc)
+
+    def _restore(self, version: VersionInfo) -> None:
         # the version's sampling comes back with it: the resumed reply and the next Run use it
         self._events.sampling_restored(from_version(version.settings))
         self._events.version_restored(version)
-        state = self._state
-        self._line.roll_back(version, has_kv, doc=self._doc, loaded=state.loaded,
-                             model_sha256=state.model_sha256, resume=self._resume,
-                             show=self.open_version)  # fmt: skip
 
     def _resume(self, version: VersionInfo, spec: ResumeSpec) -> None:
         """Generate the rolled-back version's reply again from its saved KV state."""

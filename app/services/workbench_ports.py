@@ -31,6 +31,7 @@ from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter
 from app.services.engine_session import ServerSpec
+from app.services.history import Changes
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.question_plans import SideBySide
 from app.services.versions import OpenedVersion
@@ -145,7 +146,6 @@ class Notice(enum.Enum):
     DONE_REUSED = enum.auto()  # finish reasons, evaluated, prompt, reused tokens
     NOT_RECORDED = enum.auto()  # the error
     ROLLED_BACK = enum.auto()  # version id
-    NO_KV_STATE = enum.auto()
     RESUMING = enum.auto()
     ENGINE_RESTARTED = enum.auto()
     ENGINE_STOPPED = enum.auto()  # the error
@@ -196,6 +196,8 @@ class WorkbenchEvents(Protocol):
     def thread_changed(self, turns: list[Any], version: int | None) -> None: ...
     def version_opened(self, opened: OpenedVersion) -> None: ...
     def version_restored(self, version: VersionInfo) -> None: ...
+    # the history changed (a rollback made a version): every view of it reads what changed
+    def history_changed(self, changes: Changes) -> None: ...
     def job_finished(self, outcome: JobOutcome) -> None: ...
     def sampling_restored(self, sampling: SamplingSettings) -> None: ...
     def waits_changed(self, waits: frozenset[str]) -> None: ...

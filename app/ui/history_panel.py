@@ -51,6 +51,7 @@ from app.services.history import (  # the archive's two by name: tests hold them
     Imported,
     NewVersion,
     Repository,
+    RolledBack,
     Undone,
     VersionInfo,
     export_session,
@@ -102,7 +103,11 @@ class HistoryPanel(FollowsLanguage, QWidget):
     export and import."""
 
     refreshed = Signal()
-    rolled_back = Signal(object, bool)  # the new VersionInfo, whether a KV state resumes it
+    # a version id, whether to resume its reply from its saved KV state: the window rolls back
+    # through the workbench (one rollback service for both faces) and answers on_history_changed
+    rollback_requested = Signal(int, bool)
+    rolled_back = Signal(object)  # the new VersionInfo, once the rollback is written
+    changed = Signal(object)  # Changes: what an operation of this panel changed in the history
     branched = Signal(object)  # the new VersionInfo
     diffed = Signal(str)  # the diff shown
     exported = Signal(object)  # ExportSummary
@@ -582,25 +587,34 @@ class HistoryPanel(FollowsLanguage, QWidget):
         self.diffed.emit(diff)
 
     def rollback_selected(self) -> None:
+        """Rollback: resumed from the saved KV state where the panel shows one."""
         versions = self.selected_versions()
-        if len(versions) != 1 or self._read_only:
-            return
-        old = versions[0]
-        repo = self._repo
-        self._background(lambda: ops.rollback(repo, old.id), self._on_rolled_back, old,
-                         self.has_kv(old.id))  # fmt: skip
+        if len(versions) == 1:
+            self.request_rollback(self.has_kv(versions[0].id))
 
-    def _on_rolled_back(self, old: VersionInfo, has_kv: bool, done: NewVersion) -> None:
-        new = done.version
-        text = (
-            self.tr("Rolled back to v{0} as v{1}: it resumes instantly from the saved KV state.")
-            if has_kv
-            else self.tr("Rolled back to v{0} as v{1}: no KV state is saved, so the prompt "
-                         "will be evaluated again.")
-        )  # fmt: skip
-        self.message.show_message(text.format(old.number, new.number), error=False)
-        self.apply_changes(done)
-        self.rolled_back.emit(new, has_kv)
+    def request_rollback(self, resume: bool) -> None:
+        """Ask for a rollback of the one selected version (``rollback_requested``); ``resume``:
+        generate its reply again from its saved KV state (`snapshots rollback --resume`)."""
+        versions = self.selected_versions()
+        if len(versions) == 1 and not self._read_only:
+            self.rollback_requested.emit(versions[0].id, resume)
+
+    def on_history_changed(self, changes: Changes) -> None:
+        """What an operation made elsewhere (the workbench's rollback) changed: redraw, and
+        say what a rollback made."""
+        if isinstance(changes, RolledBack):
+            old, new = changes.copied, changes.version
+            text = (
+                self.tr("Rolled back to v{0} as v{1}: it resumes instantly from the saved KV "
+                        "state.")
+                if changes.resume is not None
+                else self.tr("Rolled back to v{0} as v{1}: its recorded reply is shown, and Run "
+                             "generates it again.")
+            )  # fmt: skip
+            self.message.show_message(text.format(old.number, new.number), error=False)
+        self.apply_changes(changes)
+        if isinstance(changes, RolledBack):
+            self.rolled_back.emit(changes.version)
 
     def branch_selected(self) -> None:
         versions = self.selected_versions()
@@ -626,7 +640,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
         self.message.show_message(
             self.tr("v{0} branched from v{1}.").format(new.number, old.number), error=False
         )
-        self.apply_changes(done)
+        self._made(done)
         self.branched.emit(new)
 
     def delete_selected(self) -> None:
@@ -647,7 +661,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
             .format(done.undoable),
             error=False,
         )  # fmt: skip
-        self.apply_changes(done)
+        self._made(done)
 
     def undo_delete(self) -> None:
         if self._read_only or self._undoable <= 0:
@@ -665,7 +679,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
             self.message.show_message(
                 self.tr("The {0} #{1} is back.").format(what, done.item), error=False
             )
-        self.apply_changes(done)
+        self._made(done)
 
     def export_session(self) -> None:
         """Ask for a file, then write the session to it in the background."""
@@ -760,7 +774,7 @@ class HistoryPanel(FollowsLanguage, QWidget):
             error=False,
         )  # fmt: skip
         self._session_id = summary.session_id  # show what came in
-        self.apply_changes(done)
+        self._made(done)
         self.imported.emit(summary)
 
     def apply_changes(self, changes: Changes) -> None:
@@ -771,6 +785,13 @@ class HistoryPanel(FollowsLanguage, QWidget):
             self._select_after = changes.select
         if changes.changed:
             self.refresh()
+
+    def _made(self, changes: Changes) -> None:
+        """An operation of this panel's own: redrawn here, and reported (``changed``) to the
+        window's other listeners (the workbench's line of work)."""
+        self.apply_changes(changes)
+        if changes.changed:
+            self.changed.emit(changes)
 
     def _cancelled(self, text: str) -> None:
         self.message.show_message(text, error=False)

@@ -177,7 +177,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
             lambda start, end: self.document_view.highlight_sources([(start, end)]))  # fmt: skip
         if self.repo is not None:
             self.history: HistoryPanel | None = HistoryPanel(self.repo)
-            self.history.rolled_back.connect(self.session.resume_rollback)
+            self.history.rollback_requested.connect(self.session.rollback)
+            self.history.changed.connect(self.session.on_history_changed)
             self.history.open_requested.connect(self.session.open_version)
             self.history.failed.connect(self.session.fail)
             self.tabs.addTab(self.history, "")
@@ -289,6 +290,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         if self.history is not None:
             s.recorded.connect(self.history.set_session)
             s.current_changed.connect(self.history.set_current)
+            s.history_changed.connect(self.history.on_history_changed)
         s.version_opened.connect(self._on_version_opened)
         s.thread_changed.connect(self.buffers.thread.set_turns)
         self.buffers.thread.open_requested.connect(s.open_version)

@@ -24,7 +24,7 @@ from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel
 from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess
 from app.services.engine_session import ServerSpec
-from app.services.history import Repository, VersionInfo
+from app.services.history import Changes, Repository
 from app.services.workbench import JobChoices, StartedJob
 from app.services.workbench_model import WorkbenchModel
 from app.services.workbench_ports import EVENTS, Message, Notice, WorkbenchEvents
@@ -106,6 +106,7 @@ class SessionModel(QObject):
     thread_changed = Signal(object, object)
     version_opened = Signal(object)  # OpenedVersion: an old version shown again
     version_restored = Signal(object)  # VersionInfo rolled back to: the toolbar takes its job
+    history_changed = Signal(object)  # Changes: what a rollback changed in the history
     job_finished = Signal(object)  # JobOutcome, once recorded in the history
     sampling_restored = Signal(object)  # SamplingSettings of a version rolled back to
     waits_changed = Signal(object)  # frozenset: what the person waits for now
@@ -229,8 +230,12 @@ class SessionModel(QObject):
     def open_version(self, version_id: int) -> None:
         self._model.open_version(version_id)
 
-    def resume_rollback(self, version: VersionInfo, has_kv: bool) -> None:
-        self._model.resume_rollback(version, has_kv)
+    def rollback(self, version_id: int, resume: bool) -> None:
+        self._model.rollback(version_id, resume)
+
+    def on_history_changed(self, changes: Changes) -> None:
+        """What the History panel changed (the line of work follows a deletion)."""
+        self._model.on_history_changed(changes)
 
     def fail(self, message: str) -> None:
         """Tell the person ``message`` (``failed``); a load or calibration waited for ends."""
@@ -291,8 +296,6 @@ class SessionModel(QObject):
             Notice.NOT_RECORDED: self.tr("The run was not recorded: {0}"),
             Notice.ROLLED_BACK: self.tr("Rolled back to a new version #{0}; its recorded reply "
                                         "is shown, and Run generates it again."),
-            Notice.NO_KV_STATE: self.tr("No KV state for the loaded model and context: the "
-                                        "recorded reply is shown, and Run generates it again."),
             Notice.RESUMING: self.tr("Resuming from the saved KV state…"),
             Notice.ENGINE_RESTARTED: self.tr("Engine restarted"),
             Notice.ENGINE_STOPPED: self.tr("The engine stopped: {0}. Starting it again…"),

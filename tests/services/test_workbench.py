@@ -13,10 +13,10 @@ import pytest
 from app.core.documents import Document, document_from_text
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import cl100k
-from app.services import versions, workbench
+from app.services import history, versions, workbench
 from app.services.workbench import JobChoices, Refusal
 from app.store.repository import Repository
-from tests.services.test_version_tree import DOC, OTHER, outcome
+from tests.services.outcomes import DOC, OTHER, outcome
 
 pytestmark = pytest.mark.unit
 
@@ -111,16 +111,17 @@ def test_a_comparison_goes_on_from_the_strategy_chosen(repo: Repository) -> None
     assert workbench.version_to_go_on_from(done, compared, "entropy") == done.versions[0]
 
 
-def test_a_rollback_says_whether_it_is_of_the_open_document(repo: Repository) -> None:
+def test_a_rollback_says_which_document_it_is_of_and_refuses_a_resume_without_a_state(
+    repo: Repository,
+) -> None:
     done = versions.record_outcome(repo, DOC, outcome("head"))
-    version = repo.get_version(done.versions[0])
-    back = workbench.rollback(repo, version, DOC, resumable=False, model_sha256="",
-                              n_ctx=512, cache_type=None)  # fmt: skip
-    assert back == workbench.Rollback(same_document=True, resume=None)
-    other = workbench.rollback(repo, version, OTHER, resumable=False, model_sha256="",
-                               n_ctx=512, cache_type=None)  # fmt: skip
-    assert not other.same_document
-    # resumable, but no KV state was saved with it: nothing to resume, said as None
-    none_saved = workbench.rollback(repo, version, DOC, resumable=True, model_sha256="m" * 64,
-                                    n_ctx=512, cache_type="f16")  # fmt: skip
-    assert none_saved.same_document and none_saved.resume is None
+    [version] = done.versions
+    back = history.rollback(repo, version)
+    assert back.document_sha256 == DOC.sha256 != OTHER.sha256
+    assert back.version.parent == version and back.copied.id == version and back.resume is None
+    # a resume asked for, but no KV state was saved with it: refused, nothing written
+    before = repo.history()
+    on = history.ResumeOn(model=Path("/m.gguf"), model_sha256="m" * 64, n_ctx=512)
+    with pytest.raises(history.NothingToResume, match=f"version {version} has no saved KV"):
+        history.rollback(repo, version, resume_on=on)
+    assert repo.history() == before

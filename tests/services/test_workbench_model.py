@@ -18,7 +18,7 @@ from app.core.jobs.events import RingFallback
 from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k
-from app.services import versions
+from app.services import history, versions
 from app.services.workbench import JobChoices, StartedJob
 from app.services.workbench_model import WorkbenchModel
 from app.services.workbench_ports import (
@@ -30,7 +30,7 @@ from app.services.workbench_ports import (
     TuneSpec,
 )
 from app.store.repository import Repository
-from tests.services.test_version_tree import outcome
+from tests.services.outcomes import outcome
 
 pytestmark = pytest.mark.unit
 
@@ -401,25 +401,32 @@ def test_a_rollback_without_and_with_a_kv_state(bench: Bench) -> None:
     [version] = repo.history()
     events.take()
 
-    back = repo.rollback(version.id)
-    m.resume_rollback(back, False)
-    assert [name for name, _ in events.seen] == ["sampling_restored", "version_restored"]
+    m.rollback(version.id, False)
     bench.queue.drain()
-    assert m.current_version == back.id and not m.running
+    back = repo.history()[-1]
+    assert back.parent == version.id and m.current_version == back.id and not m.running
+    assert [name for name, _ in events.seen][:3] == ["history_changed", "sampling_restored",
+                                                     "version_restored"]  # fmt: skip
+    [(changes,)] = events.of("history_changed")
+    assert changes.version == back and changes.resume is None
     assert events.said() == [Message(Notice.ROLLED_BACK, (back.id,))]
 
     events.take()
-    again = repo.rollback(version.id)
-    m.resume_rollback(again, True)  # a KV state asked for, none saved for this model
+    before = repo.history()
+    m.rollback(version.id, True)  # a KV state asked for, none saved for this model: refused
     bench.queue.drain()
-    assert events.said() == [Message(Notice.NO_KV_STATE)] and engine.asked("resume") == []
+    assert repo.history() == before and engine.asked("resume") == []
+    [(failure,)] = events.of("failed")
+    assert failure == Message.text(history.no_saved_state(version.id, "m.gguf"))
+    assert events.of("history_changed") == [] and m.current_version == back.id
 
     state = KVState((1, 2, 3, 4), b"kv" * 8, N_CTX, "f16", "/m.gguf")
     repo.save_kv_state(version.id, state, SHA, prompt_tokens=3)
     events.take()
-    third = repo.rollback(version.id)
-    m.resume_rollback(third, True)
+    m.rollback(version.id, True)
     bench.queue.drain()
+    third = repo.history()[-1]
+    assert third.parent == version.id
     [(spec,)] = engine.asked("resume")
     assert (spec.state.tokens, spec.state.data, spec.prompt_tokens) == (state.tokens, state.data, 3)
     assert spec.saved_version == version.id and m.running
@@ -483,3 +490,23 @@ def test_a_tuned_load_looks_up_its_calibration_then_measures_it_apart(
     assert events.said()[-1] == Message(Notice.TUNED_READY)
     m.close()
     assert bench.plans.closed
+
+
+def test_the_line_of_work_follows_a_deletion_made_in_the_history(bench: Bench) -> None:
+    m, repo = bench.model, bench.repo
+    assert repo is not None
+    bench.open()
+    bench.load()
+    for n in (8, 9):
+        m.run_job(JobChoices(max_tokens=n))
+        bench.queue.drain()
+        m.on_job_done(outcome("head", max_tokens=n))
+        bench.queue.drain()
+    v1, v2 = repo.history()
+    assert v2.parent == v1.id and m.current_version == v2.id
+    m.on_history_changed(history.delete(repo, versions=[v2.id]))  # what the panel reports
+    bench.queue.drain()
+    assert (m.current_session, m.current_version) == (v1.session, v1.id)
+    m.on_history_changed(history.delete(repo, sessions=[v1.session]))
+    bench.queue.drain()
+    assert (m.current_session, m.current_version) == (None, None)  # the next Run starts one

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QFileDialog, QProgressBar, QPushButton
 from app.core.documents import document_from_text
 from app.core.engine.types import KVState
 from app.core.jobs.tasks import JobResult, OutputSpan
+from app.services import history as ops
 from app.store.archive import export_session
 from app.store.db import Database, open_database
 from app.store.repository import Entry, Repository, VersionInfo
@@ -122,14 +123,20 @@ def test_diff_of_two_versions_in_a_tinted_monospace_dialog(qtbot, history: Histo
     dialog.close()
 
 
-def test_rollback_makes_a_child_and_says_whether_it_resumes(qtbot, history: History) -> None:
+def test_rollback_asks_for_the_rollback_and_shows_what_it_made(qtbot, history: History) -> None:
+    """The panel asks (the window rolls back through the workbench, the one rollback service)
+    and redraws from the change report that comes back."""
     panel = open_panel(qtbot, history.repo, history.session)
     panel.select_versions(history.v1)
     assert "⚡" in panel.rollback_button.text()
-    with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
+    with qtbot.waitSignal(panel.rollback_requested, timeout=WAIT) as asked:
         click(qtbot, panel.rollback_button)
-    new, has_kv = blocker.args
-    assert isinstance(new, VersionInfo) and new.parent == history.v1 and has_kv is True
+    assert asked.args == [history.v1, True]  # a saved KV state: resume from it
+    on = ops.ResumeOn(model=Path("/m.gguf"), model_sha256=SHA, n_ctx=512, cache_type="f16")
+    with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
+        panel.on_history_changed(ops.rollback(history.repo, history.v1, resume_on=on))
+    new = blocker.args[0]
+    assert isinstance(new, VersionInfo) and new.parent == history.v1
     assert "instantly" in panel.message.text()
     qtbot.waitUntil(lambda: panel.item_for(new.id) is not None, timeout=WAIT)
     assert children(panel, history.v1) == ["v2", "v3", "v4"]
@@ -138,10 +145,13 @@ def test_rollback_makes_a_child_and_says_whether_it_resumes(qtbot, history: Hist
 
     panel.select_versions(history.v2)
     assert "⚡" not in panel.rollback_button.text()
-    with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
+    with qtbot.waitSignal(panel.rollback_requested, timeout=WAIT) as asked:
         click(qtbot, panel.rollback_button)
-    assert blocker.args[0].parent == history.v2 and blocker.args[1] is False
-    assert "evaluated again" in panel.message.text()
+    assert asked.args == [history.v2, False]
+    with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
+        panel.on_history_changed(ops.rollback(history.repo, history.v2))
+    assert blocker.args[0].parent == history.v2
+    assert "Run generates it again" in panel.message.text()
 
 
 def test_branch_with_a_new_prompt(qtbot, history: History) -> None:
@@ -175,10 +185,10 @@ def test_delete_and_undo(qtbot, history: History) -> None:
 
 def test_an_error_from_the_store_is_one_plain_sentence(qtbot, history: History) -> None:
     panel = open_panel(qtbot, history.repo, history.session)
-    panel.select_versions(history.v2)
+    panel.select_versions(history.v1, history.v2)
     history.repo.delete_version(history.v2)  # gone behind the panel's back
     with qtbot.waitSignal(panel.failed, timeout=WAIT) as blocker:
-        click(qtbot, panel.rollback_button)
+        click(qtbot, panel.diff_button)
     assert blocker.args[0] == f"there is no version {history.v2}"
     assert panel.message.text() == blocker.args[0]
 

@@ -139,9 +139,10 @@ def test_a_job_on_the_real_model_is_recorded_and_resumes_from_its_kv_state(
 
     restored: list[object] = []
     session.sampling_restored.connect(restored.append)
-    rolled_back = repo.rollback(version.id)  # what the history panel does, then tells it
     with qtbot.waitSignal(session.job_finished, timeout=300_000) as done:
-        session.resume_rollback(rolled_back, True)
+        session.rollback(version.id, True)  # what the history panel asks for
+    rolled_back = repo.history()[-1]
+    assert rolled_back.parent == version.id
     [resumed] = done.args[0].results
     assert resumed.evaluated_tokens == 1  # the prompt came from the saved state
     assert resumed.text == result.text and restored == [choices.sampling]

@@ -183,10 +183,10 @@ def test_the_session_model_keeps_the_line_of_work_of_the_open_document(
     assert session_model.current_version == v3  # opening only shows it
 
     # a rollback makes the rolled-back copy current: the next Run branches from it
-    copy = repo.rollback(v2)
     with qtbot.waitSignal(session_model.version_restored, timeout=WAIT) as restored:
-        session_model.resume_rollback(copy, False)
-    assert restored.args[0] == copy
+        session_model.rollback(v2, False)
+    copy = repo.history()[-1]
+    assert restored.args[0] == copy and copy.parent == v2
     qtbot.waitUntil(lambda: session_model.current_version == copy.id, timeout=WAIT)
 
     # another document: no line of work until its first Run
@@ -198,7 +198,7 @@ def test_the_session_model_keeps_the_line_of_work_of_the_open_document(
     assert (session_model.current_session, session_model.current_version) == (None, None)
     # a rollback of another document's version shows it but does not make it current
     with qtbot.waitSignal(session_model.version_restored, timeout=WAIT):
-        session_model.resume_rollback(repo.rollback(v1), False)
+        session_model.rollback(v1, False)
     qtbot.wait(200)
     assert session_model.current_version is None
 

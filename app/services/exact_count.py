@@ -1,8 +1,9 @@
-"""An engine child of its own, for what a face asks of llama.cpp outside a job: ``generate``'s
-one reply, and counting a document's tokens exactly with a model's vocabulary.
+"""Counting a document's tokens exactly with a model's vocabulary, in an engine child of its
+own that loads only the vocabulary (``contextlens-cli count --model`` and ``chunk``).
 
 The faces never construct the engine host themselves (import-linter's "the faces never touch
-the store or the engine host directly"); jobs run through :class:`EngineSession`.
+the store, the engine host or llama.cpp"); jobs run through :class:`EngineSession`, a single
+reply through :class:`app.services.one_reply.Replier`.
 """
 
 from __future__ import annotations
@@ -16,11 +17,6 @@ from app.core.engine.host import EngineHost
 from app.core.engine.types import EngineError
 from app.core.tokens import TokenCounter, host_counter
 from app.services.errors import BadRequest
-
-
-def local_engine() -> EngineHost:
-    """A new llama.cpp child (started on first use), to use as a context manager: closed after."""
-    return EngineHost()
 
 
 @contextmanager
