@@ -1009,6 +1009,105 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>LoadOptions</name>
+    <message>
+        <source>Load options</source>
+        <translation>加载选项</translation>
+    </message>
+    <message>
+        <source>Tokens the model can hold at once (n_ctx)</source>
+        <translation>模型一次能容纳的 token 数（n_ctx）</translation>
+    </message>
+    <message>
+        <source>Quantized types (q8_0 … iq4_nl) take less memory and need flash attention</source>
+        <translation>量化类型（q8_0 … iq4_nl）占用内存更少，但需要 Flash Attention</translation>
+    </message>
+    <message>
+        <source>Flash attention</source>
+        <translation>启用 Flash Attention</translation>
+    </message>
+    <message>
+        <source>Prompt tokens handed to llama.cpp at once (n_batch)</source>
+        <translation>一次交给 llama.cpp 的提示词 token 数（n_batch）</translation>
+    </message>
+    <message>
+        <source>Tokens computed in one step (n_ubatch)</source>
+        <translation>一步计算的 token 数（n_ubatch）</translation>
+    </message>
+    <message>
+        <source>Co&amp;ntext size:</source>
+        <translation>上下文大小(&amp;N)：</translation>
+    </message>
+    <message>
+        <source>&amp;GPU layers:</source>
+        <translation>GPU 层数(&amp;G)：</translation>
+    </message>
+    <message>
+        <source>Backend:</source>
+        <translation>后端：</translation>
+    </message>
+    <message>
+        <source>KV cache type:</source>
+        <translation>KV 缓存类型：</translation>
+    </message>
+    <message>
+        <source>Threads:</source>
+        <translation>线程数：</translation>
+    </message>
+    <message>
+        <source>The most CPU threads llama.cpp computes with (the physical cores by default); it uses fewer while other programs keep cores busy</source>
+        <translation>llama.cpp 计算时最多使用的 CPU 线程数（默认为物理核心数）；其他程序占用核心时会使用更少的线程</translation>
+    </message>
+    <message>
+        <source>Batch, micro-batch:</source>
+        <translation>批大小、微批大小：</translation>
+    </message>
+    <message>
+        <source>A quantized KV cache ({0}) needs flash attention, so it was turned on.</source>
+        <translation>量化 KV 缓存（{0}）需要 Flash Attention，因此已将其开启。</translation>
+    </message>
+    <message>
+        <source>all {0}</source>
+        <translation>全部 {0} 层</translation>
+    </message>
+    <message>
+        <source>{0} of {1}</source>
+        <translation>{0} / {1}</translation>
+    </message>
+    <message>
+        <source>Checking whether this build can use a GPU…</source>
+        <translation>正在检查此构建能否使用 GPU…</translation>
+    </message>
+    <message>
+        <source>This llama.cpp build runs on the CPU only: it cannot offload layers to a GPU.</source>
+        <translation>此 llama.cpp 构建只能在 CPU 上运行：无法将层卸载到 GPU。</translation>
+    </message>
+    <message>
+        <source>Layers to run on the GPU</source>
+        <translation>在 GPU 上运行的层数</translation>
+    </message>
+    <message>
+        <source>checking…</source>
+        <translation>正在检查…</translation>
+    </message>
+    <message>
+        <source>CPU only</source>
+        <translation>仅 CPU</translation>
+    </message>
+    <message>
+        <source>%1 + CPU (GPU offload available)</source>
+        <translation>%1 + CPU（可卸载到 GPU）</translation>
+    </message>
+    <message>
+        <source>%1 + CPU (no GPU offload)</source>
+        <translation>%1 + CPU（不可卸载到 GPU）</translation>
+    </message>
+    <message>
+        <source>llama.cpp %1 — %2</source>
+        <translation>llama.cpp %1 — %2</translation>
+    </message>
+</context>
+<context>
     <name>MainActions</name>
     <message>
         <source>Job</source>
@@ -1287,6 +1386,41 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>MemoryFit</name>
+    <message>
+        <source>Estimated before loading from the model&apos;s shape (weights, KV cache, compute buffers: within a few percent of what llama.cpp allocates) against the memory free now. Live figures come from llama.cpp once loaded.</source>
+        <translation>加载前根据模型结构估算（权重、KV 缓存、计算缓冲区：与 llama.cpp 实际分配相差几个百分点以内），并与当前可用内存比较。加载后显示 llama.cpp 的实时数据。</translation>
+    </message>
+    <message>
+        <source>The memory it takes could not be estimated: {0}</source>
+        <translation>无法估算所需内存：{0}</translation>
+    </message>
+    <message>
+        <source>Estimating the memory it takes…</source>
+        <translation>正在估算所需内存…</translation>
+    </message>
+    <message>
+        <source>KV cache: choose a model to see the memory it takes.</source>
+        <translation>KV 缓存：选择模型后可查看其占用的内存。</translation>
+    </message>
+    <message>
+        <source>Fits: {0} of {1} free at n_ctx {2:,}, {3} KV cache</source>
+        <translation>可以容纳：在 n_ctx {2:,}、{3} KV 缓存下需要 {0}，可用 {1}</translation>
+    </message>
+    <message>
+        <source>Does not fit: {0} needed, {1} free at n_ctx {2:,}, {3} KV cache</source>
+        <translation>无法容纳：在 n_ctx {2:,}、{3} KV 缓存下需要 {0}，可用 {1}</translation>
+    </message>
+    <message>
+        <source>; {0} of {1} free on the GPU</source>
+        <translation>；GPU 上需要 {0}，可用 {1}</translation>
+    </message>
+    <message>
+        <source>weights {0}, KV cache {1}, compute {2}</source>
+        <translation>权重 {0}，KV 缓存 {1}，计算 {2}</translation>
+    </message>
+</context>
+<context>
     <name>ModelCard</name>
     <message>
         <source>Model</source>
@@ -1374,69 +1508,7 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
-    <name>ModelFetchDialog</name>
-    <message>
-        <source>Get the Default Model</source>
-        <translation>获取默认模型</translation>
-    </message>
-    <message>
-        <source>ContextLens will download {0} ({1:,.0f} MB) from {2} into {3}. The file is checked against its published SHA-256 checksum before it is used.</source>
-        <translation>ContextLens 将从 {2} 下载 {0}（{1:,.0f} MB）到 {3}。使用前会用其公布的 SHA-256 校验和检查该文件。</translation>
-    </message>
-    <message>
-        <source>From &amp;Hugging Face…</source>
-        <translation>从 &amp;Hugging Face…</translation>
-    </message>
-    <message>
-        <source>Get another model by name from the Hugging Face Hub</source>
-        <translation>按名称从 Hugging Face Hub 获取其他模型</translation>
-    </message>
-    <message>
-        <source>Asking {0} for the file…</source>
-        <translation>正在向 {0} 请求文件…</translation>
-    </message>
-    <message>
-        <source>Could not get the default model: {0}</source>
-        <translation>无法获取默认模型：{0}</translation>
-    </message>
-</context>
-<context>
-    <name>ModelOffer</name>
-    <message>
-        <source>The model is still loading; the run starts once it is ready.</source>
-        <translation>模型仍在加载；加载完成后即开始运行。</translation>
-    </message>
-    <message>
-        <source>No model is loaded. Load {0} and run?</source>
-        <translation>尚未加载模型。加载 {0} 并运行？</translation>
-    </message>
-    <message>
-        <source>It loads with the context size shown in the model panel.</source>
-        <translation>将按模型面板中显示的上下文大小加载。</translation>
-    </message>
-    <message>
-        <source>&amp;Load and Run</source>
-        <translation>加载并运行(&amp;L)</translation>
-    </message>
-    <message>
-        <source>No model is loaded, and the default model is not on this computer yet.</source>
-        <translation>尚未加载模型，且本机上还没有默认模型。</translation>
-    </message>
-    <message>
-        <source>Get it now (about 98 MB, checked against its checksum), then Run again.</source>
-        <translation>现在获取（约 98 MB，会核对校验和），然后再次运行。</translation>
-    </message>
-    <message>
-        <source>&amp;Get the Default Model…</source>
-        <translation>获取默认模型(&amp;G)…</translation>
-    </message>
-    <message>
-        <source>ContextLens</source>
-        <translation>ContextLens</translation>
-    </message>
-</context>
-<context>
-    <name>ModelPanel</name>
+    <name>ModelChooser</name>
     <message>
         <source>&amp;Models:</source>
         <translation>模型(&amp;M)：</translation>
@@ -1466,68 +1538,16 @@ Qt (PySide6) {3}</translation>
         <translation>下载默认模型（约 98 MB）并用校验和检查</translation>
     </message>
     <message>
-        <source>Tokens the model can hold at once (n_ctx)</source>
-        <translation>模型一次能容纳的 token 数（n_ctx）</translation>
+        <source>Choose a Model</source>
+        <translation>选择模型</translation>
     </message>
     <message>
-        <source>Estimated before loading from the model&apos;s shape (weights, KV cache, compute buffers: within a few percent of what llama.cpp allocates) against the memory free now. Live figures come from llama.cpp once loaded.</source>
-        <translation>加载前根据模型结构估算（权重、KV 缓存、计算缓冲区：与 llama.cpp 实际分配相差几个百分点以内），并与当前可用内存比较。加载后显示 llama.cpp 的实时数据。</translation>
+        <source>GGUF models (*.gguf);;All files (*)</source>
+        <translation>GGUF 模型 (*.gguf);;所有文件 (*)</translation>
     </message>
     <message>
-        <source>Quantized types (q8_0 … iq4_nl) take less memory and need flash attention</source>
-        <translation>量化类型（q8_0 … iq4_nl）占用内存更少，但需要 Flash Attention</translation>
-    </message>
-    <message>
-        <source>Flash attention</source>
-        <translation>启用 Flash Attention</translation>
-    </message>
-    <message>
-        <source>Prompt tokens handed to llama.cpp at once (n_batch)</source>
-        <translation>一次交给 llama.cpp 的提示词 token 数（n_batch）</translation>
-    </message>
-    <message>
-        <source>Tokens computed in one step (n_ubatch)</source>
-        <translation>一步计算的 token 数（n_ubatch）</translation>
-    </message>
-    <message>
-        <source>L&amp;oad</source>
-        <translation>加载(&amp;O)</translation>
-    </message>
-    <message>
-        <source>&amp;Unload</source>
-        <translation>卸载(&amp;U)</translation>
-    </message>
-    <message>
-        <source>Load options</source>
-        <translation>加载选项</translation>
-    </message>
-    <message>
-        <source>Co&amp;ntext size:</source>
-        <translation>上下文大小(&amp;N)：</translation>
-    </message>
-    <message>
-        <source>&amp;GPU layers:</source>
-        <translation>GPU 层数(&amp;G)：</translation>
-    </message>
-    <message>
-        <source>Backend:</source>
-        <translation>后端：</translation>
-    </message>
-    <message>
-        <source>KV cache type:</source>
-        <translation>KV 缓存类型：</translation>
-    </message>
-    <message>
-        <source>Threads:</source>
-        <translation>线程数：</translation>
-    </message>
-    <message>
-        <source>The most CPU threads llama.cpp computes with (the physical cores by default); it uses fewer while other programs keep cores busy</source>
-        <translation>llama.cpp 计算时最多使用的 CPU 线程数（默认为物理核心数）；其他程序占用核心时会使用更少的线程</translation>
-    </message>
-    <message>
-        <source>Batch, micro-batch:</source>
-        <translation>批大小、微批大小：</translation>
+        <source>Add a Folder of Models</source>
+        <translation>添加模型文件夹</translation>
     </message>
     <message>
         <source>only {0} of its {1} parts are here, and llama.cpp needs them all</source>
@@ -1607,18 +1627,71 @@ Qt (PySide6) {3}</translation>
         <source>Stop Listing {0}</source>
         <translation>不再列出 {0}</translation>
     </message>
+</context>
+<context>
+    <name>ModelFetchDialog</name>
     <message>
-        <source>Add a Folder of Models</source>
-        <translation>添加模型文件夹</translation>
+        <source>Get the Default Model</source>
+        <translation>获取默认模型</translation>
     </message>
     <message>
-        <source>Choose a Model</source>
-        <translation>选择模型</translation>
+        <source>ContextLens will download {0} ({1:,.0f} MB) from {2} into {3}. The file is checked against its published SHA-256 checksum before it is used.</source>
+        <translation>ContextLens 将从 {2} 下载 {0}（{1:,.0f} MB）到 {3}。使用前会用其公布的 SHA-256 校验和检查该文件。</translation>
     </message>
     <message>
-        <source>GGUF models (*.gguf);;All files (*)</source>
-        <translation>GGUF 模型 (*.gguf);;所有文件 (*)</translation>
+        <source>From &amp;Hugging Face…</source>
+        <translation>从 &amp;Hugging Face…</translation>
     </message>
+    <message>
+        <source>Get another model by name from the Hugging Face Hub</source>
+        <translation>按名称从 Hugging Face Hub 获取其他模型</translation>
+    </message>
+    <message>
+        <source>Asking {0} for the file…</source>
+        <translation>正在向 {0} 请求文件…</translation>
+    </message>
+    <message>
+        <source>Could not get the default model: {0}</source>
+        <translation>无法获取默认模型：{0}</translation>
+    </message>
+</context>
+<context>
+    <name>ModelOffer</name>
+    <message>
+        <source>The model is still loading; the run starts once it is ready.</source>
+        <translation>模型仍在加载；加载完成后即开始运行。</translation>
+    </message>
+    <message>
+        <source>No model is loaded. Load {0} and run?</source>
+        <translation>尚未加载模型。加载 {0} 并运行？</translation>
+    </message>
+    <message>
+        <source>It loads with the context size shown in the model panel.</source>
+        <translation>将按模型面板中显示的上下文大小加载。</translation>
+    </message>
+    <message>
+        <source>&amp;Load and Run</source>
+        <translation>加载并运行(&amp;L)</translation>
+    </message>
+    <message>
+        <source>No model is loaded, and the default model is not on this computer yet.</source>
+        <translation>尚未加载模型，且本机上还没有默认模型。</translation>
+    </message>
+    <message>
+        <source>Get it now (about 98 MB, checked against its checksum), then Run again.</source>
+        <translation>现在获取（约 98 MB，会核对校验和），然后再次运行。</translation>
+    </message>
+    <message>
+        <source>&amp;Get the Default Model…</source>
+        <translation>获取默认模型(&amp;G)…</translation>
+    </message>
+    <message>
+        <source>ContextLens</source>
+        <translation>ContextLens</translation>
+    </message>
+</context>
+<context>
+    <name>ModelPanel</name>
     <message>
         <source>Reading {0}…</source>
         <translation>正在读取 {0}…</translation>
@@ -1628,68 +1701,23 @@ Qt (PySide6) {3}</translation>
         <translation>无法使用 {0}：{1}</translation>
     </message>
     <message>
-        <source>Checking whether this build can use a GPU…</source>
-        <translation>正在检查此构建能否使用 GPU…</translation>
+        <source>Measured now</source>
+        <translation>刚刚测量</translation>
     </message>
     <message>
-        <source>This llama.cpp build runs on the CPU only: it cannot offload layers to a GPU.</source>
-        <translation>此 llama.cpp 构建只能在 CPU 上运行：无法将层卸载到 GPU。</translation>
+        <source>{0}: loading with the values above</source>
+        <translation>{0}：使用上方的值加载</translation>
+    </message>
+</context>
+<context>
+    <name>ModelStatus</name>
+    <message>
+        <source>L&amp;oad</source>
+        <translation>加载(&amp;O)</translation>
     </message>
     <message>
-        <source>Layers to run on the GPU</source>
-        <translation>在 GPU 上运行的层数</translation>
-    </message>
-    <message>
-        <source>checking…</source>
-        <translation>正在检查…</translation>
-    </message>
-    <message>
-        <source>CPU only</source>
-        <translation>仅 CPU</translation>
-    </message>
-    <message>
-        <source>%1 + CPU (GPU offload available)</source>
-        <translation>%1 + CPU（可卸载到 GPU）</translation>
-    </message>
-    <message>
-        <source>%1 + CPU (no GPU offload)</source>
-        <translation>%1 + CPU（不可卸载到 GPU）</translation>
-    </message>
-    <message>
-        <source>llama.cpp %1 — %2</source>
-        <translation>llama.cpp %1 — %2</translation>
-    </message>
-    <message>
-        <source>A quantized KV cache ({0}) needs flash attention, so it was turned on.</source>
-        <translation>量化 KV 缓存（{0}）需要 Flash Attention，因此已将其开启。</translation>
-    </message>
-    <message>
-        <source>all {0}</source>
-        <translation>全部 {0} 层</translation>
-    </message>
-    <message>
-        <source>{0} of {1}</source>
-        <translation>{0} / {1}</translation>
-    </message>
-    <message>
-        <source>KV cache: choose a model to see the memory it takes.</source>
-        <translation>KV 缓存：选择模型后可查看其占用的内存。</translation>
-    </message>
-    <message>
-        <source>Fits: {0} of {1} free at n_ctx {2:,}, {3} KV cache</source>
-        <translation>可以容纳：在 n_ctx {2:,}、{3} KV 缓存下需要 {0}，可用 {1}</translation>
-    </message>
-    <message>
-        <source>Does not fit: {0} needed, {1} free at n_ctx {2:,}, {3} KV cache</source>
-        <translation>无法容纳：在 n_ctx {2:,}、{3} KV 缓存下需要 {0}，可用 {1}</translation>
-    </message>
-    <message>
-        <source>; {0} of {1} free on the GPU</source>
-        <translation>；GPU 上需要 {0}，可用 {1}</translation>
-    </message>
-    <message>
-        <source>weights {0}, KV cache {1}, compute {2}</source>
-        <translation>权重 {0}，KV 缓存 {1}，计算 {2}</translation>
+        <source>&amp;Unload</source>
+        <translation>卸载(&amp;U)</translation>
     </message>
     <message>
         <source>Loading…</source>
@@ -1702,14 +1730,6 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Calibrating: {0}/{1} settings tried…</source>
         <translation>正在校准：已尝试 {0}/{1} 组设置…</translation>
-    </message>
-    <message>
-        <source>Measured now</source>
-        <translation>刚刚测量</translation>
-    </message>
-    <message>
-        <source>{0}: loading with the values above</source>
-        <translation>{0}：使用上方的值加载</translation>
     </message>
     <message>
         <source>No model loaded.</source>

@@ -58,7 +58,8 @@ def no_keyring(monkeypatch: pytest.MonkeyPatch) -> None:
 def panel_maker(
     qtbot, folder: Path, settings: QSettings, then: Callable[[ModelPanel], None] = lambda p: None
 ) -> Callable[[], QWidget]:
-    """Builds a panel over ``folder``, waits for its first model's card, then does ``then``."""
+    """Builds a panel over ``folder``, waits for its first model's card, then does ``then``
+    and waits for the memory fit of the options it leaves (computed off the GUI thread)."""
 
     def make() -> ModelPanel:
         panel = ModelPanel(folder, settings=settings)
@@ -66,6 +67,7 @@ def panel_maker(
         if panel.models.count():
             qtbot.waitUntil(lambda: panel.card.value("arch") != "–", timeout=10_000)
         then(panel)
+        qtbot.waitUntil(lambda: not panel.memory.pending(), timeout=10_000)
         return panel
 
     return make

@@ -37,7 +37,7 @@ def empty_panel(qtbot, tmp_path: Path) -> ModelPanel:
 def open_dialog(qtbot, panel: ModelPanel) -> ModelFetchDialog:
     assert panel.get_default_button.isVisible()  # the default model is missing: offered
     qtbot.mouseClick(panel.get_default_button, Qt.MouseButton.LeftButton)
-    dialog = panel._fetch_dialog
+    dialog = panel.chooser.fetch_dialog
     assert dialog is not None and dialog.isVisible()
     return dialog
 
@@ -95,7 +95,7 @@ def test_the_file_menu_offers_it(qtbot, tmp_path: Path) -> None:
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
     action = next(a for a in file_menu.actions() if a.text() == "Get the &Default Model…")
     action.trigger()
-    dialog = window.model_panel._fetch_dialog
+    dialog = window.model_panel.chooser.fetch_dialog
     assert dialog is not None and dialog.isVisible()
     qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)  # not started: closes
     assert not dialog.isVisible()

@@ -63,6 +63,13 @@ def type_into(qtbot, spin, text: str) -> None:
     qtbot.keyClicks(spin.lineEdit(), text)
 
 
+def fit_figures(qtbot, p: ModelPanel, shown: str) -> tuple[float, float, float]:
+    """:func:`memory_figures` once the fit line, computed off the GUI thread, answers for the
+    options as they are now (its text holding ``shown``)."""
+    qtbot.waitUntil(lambda: not p.memory.pending() and shown in p.memory.text(), timeout=10_000)
+    return memory_figures(p)
+
+
 def test_the_models_folder_and_the_default_model_card(
     panel: ModelPanel, model_path: Path, qtbot
 ) -> None:
@@ -116,15 +123,15 @@ def test_browse_adds_any_file(panel: ModelPanel, qtbot, tmp_path: Path, monkeypa
 def test_typing_a_context_size_updates_the_memory_line(panel: ModelPanel, qtbot) -> None:
     type_into(qtbot, panel.n_ctx, "1024")
     assert panel.n_ctx.value() == 1024
-    small = memory_figures(panel)
+    small = fit_figures(qtbot, panel, "at n_ctx 1,024, f16 KV cache")
     type_into(qtbot, panel.n_ctx, "8192")
-    large = memory_figures(panel)
+    large = fit_figures(qtbot, panel, "at n_ctx 8,192, f16 KV cache")
     assert large[0] > small[0] * 7  # the KV cache grows with n_ctx
     assert large[2] > small[2]
     assert large[1] == small[1] > 0  # the weights do not
     # a cheaper cache type: the KV figure drops
     panel.kv_type.setCurrentText("q4_0")
-    assert memory_figures(panel)[0] < large[0] / 3
+    assert fit_figures(qtbot, panel, "q4_0 KV cache")[0] < large[0] / 3
 
 
 def test_gpu_layers_wait_for_capabilities_and_say_why_they_are_off(panel: ModelPanel) -> None:

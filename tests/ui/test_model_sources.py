@@ -58,10 +58,10 @@ def test_the_list_groups_the_models_by_source(panel: ModelPanel, layout: Home) -
     titles = [panel.models.item(i) for i in range(panel.models.count())
               if panel.models.item(i).data(SOURCE_ROLE)]  # fmt: skip
     assert all(t.flags() == Qt.ItemFlag.NoItemFlags for t in titles)  # cannot be selected
-    assert panel.model_count() == 7 and layout.lm_studio_file in panel._listed()
+    assert panel.model_count() == 7 and layout.lm_studio_file in panel.chooser.listed()
     gemma = panel.models.item(row_named(panel, "gemma3:270m"))
     assert gemma.data(DETAILS_ROLE) == "268 M · Q4_K_M · 241.4 MiB"
-    hover = panel._hover_text(str(layout.ollama_blob))
+    hover = panel.chooser.hover_text(str(layout.ollama_blob))
     assert hover is not None
     assert hover.splitlines()[:3] == [str(layout.ollama_blob), "Trained context: 32,768 tokens",
                                       "Family: gemma3"]  # fmt: skip

@@ -45,7 +45,7 @@ def test_no_model_anywhere_offers_the_default_one_which_then_loads(
 
     index.publish(real_wheel)
     qtbot.mouseClick(banner.button, Qt.MouseButton.LeftButton)
-    dialog = window.model_panel._fetch_dialog
+    dialog = window.model_panel.chooser.fetch_dialog
     assert dialog is not None and dialog.isVisible()
     with qtbot.waitSignal(window.session.model_loaded, timeout=120_000):
         qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)

@@ -77,7 +77,7 @@ def test_model_n_ctx_and_document_from_the_command_line(
                     timeout=60_000)  # fmt: skip
     assert loaded_n_ctx(w) == 2048
     assert w.model_path == model_path and w.model_panel.n_ctx.value() == 2048
-    assert w.model_panel._listed().count(model_path) == 1  # listed once, and selected
+    assert w.model_panel.chooser.listed().count(model_path) == 1  # listed once, and selected
     assert w.model_panel.selected_model() == model_path
     qtbot.waitUntil(lambda: w.session.document_tokens is not None, timeout=30_000)
 
@@ -154,7 +154,7 @@ def test_without_the_default_model_the_offer_is_to_get_it(
     get = next(b for b in box.buttons() if b.text() == "&Get the Default Model…")
     assert box.button(QMessageBox.StandardButton.Cancel) is not None  # a way out too
     get.click()
-    dialog = w.model_panel._fetch_dialog
+    dialog = w.model_panel.chooser.fetch_dialog
     assert dialog is not None and dialog.isVisible()
     dialog.cancel_button.click()  # not started: closes
     assert not w.session.running and w.session.loaded is None
