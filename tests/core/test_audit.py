@@ -33,16 +33,10 @@ from app.core.planning.retrieve import NEEDS_QUESTION
 from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES, Planner
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 from tests.conftest import DATA
+from tests.core.audit_corpus import AUDITED, CORPUS
 
 N_CTX = 256  # small enough that every document overflows and every strategy has work to do
 MAX_TOKENS = 8
-CORPUS = {
-    "english": "sample.docx",  # the opening of Moby-Dick
-    "chinese": "chinese-gbk.txt",  # 道德经, 论语, Tang poems (GBK on disk)
-    "code": "sample.py",  # CPython's bisect.py
-    "mixed": "mixed.md",  # English, Chinese, German, Russian, emoji, code blocks, a table
-    "web": "sample.html",
-}
 TASKS = ("summarize", "ask", "extract")
 # What `retrieve` ranks each document against (an ask's question, an extract's instruction):
 # words the document holds, so that its plan keeps something to audit.
@@ -53,8 +47,6 @@ RETRIEVE = {
     "mixed": "Which settings file format is used for the migration?",
     "web": "What does the reading guide say about the Gettysburg Address?",
 }
-# for the closing summary (tests/core/conftest.py)
-AUDITED: dict[str, Any] = {"jobs": 0, "calls": 0, "document_tokens": 0, "documents": set()}
 
 
 @pytest.fixture(scope="module")

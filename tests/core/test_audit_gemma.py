@@ -39,7 +39,7 @@ from app.core.planning.retrieve import NEEDS_QUESTION
 from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES, Planner, plan_for
 from app.core.tokens import LlamaCounter, TokenCounter, host_tokenize
 from tests.conftest import DATA
-from tests.core.test_audit import AUDITED, CORPUS
+from tests.core.audit_corpus import AUDITED, CORPUS
 from tests.plain_llama import plain_llama
 
 N_CTX = 160  # the box-drawing document (228 tokens) overflows: every strategy has work to do

@@ -22,7 +22,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.documents import (
-    Block,
     BlockKind,
     Document,
     DocumentError,
@@ -36,8 +35,8 @@ from app.core.documents import (
 from app.core.documents import docx as docx_reader
 from app.core.documents import text as text_structure
 from app.core.documents.messages import human_size
+from tests.core.document_checks import DATA, GOOD, check_invariants
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 BAD = DATA / "bad"
 SRC = DATA / "src"
 CJK = (
@@ -50,28 +49,6 @@ SIMPLIFIED = (SRC / "chinese-simplified.txt").read_text(encoding="utf-8")
 TRADITIONAL = (SRC / "chinese-traditional.txt").read_text(encoding="utf-8")
 
 
-def check_invariants(doc: Document) -> None:
-    """What every caller relies on, whatever the format."""
-    previous_end = 0
-    for block in doc.blocks:
-        assert isinstance(block, Block)
-        assert previous_end <= block.start < block.end <= len(doc.text), block
-        assert not doc.text[block.end - 1].isspace()
-        if block.kind is not BlockKind.CODE:  # code keeps its first line's indentation
-            assert not doc.text[block.start].isspace()
-        if block.kind is BlockKind.HEADING:
-            assert 1 <= block.level <= 6
-        else:
-            assert block.level == 0
-        previous_end = block.end
-    if doc.pages:
-        assert doc.pages[0][0] == 0 and doc.pages[-1][1] == len(doc.text)
-        for (_, end), (start, _) in zip(doc.pages, doc.pages[1:], strict=False):
-            assert end == start
-    assert not any("\ud800" <= ch <= "\udfff" for ch in doc.text)
-    doc.text.encode("utf-8")  # no lone surrogates, or this raises
-
-
 def block_texts(doc: Document, kind: BlockKind | None = None) -> list[str]:
     return [doc.text[b.start : b.end] for b in doc.blocks if kind is None or b.kind is kind]
 
@@ -81,21 +58,6 @@ def file_digest(path: Path) -> str:
 
 
 # --- good samples -------------------------------------------------------------------------------
-
-GOOD = {
-    "chinese-gbk.txt": "text",
-    "chinese-big5.txt": "text",
-    "chinese-utf16.txt": "text",
-    "french-cp1252.txt": "text",
-    "latin-mixed.txt": "text",
-    "sample.md": "markdown",
-    "sample.py": "code",
-    "sample.html": "html",
-    "chinese-gbk-meta.html": "html",
-    "sample.pdf": "pdf",
-    "sample.docx": "docx",
-}
-
 
 @pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(GOOD))

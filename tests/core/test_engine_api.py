@@ -14,7 +14,7 @@ from app.core.engine import api
 from app.core.engine.host import EngineHost
 from app.core.engine.remote import RemoteEngine
 from app.core.engine.remote_http import Connection
-from tests.core.test_kv_progress import _ReportingEngine
+from tests.core.fake_engine import ReportingEngine
 
 pytestmark = pytest.mark.unit
 
@@ -79,5 +79,5 @@ def test_instances_satisfy_the_runtime_checkable_protocols() -> None:
 
 
 def test_the_scripted_engine_of_the_unit_tests_is_an_engine() -> None:
-    assert isinstance(_ReportingEngine(), api.Engine)
+    assert isinstance(ReportingEngine(), api.Engine)
     assert not isinstance(object(), api.Engine)

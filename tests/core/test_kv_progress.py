@@ -4,23 +4,13 @@ is between llama_decode slices, and a job turns those reports into events the fa
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from app.core.engine.decoding import ReportGate
 from app.core.engine.host import EngineHost
-from app.core.engine.types import (
-    EngineError,
-    Finished,
-    GenerationStats,
-    KVUsage,
-    LoadSettings,
-    PromptProgress,
-    TextDelta,
-)
+from app.core.engine.types import LoadSettings
 from app.core.jobs.tasks import (
     ChunkEvaluated,
     EvalProgress,
@@ -33,9 +23,7 @@ from app.core.jobs.tasks import (
 )
 from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
-
-N_CTX = 10_240
-
+from tests.core.fake_engine import N_CTX, FakeCounter, ReportingEngine
 
 # ----- the pacing of reports -----
 
@@ -51,61 +39,11 @@ def test_reports_are_at_most_one_per_gap_but_the_last_always_goes() -> None:
 # ----- a job turns the engine's reports into events -----
 
 
-class _ReportingEngine:
-    """Stands in for the engine host: a prompt of ``n`` tokens evaluated in four slices, with
-    the reports llama.cpp's figures would give, then a two-token reply."""
-
-    model_info = None
-
-    def tokenize(self, text: str, **_kw: Any) -> list[int]:
-        return [7] * max(1, len(text) // 4)
-
-    def apply_chat_template(self, messages: Sequence[dict[str, Any]], **_kw: Any) -> str:
-        return "<s>" + "".join(str(m["content"]) for m in messages) + "</s>"
-
-    def kv_usage(self) -> KVUsage:
-        # a cache that cannot move positions (it has no removal): rolling re-prompts each window
-        return KVUsage(N_CTX, self.held, 0, self.held - 1, self.held * 100, False)
-
-    def generate(self, prompt: Sequence[int], **_kw: Any) -> Iterator[Any]:
-        n = len(prompt)
-        for done in (0, n // 4, n // 2, 3 * n // 4, n):
-            self.held = done
-            yield PromptProgress(done, n, done / 1000, self.kv_usage())
-        self.held = n + 1
-        yield TextDelta("Hi", (1,))
-        yield self.kv_usage()
-        yield Finished(GenerationStats(n, n, n / 1000, 2, 0.01, "stop", n + 1))
-
-    held = 0
-
-    # the rest of the engine API (app/core/engine/api.py), which these jobs never reach
-
-    def detokenize(self, tokens: Sequence[int], **_kw: Any) -> str:
-        return "x" * len(tokens)
-
-    def generate_lanes(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]],
-                       **_kw: Any) -> Iterator[Any]:  # fmt: skip
-        raise EngineError("this scripted engine has no lanes")
-
-    def kv_tokens(self) -> list[int]:
-        return [7] * self.held
-
-    def remove(self, start: int, end: int, **_kw: Any) -> Any:
-        raise EngineError("this scripted engine cannot remove positions")
-
-    def cancel(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.mark.unit
 def test_a_call_streams_live_kv_and_prompt_progress_before_its_reply() -> None:
     text = "Lorem ipsum dolor sit amet. " * 400
-    engine = _ReportingEngine()
-    counter = _Counter(engine)
+    engine = ReportingEngine()
+    counter = FakeCounter(engine)
     events = list(summarize(engine, text, counter, strategy="head", n_ctx=N_CTX,  # type: ignore[arg-type]
                             max_tokens=4))  # fmt: skip
     first_token = next(i for i, ev in enumerate(events) if isinstance(ev, TokenBatch))
@@ -123,27 +61,6 @@ def test_a_call_streams_live_kv_and_prompt_progress_before_its_reply() -> None:
     after = events[first_token:]
     assert any(isinstance(ev, KVLive) for ev in after)  # and while it generates
     assert any(isinstance(ev, KVStats) for ev in after)  # the call's own figures close it
-
-
-class _Counter:
-    """The fake engine's tokenizer as a TokenCounter."""
-
-    name, exact, splits_at_spaces = "fake", True, False
-
-    def __init__(self, engine: _ReportingEngine) -> None:
-        self.engine = engine
-
-    def encode(self, text: str) -> list[int]:
-        return self.engine.tokenize(text)
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text))
-
-    def count_many(self, texts: Sequence[str]) -> list[int]:
-        return [self.count(t) for t in texts]
-
-    def count_special(self, text: str) -> int:
-        return self.count(text)
 
 
 # ----- the real engine -----
@@ -201,9 +118,9 @@ def test_a_long_prompt_reports_the_cache_filling_as_llama_cpp_holds_it(
 
 @pytest.mark.parametrize("strategy", ["rolling", "map-reduce"])
 def test_a_multi_pass_job_says_which_window_of_how_many_runs(strategy: str) -> None:
-    engine = _ReportingEngine()
+    engine = ReportingEngine()
     text = "".join(f"Paragraph {i} says something of its own. " * 12 + "\n\n" for i in range(40))
-    events = list(summarize(engine, text, _Counter(engine), strategy=strategy, n_ctx=512,  # type: ignore[arg-type]
+    events = list(summarize(engine, text, FakeCounter(engine), strategy=strategy, n_ctx=512,  # type: ignore[arg-type]
                             max_tokens=16))  # fmt: skip
     passes = [ev for ev in events if isinstance(ev, PassStarted)]
     windows = [p for p in passes if not p.step.startswith("combine")]

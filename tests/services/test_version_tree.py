@@ -10,38 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from app.core.documents import document_from_text
 from app.core.jobs.tasks import JobResult, OutputSpan
 from app.core.planning.plan import Plan, Span
 from app.services import versions
 from app.services.errors import BadRequest
-from app.services.jobs import EngineFacts, JobOutcome, JobSpec
+from app.services.jobs import JobOutcome, JobSpec
 from app.store.repository import Repository, RepositoryError
+from tests.services.outcomes import DOC, FACTS, OTHER, outcome
 
 pytestmark = pytest.mark.unit
-
-FACTS = EngineFacts("/m.gguf", "m" * 64, "local", "f16")
-DOC = document_from_text("The harbour at dawn. The boats go out. " * 20, name="harbour.txt")
-OTHER = document_from_text("A different text altogether.", name="other.txt")
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[Repository]:
     with versions.history(tmp_path / "h.db") as h:
         yield h.repo
-
-
-def outcome(*strategies: str, reply: str = "A reply.", max_tokens: int = 8) -> JobOutcome:
-    """A finished job as the engine would hand it over, one result per strategy."""
-    plan = Plan(strategies[0], 100, 200, (Span(0, 40, 10, "head"),), (Span(40, 80, 10, "cut"),))
-    results = [
-        JobResult("summarize", s, "stop", 512, prompt_tokens=50, completion_tokens=3,
-                  outputs=[OutputSpan("summary", f"{reply}\nMore.", ((0, 40),), 1, "stop")],
-                  plan=plan.as_dict())
-        for s in strategies
-    ]  # fmt: skip
-    spec = JobSpec("summarize", strategies, max_tokens=max_tokens)
-    return JobOutcome(spec, results=results, engine=FACTS)
 
 
 def test_runs_into_a_session_make_a_tree(repo: Repository) -> None:

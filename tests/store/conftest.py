@@ -12,7 +12,7 @@ import pytest
 from app.store.archive import export_session
 from app.store.db import open_database
 from app.store.repository import Repository
-from tests.store.test_archive import Good, populate
+from tests.store.archives import Good, populate
 
 
 @pytest.fixture

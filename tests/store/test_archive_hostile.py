@@ -47,8 +47,8 @@ from app.store.kv_layout import BytesSource, KVLayoutError, check_state
 from app.store.models import Document, DocumentText, KVStateRow
 from app.store.repository import Repository, RepositoryError
 from tests.cli.runner import CLI, assert_one_line_error
+from tests.store.archives import TEXT, Good, fingerprint, manifest_for, set_in, zip_bytes
 from tests.store.kv_states import MAGIC, Q8_0, cache, engine_state
-from tests.store.test_archive import TEXT, Good, fingerprint, manifest_for, set_in, zip_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024

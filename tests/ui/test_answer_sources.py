@@ -6,10 +6,8 @@ does the same, and a run recorded without one shows its reply as before."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QHelpEvent, QTextCursor, QTextFragment
+from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QToolTip, QWidget
 
 from app.core.jobs.alignment import align
@@ -25,7 +23,7 @@ from app.core.jobs.tasks import (
 from app.core.paths import sample_document
 from app.ui.buffer_panel import BufferPanel
 from app.ui.document_view import SOURCE, DocumentView
-from tests.ui.test_document_view import is_visible, kinds_in_block
+from tests.ui.text_probes import is_visible, kinds_in_block, linked_fragments, point_of
 
 JARGON = sample_document().read_text(encoding="utf-8")
 START = JARGON.index(":hacker: n.")
@@ -65,28 +63,6 @@ def _run(panel: BufferPanel) -> OutputSpan:
     result = JobResult("ask", "head", "stop", 4096, outputs=[out])
     panel.on_event(JobFinished(result))
     return out
-
-
-def linked_fragments(panel: BufferPanel, link: str) -> Iterator[QTextFragment]:
-    """The fragments of the panel's output linked ``link``, in order."""
-    block = panel.output.document().begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            frag = it.fragment()
-            if frag.charFormat().anchorHref() == link:
-                yield frag
-            it += 1
-        block = block.next()
-
-
-def point_of(panel: BufferPanel, frag: QTextFragment) -> QPoint:
-    """The viewport point of the middle of ``frag``, scrolled into view."""
-    cursor = QTextCursor(panel.output.document())
-    cursor.setPosition(frag.position() + frag.length() // 2)
-    panel.output.setTextCursor(cursor)
-    panel.output.ensureCursorVisible()
-    return panel.output.cursorRect(cursor).center()
 
 
 def _sentence_point(panel: BufferPanel, link: str) -> QPoint:

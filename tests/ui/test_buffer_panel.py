@@ -30,7 +30,7 @@ from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
 from app.ui.buffer_panel import NARROW, BarSegment, BufferPanel, ChunkState
 from app.ui.gauges import GaugesPanel
-from tests.ui.test_answer_sources import linked_fragments, point_of
+from tests.ui.text_probes import linked_fragments, point_of
 
 N_CTX = 512
 WINDOW_1 = [(0, 317, 102), (317, 724, 96), (724, 1102, 99), (1102, 1670, 101)]

@@ -12,7 +12,6 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from app.ui.main_window import MainWindow
-from tests.core.test_documents_hostile import write_slow_pdf
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -25,11 +24,6 @@ def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
     w.show()
     yield w
     w.close()
-
-
-@pytest.fixture
-def slow_page(tmp_path: Path) -> Path:
-    return write_slow_pdf(tmp_path / "slow.pdf")
 
 
 def readers() -> list[psutil.Process]:

