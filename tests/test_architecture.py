@@ -90,3 +90,37 @@ def test_no_import_circle_inside_app() -> None:
     graph = grimp.build_graph("app", cache_dir=None)
     assert "app.core.planning.plan" in graph.modules
     assert _circles(graph) == []
+
+
+@pytest.mark.unit
+def test_the_services_export_no_store_type() -> None:
+    """What a face can import from ``app.services`` is the services' own or the core's: no class,
+    function or error of ``app.store`` passes through (the faces hold a ``History`` and call
+    the services, never the repository)."""
+    import importlib  # noqa: PLC0415
+
+    leaked = []
+    for name in ["app.services", *_modules(app.services)]:
+        module = importlib.import_module(name)
+        public = getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]
+        for attr in public:
+            origin = getattr(getattr(module, attr, None), "__module__", "") or ""
+            if origin.startswith("app.store"):
+                leaked.append(f"{name}.{attr} ({origin})")
+    assert leaked == []
+
+
+@pytest.mark.unit
+def test_the_faces_never_reach_into_the_store_behind_a_history() -> None:
+    """``History.repo`` is the services' own: no face reads an attribute named ``repo``."""
+    import ast  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1] / "app"
+    found = [
+        f"{path.relative_to(root.parent)}:{node.lineno}"
+        for face in ("ui", "cli")
+        for path in sorted((root / face).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr == "repo"
+    ]
+    assert found == []

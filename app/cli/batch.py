@@ -184,7 +184,6 @@ def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: En
     from app.core.jobs.events import JobFinished
     from app.core.jobs.options import CancelToken
     from app.core.planning.strategies import Planner
-    from app.services import versions
 
     facts = session.facts()
     progress = _Progress(len(paths))
@@ -202,7 +201,7 @@ def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: En
             doc = read_document(str(path))
         except BadInput as exc:
             return _Outcome(path, "unreadable", message=str(exc))
-        found = versions.done_before(h.repo, doc, spec, session.n_ctx, facts)
+        found = h.done_before(doc, spec, session.n_ctx, facts)
         if found is not None:
             return _Outcome(path, "skipped", message=f"done before as version #{found}",
                             version=found)  # fmt: skip
@@ -215,9 +214,9 @@ def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: En
         seconds = time.perf_counter() - t0
         if result is None or result.finish_reason == "cancelled":
             return _Outcome(path, "cancelled", result, doc, "cancelled", seconds=seconds)
-        if result.error or result.refused:
-            return _Outcome(path, "failed", result, doc, result.error or result.refused,
-                            seconds=seconds)  # fmt: skip
+        problem = result.error or result.refused
+        if problem:
+            return _Outcome(path, "failed", result, doc, problem, seconds=seconds)
         return _Outcome(path, "done", result, doc, seconds=seconds)
 
     def worker() -> None:
@@ -247,7 +246,7 @@ def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: En
                 cancel.set()
             if outcome.result is not None and outcome.status in ("done", "failed"):
                 # the one writer: results are recorded here, as each document ends
-                recorded = versions.record_result(h.repo, outcome.doc, spec, outcome.result, facts)
+                recorded = h.record_result(outcome.doc, spec, outcome.result, facts)
                 outcome.version = recorded.versions[0]
             if (
                 outcome.status == "failed"

@@ -46,7 +46,7 @@ from app.cli.engine import (
 )
 from app.cli.sampling import add_sampling_options, sampling_from_args
 from app.cli.snapshots import history
-from app.services.errors import BadRequest
+from app.services.errors import BadRequest, ServiceError
 
 if TYPE_CHECKING:
     from app.services.jobs import JobSpec
@@ -94,7 +94,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.model:
             model_path_or_default(args.model)  # a --model that is not there: said now
         from app.services import versions  # the store: only once the input is good
-        from app.services.history import StoreError
 
         versions.check_writable(db_path(args.db))  # now, not after a run it could not record
         target = _target(args, doc)
@@ -162,12 +161,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorded = None
     try:
         with history(args.db) as h:
-            recorded = versions.record_outcome(h.repo, doc, outcome, target)
-            if audit is not None:
-                runs = versions.stored_runs(h.repo, recorded.versions)
-                for result, stored in zip(outcome.results, runs, strict=True):
-                    audit.check_stored(result, stored)
-    except (BadRequest, ValueError, StoreError, OSError) as exc:
+            recorded = h.record_run(doc, outcome, target)  # an audit reads each run back
+    except (ServiceError, ValueError, OSError) as exc:
         # the run itself succeeded: say so, keep its output
         print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)
         if audit is not None:
@@ -187,7 +182,7 @@ def _target(args: argparse.Namespace, doc: Any) -> Any:
     target = versions.Target(args.session, args.parent)
     if target.session is not None or target.parent is not None:
         with history(args.db) as h:
-            versions.check_target(h.repo, doc, target)
+            h.check_target(doc, target)
     return target
 
 

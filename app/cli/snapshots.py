@@ -27,7 +27,7 @@ from app.cli.common import (
     done_record,
     fail,
 )
-from app.services.errors import BadRequest
+from app.services.errors import ServiceError
 
 ACTIONS = ("list", "show", "diff", "rollback", "export", "import")
 
@@ -54,42 +54,40 @@ def history(db_arg: str | None) -> Iterator[Any]:
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
-    from app.services.history import ArchiveError, RepositoryError, StoreError
-
     try:
         with history(args.db) as opened:
-            return _act(opened.repo, args)
-    except (BadRequest, RepositoryError, ArchiveError, StoreError) as exc:
+            return _act(opened, args)
+    except ServiceError as exc:
         return fail(EXIT_BAD_INPUT, str(exc), args.json)
 
 
-def _act(repo: Any, args: argparse.Namespace) -> int:
+def _act(store: Any, args: argparse.Namespace) -> int:
     from app.services.history import export_session, import_session
 
     if args.action == "list":
         if args.session is not None:
-            repo.session_info(args.session)  # one sentence when there is no such session
-        versions = [v.as_dict() for v in repo.history(args.session)]
+            store.session_info(args.session)  # one sentence when there is no such session
+        versions = [v.as_dict() for v in store.versions(args.session)]
         if args.json:
             print(json.dumps(versions))
         else:
-            sessions = {s["id"]: s for s in repo.sessions()}
+            sessions = {s["id"]: s for s in store.sessions()}
             for line in tree_lines(versions, sessions):
                 print(line)
     elif args.action == "show":
-        v = repo.get_version(_ids(args.args, 1)[0])
-        data = {**v.as_dict(), "runs": repo.runs(v.id), "kv_states": repo.kv_states(v.id)}
+        v = store.version(_ids(args.args, 1)[0])
+        data = {**v.as_dict(), "runs": store.runs(v.id), "kv_states": store.kv_states(v.id)}
         print(json.dumps(data, indent=None if args.json else 2))
     elif args.action == "diff":
         a, b = _ids(args.args, 2)
-        print(repo.diff(a, b))
+        print(store.diff(a, b))
     elif args.action == "rollback":
-        return _rollback(repo, args)
+        return _rollback(store, args)
     elif args.action == "export":
         if len(args.args) != 2:
             raise BadInput("export needs a session id and a file: export SESSION FILE")
         [session] = _ids(args.args[:1], 1)
-        done = export_session(repo, session, Path(args.args[1]), include_kv=args.kv).summary
+        done = export_session(store, session, Path(args.args[1]), include_kv=args.kv).summary
         _report({"type": "exported", "path": str(done.path), "versions": done.versions,
                  "runs": done.runs, "kv_states": done.kv_states, "bytes": done.bytes},
                 f"session {session} written to {done.path} ({done.versions} versions, "
@@ -97,7 +95,7 @@ def _act(repo: Any, args: argparse.Namespace) -> int:
     elif args.action == "import":
         if len(args.args) != 1:
             raise BadInput("import needs one file: import FILE")
-        got = _import(repo, Path(args.args[0]), import_session)
+        got = _import(store, Path(args.args[0]), import_session)
         if got is None:
             message = f"Import of {Path(args.args[0]).name} cancelled; nothing was added."
             return fail(EXIT_CANCELLED, message, args.json)
@@ -151,12 +149,12 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _import(repo: Any, path: Path, import_session: Any) -> Any:
+def _import(store: Any, path: Path, import_session: Any) -> Any:
     """Import ``path`` on a helper thread, so that Ctrl-C cancels it properly: the rows being
     written are rolled back and nothing is added (None), instead of the interrupt leaving the
     store's writer to finish the import unasked. Errors come back as they were raised; else the
     import's summary."""
-    from app.services.history import ArchiveCancelled
+    from app.services.history import Cancelled
 
     cancel = threading.Event()
     finished = threading.Event()  # waited on, not join(): an interrupted join() can leave
@@ -164,7 +162,7 @@ def _import(repo: Any, path: Path, import_session: Any) -> Any:
 
     def work() -> None:
         try:
-            outcome["done"] = import_session(repo, path, cancel=cancel).summary
+            outcome["done"] = import_session(store, path, cancel=cancel).summary
         except BaseException as exc:  # handed to the main thread below
             outcome["error"] = exc
         finally:
@@ -177,7 +175,7 @@ def _import(repo: Any, path: Path, import_session: Any) -> Any:
         except KeyboardInterrupt:
             cancel.set()  # heard within a batch of rows; the loop waits for the rollback
     error = outcome.get("error")
-    if isinstance(error, ArchiveCancelled):
+    if isinstance(error, Cancelled):
         return None
     if error is not None:
         raise error
@@ -197,22 +195,21 @@ def _ids(values: list[str], n: int) -> list[int]:
         raise BadInput(f"an id is a number, not {values}") from None
 
 
-def _rollback(repo: Any, args: argparse.Namespace) -> int:
-    from app.services import versions
+def _rollback(store: Any, args: argparse.Namespace) -> int:
     from app.services.history import ResumeOn, rollback
 
     [old_id] = _ids(args.args, 1)
     on = None
     if args.resume:
         on = ResumeOn(model=Path(args.model) if args.model else None, max_tokens=args.max_tokens)
-    done = rollback(repo, old_id, resume_on=on)  # NothingToResume: refused, nothing written
+    done = rollback(store, old_id, resume_on=on)  # NothingToResume: refused, nothing written
     new, spec = done.version, done.resume
     if spec is None:
         print(json.dumps(new.as_dict()) if args.json else f"new version #{new.id} (v{new.number})")
         return EXIT_OK
     result, code = _resume(spec, args.json)
     if result is not None:
-        versions.record_resumed(repo, new, result)
+        store.record_resumed(new, result)
         if args.json:
             print(json.dumps({**done_record(result), "version": new.as_dict(),
                               "resumed_from": spec.saved_version}), flush=True)  # fmt: skip

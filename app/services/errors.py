@@ -19,3 +19,12 @@ class BadOption(BadRequest):
     def __init__(self, option: str, problem: str) -> None:
         super().__init__(f"{option.replace('_', ' ')} {problem}")
         self.option, self.problem = option, problem
+
+
+class HistoryUnavailable(ServiceError):
+    """The history database cannot be read or written now (a full disk, a lock held too long,
+    a damaged file); what was asked was not done."""
+
+
+class Cancelled(ServiceError):
+    """The person cancelled a long operation (an export, an import); nothing was written."""

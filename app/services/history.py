@@ -7,8 +7,9 @@ model). Each returns a frozen :class:`Changes` (sessions and versions added, rem
 version to select next) with what the operation made: the new version, how many deletions undo
 can bring back, the archive's summary.
 
-The types the faces name from the store (a version, the repository, its errors, an archive's
-summaries and cancellation) come through here too, so neither face imports ``app.store``.
+Each takes the open :class:`History` a face holds, never the store's repository, and says the
+store's errors as the services' own (BadRequest, Cancelled, HistoryUnavailable), so neither face
+names a store type.
 """
 
 from __future__ import annotations
@@ -20,34 +21,32 @@ from pathlib import Path
 from typing import Any
 
 from app.core.default_model import sha256_of
+from app.core.history_records import ExportSummary, ImportSummary, Progress, VersionInfo
 from app.services import versions
-from app.services.errors import BadRequest
+from app.services.errors import BadRequest, Cancelled, HistoryUnavailable
 from app.services.jobs import ResumeSpec
-from app.services.versions import History, history, open_history
+from app.services.versions import History, history, open_history, said
 from app.store import archive
-from app.store.archive import ArchiveCancelled, ArchiveError, ExportSummary, ImportSummary, Progress
-from app.store.db import StoreError
-from app.store.repository import Repository, RepositoryError, VersionInfo
+from app.store.repository import Repository, RepositoryError
 
 __all__ = [
-    "ArchiveCancelled",
-    "ArchiveError",
+    "BadRequest",
+    "Cancelled",
     "Changes",
     "Deleted",
     "ExportSummary",
     "Exported",
     "History",
+    "HistoryUnavailable",
     "HistoryView",
     "ImportSummary",
     "Imported",
     "NewVersion",
     "NothingToResume",
-    "Repository",
-    "RepositoryError",
+    "Progress",
     "ResumeOn",
     "RolledBack",
     "SavedState",
-    "StoreError",
     "Undone",
     "VersionInfo",
     "branch",
@@ -158,13 +157,15 @@ class RolledBack(NewVersion):
     resume: ResumeSpec | None = None
 
 
-def rollback(repo: Repository, version_id: int, *, resume_on: ResumeOn | None = None) -> RolledBack:
+@said
+def rollback(h: History, version_id: int, *, resume_on: ResumeOn | None = None) -> RolledBack:
     """A new version equal to ``version_id`` (its child), so nothing after it is lost. With
     ``resume_on``, the saved KV state is looked up first, and a version without one for that
     model (and context) is refused with :class:`NothingToResume` before anything is written;
-    BadRequest for a version that ran on a server (it keeps no KV state), RepositoryError when
-    the version is gone, StoreError when nothing could be written. Both faces roll back
-    through here: the same tree and the same refusal."""
+    BadRequest for a version that ran on a server (it keeps no KV state) or is gone,
+    HistoryUnavailable when nothing could be written. Both faces roll back through here: the
+    same tree and the same refusal."""
+    repo = h.repo
     old = repo.get_version(version_id)
     spec = _resume_spec(repo, old, resume_on) if resume_on is not None else None
     new = repo.rollback(version_id)
@@ -198,16 +199,19 @@ def no_saved_state(version_id: int, model_name: str) -> str:
             "state kept to save one); nothing was changed")  # fmt: skip
 
 
-def branch(repo: Repository, version_id: int, **changes: Any) -> NewVersion:
+@said
+def branch(h: History, version_id: int, **changes: Any) -> NewVersion:
     """A new version from ``version_id`` with ``changes`` (prompt, task, strategy, settings...),
     beside the versions made from it before."""
-    return _made(repo.branch(version_id, **changes))
+    return _made(h.repo.branch(version_id, **changes))
 
 
-def delete(repo: Repository, *, versions: tuple[int, ...] | list[int] = (),
+@said
+def delete(h: History, *, versions: tuple[int, ...] | list[int] = (),
            sessions: tuple[int, ...] | list[int] = ()) -> Deleted:  # fmt: skip
     """Soft-delete versions and whole sessions (a version in a session deleted too is passed
     over): hidden at once, back with :func:`undo_delete` until the repository closes."""
+    repo = h.repo
     session_set = set(sessions)
     versions_of = {sid: tuple(v.id for v in repo.history(sid)) for sid in dict.fromkeys(sessions)}
     mine = [(vid, repo.get_version(vid).session) for vid in dict.fromkeys(versions)]
@@ -223,16 +227,18 @@ def delete(repo: Repository, *, versions: tuple[int, ...] | list[int] = (),
                    undoable=len(mine) + len(versions_of))  # fmt: skip
 
 
-def delete_version(repo: Repository, version_id: int) -> Deleted:
-    return delete(repo, versions=(version_id,))
+def delete_version(h: History, version_id: int) -> Deleted:
+    return delete(h, versions=(version_id,))
 
 
-def delete_session(repo: Repository, session_id: int) -> Deleted:
-    return delete(repo, sessions=(session_id,))
+def delete_session(h: History, session_id: int) -> Deleted:
+    return delete(h, sessions=(session_id,))
 
 
-def undo_delete(repo: Repository) -> Undone:
+@said
+def undo_delete(h: History) -> Undone:
     """Bring back the last version or session deleted (the version is selected next)."""
+    repo = h.repo
     undone = repo.undo_delete()
     if undone is None:
         return Undone()
@@ -248,8 +254,9 @@ def undo_delete(repo: Repository) -> Undone:
                   select=item)  # fmt: skip
 
 
+@said
 def export_session(
-    repo: Repository,
+    h: History,
     session_id: int,
     path: str | os.PathLike[str],
     *,
@@ -257,22 +264,24 @@ def export_session(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> Exported:
-    """Write one session to a ``.ctxlens`` file (see app.store.archive); ArchiveError when it
-    cannot, ArchiveCancelled once ``cancel`` is set (no file left, an earlier one untouched)."""
-    summary = archive.export_session(repo, session_id, path, include_kv=include_kv,
+    """Write one session to a ``.ctxlens`` file (see app.store.archive); BadRequest when it
+    cannot be, Cancelled once ``cancel`` is set (no file left, an earlier one untouched)."""
+    summary = archive.export_session(h.repo, session_id, path, include_kv=include_kv,
                                      progress=progress, cancel=cancel)  # fmt: skip
     return Exported(summary=summary)
 
 
+@said
 def import_session(
-    repo: Repository,
+    h: History,
     path: str | os.PathLike[str],
     *,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> Imported:
     """Add the session a ``.ctxlens`` file holds as a new session, checked completely first;
-    ArchiveError (nothing added) when it cannot be, ArchiveCancelled once ``cancel`` is set."""
+    BadRequest (nothing added) when it cannot be, Cancelled once ``cancel`` is set."""
+    repo = h.repo
     summary = archive.import_session(repo, Path(path), progress=progress, cancel=cancel)
     added = tuple(v.id for v in repo.history(summary.session_id))
     return Imported(summary=summary, sessions_added=(summary.session_id,),
@@ -306,8 +315,10 @@ class HistoryView:
     states: dict[int, SavedState]
 
 
-def read_history(repo: Repository, session_id: int | None) -> HistoryView:
+@said
+def read_history(h: History, session_id: int | None) -> HistoryView:
     """Sessions, versions, each version's last run and resumable KV state (slow: many reads)."""
+    repo = h.repo
     sessions = repo.sessions()
     if session_id is not None and all(s["id"] != session_id for s in sessions):
         session_id = None  # the session is gone: show all

@@ -8,21 +8,54 @@ was made by the command line or in the window. Each write returns what changed
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from app.core.documents import Document
 from app.core.engine.types import LoadSettings
+from app.core.history_records import VersionInfo
 from app.core.jobs.tasks import JobResult
 from app.core.planning.plan import Plan, PlanWindow, Span
 from app.core.sampling import from_version, stored
-from app.services.errors import BadRequest
+from app.services.errors import BadRequest, Cancelled, HistoryUnavailable
 from app.services.jobs import EngineFacts, JobOutcome, JobSpec, ResumeSpec
-from app.store.db import Database, StoreError, default_db_path, open_database
-from app.store.repository import Entry, Repository, RepositoryError, VersionInfo
+from app.store.archive_format import ArchiveCancelled, ArchiveError
+from app.store.db import StoreError, default_db_path, open_database
+from app.store.repository import Entry, Repository, RepositoryError
+
+# the services' history API; the store's types it imports stay here (tests/test_architecture.py)
+__all__ = [
+    "History",
+    "OpenedVersion",
+    "Recorded",
+    "Target",
+    "Turn",
+    "Turned",
+    "check_target",
+    "check_writable",
+    "done_before",
+    "history",
+    "latest_line",
+    "open_history",
+    "open_version",
+    "plan_from_dict",
+    "record_continuing",
+    "record_outcome",
+    "record_result",
+    "record_resumed",
+    "resume_settings",
+    "resume_spec",
+    "said",
+    "split_questions",
+    "store_errors_said",
+    "stored_runs",
+    "thread",
+    "version_content",
+]
 
 
 @dataclass(frozen=True)
@@ -71,21 +104,123 @@ class OpenedVersion:
             figures.get("kept_tokens"))  # fmt: skip
 
 
-@dataclass
-class History:
-    """An open history database; ``notice`` says what the person should know about it (a
-    damaged file set aside, a read-only file)."""
+P = ParamSpec("P")
+T = TypeVar("T")
 
-    db: Database
-    repo: Repository
+
+@contextmanager
+def store_errors_said() -> Iterator[None]:
+    """The store's errors as the services' own, one sentence each (the faces name no store
+    type): what cannot be done as asked is a BadRequest, a cancelled export or import is
+    Cancelled, a database that cannot be read or written is HistoryUnavailable."""
+    try:
+        yield
+    except ArchiveCancelled as exc:
+        raise Cancelled(str(exc)) from None
+    except (RepositoryError, ArchiveError) as exc:
+        raise BadRequest(str(exc)) from None
+    except StoreError as exc:
+        raise HistoryUnavailable(str(exc)) from None
+
+
+def said(call: Callable[P, T]) -> Callable[P, T]:
+    """``call`` with the store's errors said as the services' (:func:`store_errors_said`)."""
+
+    @functools.wraps(call)
+    def plain(*args: P.args, **kwargs: P.kwargs) -> T:
+        with store_errors_said():
+            return call(*args, **kwargs)
+
+    return plain
+
+
+class History:
+    """An open history database: what a face holds and hands to the services (``history.*``,
+    the workbench), and what it reads the history through. The repository behind it is the
+    services' own (``repo``); the faces never touch it (tests/test_architecture.py)."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo, self.db = repo, repo.database
 
     @property
     def notice(self) -> str:
+        """What the person should know about the file (a damaged one set aside, read-only)."""
         return self.db.notice or ""
+
+    @property
+    def read_only(self) -> bool:
+        return self.repo.read_only
 
     def close(self) -> None:
         self.repo.close()
         self.db.close()
+
+    # ----- what the faces read -----
+
+    @said
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session, newest last: its id, document, when made, how many versions."""
+        return self.repo.sessions()
+
+    @said
+    def session_info(self, session_id: int) -> dict[str, Any]:
+        """One session (BadRequest when there is none)."""
+        return self.repo.session_info(session_id)
+
+    @said
+    def versions(self, session_id: int | None = None) -> list[VersionInfo]:
+        """The versions of one session (None: all), in creation order, each with its children."""
+        return self.repo.history(session_id)
+
+    @said
+    def version(self, version_id: int) -> VersionInfo:
+        """One version (BadRequest when it is not there)."""
+        return self.repo.get_version(version_id)
+
+    @said
+    def runs(self, version_id: int) -> list[dict[str, Any]]:
+        return self.repo.runs(version_id)
+
+    @said
+    def kv_states(self, version_id: int) -> list[dict[str, Any]]:
+        return self.repo.kv_states(version_id)
+
+    @said
+    def diff(self, a: int, b: int) -> str:
+        """A unified diff of two versions: their settings, prompts and replies."""
+        return self.repo.diff(a, b)
+
+    # ----- what the command line records -----
+
+    @said
+    def check_target(self, doc: Document, target: Target) -> None:
+        check_target(self.repo, doc, target)
+
+    @said
+    def record_run(self, doc: Document, outcome: JobOutcome, target: Target) -> Recorded:
+        """A finished run or comparison, under ``target``; when it was audited, each stored
+        run is read back and checked against what ran (the audit's findings say otherwise)."""
+        recorded = record_outcome(self.repo, doc, outcome, target)
+        audit = outcome.audit
+        if audit is not None:
+            stored = stored_runs(self.repo, recorded.versions)
+            for result, run in zip(outcome.results, stored, strict=True):
+                audit.check_stored(result, run)
+        return recorded
+
+    @said
+    def done_before(self, doc: Document, spec: JobSpec, n_ctx: int,
+                    engine: EngineFacts) -> int | None:  # fmt: skip
+        return done_before(self.repo, doc, spec, n_ctx, engine)
+
+    @said
+    def record_result(self, doc: Document, spec: JobSpec, result: JobResult,
+                      engine: EngineFacts) -> Recorded:  # fmt: skip
+        return record_result(self.repo, doc, spec, result, engine)
+
+    @said
+    def record_resumed(self, version: VersionInfo, result: JobResult) -> Recorded:
+        return record_resumed(self.repo, version, result)
 
 
 def open_history(path: Path | None = None) -> History:
@@ -94,7 +229,7 @@ def open_history(path: Path | None = None) -> History:
         db = open_database(path if path is not None else default_db_path())
     except StoreError as exc:
         raise BadRequest(str(exc)) from None
-    return History(db, Repository(db))
+    return History(Repository(db))
 
 
 @contextmanager

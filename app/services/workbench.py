@@ -17,6 +17,7 @@ from typing import Any
 
 from app.core.documents import Document
 from app.core.engine.types import SamplingSettings
+from app.core.history_records import VersionInfo
 from app.core.planning.frame import FrameSource
 from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess, Superseded
@@ -25,7 +26,6 @@ from app.core.tokens import TokenCounter
 from app.services import versions
 from app.services.jobs import JobOutcome, JobSpec
 from app.services.question_plans import SideBySide, side_by_side
-from app.store.repository import VersionInfo
 
 
 @dataclass(frozen=True)

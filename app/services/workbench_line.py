@@ -14,10 +14,11 @@ import logging
 from collections.abc import Callable
 
 from app.core.documents import Document
+from app.core.history_records import VersionInfo
 from app.services import history, versions, workbench
 from app.services.jobs import JobOutcome, ResumeSpec
+from app.services.versions import History
 from app.services.workbench_ports import Message, Notice, Scheduler, WorkbenchEvents
-from app.store.repository import Repository, VersionInfo
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +27,13 @@ class LineOfWork:
     """The current (session, version) of the open document; (None, None): the next Run starts
     a session."""
 
-    def __init__(self, repo: Repository | None, events: WorkbenchEvents, scheduler: Scheduler, *,
+    def __init__(self, store: History | None, events: WorkbenchEvents, scheduler: Scheduler, *,
                  document: Callable[[], Document | None], chosen: Callable[[], str],
                  fail: Callable[[Message], None]) -> None:  # fmt: skip
         """``document``: the document open now; ``chosen``: the strategy chosen now (of a
         comparison, the version to go on from)."""
-        self._repo = repo
+        self._store = store
+        self._repo = store.repo if store is not None else None
         self._events = events
         self._scheduler = scheduler
         self._document = document
@@ -143,12 +145,12 @@ class LineOfWork:
         it); with ``resume_on`` its reply is generated again from the saved KV state
         (``resume``), and a version without one is refused before anything is written; without,
         ``show`` opens the version it copies, whose reply it stands for."""
-        repo = self._repo
-        if repo is None:
+        store = self._store
+        if store is None:
             return
 
         def work() -> history.RolledBack:
-            return history.rollback(repo, version_id, resume_on=resume_on)
+            return history.rollback(store, version_id, resume_on=resume_on)
 
         def done(answer: history.RolledBack) -> None:
             new, doc = answer.version, self._document()

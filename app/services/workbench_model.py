@@ -29,6 +29,7 @@ from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel
 from app.core.gc_pause import freeze_long_lived, gc_paused, thaw_and_collect
+from app.core.history_records import VersionInfo
 from app.core.jobs.events import JobFinished, RingFallback
 from app.core.planning.frame import FrameSource
 from app.core.planning.plan import Plan
@@ -39,6 +40,7 @@ from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
 from app.services import history, versions, workbench
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.question_plans import SideBySide
+from app.services.versions import History
 from app.services.workbench import JobChoices, Refusal, StartedJob
 from app.services.workbench_engine import EngineState
 from app.services.workbench_line import LineOfWork
@@ -51,7 +53,6 @@ from app.services.workbench_ports import (
     Scheduler,
     WorkbenchEvents,
 )
-from app.store.repository import Repository, VersionInfo
 
 log = logging.getLogger(__name__)
 # a model load runs to its end; the calibration before it can stop (the load then goes on)
@@ -73,13 +74,13 @@ class WorkbenchModel:
     the job running and what the person waits for; read through its properties, changed by
     its methods (and the engine's answers, ``on_*``), every change said to ``events``."""
 
-    def __init__(self, repo: Repository | None, events: WorkbenchEvents, *, engine: EnginePort,
+    def __init__(self, store: History | None, events: WorkbenchEvents, *, engine: EnginePort,
                  scheduler: Scheduler, calibration: CalibrationPort, n_ctx: int = DEFAULT_N_CTX,
                  plans: PlanProcess | None = None,
                  index: Callable[[Plan], object] = _no_index) -> None:  # fmt: skip
         """``plans``: the planning child (started on first use); ``index``: what the view
         draws of a plan, worked out on the plan lane with it (the event's second argument)."""
-        self._repo = repo
+        self._repo = store.repo if store is not None else None
         self._events = events
         self._engine = engine
         self._scheduler = scheduler
@@ -109,7 +110,7 @@ class WorkbenchModel:
         self._state = EngineState(events, engine=engine, scheduler=scheduler,
                                   calibration=calibration, wait=self._wait)  # fmt: skip
         # the current session and version (the next Run goes on from them)
-        self._line = LineOfWork(repo, events, scheduler, document=lambda: self._doc,
+        self._line = LineOfWork(store, events, scheduler, document=lambda: self._doc,
                                 chosen=lambda: self._choices.strategy, fail=self.fail)  # fmt: skip
 
     # ----- what it holds (read only) -----

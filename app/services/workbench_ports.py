@@ -27,6 +27,7 @@ from app.core.engine.types import (
     LoadSettings,
     SamplingSettings,
 )
+from app.core.history_records import VersionInfo
 from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter
@@ -36,7 +37,6 @@ from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.question_plans import SideBySide
 from app.services.versions import OpenedVersion
 from app.services.workbench import StartedJob
-from app.store.repository import VersionInfo
 
 # "plan": one thread, answers in the order asked (the planning child is waited on there);
 # "io": any worker (store calls, hashing, reading a file)

@@ -35,9 +35,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import CursorResult, Insert, func, insert, select, text
 from sqlalchemy.orm import Session as OrmSession
 
+from app.core.history_records import ExportSummary, ImportSummary, Progress
 from app.store.archive_export import export_session
 from app.store.archive_format import (
     DOCUMENT,
@@ -47,10 +48,7 @@ from app.store.archive_format import (
     SESSION,
     ArchiveCancelled,
     ArchiveError,
-    ExportSummary,
-    ImportSummary,
     Meter,
-    Progress,
     fail,
 )
 from app.store.archive_schema import stored
@@ -110,6 +108,15 @@ def _next_id(s: OrmSession, column: Any) -> int:
     return int(s.scalar(select(func.max(column))) or 0) + 1
 
 
+def _inserted_id(s: OrmSession, statement: Insert) -> int:
+    """The primary key of the row ``statement`` inserts."""
+    result = s.execute(statement)
+    # what an INSERT of one row without RETURNING gives: a cursor's result, with the row's key
+    assert isinstance(result, CursorResult) and result.inserted_primary_key is not None
+    row_id: int = result.inserted_primary_key[0]
+    return row_id
+
+
 def _insert_rows(
     s: OrmSession, table: Any, rows: Iterable[dict[str, Any]], *, count: int, meter: Meter,
     weight: int,
@@ -146,12 +153,12 @@ def _insert(plan: ImportPlan, s: OrmSession, meter: Meter) -> ImportSummary:
                        meter=meter, weight=weight)  # fmt: skip
         else:
             meter.advance(weight)
-        document_id = s.execute(insert(Document).values(
+        document_id = _inserted_id(s, insert(Document).values(
             path=doc.path, sha256=key, size=doc.size, encoding=doc.encoding)
-        ).inserted_primary_key[0]  # fmt: skip
-    session_id = s.execute(insert(Session).values(
+        )  # fmt: skip
+    session_id = _inserted_id(s, insert(Session).values(
         name=body.session.name, document_id=document_id, created=body.session.created)
-    ).inserted_primary_key[0]  # fmt: skip
+    )  # fmt: skip
     first = _next_id(s, PromptVersion.id)
     new_ids = {v.id: first + i for i, v in enumerate(plan.order)}
     versions = (
@@ -177,12 +184,12 @@ def _insert(plan: ImportPlan, s: OrmSession, meter: Meter) -> ImportSummary:
     _insert_rows(s, Run, runs, count=n_runs, meter=meter, weight=weight - part)
     for k in sorted(body.kv_states, key=lambda k: k.id):
         blobs = plan.kv[k.id]
-        kv_id = s.execute(insert(KVStateRow).values(
+        kv_id = _inserted_id(s, insert(KVStateRow).values(
             version_id=new_ids[k.version], model_sha256=k.model_sha256, n_ctx=k.n_ctx,
             cache_type=k.cache_type, tokens=func.zeroblob(blobs.tokens.length),
             data=func.zeroblob(blobs.data.length), ring=k.ring, prompt_tokens=k.prompt_tokens,
             state_bytes=k.state_bytes, created=k.created)
-        ).inserted_primary_key[0]  # fmt: skip
+        )  # fmt: skip
         for column, blob, name in (("tokens", blobs.tokens, f"kv/{k.id}.tokens"),
                                    ("data", blobs.data, f"kv/{k.id}.state")):  # fmt: skip
             _copy_blob(s, ("kv_states", column, kv_id), blob, plan=plan, meter=meter,

@@ -28,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
 import app
+from app.core.history_records import ExportSummary, Progress
 from app.store.archive_format import (
     CHUNK,
     DOCUMENT,
@@ -35,9 +36,7 @@ from app.store.archive_format import (
     FORMAT_VERSION,
     MANIFEST,
     SESSION,
-    ExportSummary,
     Meter,
-    Progress,
     fail,
 )
 from app.store.blobs import unpack
@@ -136,7 +135,7 @@ def _snapshot(s: OrmSession, session_id: int, include_kv: bool) -> _Snapshot | N
     return _Snapshot(body, document, kv_blobs)
 
 
-def _chunks(data: bytes, weight: int, meter: Meter) -> Iterator[bytes]:
+def _chunks(data: bytes, weight: int, meter: Meter) -> Iterator[memoryview]:
     """``data`` in chunks for the zip writer; the meter moves by ``weight`` as they are written
     (an export counts the packed bytes it reads from the history: they are known beforehand)."""
     view = memoryview(data)
@@ -154,7 +153,10 @@ def _packed_size(snap: _Snapshot) -> int:
 
 
 def _put_member(
-    zf: zipfile.ZipFile, name: str, chunks: Iterable[bytes], members: dict[str, dict[str, Any]]
+    zf: zipfile.ZipFile,
+    name: str,
+    chunks: Iterable[memoryview],
+    members: dict[str, dict[str, Any]],
 ) -> None:
     """Write one member, recording its sha256 and size for the manifest."""
     digest = hashlib.sha256()

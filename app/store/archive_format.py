@@ -10,9 +10,9 @@ sees, the summaries each returns and the meter that reports progress and hears a
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+from app.core.history_records import Progress
 
 FORMAT = "contextlens-session"
 FORMAT_VERSION = 1
@@ -30,9 +30,6 @@ class ArchiveError(ValueError):
 
 class ArchiveCancelled(ArchiveError):
     """The person cancelled an export or import; nothing was written or added."""
-
-
-Progress = Callable[[int, int], None]
 
 
 class Meter:
@@ -78,23 +75,6 @@ class Meter:
         if self._progress is not None:
             self._progress(self.done, self.total)
         self.check()
-
-
-@dataclass(frozen=True)
-class ExportSummary:
-    path: Path
-    versions: int
-    runs: int
-    kv_states: int
-    bytes: int
-
-
-@dataclass(frozen=True)
-class ImportSummary:
-    session_id: int
-    versions: int
-    runs: int
-    kv_states: int
 
 
 def fail(path: Path, detail: str) -> ArchiveError:

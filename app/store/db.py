@@ -55,6 +55,10 @@ class StoreError(RuntimeError):
     """The database cannot be used; the message is one sentence and the file was not modified."""
 
 
+class RepositoryError(ValueError):
+    """An action the history cannot take (unknown id, deleted item); one sentence."""
+
+
 def default_db_path() -> Path:
     """The user's database: $CONTEXTLENS_DB, else contextlens.db in the user data folder."""
     chosen = current_config().db

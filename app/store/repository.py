@@ -10,19 +10,20 @@ import difflib
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session as OrmSession
 
 from app.core.documents import Document as CoreDocument
 from app.core.engine.types import KVState
-from app.store.blobs import pack, pack_tokens, unpack, unpack_tokens
-from app.store.db import Database, StoreError, describe_failure
+from app.core.history_records import VersionInfo
+from app.store import rows
+from app.store.blobs import unpack, unpack_tokens
+from app.store.db import Database, RepositoryError, StoreError, describe_failure
 from app.store.models import (
     Document,
     DocumentText,
@@ -34,36 +35,10 @@ from app.store.models import (
     now,
 )
 
+# RepositoryError is the store's (app/store/db.py), raised here and named by the callers here
+__all__ = ["Entry", "Repository", "RepositoryError", "SavedKV"]
+
 T = TypeVar("T")
-
-
-class RepositoryError(ValueError):
-    """An action the history cannot take (unknown id, deleted item); one sentence."""
-
-
-@dataclass(frozen=True)
-class VersionInfo:
-    id: int
-    session: int
-    parent: int | None
-    number: int
-    created: datetime
-    task: str
-    strategy: str
-    prompt: str
-    model_path: str
-    model_sha256: str
-    settings: dict[str, Any] = field(default_factory=dict)
-    children: tuple[int, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "session": self.session, "parent": self.parent,
-            "number": self.number, "created": self.created.isoformat(), "task": self.task,
-            "strategy": self.strategy, "prompt": self.prompt, "model_path": self.model_path,
-            "model_sha256": self.model_sha256, "settings": self.settings,
-            "children": list(self.children),
-        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -94,6 +69,11 @@ class Repository:
         self._db = db
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
         self._undo: list[tuple[str, int]] = []  # soft deletions that can be undone this run
+
+    @property
+    def database(self) -> Database:
+        """The database this repository reads and writes."""
+        return self._db
 
     @property
     def folder(self) -> Path:
@@ -142,14 +122,14 @@ class Repository:
     def add_document(self, doc: CoreDocument) -> int:
         """Record a document; its text is stored once per sha256, compressed."""
         blob = self._text_blob(doc)
-        return self.write(lambda s: _add_document(s, doc, blob))
+        return self.write(lambda s: rows.add_document(s, doc, blob))
 
     def _text_blob(self, doc: CoreDocument) -> bytes | None:
         """The text compressed for the store, or None when the store has it already: encoding
         a 50 MB text holds the GIL ~50 ms, a stall of the window for every job on it."""
         if self.read(lambda s: s.get(DocumentText, doc.sha256) is not None):
             return None
-        return _pack_text(doc)
+        return rows.pack_text(doc)
 
     def document_text(self, document_id: int) -> str:
         def action(s: OrmSession) -> str:
@@ -163,7 +143,7 @@ class Repository:
         return self.read(action)
 
     def create_session(self, name: str, document_id: int | None = None) -> int:
-        return self.write(lambda s: _create_session(s, name, document_id))
+        return self.write(lambda s: rows.create_session(s, name, document_id))
 
     # ----- versions -----
 
@@ -186,15 +166,15 @@ class Repository:
                    "settings": settings or {}}  # fmt: skip
 
         def action(s: OrmSession) -> VersionInfo:
-            v = _save_version(s, session_id, parent_id, content)
+            v = rows.save_version(s, session_id, parent_id, content)
             return _info(v, v.parent_id)
 
         return self.write(action)
 
     def get_version(self, version_id: int) -> VersionInfo:
         def action(s: OrmSession) -> VersionInfo:
-            v = _version(s, version_id)
-            return _info(v, _visible_parent(s, v))
+            v = rows.version_row(s, version_id)
+            return _info(v, rows.visible_parent(s, v))
 
         return self.read(action)
 
@@ -206,9 +186,9 @@ class Repository:
             query = select(PromptVersion).join(Session).where(Session.deleted.is_(None))
             if session_id is not None:
                 query = query.where(PromptVersion.session_id == session_id)
-            rows = s.scalars(query.order_by(PromptVersion.session_id, PromptVersion.number)).all()
-            by_id = {v.id: v for v in rows}
-            parents = {v.id: _visible_parent(s, v) for v in rows if v.deleted is None}
+            found = s.scalars(query.order_by(PromptVersion.session_id, PromptVersion.number)).all()
+            by_id = {v.id: v for v in found}
+            parents = {v.id: rows.visible_parent(s, v) for v in found if v.deleted is None}
             children: dict[int, list[int]] = {}
             for vid, parent in parents.items():
                 if parent is not None:
@@ -227,7 +207,7 @@ class Repository:
                 .where(PromptVersion.session_id == Session.id, PromptVersion.deleted.is_(None))
                 .scalar_subquery()
             )
-            rows = s.execute(
+            found = s.execute(
                 select(Session, Document.path, count)
                 .outerjoin(Document, Session.document_id == Document.id)
                 .where(Session.deleted.is_(None))
@@ -235,7 +215,7 @@ class Repository:
             )
             return [{"id": row.id, "name": row.name, "document": path, "versions": n,
                      "created": as_utc(row.created).isoformat()}
-                    for row, path, n in rows]  # fmt: skip
+                    for row, path, n in found]  # fmt: skip
 
         return self.read(action)
 
@@ -272,7 +252,7 @@ class Repository:
         closes; then it is gone (its children hang from its parent)."""
 
         def action(s: OrmSession) -> None:
-            _version(s, version_id).deleted = now()
+            rows.version_row(s, version_id).deleted = now()
 
         self.write(action)
         self._undo.append(("version", version_id))
@@ -281,7 +261,7 @@ class Repository:
         """Soft delete of a whole session, like :meth:`delete_version`."""
 
         def action(s: OrmSession) -> None:
-            _session(s, session_id).deleted = now()
+            rows.session_row(s, session_id).deleted = now()
 
         self.write(action)
         self._undo.append(("session", session_id))
@@ -292,10 +272,9 @@ class Repository:
         if not self._undo:
             return None
         kind, item = self._undo.pop()
-        model = PromptVersion if kind == "version" else Session
 
         def action(s: OrmSession) -> None:
-            row = s.get(model, item)
+            row = s.get(PromptVersion, item) if kind == "version" else s.get(Session, item)
             if row is not None:
                 row.deleted = None
 
@@ -307,22 +286,22 @@ class Repository:
         KV states, versions (children move to the nearest remaining ancestor), sessions, and
         documents no session uses. The number of versions removed."""
         self._undo.clear()
-        return self.write(_purge)
+        return self.write(rows.purge)
 
     # ----- runs and KV states -----
 
     def save_run(self, version_id: int, result: Any) -> int:
         """Record a job result (app.core.jobs.tasks.JobResult) under a version."""
-        return self.write(lambda s: _save_run(s, version_id, result.as_dict()))
+        return self.write(lambda s: rows.save_run(s, version_id, result.as_dict()))
 
     def runs(self, version_id: int) -> list[dict[str, Any]]:
         def action(s: OrmSession) -> list[dict[str, Any]]:
-            rows = s.scalars(select(Run).where(Run.version_id == version_id).order_by(Run.id))
+            found = s.scalars(select(Run).where(Run.version_id == version_id).order_by(Run.id))
             return [{"id": r.id, "strategy": r.strategy, "finish_reason": r.finish_reason,
                      "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                      "kv_peak_cells": r.kv_peak_cells, "outputs": r.outputs,
                      "truncated": r.truncated, "timings": r.timings, "error": r.error,
-                     "refused": r.refused} for r in rows]  # fmt: skip
+                     "refused": r.refused} for r in found]  # fmt: skip
 
         return self.read(action)
 
@@ -354,8 +333,8 @@ class Repository:
     ) -> int:
         """Keep a KV state (the prompt, its first ``prompt_tokens`` tokens, and the reply) so a
         rollback to this version can resume without evaluating the prompt again."""
-        packed = _PackedKV.of(state, model_sha256, prompt_tokens, ring)
-        return self.write(lambda s: _save_kv(s, version_id, packed))
+        packed = rows.PackedKV.of(state, model_sha256, prompt_tokens, ring)
+        return self.write(lambda s: rows.save_kv(s, version_id, packed))
 
     def record(self, doc: CoreDocument, name: str, entries: Sequence[Entry], *,
                session: int | None = None, parent: int | None = None) -> list[int]:  # fmt: skip
@@ -371,22 +350,22 @@ class Repository:
         blob = None if session is not None else self._text_blob(doc)
         packed = [
             None if e.state is None
-            else _PackedKV.of(e.state, e.content.get("model_sha256", ""), e.prompt_tokens)
+            else rows.PackedKV.of(e.state, e.content.get("model_sha256", ""), e.prompt_tokens)
             for e in entries
         ]  # fmt: skip
 
         def action(s: OrmSession) -> list[int]:
             if session is None:
-                into, under = _create_session(s, name, _add_document(s, doc, blob)), None
+                into, under = rows.create_session(s, name, rows.add_document(s, doc, blob)), None
             else:
-                into, under = session, _parent_in(s, session, parent, doc)
+                into, under = session, rows.parent_in(s, session, parent, doc)
             ids: list[int] = []
             for entry, kv in zip(entries, packed, strict=True):
                 above = ids[-1] if entry.follows_previous and ids else under
-                v = _save_version(s, into, above, dict(entry.content), root=above is None)
-                _save_run(s, v.id, entry.result.as_dict())
+                v = rows.save_version(s, into, above, dict(entry.content), root=above is None)
+                rows.save_run(s, v.id, entry.result.as_dict())
                 if kv is not None:
-                    _save_kv(s, v.id, kv)
+                    rows.save_kv(s, v.id, kv)
                 ids.append(v.id)
             return ids
 
@@ -397,12 +376,12 @@ class Repository:
         newest version (None: none yet); RepositoryError when there is none."""
 
         def action(s: OrmSession) -> dict[str, Any]:
-            row = _session(s, session_id)
+            row = rows.session_row(s, session_id)
             doc = s.get(Document, row.document_id) if row.document_id is not None else None
             return {"id": row.id, "name": row.name,
                     "document": doc.path if doc is not None else None,
                     "document_sha256": doc.sha256 if doc is not None else None,
-                    "newest": _newest(s, row.id)}  # fmt: skip
+                    "newest": rows.newest(s, row.id)}  # fmt: skip
 
         return self.read(action)
 
@@ -418,7 +397,7 @@ class Repository:
                 .order_by(Session.id.desc())
                 .limit(1)
             )
-            return None if found is None else (found, _newest(s, found))
+            return None if found is None else (found, rows.newest(s, found))
 
         return self.read(action)
 
@@ -471,7 +450,7 @@ class Repository:
         of the version it equals (its parent, and so on up) is used."""
 
         def action(s: OrmSession) -> SavedKV | None:
-            v: PromptVersion | None = _version(s, version_id)
+            v: PromptVersion | None = rows.version_row(s, version_id)
             while v is not None:
                 query = select(KVStateRow).where(
                     KVStateRow.version_id == v.id, KVStateRow.model_sha256 == model_sha256,
@@ -485,7 +464,7 @@ class Repository:
                 if row is not None:
                     state = KVState(unpack_tokens(row.tokens), unpack(row.data), row.n_ctx,
                                     row.cache_type, model_path)  # fmt: skip
-                    _check_saved(row, state, v.id)
+                    rows.check_saved(row, state, v.id)
                     return SavedKV(state, row.prompt_tokens, v.id)
                 parent = s.get(PromptVersion, v.parent_id) if v.parent_id is not None else None
                 same = parent is not None and all(
@@ -500,7 +479,7 @@ class Repository:
         """What is saved for a version, without the bytes (for showing)."""
 
         def action(s: OrmSession) -> list[dict[str, Any]]:
-            rows = s.scalars(
+            found = s.scalars(
                 select(KVStateRow)
                 .where(KVStateRow.version_id == version_id)
                 .order_by(KVStateRow.id)
@@ -508,7 +487,7 @@ class Repository:
             return [{"id": r.id, "model_sha256": r.model_sha256, "n_ctx": r.n_ctx,
                      "cache_type": r.cache_type, "prompt_tokens": r.prompt_tokens,
                      "state_bytes": r.state_bytes, "created": r.created.isoformat()}
-                    for r in rows]  # fmt: skip
+                    for r in found]  # fmt: skip
 
         return self.read(action)
 
@@ -551,196 +530,3 @@ def _same_settings(recorded: dict[str, Any], wanted: dict[str, Any]) -> bool:
     if "kv_cache_type" not in recorded and wanted.get("engine") == "local":
         recorded = {**recorded, "kv_cache_type": "f16"}
     return recorded == wanted
-
-
-@dataclass(frozen=True)
-class _PackedKV:
-    """A KV state compressed before the transaction, so the writer is not held up packing."""
-
-    model_sha256: str
-    n_ctx: int
-    cache_type: str
-    tokens: bytes
-    data: bytes
-    state_bytes: int
-    prompt_tokens: int
-    ring: dict[str, Any]
-
-    @classmethod
-    def of(cls, state: KVState, model_sha256: str, prompt_tokens: int,
-           ring: dict[str, Any] | None = None) -> _PackedKV:  # fmt: skip
-        if not 0 < prompt_tokens <= len(state.tokens):
-            raise RepositoryError("a KV state must say which of its tokens are the prompt")
-        return cls(model_sha256, state.n_ctx, state.kv_cache_type, pack_tokens(state.tokens),
-                   pack(state.data), len(state.data), prompt_tokens, ring or {})  # fmt: skip
-
-
-def _check_saved(row: KVStateRow, state: KVState, version_id: int) -> None:
-    """RepositoryError unless a stored state is whole and of its own tokens, before anything
-    hands it to llama.cpp: its bytes as many as were recorded when it was kept, its prompt
-    within its tokens, its tokens within its context. (Imported states were also checked
-    against llama.cpp's layout on the way in: app/store/kv_layout.py.)"""
-    size, tokens = len(state.data), len(state.tokens)
-    problem = None
-    if row.state_bytes and size != row.state_bytes:  # 0: kept before the size was recorded
-        problem = f"{size:,} bytes where {row.state_bytes:,} were kept"
-    elif not 0 < row.prompt_tokens <= tokens <= row.n_ctx:
-        problem = (f"{tokens:,} tokens with a prompt of {row.prompt_tokens:,} in a context of "
-                   f"{row.n_ctx:,}")  # fmt: skip
-    if problem is not None:
-        raise RepositoryError(
-            f"the saved KV state of version {version_id} is damaged ({problem}); roll back "
-            "without resuming from it"
-        )
-
-
-def _version(s: OrmSession, version_id: int) -> PromptVersion:
-    v = s.get(PromptVersion, version_id)
-    if v is None or v.deleted is not None or v.session.deleted is not None:
-        raise RepositoryError(f"there is no version {version_id}")
-    return v
-
-
-def _pack_text(doc: CoreDocument) -> bytes:
-    return pack(doc.text.encode("utf-8", "surrogatepass"), level=3)
-
-
-def _add_document(s: OrmSession, doc: CoreDocument, blob: bytes | None) -> int:
-    """The document's row; its text's too unless stored (``blob`` None: it was, when looked)."""
-    if s.get(DocumentText, doc.sha256) is None:
-        blob = blob if blob is not None else _pack_text(doc)  # deleted since it was looked up
-        s.add(DocumentText(sha256=doc.sha256, chars=len(doc.text), compressed=blob))
-        s.flush()  # the text row first: the document refers to it
-    row = Document(path=str(doc.path or doc.name), sha256=doc.sha256, size=doc.size,
-                   encoding=doc.encoding)  # fmt: skip
-    s.add(row)
-    s.flush()
-    return row.id
-
-
-def _create_session(s: OrmSession, name: str, document_id: int | None) -> int:
-    row = Session(name=name, document_id=document_id)
-    s.add(row)
-    s.flush()
-    return row.id
-
-
-def _save_version(
-    s: OrmSession, session_id: int, parent_id: int | None, content: dict[str, Any], *,
-    root: bool = False,
-) -> PromptVersion:
-    """A new version numbered after the session's last, child of ``parent_id`` (None: of the
-    session's newest version, or none at all when ``root``)."""
-    session = s.get(Session, session_id)
-    if session is None or session.deleted is not None:
-        raise RepositoryError(f"there is no session {session_id}")
-    parent = parent_id
-    if parent is None and not root:
-        parent = _newest(s, session_id)
-    elif parent is not None and _version(s, parent).session_id != session_id:
-        raise RepositoryError(f"version {parent} belongs to another session")
-    highest = select(func.max(PromptVersion.number)).where(PromptVersion.session_id == session_id)
-    number = (s.scalar(highest) or 0) + 1
-    v = PromptVersion(session_id=session_id, parent_id=parent, number=number, **content)
-    s.add(v)
-    s.flush()
-    return v
-
-
-def _save_run(s: OrmSession, version_id: int, data: dict[str, Any]) -> int:
-    _version(s, version_id)
-    run = Run(version_id=version_id, strategy=data["strategy"], plan=data["plan"],
-              outputs=data["outputs"], prompt_tokens=data["prompt_tokens"],
-              completion_tokens=data["completion_tokens"], kv_peak_cells=data["kv_peak_cells"],
-              timings={"seconds": data["seconds"], "ttft_s": data["ttft_s"],
-                       "evaluated_tokens": data["evaluated_tokens"],
-                       "lanes": data.get("lanes")},
-              finish_reason=data["finish_reason"], truncated=data["truncated"],
-              error=data.get("error"), refused=data.get("refused"))  # fmt: skip
-    s.add(run)
-    s.flush()
-    return run.id
-
-
-def _save_kv(s: OrmSession, version_id: int, kv: _PackedKV) -> int:
-    _version(s, version_id)
-    row = KVStateRow(version_id=version_id, model_sha256=kv.model_sha256, n_ctx=kv.n_ctx,
-                     cache_type=kv.cache_type, tokens=kv.tokens, data=kv.data, ring=kv.ring,
-                     prompt_tokens=kv.prompt_tokens, state_bytes=kv.state_bytes)  # fmt: skip
-    s.add(row)
-    s.flush()
-    return row.id
-
-
-def _session(s: OrmSession, session_id: int) -> Session:
-    row = s.get(Session, session_id)
-    if row is None or row.deleted is not None:
-        raise RepositoryError(f"there is no session {session_id}")
-    return row
-
-
-def _newest(s: OrmSession, session_id: int) -> int | None:
-    """The session's newest version that is not deleted (None: it has none)."""
-    return s.scalar(
-        select(PromptVersion.id)
-        .where(PromptVersion.session_id == session_id, PromptVersion.deleted.is_(None))
-        .order_by(PromptVersion.number.desc())
-        .limit(1)
-    )
-
-
-def _parent_in(s: OrmSession, session_id: int, parent: int | None,
-               doc: CoreDocument) -> int | None:  # fmt: skip
-    """Where new versions of a document go in a session: under ``parent`` (None: the newest
-    version). RepositoryError, before anything is written, when the session is gone or on
-    another document, or the parent is not one of its versions."""
-    row = _session(s, session_id)
-    on = s.get(Document, row.document_id) if row.document_id is not None else None
-    if on is None or on.sha256 != doc.sha256:
-        name = Path(on.path).name if on is not None else "no document"
-        raise RepositoryError(f"session {session_id} is on another document ({name}), not on "
-                              f"{doc.name}")  # fmt: skip
-    if parent is None:
-        return _newest(s, session_id)
-    if _version(s, parent).session_id != session_id:
-        raise RepositoryError(f"version {parent} belongs to another session, not {session_id}")
-    return parent
-
-
-def _visible_parent(s: OrmSession, v: PromptVersion) -> int | None:
-    """The nearest ancestor that is not deleted (None at the root). Rows already loaded come
-    from the session's identity map, so walking a loaded tree costs no queries."""
-    parent = v.parent_id
-    seen = {v.id}
-    while parent is not None and parent not in seen:
-        row = s.get(PromptVersion, parent)
-        if row is None:
-            return None
-        if row.deleted is None:
-            return parent
-        seen.add(parent)
-        parent = row.parent_id
-    return None
-
-
-def _purge(s: OrmSession) -> int:
-    gone_sessions = set(s.scalars(select(Session.id).where(Session.deleted.is_not(None))))
-    versions = s.scalars(select(PromptVersion)).all()
-    gone = {v.id for v in versions if v.deleted is not None or v.session_id in gone_sessions}
-    for v in versions:
-        if v.id not in gone and v.parent_id in gone:
-            v.parent_id = _visible_parent(s, v)
-    for v in versions:
-        if v.id in gone:
-            v.parent_id = None  # no row refers to another that is about to go
-    s.flush()
-    if gone:
-        s.execute(delete(KVStateRow).where(KVStateRow.version_id.in_(gone)))
-        s.execute(delete(Run).where(Run.version_id.in_(gone)))
-        s.execute(delete(PromptVersion).where(PromptVersion.id.in_(gone)))
-    if gone_sessions:
-        s.execute(delete(Session).where(Session.id.in_(gone_sessions)))
-    used = select(Session.document_id).where(Session.document_id.is_not(None))
-    s.execute(delete(Document).where(Document.id.not_in(used)))
-    s.execute(delete(DocumentText).where(DocumentText.sha256.not_in(select(Document.sha256))))
-    return len(gone)

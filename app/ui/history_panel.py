@@ -43,14 +43,14 @@ from app.core.planning.frame import SUMMARIZE
 from app.core.sampling import from_version
 from app.services import history as ops
 from app.services.history import (  # the archive's two by name: tests hold them mid-way
-    ArchiveCancelled,
+    Cancelled,
     Changes,
     Deleted,
     Exported,
+    History,
     HistoryView,
     Imported,
     NewVersion,
-    Repository,
     RolledBack,
     Undone,
     VersionInfo,
@@ -94,7 +94,7 @@ def _unless_cancelled(call: Callable[[], T]) -> T | None:
     """``call()``, or None when the person cancelled it: not a failure, nothing changed."""
     try:
         return call()
-    except ArchiveCancelled:
+    except Cancelled:
         return None
 
 
@@ -123,10 +123,10 @@ class HistoryPanel(FollowsLanguage, QWidget):
     SHOWN = ("version", "created", "task", "prompt", "strategy", "settings", "finish", "reply",
              "kv")  # fmt: skip
 
-    def __init__(self, repo: Repository, parent: QWidget | None = None) -> None:
+    def __init__(self, store: History, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._repo = repo
-        self._read_only = repo.read_only
+        self._store = store
+        self._read_only = store.read_only
         self._session_id: int | None = None
         self._view = HistoryView([], [], {}, {})
         self._versions: dict[int, VersionInfo] = {}
@@ -302,8 +302,8 @@ class HistoryPanel(FollowsLanguage, QWidget):
             return
         self._reading = True
         self._reread = False
-        repo, session_id = self._repo, self._session_id
-        self._background(lambda: read_history(repo, session_id), self._on_read,
+        store, session_id = self._store, self._session_id
+        self._background(lambda: read_history(store, session_id), self._on_read,
                          on_error=self._on_read_failed)  # fmt: skip
 
     def _on_read(self, view: HistoryView) -> None:
@@ -493,8 +493,9 @@ class HistoryPanel(FollowsLanguage, QWidget):
         stack = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
         while stack:
             item = stack.pop()
-            out.append(item)
-            stack.extend(item.child(i) for i in range(item.childCount()))
+            if item is not None:
+                out.append(item)
+                stack.extend(item.child(i) for i in range(item.childCount()))
         return out
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
@@ -577,8 +578,8 @@ class HistoryPanel(FollowsLanguage, QWidget):
             return
         a, b = versions
         title = self.tr("v{0} → v{1}").format(a.number, b.number)
-        repo = self._repo
-        self._background(lambda: repo.diff(a.id, b.id), self._on_diff, title)
+        store = self._store
+        self._background(lambda: store.diff(a.id, b.id), self._on_diff, title)
 
     def _on_diff(self, title: str, diff: str) -> None:
         self.diff_dialog = DiffDialog(title, diff, self)
@@ -631,8 +632,8 @@ class HistoryPanel(FollowsLanguage, QWidget):
         if not isinstance(dialog, BranchDialog):
             return
         old, prompt = dialog.version, dialog.prompt()
-        repo = self._repo
-        self._background(lambda: ops.branch(repo, old.id, prompt=prompt), self._on_branched,
+        store = self._store
+        self._background(lambda: ops.branch(store, old.id, prompt=prompt), self._on_branched,
                          old)  # fmt: skip
 
     def _on_branched(self, old: VersionInfo, done: NewVersion) -> None:
@@ -650,8 +651,8 @@ class HistoryPanel(FollowsLanguage, QWidget):
         versions = [v.id for v in self.selected_versions() if v.session not in sessions]
         if not versions and not sessions:
             return
-        repo = self._repo
-        self._background(lambda: ops.delete(repo, versions=versions, sessions=sessions),
+        store = self._store
+        self._background(lambda: ops.delete(store, versions=versions, sessions=sessions),
                          self._on_deleted)  # fmt: skip
 
     def _on_deleted(self, done: Deleted) -> None:
@@ -666,8 +667,8 @@ class HistoryPanel(FollowsLanguage, QWidget):
     def undo_delete(self) -> None:
         if self._read_only or self._undoable <= 0:
             return
-        repo = self._repo
-        self._background(lambda: ops.undo_delete(repo), self._on_undone)
+        store = self._store
+        self._background(lambda: ops.undo_delete(store), self._on_undone)
 
     def _on_undone(self, done: Undone) -> None:
         if done.kind is None:
@@ -700,12 +701,12 @@ class HistoryPanel(FollowsLanguage, QWidget):
         if path.suffix.lower() != SUFFIX:
             path = path.with_name(path.name + SUFFIX)
         include_kv = self.include_kv.isChecked()
-        repo = self._repo
+        store = self._store
         wait = self._operation.start(self.tr("Exporting the session to {0}…").format(path.name))
 
         def work() -> Exported | None:  # holds plain values only (see _background)
             return _unless_cancelled(lambda: export_session(
-                repo, session_id, path, include_kv=include_kv, progress=wait.report,
+                store, session_id, path, include_kv=include_kv, progress=wait.report,
                 cancel=wait.cancel))  # fmt: skip
 
         self._background(work, self._on_exported, path, wait=wait)
@@ -750,12 +751,12 @@ class HistoryPanel(FollowsLanguage, QWidget):
             self._fail(self.tr("An export or import is running: open {0} again when it has "
                                "finished.").format(path.name))  # fmt: skip
             return
-        repo = self._repo
+        store = self._store
         wait = self._operation.start(self.tr("Importing {0}…").format(path.name))
 
         def work() -> Imported | None:  # holds plain values only (see _background)
             return _unless_cancelled(lambda: import_session(
-                repo, path, progress=wait.report, cancel=wait.cancel))  # fmt: skip
+                store, path, progress=wait.report, cancel=wait.cancel))  # fmt: skip
 
         self._background(work, self._on_imported, path, wait=wait)
 

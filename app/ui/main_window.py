@@ -40,7 +40,7 @@ from app.core.paths import models_dir, sample_document
 from app.core.planning.plan import Plan
 from app.core.textutil import clip_message
 from app.services.errors import BadRequest
-from app.services.history import History, Repository, VersionInfo, open_history
+from app.services.history import History, VersionInfo, open_history
 from app.services.question_plans import SideBySide
 from app.services.versions import OpenedVersion
 from app.ui.buffer_panel import BufferPanel
@@ -99,7 +99,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.confirm_quit: Callable[[], bool] = self._ask_to_quit
         self._resuming: VersionInfo | None = None  # the rolled-back version now resuming
         self._open_store(db_path)
-        self.session = SessionModel(self.repo, n_ctx, self)
+        self.session = SessionModel(self.store, n_ctx, self)
         self.engine = self.session.engine
         self._replan_timer = QTimer(self, singleShot=True, interval=REPLAN_DELAY_MS)
         self._replan_timer.timeout.connect(self.update_plan)
@@ -124,14 +124,12 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
     def _open_store(self, db_path: Path | None) -> None:
         self.store: History | None = None
-        self.repo: Repository | None = None
         try:
             self.store = open_history(db_path)
         except BadRequest as exc:
             self._store_problem = str(exc)
             return
         self._store_problem = self.store.notice
-        self.repo = self.store.repo
 
     def _build_panels(self) -> None:
         self.document_view = DocumentView()
@@ -175,8 +173,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.question_plans = QuestionPlansView()
         self.question_plans.part_chosen.connect(
             lambda start, end: self.document_view.highlight_sources([(start, end)]))  # fmt: skip
-        if self.repo is not None:
-            self.history: HistoryPanel | None = HistoryPanel(self.repo)
+        if self.store is not None:
+            self.history: HistoryPanel | None = HistoryPanel(self.store)
             self.history.rollback_requested.connect(self.session.rollback)
             self.history.changed.connect(self.session.on_history_changed)
             self.history.open_requested.connect(self.session.open_version)

@@ -24,7 +24,7 @@ from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel
 from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess
 from app.services.engine_session import ServerSpec
-from app.services.history import Changes, Repository
+from app.services.history import Changes, History
 from app.services.workbench import JobChoices, StartedJob
 from app.services.workbench_model import WorkbenchModel
 from app.services.workbench_ports import EVENTS, Message, Notice, WorkbenchEvents
@@ -140,14 +140,14 @@ class SessionModel(QObject):
     calibration_trials: _Held[tuple[LoadSettings, ...] | None] = _Held("engine_state",
                                                                        settable=True)
 
-    def __init__(self, repo: Repository | None, n_ctx: int = DEFAULT_N_CTX,
+    def __init__(self, store: History | None, n_ctx: int = DEFAULT_N_CTX,
                  parent: QObject | None = None) -> None:  # fmt: skip
         super().__init__(parent)
         self._background = BackgroundCalibration(self)
         self._engine = EngineThread(self)
         self._pools = PoolScheduler(self)
         self._lines: dict[Message, str] = {}  # status lines as said (see _said)
-        self._model = WorkbenchModel(repo, self._events(), engine=self._engine,
+        self._model = WorkbenchModel(store, self._events(), engine=self._engine,
                                      scheduler=self._pools, calibration=self._background,
                                      n_ctx=n_ctx, index=index_plan)  # fmt: skip
         m, e, w, b = self._model, self._model.engine_state, self._engine.driver, self._background

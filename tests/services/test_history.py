@@ -31,7 +31,8 @@ DOC = document_from_text("The harbour at dawn. " * 50, name="harbour.txt")
 
 @dataclass
 class Tree:
-    repo: Repository
+    store: versions.History  # what a face holds
+    repo: Repository  # behind it, to check what was written
     session: int
     v1: int  # has a KV state
     v2: int  # child of v1
@@ -56,7 +57,7 @@ def tree(tmp_path: Path) -> Iterator[Tree]:
                            session=session, parent=v1)  # fmt: skip
         other_doc = document_from_text("Another text.", name="other.txt")
         [w1] = repo.record(other_doc, "other", [Entry(CONTENT, result())])
-        yield Tree(repo, session, v1, v2, repo.get_version(w1).session, w1)
+        yield Tree(h, repo, session, v1, v2, repo.get_version(w1).session, w1)
 
 
 def ids(repo: Repository, session: int | None = None) -> list[int]:
@@ -70,7 +71,7 @@ def test_nothing_changed_is_said_so() -> None:
 
 
 def test_a_rollback_adds_a_version_equal_to_the_old_one_and_selects_it(tree: Tree) -> None:
-    done = ops.rollback(tree.repo, tree.v1)
+    done = ops.rollback(tree.store, tree.v1)
     new = done.version
     assert isinstance(done, ops.NewVersion) and done.changed
     assert (new.parent, new.session, new.prompt, new.strategy) == (
@@ -82,7 +83,7 @@ def test_a_rollback_adds_a_version_equal_to_the_old_one_and_selects_it(tree: Tre
 
 
 def test_a_branch_adds_a_version_with_the_new_prompt(tree: Tree) -> None:
-    done = ops.branch(tree.repo, tree.v2, prompt="Summarize in French.")
+    done = ops.branch(tree.store, tree.v2, prompt="Summarize in French.")
     assert done.version.prompt == "Summarize in French." and done.version.parent == tree.v2
     assert done.version.strategy == "tail"  # the rest as the version it came from
     assert (done.versions_added, done.select) == ((done.version.id,), done.version.id)
@@ -91,56 +92,56 @@ def test_a_branch_adds_a_version_with_the_new_prompt(tree: Tree) -> None:
 
 def test_rollback_and_branch_of_a_missing_version_change_nothing(tree: Tree) -> None:
     before = ids(tree.repo)
-    with pytest.raises(ops.RepositoryError, match="there is no version 99"):
-        ops.rollback(tree.repo, 99)
-    with pytest.raises(ops.RepositoryError, match="has no field 'colour'"):
-        ops.branch(tree.repo, tree.v1, colour="red")
+    with pytest.raises(ops.BadRequest, match="there is no version 99"):
+        ops.rollback(tree.store, 99)
+    with pytest.raises(ops.BadRequest, match="has no field 'colour'"):
+        ops.branch(tree.store, tree.v1, colour="red")
     assert ids(tree.repo) == before
 
 
 def test_delete_says_what_went_and_undo_brings_it_back(tree: Tree) -> None:
     repo = tree.repo
-    done = ops.delete(repo, versions=[tree.v2, tree.w1], sessions=[tree.other])
+    done = ops.delete(tree.store, versions=[tree.v2, tree.w1], sessions=[tree.other])
     # w1 goes with its session: one undo for the version, one for the session
     assert done.undoable == 2 and done.select is None and done.changed
     assert set(done.versions_removed) == {tree.v2, tree.w1}
     assert done.sessions_removed == (tree.other,) and done.sessions_changed == (tree.session,)
     assert ids(repo) == [tree.v1] and [s["id"] for s in repo.sessions()] == [tree.session]
 
-    back = ops.undo_delete(repo)  # the session, deleted last
+    back = ops.undo_delete(tree.store)  # the session, deleted last
     assert (back.kind, back.item) == ("session", tree.other)
     assert back.sessions_added == (tree.other,) and back.versions_added == (tree.w1,)
     assert back.select is None
-    back = ops.undo_delete(repo)
+    back = ops.undo_delete(tree.store)
     assert (back.kind, back.item, back.select) == ("version", tree.v2, tree.v2)
     assert back.versions_added == (tree.v2,) and back.sessions_changed == (tree.session,)
     assert ids(repo) == [tree.v1, tree.v2, tree.w1]
 
-    nothing = ops.undo_delete(repo)
+    nothing = ops.undo_delete(tree.store)
     assert nothing.kind is None and nothing.item is None and not nothing.changed
 
 
 def test_delete_one_version_or_one_session(tree: Tree) -> None:
-    done = ops.delete_version(tree.repo, tree.v2)
+    done = ops.delete_version(tree.store, tree.v2)
     assert (done.versions_removed, done.sessions_changed, done.undoable) == (
         (tree.v2,), (tree.session,), 1)  # fmt: skip
-    done = ops.delete_session(tree.repo, tree.session)
+    done = ops.delete_session(tree.store, tree.session)
     assert done.sessions_removed == (tree.session,) and done.versions_removed == (tree.v1,)
     assert done.sessions_changed == () and done.undoable == 1
     assert ids(tree.repo) == [tree.w1]
 
 
 def test_deleting_a_missing_version_deletes_nothing(tree: Tree) -> None:
-    with pytest.raises(ops.RepositoryError, match="there is no version 99"):
-        ops.delete(tree.repo, versions=[tree.v2, 99])
+    with pytest.raises(ops.BadRequest, match="there is no version 99"):
+        ops.delete(tree.store, versions=[tree.v2, 99])
     assert ids(tree.repo) == [tree.v1, tree.v2, tree.w1]
-    assert not ops.undo_delete(tree.repo).changed
+    assert not ops.undo_delete(tree.store).changed
 
 
 def test_export_changes_nothing_and_import_adds_a_session(tree: Tree, tmp_path: Path) -> None:
     target = tmp_path / "harbour.ctxlens"
     reports: list[tuple[int, int]] = []
-    done = ops.export_session(tree.repo, tree.session, target, include_kv=True,
+    done = ops.export_session(tree.store, tree.session, target, include_kv=True,
                               progress=lambda d, t: reports.append((d, t)))  # fmt: skip
     assert isinstance(done, ops.Exported) and not done.changed and done.select is None
     assert (done.summary.path, done.summary.versions, done.summary.runs,
@@ -148,7 +149,7 @@ def test_export_changes_nothing_and_import_adds_a_session(tree: Tree, tmp_path: 
     assert target.is_file() and reports and reports[-1][0] == reports[-1][1]
 
     before = set(ids(tree.repo))
-    came = ops.import_session(tree.repo, target)
+    came = ops.import_session(tree.store, target)
     new = came.summary.session_id
     assert new not in (tree.session, tree.other)
     assert came.sessions_added == (new,) and came.select is None and came.changed
@@ -161,22 +162,22 @@ def test_cancelled_archive_operations_change_nothing(tree: Tree, tmp_path: Path)
     target = tmp_path / "out.ctxlens"
     cancel = threading.Event()
     cancel.set()
-    with pytest.raises(ops.ArchiveCancelled):
-        ops.export_session(tree.repo, tree.session, target, cancel=cancel)
+    with pytest.raises(ops.Cancelled):
+        ops.export_session(tree.store, tree.session, target, cancel=cancel)
     assert not target.exists()
-    ops.export_session(tree.repo, tree.session, target)
+    ops.export_session(tree.store, tree.session, target)
     sessions = tree.repo.sessions()
-    with pytest.raises(ops.ArchiveCancelled):
-        ops.import_session(tree.repo, target, cancel=cancel)
+    with pytest.raises(ops.Cancelled):
+        ops.import_session(tree.store, target, cancel=cancel)
     assert tree.repo.sessions() == sessions
 
 
 def test_a_bad_archive_is_one_sentence_and_adds_nothing(tree: Tree, tmp_path: Path) -> None:
     bad = tmp_path / "bad.ctxlens"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(ops.ArchiveError, match=r"bad\.ctxlens"):
-        ops.import_session(tree.repo, bad)
-    with pytest.raises(ops.ArchiveError, match="there is no session 99"):
-        ops.export_session(tree.repo, 99, tmp_path / "none.ctxlens")
+    with pytest.raises(ops.BadRequest, match=r"bad\.ctxlens"):
+        ops.import_session(tree.store, bad)
+    with pytest.raises(ops.BadRequest, match="there is no session 99"):
+        ops.export_session(tree.store, 99, tmp_path / "none.ctxlens")
     assert len(tree.repo.sessions()) == 2
 

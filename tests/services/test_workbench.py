@@ -116,12 +116,12 @@ def test_a_rollback_says_which_document_it_is_of_and_refuses_a_resume_without_a_
 ) -> None:
     done = versions.record_outcome(repo, DOC, outcome("head"))
     [version] = done.versions
-    back = history.rollback(repo, version)
+    back = history.rollback(history.History(repo), version)
     assert back.document_sha256 == DOC.sha256 != OTHER.sha256
     assert back.version.parent == version and back.copied.id == version and back.resume is None
     # a resume asked for, but no KV state was saved with it: refused, nothing written
     before = repo.history()
     on = history.ResumeOn(model=Path("/m.gguf"), model_sha256="m" * 64, n_ctx=512)
     with pytest.raises(history.NothingToResume, match=f"version {version} has no saved KV"):
-        history.rollback(repo, version, resume_on=on)
+        history.rollback(history.History(repo), version, resume_on=on)
     assert repo.history() == before

@@ -193,7 +193,8 @@ class Bench:
     def __init__(self, repo: Repository | None, tmp_path: Path) -> None:
         self.queue, self.engine, self.calibration = Queue(), Engine(), Calibration()
         self.events, self.plans, self.repo = Events(), Plans(), repo
-        self.model = WorkbenchModel(repo, self.events, engine=self.engine, scheduler=self.queue,
+        store = history.History(repo) if repo is not None else None
+        self.model = WorkbenchModel(store, self.events, engine=self.engine, scheduler=self.queue,
                                     calibration=self.calibration, n_ctx=N_CTX,
                                     plans=self.plans, index=lambda plan: ("drawn", plan.strategy),
                                     )  # type: ignore[arg-type]  # fmt: skip
@@ -504,9 +505,10 @@ def test_the_line_of_work_follows_a_deletion_made_in_the_history(bench: Bench) -
         bench.queue.drain()
     v1, v2 = repo.history()
     assert v2.parent == v1.id and m.current_version == v2.id
-    m.on_history_changed(history.delete(repo, versions=[v2.id]))  # what the panel reports
+    store = history.History(repo)
+    m.on_history_changed(history.delete(store, versions=[v2.id]))  # what the panel reports
     bench.queue.drain()
     assert (m.current_session, m.current_version) == (v1.session, v1.id)
-    m.on_history_changed(history.delete(repo, sessions=[v1.session]))
+    m.on_history_changed(history.delete(store, sessions=[v1.session]))
     bench.queue.drain()
     assert (m.current_session, m.current_version) == (None, None)  # the next Run starts one

@@ -11,7 +11,7 @@ import pytest
 from app.core.documents import document_from_text
 from app.core.engine.types import KVState
 from app.core.jobs.tasks import JobResult, OutputSpan
-from app.store import repository
+from app.store import rows
 from app.store.db import open_database
 from app.store.repository import Entry, Repository, RepositoryError
 
@@ -135,8 +135,8 @@ def test_documents_are_stored_once_per_hash(
     """A text the store has is not encoded and compressed again (for a long document that is
     tens of milliseconds holding the GIL, at every job recorded on it)."""
     packed: list[str] = []
-    pack_text = repository._pack_text
-    monkeypatch.setattr(repository, "_pack_text", lambda d: packed.append(d.sha256) or pack_text(d))
+    pack_text = rows.pack_text
+    monkeypatch.setattr(rows, "pack_text", lambda d: packed.append(d.sha256) or pack_text(d))
     doc = document_from_text("The same text. 同じ文章。" * 100, name="a.txt")
     first, second = repo.add_document(doc), repo.add_document(doc)
     result = JobResult("ask", "head", "stop", 512, final_prompt=(1, 2))

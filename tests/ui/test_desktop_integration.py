@@ -210,7 +210,7 @@ def test_a_ctxlens_on_the_command_line_is_imported_and_a_second_launch_opens_doc
     imported.wait()  # the import runs in the background from the constructor on
     session = imported.args[0].session_id
     assert w.tabs.currentWidget() is w.history and w.history.session_id() == session
-    assert [s["name"] for s in w.repo.sessions()] == ["harbour"]
+    assert [s["name"] for s in w.store.repo.sessions()] == ["harbour"]
     assert w.document_path is None  # a session export is not a document
 
     doc = tmp_path / "notes.md"
@@ -223,6 +223,6 @@ def test_a_ctxlens_on_the_command_line_is_imported_and_a_second_launch_opens_doc
     with qtbot.waitSignal(w.history.failed, timeout=WAIT) as failed:
         open_in(w, [bad], {})
     assert failed.args[0].startswith("broken.ctxlens is not a ContextLens export")
-    assert len(w.repo.sessions()) == 1  # nothing changed
+    assert len(w.store.repo.sessions()) == 1  # nothing changed
     w.close()
     QThreadPool.globalInstance().waitForDone(WAIT)

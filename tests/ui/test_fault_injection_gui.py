@@ -77,7 +77,9 @@ def _run(qtbot, w: MainWindow, *, crash: bool = False) -> object:
 
 
 def _history(w: MainWindow) -> list[dict]:
-    return [{**run, "version": v} for v in w.repo.history() for run in w.repo.runs(v.id)]
+    assert w.store is not None
+    repo = w.store.repo
+    return [{**run, "version": v} for v in repo.history() for run in repo.runs(v.id)]
 
 
 def _crash_mid_run(qtbot, w: MainWindow, fault: Draw, config: pytest.Config) -> None:
@@ -164,7 +166,7 @@ def test_a_crash_while_saving_the_kv_state_keeps_the_finished_run(
     [result] = outcome.results
     assert result.finish_reason in ("stop", "length") and result.text and not outcome.states
     [stored] = _history(w)
-    assert stored["outputs"][-1]["text"] == result.text and not w.repo.kv_states(
+    assert stored["outputs"][-1]["text"] == result.text and not w.store.repo.kv_states(
         stored["version"].id
     )
     assert w.isVisible() and w.engine.driver.engine_pid not in (None, pid)

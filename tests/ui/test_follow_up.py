@@ -31,8 +31,8 @@ def test_three_questions_make_a_thread_and_a_same_plan_evaluates_only_the_questi
     qtbot.addWidget(w)
     with qtbot.waitSignal(w.ready, timeout=WAIT):
         w.show()
-    assert w.repo is not None and w.history is not None
-    repo = w.repo
+    assert w.store.repo is not None and w.history is not None
+    repo = w.store.repo
     w.task_box.setCurrentIndex(w.task_box.findData("ask"))
     w.strategy_box.setCurrentIndex(w.strategy_box.findData("retrieve"))  # by the question
     w.max_tokens.setValue(8)

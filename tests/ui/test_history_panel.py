@@ -66,7 +66,7 @@ def history(tmp_path: Path) -> Iterator[History]:
 
 def open_panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
     """A panel showing ``session`` (None: all), once its history has been read."""
-    panel = HistoryPanel(repo)
+    panel = HistoryPanel(ops.History(repo))
     qtbot.addWidget(panel)
     with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
         panel.set_session(session)
@@ -134,7 +134,7 @@ def test_rollback_asks_for_the_rollback_and_shows_what_it_made(qtbot, history: H
     assert asked.args == [history.v1, True]  # a saved KV state: resume from it
     on = ops.ResumeOn(model=Path("/m.gguf"), model_sha256=SHA, n_ctx=512, cache_type="f16")
     with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
-        panel.on_history_changed(ops.rollback(history.repo, history.v1, resume_on=on))
+        panel.on_history_changed(ops.rollback(ops.History(history.repo), history.v1, resume_on=on))
     new = blocker.args[0]
     assert isinstance(new, VersionInfo) and new.parent == history.v1
     assert "instantly" in panel.message.text()
@@ -149,7 +149,7 @@ def test_rollback_asks_for_the_rollback_and_shows_what_it_made(qtbot, history: H
         click(qtbot, panel.rollback_button)
     assert asked.args == [history.v2, False]
     with qtbot.waitSignal(panel.rolled_back, timeout=WAIT) as blocker:
-        panel.on_history_changed(ops.rollback(history.repo, history.v2))
+        panel.on_history_changed(ops.rollback(ops.History(history.repo), history.v2))
     assert blocker.args[0].parent == history.v2
     assert "Run generates it again" in panel.message.text()
 

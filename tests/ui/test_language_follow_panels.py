@@ -30,6 +30,7 @@ from app.core.paths import sample_document
 from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner
 from app.core.tokens import cl100k
+from app.services.history import History
 from app.store.db import Database, open_database
 from app.store.repository import Entry, Repository
 from app.ui.buffer_panel import BufferPanel
@@ -146,7 +147,7 @@ def history_maker(
     qtbot, repo: Repository, show: Callable[[HistoryPanel], None] | None = None
 ) -> Callable[[], QWidget]:
     def build() -> HistoryPanel:
-        panel = HistoryPanel(repo)
+        panel = HistoryPanel(History(repo))
         if show is not None:
             show(panel)
         return panel

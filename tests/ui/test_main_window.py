@@ -139,9 +139,9 @@ def test_a_job_streams_into_the_buffers_and_is_recorded(qtbot, window: MainWindo
     assert not window.run_line.isVisible() and not window.progress.isVisible()
     assert result.finish_reason in ("stop", "length") and result.kv_peak_cells <= N_CTX
     assert result.text and result.text in window.buffers.output_text()
-    [version] = window.repo.history()
-    assert version.strategy == "head" and window.repo.runs(version.id)
-    assert window.repo.kv_states(version.id), "the KV state is kept for an instant rollback"
+    [version] = window.store.repo.history()
+    assert version.strategy == "head" and window.store.repo.runs(version.id)
+    assert window.store.repo.kv_states(version.id), "the KV state is kept for an instant rollback"
 
 
 def test_an_audited_run_holds_exactly_the_spans_the_document_view_shows_kept(
@@ -232,13 +232,13 @@ def test_enter_in_the_question_box_asks_it(qtbot, window: MainWindow) -> None:
     with qtbot.waitSignal(window.job_finished, timeout=120_000) as done:
         qtbot.keyClick(window.question, Qt.Key.Key_Return)
     [result] = done.args[0].results
-    assert result.task == "ask" and window.repo.history()[0].prompt == "Who wrote this?"
+    assert result.task == "ask" and window.store.repo.history()[0].prompt == "Who wrote this?"
     qtbot.keyClick(window.question, Qt.Key.Key_Return)  # the next Enter asks again...
     assert window.session.running
     qtbot.keyClick(window.question, Qt.Key.Key_Return)  # ...but not twice at once
     with qtbot.waitSignal(window.job_finished, timeout=120_000):
         pass
-    assert len(window.repo.history()) == 2
+    assert len(window.store.repo.history()) == 2
 
 
 def test_quitting_during_a_run_asks_then_cancels_and_cleans_up(
@@ -315,7 +315,7 @@ def test_compare_runs_three_strategies_side_by_side(qtbot, window: MainWindow) -
     assert by_strategy["head"] == "50%" and by_strategy["tail"] == "50%"  # one end each
     for name in ("head", "tail", "entropy"):
         assert window.compare.panes[name].output.toPlainText().strip()
-    assert len(window.repo.history()) == 3
+    assert len(window.store.repo.history()) == 3
 
 
 def _kv_agrees(qtbot, w: MainWindow) -> None:
@@ -331,7 +331,7 @@ def test_rollback_resumes_from_the_kv_state(
     outcome = _run(qtbot, window, "head")
     reply = outcome.results[0].text
     _kv_agrees(qtbot, window)
-    [version] = window.repo.history()
+    [version] = window.store.repo.history()
     with qtbot.waitSignal(window.session.version_opened, timeout=30_000):
         window.session.open_version(version.id)  # Open: the stored reply; the cache as it is
     assert reply and reply in window.buffers.output_text()
@@ -348,8 +348,8 @@ def test_rollback_resumes_from_the_kv_state(
     assert resumed.evaluated_tokens == 1  # the prompt came from the saved state
     assert resumed.text == reply and reply in window.buffers.output_text()
     _kv_agrees(qtbot, window)
-    old, new = window.repo.history()  # the rollback version holds the resumed run
-    assert new.parent == old.id and window.repo.runs(new.id)[0]["outputs"][0]["text"]
+    old, new = window.store.repo.history()  # the rollback version holds the resumed run
+    assert new.parent == old.id and window.store.repo.runs(new.id)[0]["outputs"][0]["text"]
 
     # without a KV state to resume from, a rollback shows the reply recorded
     window.buffers.reset(N_CTX)

@@ -81,7 +81,7 @@ def test_the_run_samples_with_the_box_and_a_rollback_brings_it_back(
         window.run_job()
     [result] = done.args[0].results
     assert done.args[0].spec.sampling == chosen and result.text
-    [version] = window.repo.history()
+    [version] = window.store.repo.history()
     assert version.settings["sampling"] == stored(chosen)
     box.set_settings(SamplingSettings())  # the person goes back to greedy …
     history = window.history
@@ -93,5 +93,5 @@ def test_the_run_samples_with_the_box_and_a_rollback_brings_it_back(
     [resumed] = done.args[0].results
     assert box.settings() == chosen
     assert resumed.evaluated_tokens == 1 and resumed.text
-    _old, new = window.repo.history()
+    _old, new = window.store.repo.history()
     assert new.settings["sampling"] == stored(chosen)

@@ -133,12 +133,13 @@ def test_after_a_crash_restore_reopens_the_document_model_and_choices(
     before.question.setText("Which word comes first?")
     _choose(before.strategy_box, "tail")
     before.max_tokens.setValue(77)
-    assert before.repo is not None and before.history is not None
+    assert before.store is not None and before.history is not None
     text = document_from_text("The harbour at dawn. " * 20, name="harbour.txt")
     content = {"task": "ask", "strategy": "tail", "prompt": "Which?", "model_path": "/m",
                "model_sha256": "m" * 64, "settings": {"n_ctx": N_CTX}}  # fmt: skip
-    before.repo.record(text, "harbour", [Entry(content, JobResult("ask", "tail", "stop", 512))])
-    session = before.repo.sessions()[0]["id"]
+    repo = before.store.repo
+    repo.record(text, "harbour", [Entry(content, JobResult("ask", "tail", "stop", 512))])
+    session = repo.sessions()[0]["id"]
     with qtbot.waitSignal(before.history.refreshed, timeout=WAIT):
         before.history.set_session(session)
     saved = LastSession.read(settings)

@@ -15,6 +15,7 @@ from app.core.engine.types import LoadSettings
 from app.core.jobs.tasks import planning
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import cl100k
+from app.services.history import History
 from app.services.workbench_ports import EVENTS
 from app.store.db import open_database
 from app.store.repository import Repository
@@ -37,7 +38,7 @@ def repo(tmp_path: Path) -> Iterator[Repository]:
 
 @pytest.fixture
 def session(qtbot, repo: Repository) -> Iterator[SessionModel]:
-    model = SessionModel(repo, n_ctx=N_CTX)
+    model = SessionModel(History(repo), n_ctx=N_CTX)
     model.choose(JobChoices(max_tokens=32))  # room for the reply in the small context
     yield model
     model.close()

@@ -117,7 +117,7 @@ def test_two_questions_run_make_two_versions_in_the_thread(
     w = window(qtbot, tmp_path, model_path, DATA / "sample.md", 1024)
     with qtbot.waitSignal(w.ready, timeout=WAIT):
         w.show()
-    repo = w.repo
+    repo = w.store.repo
     assert repo is not None and w.history is not None
     w.task_box.setCurrentIndex(w.task_box.findData("ask"))
     w.strategy_box.setCurrentIndex(w.strategy_box.findData("retrieve"))

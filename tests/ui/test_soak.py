@@ -48,7 +48,7 @@ def test_fifty_runs_grow_the_window_by_less_than_100_mb(
             elif i % 10 == 8:  # the run before, rolled back and resumed from its KV state
                 with qtbot.waitSignal(w.history.refreshed, timeout=30_000):
                     w.history.refresh()
-                newest = w.repo.history()[-1]
+                newest = w.store.repo.history()[-1]
                 assert w.history.has_kv(newest.id)
                 w.history.select_versions(newest.id)
                 w.history.rollback_selected()
@@ -58,6 +58,6 @@ def test_fifty_runs_grow_the_window_by_less_than_100_mb(
     growth = rss[-1] - rss[0]
     print(f"RSS after run 1: {rss[0]:.0f} MiB, after run {RUNS}: {rss[-1]:.0f} MiB "
           f"(most {max(rss):.0f}): {growth:+.0f} MiB")  # fmt: skip
-    assert len(w.repo.history()) >= RUNS
+    assert len(w.store.repo.history()) >= RUNS
     assert growth < MAX_GROWTH_MB, [round(r) for r in rss]
     w.close()

@@ -20,6 +20,7 @@ from app.core.documents import load_document
 from app.core.jobs.tasks import JobResult, OutputSpan
 from app.core.paths import sample_document
 from app.core.planning.plan import Plan, Span
+from app.services.history import History
 from app.store.db import open_database
 from app.store.repository import Entry, Repository
 from app.ui.history_panel import HistoryPanel
@@ -83,7 +84,7 @@ def test_a_cancelled_run_is_marked_so(qtbot, repo: Repository) -> None:
 
 
 def _panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
-    panel = HistoryPanel(repo)
+    panel = HistoryPanel(History(repo))
     qtbot.addWidget(panel)
     with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
         panel.set_session(session)
@@ -153,7 +154,7 @@ def test_diff_in_the_panel_shows_the_replies(qtbot, repo: Repository) -> None:
 
 @pytest.fixture
 def session_model(qtbot, repo: Repository) -> Iterator[SessionModel]:
-    model = SessionModel(repo, n_ctx=256)
+    model = SessionModel(History(repo), n_ctx=256)
     model.choose(JobChoices(max_tokens=32))
     yield model
     model.close()
@@ -217,8 +218,8 @@ def test_runs_in_the_window_make_a_tree_a_rollback_branches_and_old_replies_open
     qtbot.addWidget(w)
     with qtbot.waitSignal(w.ready, timeout=120_000):
         w.show()
-    assert w.history is not None and w.repo is not None
-    panel, repo = w.history, w.repo
+    assert w.history is not None and w.store.repo is not None
+    panel, repo = w.history, w.store.repo
 
     def run(max_tokens: int, strategy: str = "head") -> int:
         w.max_tokens.setValue(max_tokens)  # the edit between runs
