@@ -11,6 +11,7 @@ step hook (``app.core.engine.llama_base.StepHook``) that the engine calls before
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from app.core.engine import child
+from app.core.engine.host import EngineHost
 
 FAULT_CHILD = "tests.fault_child"  # what EngineHost.child_module is set to
 FAULT_ENV = "CONTEXTLENS_ENGINE_FAULT"
@@ -79,9 +81,33 @@ class Fault:
         os._exit(70)  # not reached
 
 
+def crash(kind: str) -> None:
+    """A native fault on request (``CrashingHost.crash``): what a bug inside llama.cpp does."""
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if kind == "segfault":
+        ctypes.string_at(0)
+    elif kind == "abort":
+        os.abort()
+    elif kind == "illegal-instruction":
+        os.kill(os.getpid(), signal.SIGILL)
+    raise ValueError(f"unknown crash kind {kind!r}")
+
+
+class CrashingHost(EngineHost):
+    """An engine host whose child (this module) also crashes on request; the app's own child
+    answers only the engine API's operations (app/core/engine/api.py: CHILD_OPERATIONS)."""
+
+    child_module = FAULT_CHILD
+
+    def crash(self, kind: str) -> None:
+        self._call("crash", "crashing on purpose", kind=kind)
+
+
 def main() -> None:
     fault = Fault.from_env()
-    child.main(step_hook=fault.hook if fault is not None else None)
+    child.main(step_hook=fault.hook if fault is not None else None,
+               test_operations={"crash": crash})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from app.core.engine.types import (
     TextDelta,
 )
 from app.core.paths import sample_document
+from tests.fault_child import CrashingHost
 from tests.loops import LOOP_TEXT
 from tests.plain_llama import plain_llama
 
@@ -302,7 +303,7 @@ def test_template_errors_come_back_as_clear_errors(engine: EngineHost) -> None:
 
 @pytest.fixture
 def fresh_engine(model_path: Path) -> Any:
-    host = EngineHost()
+    host = CrashingHost()  # the app's child, which also crashes on request
     host.load(model_path, LoadSettings(n_ctx=1024))
     yield host
     host.close()
@@ -343,7 +344,7 @@ def test_native_faults_inside_the_child_become_clear_errors(
     fresh_engine: EngineHost, kind: str, name: str
 ) -> None:
     with pytest.raises(EngineCrashedError, match=name):
-        fresh_engine.crash_for_test(kind)
+        fresh_engine.crash(kind)
     with pytest.raises(EngineNotLoadedError):
         fresh_engine.tokenize("the model went with the engine")
 

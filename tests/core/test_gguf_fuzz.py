@@ -41,6 +41,7 @@ from app.core.engine.types import (
     LoadSettings,
     ModelLoadError,
 )
+from tests.fault_child import CrashingHost
 from tests.core import gguf_cases as gc
 from tests.core import gguf_fuzz as fz
 
@@ -290,12 +291,12 @@ def test_a_file_that_kills_llama_cpp_is_reported_clearly(
 @pytest.mark.timeout(CASE_TIMEOUT_S)
 def test_a_crash_report_quotes_only_the_request_that_crashed(model_path: Path) -> None:
     """An earlier request's error in the child's log must not pass for the crash's cause."""
-    with EngineHost() as h:
+    with CrashingHost() as h:
         h.load(model_path, SETTINGS)
         with pytest.raises(EngineError, match="TypeError"):  # logs a traceback in the child
             h.detokenize(["not a token id"])  # type: ignore[list-item]
         with pytest.raises(EngineCrashedError) as err:
-            h.crash_for_test("abort")
+            h.crash("abort")
     assert "TypeError" not in str(err.value)
     assert "load the model again" in str(err.value)
 

@@ -118,3 +118,18 @@ class LocalEngine(ResumableEngine, Protocol):
     def reset(self) -> None: ...
 
     def generate_text(self, prompt: Sequence[int], **kwargs: Any) -> tuple[str, Finished]: ...
+
+    def token_attrs(self) -> list[int]: ...
+
+
+# What the engine child answers over its pipe (app/core/engine/child.py), and nothing else: the
+# operations above that run inside llama.cpp's process. ``start``, ``cancel`` and ``close`` are
+# the host's own (it starts the child, sets the shared cancel flag, asks it to close);
+# ``generate_text`` is ``generate`` gathered by the host.
+CHILD_OPERATIONS: frozenset[str] = frozenset({
+    "load", "load_vocab", "tokenize", "tokenize_many", "token_attrs", "detokenize",
+    "apply_chat_template", "evaluate", "generate", "generate_lanes", "kv_usage", "kv_tokens",
+    "remove", "reset", "save_state", "restore_state",
+})  # fmt: skip
+# streamed: the child sends each event as it comes, then the last one
+STREAMED_OPERATIONS: frozenset[str] = frozenset({"generate", "generate_lanes"})

@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
 from app.core import config
+from app.core.engine.api import CHILD_OPERATIONS, STREAMED_OPERATIONS
 from app.core.engine.chat_template import ChatTemplateError
 from app.core.engine.ipc import SharedFlag
 from app.core.engine.llama_base import StepHook
@@ -53,10 +54,15 @@ def _error_reply(exc: BaseException) -> tuple[str, str, Any]:
     return ("err", "engine", f"{type(exc).__name__}: {exc}")
 
 
-def serve(conn: Connection, cancel_flag: SharedFlag, step_hook: StepHook | None = None) -> None:
+def serve(conn: Connection, cancel_flag: SharedFlag, step_hook: StepHook | None = None,
+          test_operations: Mapping[str, Callable[..., Any]] | None = None) -> None:  # fmt: skip
     """Child main loop: answer requests until the pipe closes or a 'close' request arrives.
-    ``step_hook``: a test's checkpoint in the engine (see :data:`StepHook`); None in the app."""
+    Only the operations the engine API declares are answered (``api.CHILD_OPERATIONS``); any
+    other name is refused in one sentence. ``step_hook`` and ``test_operations``: a test's
+    checkpoint in the engine (see :data:`StepHook`) and its own requests (tests/fault_child.py:
+    a native crash on demand); None in the app."""
     engine = LlamaEngine(cancel_flag, step_hook)
+    extra = dict(test_operations or {})
     conn.send(("ok", engine.capabilities()))
     while True:
         try:
@@ -68,11 +74,14 @@ def serve(conn: Connection, cancel_flag: SharedFlag, step_hook: StepHook | None 
             conn.send(("ok", None))
             break
         try:
-            if op in ("generate", "generate_lanes"):  # streamed: events, then the last one
+            if op in STREAMED_OPERATIONS:  # events, then the last one
                 getattr(engine, op)(emit=lambda ev: conn.send(("event", ev)), **kwargs)
                 continue
-            handler = getattr(engine, op, None)
-            if handler is None or op.startswith("_"):
+            if op in CHILD_OPERATIONS:
+                handler = getattr(engine, op)
+            elif op in extra:
+                handler = extra[op]
+            else:
                 raise ValueError(f"unknown engine operation {op!r}")
             conn.send(("ok", handler(**kwargs)))
         except Exception as exc:
@@ -81,9 +90,11 @@ def serve(conn: Connection, cancel_flag: SharedFlag, step_hook: StepHook | None 
             conn.send(_error_reply(exc))
 
 
-def main(argv: Sequence[str] | None = None, *, step_hook: StepHook | None = None) -> None:
+def main(argv: Sequence[str] | None = None, *, step_hook: StepHook | None = None,
+         test_operations: Mapping[str, Callable[..., Any]] | None = None) -> None:  # fmt: skip
     """Entry point of the child: ``python -m app.core.engine.child --fd N --flag PATH``.
-    ``step_hook``: as :func:`serve` (a test's own entry module passes one)."""
+    ``step_hook``, ``test_operations``: as :func:`serve` (a test's own entry module passes
+    them)."""
     parser = argparse.ArgumentParser(prog="contextlens-engine")
     parser.add_argument("--fd", type=int, required=True, help="inherited socket for messages")
     parser.add_argument("--flag", required=True, help="file holding the shared cancel byte")
@@ -91,7 +102,7 @@ def main(argv: Sequence[str] | None = None, *, step_hook: StepHook | None = None
     conn = Connection(args.fd)
     flag = SharedFlag(args.flag)
     try:
-        serve(conn, flag, step_hook)
+        serve(conn, flag, step_hook, test_operations)
     finally:
         flag.close()
         conn.close()

@@ -493,10 +493,6 @@ class EngineHost:
         return self._call("remove", "removing from the KV cache", start=start, end=end,
                           compact=compact)  # fmt: skip
 
-    def crash_for_test(self, kind: str) -> None:
-        """Fault injection: make the child die the way a native bug would."""
-        self._call("crash", "crashing on purpose", kind=kind)
-
     def generate(
         self,
         prompt: Sequence[int],

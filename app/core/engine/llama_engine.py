@@ -9,9 +9,7 @@ tokens, clearing the cache. Each public method is one request of the parent (``c
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -179,16 +177,3 @@ class LlamaEngine(Vocabulary, Generation):
         self._require()
         self._lc.llama_memory_clear(self._mem, True)
         self.tokens = []
-
-
-    # ----- fault injection (tests of crash isolation use this; nothing else does) -----
-
-    def crash(self, kind: str) -> None:
-        if kind == "segfault":
-            ctypes.string_at(0)
-        elif kind == "abort":
-            os.abort()
-        elif kind == "illegal-instruction":
-            os.kill(os.getpid(), signal.SIGILL)
-        raise ValueError(f"unknown crash kind {kind!r}")
-
