@@ -70,9 +70,11 @@ translations: $(VENV)/.installed
 run: setup
 	$(BIN)/contextlens --demo --model $(MODEL)
 
+# mypy: strict on app/core, app/services and app/store ([tool.mypy] in pyproject.toml)
 lint: $(VENV)/.installed
 	$(BIN)/ruff check app tests docs/hooks
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # The tiers (tests/tiers.py): `check` is the unit tier, no model, no Qt, no process (about a
 # minute on two workers); `test` runs it first, then the model and window tiers on TEST_WORKERS

@@ -42,8 +42,14 @@ ORDER = ("bench_tokens", "bench_chunking", "bench_engine_host", "bench_contentio
          "bench_peers")  # fmt: skip
 EXIT_BENCH_FAILED = EXIT_ENGINE_CRASHED  # a benchmark crashed: the code the CLI uses for a crash
 STOP_GRACE_S = 10.0  # after Ctrl+C, how long a benchmark gets to end before it is killed
-ROW_KEYS = {"figure": str, "baseline": str, "value": (int, float), "ratio": (int, float),
-            "goal": str, "met": bool}  # fmt: skip
+ROW_KEYS: dict[str, type | tuple[type, ...]] = {
+    "figure": str,
+    "baseline": str,
+    "value": (int, float),
+    "ratio": (int, float),
+    "goal": str,
+    "met": bool,
+}
 COLUMNS = ("benchmark", "status", "figure", "baseline", "value", "unit", "ratio", "goal", "met",
            "note", "why")  # fmt: skip
 

@@ -111,7 +111,7 @@ def cmd_count(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{terminal_safe(doc.name)}: {doc.size:,} bytes, {len(doc.text):,} characters "
           f"({doc.format}, {doc.encoding}{', lossy' if doc.lossy else ''})")  # fmt: skip
-    if tokens_model is not None and model is not None:
+    if tokens_model is not None and exact is not None and model is not None:
         print(f"  {tokens_model:>12,} tokens  {terminal_safe(model.name)} (exact, "
               f"{t1 - t0:.2f} s; {counter_method(exact)})")  # fmt: skip
     else:

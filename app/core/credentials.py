@@ -11,8 +11,13 @@ not sent, and :func:`env_key_note` says why.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from app.core import config
 from app.core.engine.remote_http import normalize_url, same_server
+
+if TYPE_CHECKING:
+    from keyring.backend import KeyringBackend
 
 SERVICE = "ContextLens"
 ENV_KEY = config.API_KEY_ENV
@@ -23,10 +28,11 @@ class CredentialError(RuntimeError):
     """The keyring could not be used; the message says why in one sentence."""
 
 
-def _keyring():  # type: ignore[no-untyped-def]
+def _keyring() -> KeyringBackend:
+    """The keyring in use (keyring's own get_password and the rest call the same one)."""
     import keyring  # noqa: PLC0415 (keyring takes ~60 ms: only when a key is used)
 
-    return keyring
+    return keyring.get_keyring()
 
 
 def _failed(doing: str, exc: Exception) -> CredentialError:

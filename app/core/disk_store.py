@@ -38,7 +38,7 @@ class ForeignStore(ValueError):
     """The folder holds a store this code did not make (or one changed by hand)."""
 
 
-class BytesDisk(diskcache.Disk):
+class BytesDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no type information
     """Bytes in, bytes out: no pickle, no text, no file outside the store's folder."""
 
     def __init__(self, directory: str, **_settings: Any) -> None:
@@ -47,7 +47,8 @@ class BytesDisk(diskcache.Disk):
     def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, Any, Any]:
         if read or type(value) is not bytes:
             raise TypeError("the cache keeps bytes only")
-        return super().store(value, read, key=key)
+        stored: tuple[int, int, Any, Any] = super().store(value, read, key=key)
+        return stored
 
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
         if mode == MODE_RAW and filename is None:
@@ -64,7 +65,7 @@ class BytesDisk(diskcache.Disk):
         """Whether ``filename`` names a file in the store's folder (as the store names them)."""
         if not isinstance(filename, str) or not filename or os.path.isabs(filename):
             return False
-        folder = os.path.realpath(self._directory)
+        folder: str = os.path.realpath(self._directory)
         full = os.path.realpath(os.path.join(folder, filename))
         return os.path.commonpath([folder, full]) == folder and full != folder
 

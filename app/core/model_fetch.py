@@ -206,7 +206,8 @@ def _open(
                                          _Redirects(home, what))  # fmt: skip
     try:
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
-        return opener.open(request, timeout=timeout)
+        response: http.client.HTTPResponse = opener.open(request, timeout=timeout)
+        return response
     except ModelFetchError:
         raise
     except (OSError, http.client.HTTPException) as exc:  # URLError and HTTPError are OSErrors

@@ -82,7 +82,8 @@ class SpmTiktoken:
         arr = np.asarray(ranks, dtype=np.int64)
         out = self._ids[arr]
         if not (out == _EXPAND).any():
-            return out.tolist()
+            ids: list[int] = out.tolist()
+            return ids
         result: list[int] = []
         for rank, tid in zip(arr.tolist(), out.tolist(), strict=True):
             if tid != _EXPAND:

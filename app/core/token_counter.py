@@ -13,7 +13,7 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import tiktoken
@@ -86,12 +86,14 @@ class TiktokenCounter:
         self._always_special = always_special  # user-defined tokens: llama.cpp splits them always
         # Bytes the vocabulary lacks (their ranks are the byte values) are filtered out; the
         # filter costs a numpy pass, so it runs only for texts that can produce such a byte.
-        dropped = [] if rank_to_id is None else np.flatnonzero(rank_to_id[:256] == DROPPED_ID)
+        dropped: list[int] | np.ndarray = (
+            [] if rank_to_id is None else np.flatnonzero(rank_to_id[:256] == DROPPED_ID)
+        )
         self._drop_lut = np.zeros(256, dtype=bool)
         self._drop_lut[dropped] = True
         self._drop_chars, self._drop_non_ascii = _chars_with_bytes([int(b) for b in dropped])
 
-    def _ranks(self, text: str, allowed: frozenset[str] | str) -> np.ndarray:
+    def _ranks(self, text: str, allowed: frozenset[str] | Literal["all"]) -> np.ndarray:
         return self.encoding.encode_to_numpy(text, allowed_special=allowed, disallowed_special=())
 
     def _may_drop(self, text: str) -> bool:
@@ -105,7 +107,7 @@ class TiktokenCounter:
         keep[low] = ~self._drop_lut[ranks[low]]
         return ranks[keep]
 
-    def _encode(self, text: str, allowed: frozenset[str] | str) -> np.ndarray:
+    def _encode(self, text: str, allowed: frozenset[str] | Literal["all"]) -> np.ndarray:
         text = scrub(text)
         pieces = split_at_safe_points(text, self.splits_at_spaces) if allowed != "all" else [text]
         if len(pieces) == 1:
@@ -116,9 +118,8 @@ class TiktokenCounter:
         return self._kept(ranks) if self._may_drop(text) else ranks
 
     def _ids(self, ranks: np.ndarray) -> list[int]:
-        if self._rank_to_id is None:
-            return ranks.tolist()
-        return self._rank_to_id[ranks].tolist()
+        ids: list[int] = (ranks if self._rank_to_id is None else self._rank_to_id[ranks]).tolist()
+        return ids
 
     def encode(self, text: str) -> list[int]:
         return self._ids(self._encode(text, self._always_special))

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
@@ -271,7 +271,7 @@ def _header(path: str, _mtime_ns: int, _size: int) -> GGUFFile:
 
 
 def vocab_of(gf: GGUFFile) -> Vocab:
-    def items(key: str) -> tuple:
+    def items(key: str) -> tuple[Any, ...]:
         value = gf.get(key)
         return tuple(value.items) if value is not None and value.items is not None else ()
 
@@ -666,10 +666,12 @@ class VocabCounter:
             encoded: list[list[int]] = []
         elif self._pieces_encoder is not None:
             encoded = self._pieces_encoder.encode_many(jobs)
-        elif len(jobs) == 1:
-            encoded = [self._tok.encode(jobs[0], add_special_tokens=False).ids]
         else:
-            encoded = [e.ids for e in self._tok.encode_batch(jobs, add_special_tokens=False)]
+            assert self._tok is not None  # built whenever no piece encoder was given
+            if len(jobs) == 1:
+                encoded = [self._tok.encode(jobs[0], add_special_tokens=False).ids]
+            else:
+                encoded = [e.ids for e in self._tok.encode_batch(jobs, add_special_tokens=False)]
         out: list[int] = []
         for item in layout:
             if isinstance(item, int):

@@ -198,7 +198,7 @@ class EngineSession:
     def calibrated(self, path: Path, settings: LoadSettings, model_sha256: str, *,
                    fresh: bool = False, trials: tuple[LoadSettings, ...] | None = None,
                    progress: Callable[[int, int], None] | None = None,
-                   cancelled: Callable[[], bool] | None = None,
+                   cancelled: Callable[[], bool] = lambda: False,
                    ) -> tuple[Calibration, bool]:  # fmt: skip
         """The fastest settings for this model on this machine: cached ones (measured False),
         or measured now (True) when there are none or ``fresh``. Raises CalibrationCancelled."""

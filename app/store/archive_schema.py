@@ -104,17 +104,16 @@ def _sampling_field(kind: Any) -> Any:
     return Annotated[float, Field(allow_inf_nan=False)]
 
 
-_SamplingFields: Any = create_model(
-    "_SamplingFields",
-    __base__=Open,
-    **{
-        f.name: (_sampling_field(get_type_hints(SamplingSettings)[f.name]) | None, None)
-        for f in dataclasses.fields(SamplingSettings)
-    },
-)
+# Typed Any: spread into create_model beside its own keywords, a narrower type would have to fit
+# those keywords' types too.
+_sampling_fields: dict[str, Any] = {
+    f.name: (_sampling_field(get_type_hints(SamplingSettings)[f.name]) | None, None)
+    for f in dataclasses.fields(SamplingSettings)
+}
+_SamplingFields: Any = create_model("_SamplingFields", __base__=Open, **_sampling_fields)
 
 
-class SamplingModel(_SamplingFields):  # type: ignore[misc, valid-type]
+class SamplingModel(_SamplingFields):  # type: ignore[misc]  # its base is built at run time
     """A version's ``settings["sampling"]`` (app.core.sampling.stored): the fields typed as
     SamplingSettings has them, and values llama.cpp would refuse refused here."""
 

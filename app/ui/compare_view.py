@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QResizeEvent, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.jobs.events import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
-from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
+from app.ui.i18n import QT_TRANSLATE_NOOP, FollowsLanguage, finish_label, strategy_label
 from app.ui.widgets import fixed_font, plain_label
 
 MAX_PANES = 4
@@ -318,6 +318,11 @@ class CompareView(FollowsLanguage, QWidget):
     def summary(self) -> list[list[str]]:
         """The table's text, a list per strategy in the order of COLUMNS (for tests and
         export)."""
-        return [[self.table.horizontalHeaderItem(c).text(),
-                 *(self.table.item(r, c).text() for r in range(self.table.rowCount()))]
+        return [[_text(self.table.horizontalHeaderItem(c)),
+                 *(_text(self.table.item(r, c)) for r in range(self.table.rowCount()))]
                 for c in range(self.table.columnCount())]  # fmt: skip
+
+
+def _text(item: QTableWidgetItem | None) -> str:
+    assert item is not None  # a strategy's column comes with its header and every cell
+    return item.text()

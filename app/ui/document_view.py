@@ -105,7 +105,7 @@ BUDGET_ON_SCALE = 4  # the budget line is drawn when it is at most this many lon
 
 def _turn(colour: QColor, degrees: int) -> QColor:
     """The same colour with its hue turned, for a second tint that stays in the palette's tone."""
-    h, s, v, a = colour.getHsv()
+    h, s, v, a = colour.hsvHue(), colour.hsvSaturation(), colour.value(), colour.alpha()
     return QColor.fromHsv((max(h, 0) + degrees) % 360, max(s, 90), v, a)
 
 

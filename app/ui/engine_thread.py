@@ -243,10 +243,10 @@ class EngineThread(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.thread = QThread()
-        self.thread.setObjectName("contextlens-engine")
+        self.qthread = QThread()  # not "thread": that would hide QObject.thread()
+        self.qthread.setObjectName("contextlens-engine")
         self.driver = EngineDriver()
-        self.driver.moveToThread(self.thread)
+        self.driver.moveToThread(self.qthread)
         self.request_load.connect(self.driver.load_model)
         self.request_load_tuned.connect(self.driver.load_tuned)
         self.request_unload.connect(self.driver.unload)
@@ -255,7 +255,7 @@ class EngineThread(QObject):
         self.request_resume.connect(self.driver.resume_state)
         self.request_connect.connect(self.driver.connect_server)
         self._request_shutdown.connect(self.driver.shutdown)
-        self.thread.start()
+        self.qthread.start()
 
     def cancel(self) -> None:
         self.driver.cancel()
@@ -293,8 +293,8 @@ class EngineThread(QObject):
         return self.driver.session.model_sha256(path)
 
     def stop(self) -> None:
-        if self.thread.isRunning():
+        if self.qthread.isRunning():
             self.driver.cancel()
             self._request_shutdown.emit()
-            self.thread.quit()
-            self.thread.wait(10_000)
+            self.qthread.quit()
+            self.qthread.wait(10_000)

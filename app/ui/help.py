@@ -8,7 +8,7 @@ so the list cannot drift from the keys that work.
 from __future__ import annotations
 
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, Qt
+from PySide6.QtCore import QCoreApplication, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app import __version__
 from app.core.engine.types import EngineCapabilities
 from app.core.paths import resources_dir
-from app.ui.i18n import current_language
+from app.ui.i18n import QT_TRANSLATE_NOOP, current_language
 
 
 def _tr(text: str) -> str:

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import (
-    QT_TRANSLATE_NOOP,
     QCoreApplication,
     QEvent,
     QLibraryInfo,
@@ -31,6 +30,13 @@ from PySide6.QtGui import QAction, QActionGroup, QFontDatabase
 from PySide6.QtWidgets import QMainWindow, QMenu, QWidget
 
 from app.core.paths import resources_dir
+
+
+def QT_TRANSLATE_NOOP(context: str, text: str) -> str:
+    """Marks ``text`` for lupdate, to be translated in ``context`` where it is shown, and returns
+    it as it is: Qt's own, typed (PySide6's stub has it return object)."""
+    return text
+
 
 SETTINGS_KEY = "language"
 SYSTEM = "system"

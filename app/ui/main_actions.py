@@ -8,7 +8,7 @@ session model. What Open, Run, Compare and Cancel do is connected by the window.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, QSignalBlocker, Qt, Signal
@@ -219,7 +219,7 @@ class MainActions(QObject):
         t.set(self.audit_action.setText, lambda: self.tr("&Audit Each Run Against llama.cpp"))
         t.set(self.audit_action.setToolTip, lambda: self.tr(
             "Check after each model call that llama.cpp holds exactly the plan shown"))  # fmt: skip
-        self.audit_action.setChecked(self._settings.value("audit", False, type=bool))
+        self.audit_action.setChecked(bool(self._settings.value("audit", False, type=bool)))
         self.audit_action.toggled.connect(lambda on: self._settings.setValue("audit", on))
         job_menu.addAction(self.audit_action)
         self._lanes_menu(job_menu)
@@ -239,8 +239,12 @@ class MainActions(QObject):
         self.lanes_actions: dict[int, QAction] = {}
         for n in (0, 2, 4, 8):
             action = QAction(self._window, checkable=True)
-            t.set(action.setText, lambda n=n: self.tr("&One Window at a Time") if n == 0
-                  else self.tr("&{0} Lanes").format(n))  # fmt: skip
+
+            def lanes_text(n: int = n) -> str:
+                return (self.tr("&One Window at a Time") if n == 0
+                        else self.tr("&{0} Lanes").format(n))  # fmt: skip
+
+            t.set(action.setText, lanes_text)
             t.set(action.setToolTip, lambda: self.tr(
                 "Generate the replies of a map phase this many at a time; each lane holds a "
                 "context of its own"))  # fmt: skip
@@ -255,8 +259,8 @@ class MainActions(QObject):
         window, t = self._window, self._texts
         view_menu = window.menuBar().addMenu("")
         t.set(view_menu.setTitle, lambda: self.tr("&View"))
-        for dock in docks:
-            view_menu.addAction(dock.toggleViewAction())
+        for docked in docks:
+            view_menu.addAction(docked.toggleViewAction())
         view_menu.addSeparator()
         for text, keys, target, dock in go_to:
             go = QAction(window)
@@ -269,9 +273,7 @@ class MainActions(QObject):
         t.set(theme_menu.setTitle, lambda: self.tr("Th&eme"))
         themes = QActionGroup(window)
         self.theme_actions: dict[str, QAction] = {}  # by name: "system", "light", "dark"
-        current = current_theme(
-            QApplication.instance(), str(self._settings.value("theme", "system"))
-        )
+        current = current_theme(_application(), str(self._settings.value("theme", "system")))
         for name, text in (("system", lambda: self.tr("&System")),
                            ("light", lambda: self.tr("&Light")),
                            ("dark", lambda: self.tr("&Dark"))):  # fmt: skip
@@ -290,6 +292,7 @@ class MainActions(QObject):
         """Focus ``target``, first bringing its tab of the stages to the front if it is one."""
         for i in range(self._stages.count()):
             page = self._stages.widget(i)
+            assert page is not None  # i is below count()
             if page is target or page.isAncestorOf(target):
                 self._stages.setCurrentIndex(i)
         _focus_into(target, dock)
@@ -297,7 +300,7 @@ class MainActions(QObject):
     def _set_theme(self, choice: QAction) -> None:
         name = str(choice.data())
         self._settings.setValue("theme", name)
-        apply_theme(QApplication.instance(), name)
+        apply_theme(_application(), name)
 
     def _on_task_changed(self, _index: int) -> None:
         self.question.setEnabled(self.task_box.currentData() != "summarize")
@@ -351,7 +354,9 @@ class MainActions(QObject):
     def recent(self) -> list[str]:
         """The files opened lately, newest first."""
         value = self._settings.value("recent", [])
-        return [value] if isinstance(value, str) else list(value or [])
+        if isinstance(value, str):
+            return [value]
+        return list(value) if isinstance(value, Iterable) else []  # None: none yet
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()
@@ -360,6 +365,12 @@ class MainActions(QObject):
             action.triggered.connect(lambda _c=False, p=entry: self.open_recent.emit(Path(p)))
         self.recent_menu.setEnabled(bool(self.recent()))
         self.recent_changed.emit(self.recent())
+
+
+def _application() -> QApplication:
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)  # the window runs in a widgets application
+    return app
 
 
 def _buddy(texts: Retranslated, text: Callable[[], str], widget: QWidget) -> QLabel:
@@ -387,6 +398,8 @@ def _focus_into(widget: QWidget, dock: QDockWidget | None) -> None:
         if _takes_tab(candidate) and (candidate is widget or widget.isAncestorOf(candidate)):
             candidate.setFocus(Qt.FocusReason.ShortcutFocusReason)
             return
-        candidate = candidate.nextInFocusChain()
+        following = candidate.nextInFocusChain()
+        assert following is not None  # a ring has no end
+        candidate = following
         if candidate is widget:
             return

@@ -122,7 +122,7 @@ class _FetchDialog(QDialog):
         self._poll.start()
         # Quitting the app mid-download stops it too: the pool would otherwise hold the exit
         # until the last byte arrived.
-        QCoreApplication.instance().aboutToQuit.connect(transfer.stop)
+        _app().aboutToQuit.connect(transfer.stop)
 
         def work() -> Path | str | None:  # plain values only: see run_in_background
             try:
@@ -182,7 +182,7 @@ class _FetchDialog(QDialog):
         self._poll.stop()
         self._transfer = None
         with suppress(RuntimeError, TypeError):
-            QCoreApplication.instance().aboutToQuit.disconnect(transfer.stop)
+            _app().aboutToQuit.disconnect(transfer.stop)
         return True
 
     def _finished(self, transfer: Progress, path: Path | None) -> None:
@@ -335,3 +335,9 @@ class HubFetchDialog(_FetchDialog):
 
     def _failure_text(self, message: str) -> str:
         return self.tr("Could not get the model: {0}").format(message)
+
+
+def _app() -> QCoreApplication:
+    app = QCoreApplication.instance()
+    assert app is not None  # a dialog is shown inside a running application
+    return app

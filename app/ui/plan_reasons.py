@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication
+from PySide6.QtCore import QCoreApplication
+
+from app.ui.i18n import QT_TRANSLATE_NOOP
 
 _N = r"([\d,]+)"  # a figure as the planner writes it (1,755), kept as written
 _P = r"(\d+%)"

@@ -180,7 +180,7 @@ class SeveralQuestions(FollowsLanguage, QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
-            QShortcut(QKeySequence(keys), self, activated=self.accept)
+            QShortcut(QKeySequence(keys), self).activated.connect(self.accept)
         layout = QVBoxLayout(self)
         layout.addWidget(self.label)
         layout.addWidget(self.editor, 1)

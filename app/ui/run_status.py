@@ -36,6 +36,15 @@ class RunStatus(QObject):
     # the line, the bar's value and its maximum: sent only when one of them changed
     changed = Signal(str, int, int)
 
+    # what the events have said of the run (reset by _clear, and by _new_call for one call)
+    _strategy: str | None
+    _pass: PassStarted | None
+    _pass_steps: set[str]
+    _step: str | None  # the step of the call running (lanes: of none)
+    _eval: EvalProgress | None
+    _reply_tokens: int
+    _reply_started: float | None
+
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._timer = QTimer(self)
@@ -147,8 +156,8 @@ class RunStatus(QObject):
         self._reply_tokens, self._reply_started = 0, None
 
     def _clear(self) -> None:
-        self._strategy: str | None = None
-        self._pass: PassStarted | None = None
-        self._pass_steps: set[str] = set()
-        self._step: str | None = None  # the step of the call running (lanes: of none)
+        self._strategy = None
+        self._pass = None
+        self._pass_steps = set()
+        self._step = None
         self._new_call()

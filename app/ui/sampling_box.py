@@ -173,8 +173,8 @@ class SamplingBox(FollowsLanguage, QWidget):
             self.preset: self.tr("Preset"),
             self.seed: self.tr("Seed"),
         }
-        for field, name in names.items():
-            self._labels[field].setText(name)
+        for widget, name in names.items():
+            self._labels[widget].setText(name)
         self.more.setText(self.tr("Details"))
 
     # ----- reading and writing -----

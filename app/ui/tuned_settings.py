@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, Qt, Signal
+from PySide6.QtCore import QCoreApplication, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGridLayout,
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.core.calibrate import Calibration, Trial
 from app.core.engine.types import LoadSettings
-from app.ui.i18n import FollowsLanguage
+from app.ui.i18n import QT_TRANSLATE_NOOP, FollowsLanguage
 from app.ui.widgets import WrappingCheckBox, plain_label
 
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QMessageBox,
     QScrollArea,
     QSizePolicy,
@@ -199,19 +200,24 @@ class WrappingCheckBox(QCheckBox):
     def _indicator_height(self) -> int:
         return self.style().pixelMetric(QStyle.PixelMetric.PM_IndicatorHeight, None, self) + 2
 
+    def _own_layout(self) -> QLayout:
+        layout = self.layout()
+        assert layout is not None  # set in __init__
+        return layout
+
     def sizeHint(self) -> QSize:
-        hint = self.layout().sizeHint()
+        hint = self._own_layout().sizeHint()
         return QSize(hint.width(), max(hint.height(), self._indicator_height()))
 
     def minimumSizeHint(self) -> QSize:
-        hint = self.layout().minimumSize()
+        hint = self._own_layout().minimumSize()
         return QSize(hint.width(), max(hint.height(), self._indicator_height()))
 
     def hasHeightForWidth(self) -> bool:
         return True
 
     def heightForWidth(self, width: int) -> int:
-        return max(self.layout().totalHeightForWidth(width), self._indicator_height())
+        return max(self._own_layout().totalHeightForWidth(width), self._indicator_height())
 
 
 def plain_message_box(box: QMessageBox) -> QMessageBox:

@@ -52,10 +52,10 @@ def decode_bytes(data: bytes, *, name: str = "the input") -> tuple[str, str, boo
     mostly_utf8 = _mostly_utf8(data)
     if mostly_utf8 is not None:
         return mostly_utf8, "utf-8", True
-    encoding = _detect(data)
-    if encoding is None:
+    detected = _detect(data)
+    if detected is None:
         raise DocumentError(_unrecognised(name))
-    return _decode(data, encoding, name)
+    return _decode(data, detected, name)
 
 
 def canonical_encoding(label: str) -> str | None:

@@ -266,7 +266,8 @@ class _StyleKinds:
 
 
 def _is_paragraph_style(style: Any, qn: Any) -> bool:
-    return style.get(qn("w:type")) == _PARAGRAPH_STYLE
+    kind: str | None = style.get(qn("w:type"))
+    return kind == _PARAGRAPH_STYLE
 
 
 def _table_text(table: Any) -> str:

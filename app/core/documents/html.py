@@ -82,6 +82,7 @@ def decode_html(data: bytes, *, name: str) -> tuple[str, str, bool]:
         encoding = canonical_encoding(declared) if declared else None
         if encoding in _UTF16_LABELS:  # a page that can say so in ASCII is not UTF-16
             encoding = "utf-8"
+        candidates: tuple[str | None, str | None]
         if encoding in _READ_AS_CP1252:
             candidates = ("cp1252", encoding)
         else:
@@ -108,13 +109,17 @@ def parse_html(text: str, *, name: str = "the page", limits: Limits | None = Non
     compares the two on every sample and on random markup), at a tenth of the time and without
     the tree's ~1 KB per element."""
     check_elements(text, name=name, limit=(limits or Limits()).html_max_elements)
+    # lxml calls only the target methods there are; its stubs want every one, and _Reader has
+    # no start_ns or end_ns (HTML has no namespaces): hence the two call-overload ignores.
     reader = _Reader()
     try:
-        _feed(etree.HTMLParser(target=reader, recover=True, huge_tree=False), text)
+        parser = etree.HTMLParser(target=reader, recover=True, huge_tree=False)  # type: ignore[call-overload]
+        _feed(parser, text)
     except (UnicodeDecodeError, LookupError, etree.ParserError):
         # What BeautifulSoup does when lxml refuses a str: the same text again, as UTF-8.
         reader = _Reader()
-        parser = etree.HTMLParser(target=reader, recover=True, huge_tree=False, encoding="utf8")
+        parser = etree.HTMLParser(target=reader, recover=True, huge_tree=False,  # type: ignore[call-overload]
+                                  encoding="utf8")  # fmt: skip
         _feed(parser, text.encode("utf-8", "surrogatepass"))
     return reader.result()
 

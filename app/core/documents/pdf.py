@@ -322,7 +322,7 @@ def _read_forms_once(page: Any, forms: dict[int, tuple[object, str]], work: _Wor
         if found is not None and found[0] is xform:
             work.add(len(found[1]))
             return found[1]
-        text = read_form(xform, *args, **kwargs)
+        text: str = read_form(xform, *args, **kwargs)
         forms[id(xform)] = (xform, text)
         return text
 

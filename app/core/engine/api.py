@@ -30,6 +30,7 @@ from app.core.engine.types import (
     LaneEvent,
     LoadedModel,
     LoadSettings,
+    OnFull,
     SamplingSettings,
 )
 
@@ -60,7 +61,7 @@ class Engine(Protocol):
         max_tokens: int = ...,
         sampling: SamplingSettings | None = ...,
         stop: Sequence[str] = ...,
-        on_full: str = ...,
+        on_full: OnFull = ...,
         keep: int = ...,
     ) -> Iterator[GenerationEvent]: ...
 

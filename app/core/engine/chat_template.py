@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import Template, TemplateError
 
 from app.core.child_process import child_env, module_command
 from app.core.engine.template_sandbox import (
@@ -354,9 +354,9 @@ class _Compiled:
 
     def __init__(self, keep: int = 4) -> None:
         self._keep = keep
-        self._by_text: dict[str, Any] = {}
+        self._by_text: dict[str, Template] = {}
 
-    def get(self, template: str, time_limit_s: float) -> Any:
+    def get(self, template: str, time_limit_s: float) -> Template:
         found = self._by_text.pop(template, None)
         if found is None:
             with watched(time_limit_s):

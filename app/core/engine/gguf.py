@@ -577,11 +577,12 @@ def _identity(gf: GGUFFile) -> FileIdentity:
 
 def _split_count(gf: GGUFFile) -> int:
     """How many files the model is split into, as llama.cpp reads ``split.count`` (1: whole)."""
-    value = gf.get("split.count")
-    if value is None:
+    raw = gf.get("split.count")
+    if raw is None:
         return 1
-    if _int_or_none(value) is None or not 0 <= value <= MAX_SPLIT_COUNT:
-        raise GGUFError(f"split.count is {value!r}; a split model has 2 to {MAX_SPLIT_COUNT:,} "
+    value = _int_or_none(raw)
+    if value is None or not 0 <= value <= MAX_SPLIT_COUNT:
+        raise GGUFError(f"split.count is {raw!r}; a split model has 2 to {MAX_SPLIT_COUNT:,} "
                         "parts")  # fmt: skip
     return max(1, value)
 

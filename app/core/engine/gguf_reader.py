@@ -228,10 +228,12 @@ class _Reader:
         self.pos += n
 
     def u32(self, what: str) -> int:
-        return _U32.unpack(self.bytes(4, what))[0]
+        value: int = _U32.unpack(self.bytes(4, what))[0]
+        return value
 
     def u64(self, what: str) -> int:
-        return _U64.unpack(self.bytes(8, what))[0]
+        value: int = _U64.unpack(self.bytes(8, what))[0]
+        return value
 
     def string(self, what: str, cap: int = MAX_STRING_BYTES) -> str:
         """A string that is kept (a key, a tensor name): counted against the memory cap."""

@@ -307,14 +307,15 @@ class EngineHost:
 
     def _send(self, op: str, doing: str, kwargs: dict[str, Any]) -> None:
         """Start one request in the running child (the caller holds the lock)."""
-        if self._proc is None:
+        conn, flag = self._conn, self._flag  # set with the process, and cleared with it
+        if self._proc is None or conn is None or flag is None:
             raise EngineCrashedError("the engine is not running; load a model to start it")
         if not self.alive:
             raise self._crashed()
-        self._flag.clear()
+        flag.clear()
         self._busy_with, self._op, self._log_mark = doing, op, self._log_size()
         try:
-            self._conn.send((op, kwargs))
+            conn.send((op, kwargs))
         except (OSError, EOFError):
             raise self._crashed() from None
 
@@ -361,7 +362,7 @@ class EngineHost:
             self.vocab_path = None
             # A cancel stops the load: the child stops checking the chat templates at once, and
             # is killed if llama.cpp does not finish soon.
-            loaded = self._call("load", f"loading {Path(path).name}",
+            loaded: LoadedModel = self._call("load", f"loading {Path(path).name}",
                                 cancel_grace=LOAD_CANCEL_GRACE_S,
                                 path=str(Path(path).resolve()), settings=settings,
                                 files=checked.files)  # fmt: skip
@@ -401,13 +402,16 @@ class EngineHost:
         """Each text tokenized on its own (no BOS), on the child's cores (``continuation``: as
         :meth:`tokenize`)."""
         self._need_vocab()
-        return self._call("tokenize_many", "tokenizing", texts=list(texts),
-                          parse_special=parse_special, continuation=continuation)  # fmt: skip
+        ids: list[list[int]] = self._call("tokenize_many", "tokenizing", texts=list(texts),
+                                          parse_special=parse_special,
+                                          continuation=continuation)  # fmt: skip
+        return ids
 
     def token_attrs(self) -> list[int]:
         """llama.cpp's attribute of every token of the loaded vocabulary."""
         self._need_vocab()
-        return self._call("token_attrs", "reading the token attributes")
+        attrs: list[int] = self._call("token_attrs", "reading the token attributes")
+        return attrs
 
     def tokenize(
         self,
@@ -422,25 +426,30 @@ class EngineHost:
         Mistral puts before a text tokenized from its start (a document chunk or the words after
         it; no other model differs)."""
         self._need_vocab()
-        return self._call("tokenize", "tokenizing", text=text, add_special=add_special,
-                          parse_special=parse_special, continuation=continuation)  # fmt: skip
+        ids: list[int] = self._call("tokenize", "tokenizing", text=text, add_special=add_special,
+                                    parse_special=parse_special,
+                                    continuation=continuation)  # fmt: skip
+        return ids
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         self._need_model()
-        return self._call("detokenize", "detokenizing", tokens=list(tokens), special=special)
+        text: str = self._call("detokenize", "detokenizing", tokens=list(tokens), special=special)
+        return text
 
     def apply_chat_template(
         self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True
     ) -> str:
         self._need_model()
-        return self._call("apply_chat_template", "applying the chat template",
-                          messages=[dict(m) for m in messages],
-                          add_generation_prompt=add_generation_prompt)  # fmt: skip
+        prompt: str = self._call("apply_chat_template", "applying the chat template",
+                                 messages=[dict(m) for m in messages],
+                                 add_generation_prompt=add_generation_prompt)  # fmt: skip
+        return prompt
 
     def evaluate(self, tokens: Sequence[int]) -> EvalResult:
         """Append tokens to the KV cache (no prefix matching)."""
         self._need_model()
-        return self._call("evaluate", "evaluating tokens", tokens=list(tokens))
+        result: EvalResult = self._call("evaluate", "evaluating tokens", tokens=list(tokens))
+        return result
 
     def reset(self) -> None:
         """Empty the KV cache."""
@@ -449,12 +458,14 @@ class EngineHost:
 
     def kv_usage(self) -> KVUsage:
         self._need_model()
-        return self._call("kv_usage", "reading KV usage")
+        usage: KVUsage = self._call("kv_usage", "reading KV usage")
+        return usage
 
     def kv_tokens(self) -> list[int]:
         """The token ids the KV cache holds, by position (what an audit compares with the plan)."""
         self._need_model()
-        return self._call("kv_tokens", "reading the KV tokens")
+        tokens: list[int] = self._call("kv_tokens", "reading the KV tokens")
+        return tokens
 
     def save_state(self) -> KVState:
         """The KV cache of the sequence with its tokens. The bytes travel through a file in the
@@ -476,8 +487,9 @@ class EngineHost:
         try:
             path.write_bytes(state.data)
             header = dataclasses.replace(state, data=b"")
-            return self._call("restore_state", "restoring the KV state", state=header,
-                              path=str(path))  # fmt: skip
+            restored: int = self._call("restore_state", "restoring the KV state", state=header,
+                                       path=str(path))  # fmt: skip
+            return restored
         finally:
             path.unlink(missing_ok=True)
 
@@ -490,8 +502,9 @@ class EngineHost:
         ``compact``: and the cells to the front of the cache after a large hole (the default;
         False is the benchmark's baseline)."""
         self._need_model()
-        return self._call("remove", "removing from the KV cache", start=start, end=end,
-                          compact=compact)  # fmt: skip
+        edit: KVEdit = self._call("remove", "removing from the KV cache", start=start, end=end,
+                                  compact=compact)  # fmt: skip
+        return edit
 
     def generate(
         self,
@@ -565,6 +578,7 @@ class EngineHost:
             finally:
                 if not finished and self.alive:
                     # The consumer stopped early: cancel and drain so the next request starts clean.
+                    assert self._flag is not None  # the child is alive, so its flag is there
                     self._flag.set()
                     while True:
                         reply = self._recv()

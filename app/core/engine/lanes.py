@@ -105,8 +105,8 @@ def generate_lanes(
     """
     lc = llama.lc
     prefix = list(prefix)
-    suffixes = [list(s) for s in suffixes]
-    if not prefix or not suffixes or not all(suffixes):
+    suffix_ids = [list(s) for s in suffixes]
+    if not prefix or not suffix_ids or not all(suffix_ids):
         raise ValueError("batched generation needs a prefix and at least one non-empty suffix")
     if max_tokens < 1:
         raise ValueError("max_tokens must be at least 1")
@@ -115,15 +115,15 @@ def generate_lanes(
     sampling.validate()
     n_vocab = llama.model.n_vocab()
     check_token_ids(prefix, n_vocab)
-    for s in suffixes:
+    for s in suffix_ids:
         check_token_ids(s, n_vocab)
     n_ctx = llama.n_ctx  # what one reply may hold, as for a single one
-    longest = max(len(s) for s in suffixes)
+    longest = max(len(s) for s in suffix_ids)
     if len(prefix) + longest + max_tokens > n_ctx:
         raise ContextOverflowError(len(prefix) + longest, n_ctx, max_tokens)
     t_setup = time.perf_counter()
     per_lane = -(-(len(prefix) + longest + max_tokens) // CELL_ROUNDING) * CELL_ROUNDING
-    lanes = min(lanes, len(suffixes), lc.llama_max_parallel_sequences(),
+    lanes = min(lanes, len(suffix_ids), lc.llama_max_parallel_sequences(),
                 _lanes_that_fit(llama, per_lane))  # fmt: skip
     with contextlib.ExitStack() as stack:
         ctx, lanes = _lane_context(llama, lanes, per_lane)
@@ -136,7 +136,7 @@ def generate_lanes(
         setup_s = time.perf_counter() - t_setup
         reason = "stop"
         try:
-            run.go(prefix, suffixes, lanes=lanes, max_tokens=max_tokens, sampling=sampling,
+            run.go(prefix, suffix_ids, lanes=lanes, max_tokens=max_tokens, sampling=sampling,
                    stop=stop)  # fmt: skip
         except DecodeCancelled:
             reason = "cancelled"

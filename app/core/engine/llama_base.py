@@ -112,8 +112,7 @@ class LlamaBase:
     def _install_log_capture(self) -> None:
         """Keep llama.cpp's warnings and errors so failures can quote them."""
 
-        @self._lc.llama_log_callback
-        def on_log(level: int, text: bytes, _user: Any) -> None:
+        def log_line(level: int, text: bytes, _user: Any) -> None:
             if self._step_hook is not None and self._loading:
                 self._step_hook("load", nothing_pending)
             if self._loading and (text.startswith(b"llama_kv_cache") or b"buffer size =" in text):
@@ -125,6 +124,8 @@ class LlamaBase:
                 if level == 4 and line and not self.first_error:
                     self.first_error = line
 
+        # llama.cpp's callback type (a ctypes class, which mypy takes for an untyped decorator)
+        on_log = self._lc.llama_log_callback(log_line)
         self._log_cb = on_log  # keep a reference: llama.cpp holds only the raw pointer
         self._lc.llama_log_set(on_log, ctypes.c_void_p(0))
 

@@ -22,7 +22,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,23 @@ from app.core.tokens import (
     gguf_encoding,
     scrub,
 )
+
+__all__ = [
+    "CONNECT_DEADLINE_S",
+    "CUT_SHORT",
+    "CUT_SHORT_RETRIES",
+    "MAX_FINISH_CHARS",
+    "MAX_TOKEN_CHARS",
+    "MIN_REPLY_CHARS",
+    "NO_AUDIT",  # NO_AUDIT, NO_KV_STATE and ServerInfo: remote_info's, named here for the callers
+    "NO_KV_STATE",
+    "PROBE_TIMEOUT_S",
+    "STREAM_INTERVAL_S",
+    "RemoteEngine",
+    "ServerInfo",
+    "UnsupportedRemotelyError",
+    "reply_cap",
+]
 
 STREAM_INTERVAL_S = 0.02  # one text delta per 20 ms at most, as the local engine sends them
 PROBE_TIMEOUT_S = 10.0
@@ -490,7 +507,9 @@ class RemoteEngine:
             yield TextDelta("".join(pending), (-1,) * pending_ids)
         yield Finished(self._stats(reply, len(prompt)))
 
-    def _stream(self, body: dict[str, Any], reply: _Reply) -> Iterator[tuple[str, int]]:
+    def _stream(
+        self, body: dict[str, Any], reply: _Reply
+    ) -> Generator[tuple[str, int], None, None]:
         """(text, tokens) of each streamed piece; fills ``reply`` as the events arrive.
 
         A reply the server ended without a finish reason (llama-cpp-python's server does that
@@ -535,7 +554,9 @@ class RemoteEngine:
             f"{reply.tokens:,} tokens{tries} ({CUT_SHORT})"
         )
 
-    def _attempt(self, body: dict[str, Any], reply: _Reply) -> Iterator[tuple[str, int]]:
+    def _attempt(
+        self, body: dict[str, Any], reply: _Reply
+    ) -> Generator[tuple[str, int], None, None]:
         """One request's (text, tokens) pieces; ``reply.finish`` stays None when the server
         ended the stream without a finish reason (and nothing was cancelled)."""
         what = "a completion request"

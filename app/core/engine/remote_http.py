@@ -23,7 +23,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -397,7 +397,9 @@ class Client:
 
     # ----- streams -------------------------------------------------------------------------
 
-    def stream(self, path: str, body: dict[str, Any], what: str) -> Iterator[dict[str, Any]]:
+    def stream(
+        self, path: str, body: dict[str, Any], what: str
+    ) -> Generator[dict[str, Any], None, None]:
         """POST ``body`` and yield each event's JSON of a Server-Sent Events reply, up to
         ``[DONE]`` or the end of the stream. :meth:`abort_streams` (from any thread) closes it:
         the iterator then ends early, without an error."""

@@ -29,7 +29,8 @@ def token_bytes(lc: Any, vocab: Any, tok: int, buf: Any, special: bool) -> bytes
     if n < 0:
         buf = ctypes.create_string_buffer(-n)
         n = lc.llama_token_to_piece(vocab, tok, buf, len(buf), 0, special)
-    return buf.raw[:n]
+    piece: bytes = buf.raw[:n]
+    return piece
 
 
 class StopMatcher:

@@ -60,7 +60,7 @@ def sweep(where: Path, now: float | None = None) -> list[Path]:
     """Remove this user's engine folders in ``where`` whose owner process is gone (or, without
     an owner file, older than a day); the folders removed."""
     now = time.time() if now is None else now
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(where.glob(f"{PREFIX}*"))
     except OSError:

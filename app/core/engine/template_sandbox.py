@@ -28,15 +28,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
-from jinja2 import TemplateError, nodes
+from jinja2 import Template, TemplateError, nodes
 from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension, loopcontrols
 from jinja2.filters import make_attrgetter
 from jinja2.parser import Parser
 from jinja2.runtime import markup_join
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace, pass_context
 
 DEFAULT_TIME_LIMIT_S = 2.0
@@ -354,13 +355,15 @@ def _finalize(value: Any) -> Any:
 class _CappedSandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"+", "-", "*", "/", "//", "%", "**"})
     code_generator_class = _BoundedCodeGenerator
-    concat = staticmethod(_bounded_join)  # type: ignore[assignment]
+    concat = staticmethod(_bounded_join)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(extensions=[loopcontrols, _GenerationTag], optimized=False,
                          finalize=_finalize, **options)  # fmt: skip
         self.filters = {name: _guarded(name, f, "filter") for name, f in self.filters.items()}
-        self.tests = {name: _guarded(name, f, "test") for name, f in self.tests.items()}
+        # Jinja's test table is inferred as dict[str, function], which mypy does not call
+        tests = cast(dict[str, Callable[..., Any]], self.tests)
+        self.tests = {name: _guarded(name, f, "test") for name, f in tests.items()}
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(
@@ -459,7 +462,7 @@ def _environment() -> _CappedSandbox:
 # ----- compiling and rendering in this process ----------------------------------------------------
 
 
-def compiled_in_sandbox(template: str) -> Any:
+def compiled_in_sandbox(template: str) -> Template:
     """The template compiled in the capped sandbox, or Jinja's TemplateError (nothing is folded
     while compiling, so only a template that is not valid Jinja fails here; a RecursionError,
     from a template nested too deeply to parse, is left to the caller)."""
@@ -476,7 +479,7 @@ def compiled_in_sandbox(template: str) -> Any:
         raise TemplateError(f"{type(exc).__name__}: {exc}") from None
 
 
-def compile_chat_template(template: str) -> Any:
+def compile_chat_template(template: str) -> Template:
     """The template compiled in the capped sandbox; ChatTemplateError when it does not compile."""
     try:
         return compiled_in_sandbox(template)
@@ -534,7 +537,7 @@ def render_here(
     eos_token: str = "",
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     extra: Mapping[str, Any] | None = None,
-    compiled: Any = None,
+    compiled: Template | None = None,
 ) -> str:
     """Render ``template`` for ``messages`` in this process, in the capped sandbox (the
     renderer process's own work; anything else calls :func:`render_chat_template`)."""

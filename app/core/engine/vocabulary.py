@@ -94,7 +94,8 @@ class Vocabulary(LlamaBase):
         continuation: bool = False,
     ) -> list[int]:
         model = self._continuation() if continuation else self._tokenizer()
-        return model.tokenize(utf8(text), add_special, parse_special)
+        ids: list[int] = model.tokenize(utf8(text), add_special, parse_special)
+        return ids
 
     def tokenize_many(
         self, texts: list[str], parse_special: bool = False, continuation: bool = False

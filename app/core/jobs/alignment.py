@@ -205,10 +205,10 @@ class Aligner:
         out = []
         for a, b in spans:
             sentence = answer[a:b]
-            terms = {t for t, _ in analyze(sentence) if t}
-            keys = _key_terms(sentence) & terms
+            sentence_terms = {t for t, _ in analyze(sentence) if t}
+            keys = _key_terms(sentence) & sentence_terms
             weights = {t: 2 * rarest if t in keys else _idf(n, len(postings.get(t, ())))
-                       for t in terms}  # fmt: skip
+                       for t in sentence_terms}  # fmt: skip
             total = sum(weights.values())
             found: dict[int, float] = {}
             for t, w in weights.items():

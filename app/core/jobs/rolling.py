@@ -54,6 +54,7 @@ def rolling(
         seen.append((chunks[0].start, chunks[-1].end))
         yield PartialResult(out.step, summary, (seen[-1],))
     if runner.result.outputs:
-        last = runner.result.outputs[-1]
-        final = OutputSpan("summary", summary, tuple(seen), last.ring_version, last.finish_reason)
+        previous = runner.result.outputs[-1]
+        final = OutputSpan("summary", summary, tuple(seen), previous.ring_version,
+                           previous.finish_reason)  # fmt: skip
         runner.result.outputs.append(final)

@@ -12,7 +12,7 @@ generator of events (:mod:`app.core.jobs.events`) ending with :class:`JobFinishe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from app.core.engine.api import Engine
@@ -261,7 +261,12 @@ def run_strategies(
     ``planner`` (for ``text`` and ``counter``) plans the document as its caller shows it, with
     its structure and with any plans already made elsewhere; by default the bare text is planned.
     """
-    jobs = {"summarize": summarize, "ask": ask, "extract": extract}
+    # each takes its own keywords (in ``options``) after the engine, the text and the counter
+    jobs: dict[str, Callable[..., Iterator[Event]]] = {
+        "summarize": summarize,
+        "ask": ask,
+        "extract": extract,
+    }
     if task not in jobs:
         raise ValueError(f"unknown task {task!r} (choose one of {', '.join(TASKS)})")
     if planner is None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import diskcache
 import numpy as np
@@ -116,14 +116,17 @@ class BoundedLru:
         return len(self._items)
 
 
+_T = TypeVar("_T")
+
+
 @dataclass(frozen=True)
-class _Kind:
+class _Kind(Generic[_T]):
     """How one kind of entry is counted in the stats, weighed, and stored on disk."""
 
     name: str  # "chunkings" | "plans" | "counts" | "indexes": the stats fields' stem
-    rows: Callable[[Any], int]
-    encode: Callable[[Any], dict[str, np.ndarray]]
-    decode: Callable[[dict[str, np.ndarray]], Any]
+    rows: Callable[[_T], int]
+    encode: Callable[[_T], dict[str, np.ndarray]]
+    decode: Callable[[dict[str, np.ndarray]], _T]
 
 
 class PlanCache:
@@ -187,10 +190,10 @@ class PlanCache:
 
     # ----- plumbing -----
 
-    def _get_or_make(self, kind: _Kind, key: Key, make: Callable[[], Any]) -> Any:
+    def _get_or_make(self, kind: _Kind[_T], key: Key, make: Callable[[], _T]) -> _T:
         memory = self._memory[kind.name]
         with self._lock:
-            found = memory.get(key)
+            found: _T | None = memory.get(key)
         if found is None:
             found = self._read(kind, key)
             if found is not None:
@@ -209,7 +212,7 @@ class PlanCache:
         with self._lock:
             setattr(self.stats, field, getattr(self.stats, field) + 1)
 
-    def _read(self, kind: _Kind, key: Key) -> Any | None:
+    def _read(self, kind: _Kind[_T], key: Key) -> _T | None:
         if self._disk is None:
             return None
         name = _disk_key(kind, key)
@@ -224,7 +227,7 @@ class PlanCache:
                 self._disk.delete(name)
             return None
 
-    def _write(self, kind: _Kind, key: Key, value: Any) -> None:
+    def _write(self, kind: _Kind[_T], key: Key, value: _T) -> None:
         if self._disk is None:
             return
         try:
@@ -284,14 +287,15 @@ def code_version() -> str:
     return h.hexdigest()
 
 
-def _disk_key(kind: _Kind, key: Key) -> str:
+def _disk_key(kind: _Kind[Any], key: Key) -> str:
     return hashlib.sha256(repr((code_version(), kind.name, key)).encode()).hexdigest()
 
 
 def _pack(arrays: dict[str, np.ndarray]) -> bytes:
     """Arrays as one versioned, compressed blob (``np.savez``: no pickle on the way back)."""
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    # numpy's stub has the names spread here fill savez's allow_pickle too; they name arrays only
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
     return _MAGIC + bytes([FORMAT]) + zstandard.ZstdCompressor(level=3).compress(buffer.getvalue())
 
 

@@ -97,7 +97,8 @@ class _Cuts:
         others = [b.start for b in blocks if b.kind != BlockKind.HEADING]
         collect((_trim_back(text, p) for p in others + [b.end for b in blocks]), Boundary.PARAGRAPH)
         positions = np.concatenate([p for p, _ in found]) if found else np.empty(0, np.int64)
-        strengths = np.concatenate([np.full(len(p), s, np.int8) for p, s in found] or [[]])
+        parts: list[np.ndarray] = [np.full(len(p), s, np.int8) for p, s in found]
+        strengths = np.concatenate(parts or [np.empty(0)])
         if code:  # nothing above cuts inside code; its line ends are added next
             starts, ends = np.array(code, dtype=np.int64).T
             k = np.searchsorted(starts, positions, side="right") - 1

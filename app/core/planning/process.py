@@ -138,7 +138,7 @@ class PlanProcess:
                 "instruction": instruction,
                 "question": question_for(strategy, question)}  # fmt: skip
         key = ("plan", doc.sha256, doc.format, counter_key, *args.values())
-        found = self._answered(key, ticket)
+        found: Plan | None = self._answered(key, ticket)  # a "plan" key holds a Plan
         if found is not None:
             return found
         packed = self._call("plan", doc, counter_key, ticket, **args)
@@ -149,7 +149,7 @@ class PlanProcess:
     def count(self, doc: Document, counter_key: str, ticket: int | None = None) -> int:
         """The tokens of the whole document by the counter ``counter_key`` names."""
         key = ("count", doc.sha256, doc.format, counter_key)
-        found = self._answered(key, ticket)
+        found: int | None = self._answered(key, ticket)  # a "count" key holds an int
         if found is not None:
             return found
         n = int(self._call("count", doc, counter_key, ticket))

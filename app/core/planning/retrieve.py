@@ -263,13 +263,14 @@ class Index:
         if tid is None or not term:
             return np.zeros(0, dtype=np.int64)
         indptr = self.bm25.scores["indptr"]
-        return self.bm25.scores["indices"][indptr[tid] : indptr[tid + 1]]
+        rows: np.ndarray = self.bm25.scores["indices"][indptr[tid] : indptr[tid + 1]]
+        return rows
 
     @property
     def rows(self) -> int:
         """Its weight in the plan cache's rows (~150 bytes each)."""
         s = self.bm25.scores
-        size = s["data"].nbytes + s["indices"].nbytes + s["indptr"].nbytes
+        size: int = s["data"].nbytes + s["indices"].nbytes + s["indptr"].nbytes
         return 1 + (size + 60 * len(self.bm25.vocab_dict)) // 150
 
     # ----- as arrays, for the disk cache (no pickle on the way back) -----
@@ -416,8 +417,9 @@ def select(
     for i in range(n):
         score = float(scores[i]) if i < len(scores) else 0.0
         r, found = rank.get(i), tuple(words.get(i, ()))
-        if i in kept and kept[i] is not None:
-            out.verdicts.append(Verdict(True, around(kept[i]), score, r, found, kept[i]))
+        held = kept.get(i)
+        if held is not None:
+            out.verdicts.append(Verdict(True, around(held), score, r, found, held))
         elif i in kept:
             reason = FITS if r is None else kept_reason(r, matching, score, found)
             out.verdicts.append(Verdict(True, reason, score, r, found))
