@@ -26,11 +26,12 @@ from app.cli.common import (
     sigint_cancels,
 )
 from app.cli.documents import model_path_or_default
+from app.core.cancelled import Cancelled
 from app.core.engine.types import DEFAULT_N_CTX
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from app.core.calibrate import CalibrationCancelled
+
     from app.core.default_model import sha256_of
     from app.core.engine.types import EngineError, LoadSettings
     from app.services.calibration import calibrate_model
@@ -55,7 +56,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             result, was_cached = calibrate_model(
                 Path(model), sha, base, progress=progress, cancelled=stop.is_set,
                 fresh=args.fresh)  # fmt: skip
-    except (CalibrationCancelled, KeyboardInterrupt):  # a second Ctrl+C does not wait
+    except (Cancelled, KeyboardInterrupt):  # a second Ctrl+C does not wait
         return fail(EXIT_CANCELLED, "cancelled", args.json)
     except (EngineError, ValueError) as exc:
         return fail(EXIT_ENGINE_CRASHED, str(exc), args.json)

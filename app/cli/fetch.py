@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_OK, fail
+from app.core.cancelled import Cancelled
 from app.services.errors import BadRequest
 
 HUB_FORMS = ("org/repo:Q4_K_M (a quantization), org/repo:FILE.gguf, org/repo, or a link "
@@ -42,7 +43,6 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 
 def _fetch_from_hub(reference: str, folder: Path | None) -> int:
     from app.core.default_model import ModelFetchError
-    from app.core.model_fetch import FetchCancelled
     from app.services import models
 
     progress = _ProgressLine("")
@@ -53,7 +53,7 @@ def _fetch_from_hub(reference: str, folder: Path | None) -> int:
 
     try:
         path = models.fetch_from_hub(reference, folder, progress, on_plan=planned)
-    except FetchCancelled as exc:
+    except Cancelled as exc:
         return fail(EXIT_CANCELLED, str(exc), False)
     except KeyboardInterrupt:
         progress.end()

@@ -27,6 +27,7 @@ from app.cli.common import (
     done_record,
     fail,
 )
+from app.core.cancelled import Cancelled
 from app.services.errors import ServiceError
 
 ACTIONS = ("list", "show", "diff", "rollback", "export", "import")
@@ -154,7 +155,7 @@ def _import(store: Any, path: Path, import_session: Any) -> Any:
     written are rolled back and nothing is added (None), instead of the interrupt leaving the
     store's writer to finish the import unasked. Errors come back as they were raised; else the
     import's summary."""
-    from app.services.history import Cancelled
+
 
     cancel = threading.Event()
     finished = threading.Event()  # waited on, not join(): an interrupted join() can leave

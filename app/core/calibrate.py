@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core import config
+from app.core.cancelled import Cancelled
 from app.core.engine.api import LocalEngine
 from app.core.engine.threads import usable_cores
 from app.core.engine.types import EngineCapabilities, EngineError, LoadSettings, SamplingSettings
@@ -44,10 +45,6 @@ TRIAL_TEXT = "The quick brown fox jumps over the lazy dog. " * 64  # what every 
 # scripted runs whose timing or engine faults must not meet a calibration first.
 AUTO_ENV = config.CALIBRATE_ENV
 RETRIES = 2  # a trial something else ran alongside is measured again, this many times at most
-
-
-class CalibrationCancelled(Exception):
-    """The person stopped the calibration; the engine keeps the model as last loaded."""
 
 
 @dataclass(frozen=True)
@@ -234,7 +231,7 @@ def calibrate(
     ``base`` tuned by the result (:meth:`Calibration.settings_for`).
 
     ``progress(done, total)`` is called after each trial; ``cancelled()`` is asked before each
-    (CalibrationCancelled then; it may also wait, as a calibration in the background waits while
+    (Cancelled then; it may also wait, as a calibration in the background waits while
     a job runs). ``disturbed()``, asked after each trial, says that other work ran alongside
     it: its figures are not to be trusted and it is measured again. A candidate llama.cpp
     refuses is skipped.
@@ -252,7 +249,7 @@ def calibrate(
         if progress is not None:
             progress(i + 1, len(todo))
     if cancelled():  # during the last trial: its figures are not to be trusted
-        raise CalibrationCancelled("calibration cancelled")
+        raise Cancelled("calibration cancelled")
     if not done:
         raise ValueError("no candidate settings could be loaded; the model cannot be calibrated")
     best = min(done, key=lambda t: t.seconds_per_call)
@@ -274,7 +271,7 @@ def _measured(
     trial = None
     for _ in range(1 + RETRIES):
         if cancelled():
-            raise CalibrationCancelled("calibration cancelled")
+            raise Cancelled("calibration cancelled")
         try:
             trial = measure(host, model, settings)
         except (EngineError, ValueError):

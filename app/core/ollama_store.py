@@ -79,7 +79,7 @@ def blob_path(store: Path, digest: str) -> Path | None:
 
 
 def read_store(store: Path, stop: StopCheck = None) -> StoreListing:
-    """Every tag in ``store`` whose manifest names a GGUF blob, in name order; ScanCancelled
+    """Every tag in ``store`` whose manifest names a GGUF blob, in name order; Cancelled
     as soon as ``stop`` says so."""
     listing = StoreListing()
     manifests = store / "manifests"

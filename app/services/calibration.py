@@ -33,7 +33,7 @@ def calibrate_apart(
     """Measure ``model``'s candidates (``trials``, by default calibrate's own around ``base``)
     on an engine child started for it, cache the fastest and return it; the child is closed
     after. ``started(host)`` hands the child over as it starts, so that a cancel can interrupt
-    the trial under way (``host.cancel()``). Raises CalibrationCancelled, EngineError or
+    the trial under way (``host.cancel()``). Raises Cancelled, EngineError or
     ValueError (nothing could be measured).
 
     The candidates made from ``base`` get a context of at most PROMPT_SHARE tokens: a trial
@@ -59,7 +59,7 @@ def calibrate_model(
     """The fastest settings for ``model`` on this machine, measured on an engine child of its own
     (closed after): the cached calibration unless ``fresh``, else each candidate around
     ``base`` in turn (cached then). Returns it and whether it came from the cache. Raises
-    CalibrationCancelled, EngineError or ValueError (nothing could be measured)."""
+    Cancelled, EngineError or ValueError (nothing could be measured)."""
     with EngineHost() as host:
         machine = machine_key(host.start())
         was_cached = not fresh and cached(model_sha256, machine, base.kv_cache_type) is not None

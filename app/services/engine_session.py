@@ -201,7 +201,7 @@ class EngineSession:
                    cancelled: Callable[[], bool] = lambda: False,
                    ) -> tuple[Calibration, bool]:  # fmt: skip
         """The fastest settings for this model on this machine: cached ones (measured False),
-        or measured now (True) when there are none or ``fresh``. Raises CalibrationCancelled."""
+        or measured now (True) when there are none or ``fresh``. Raises Cancelled."""
         if not fresh:
             machine = machine_key(self._host.start())
             found = cached(model_sha256, machine, settings.kv_cache_type)

@@ -24,7 +24,3 @@ class BadOption(BadRequest):
 class HistoryUnavailable(ServiceError):
     """The history database cannot be read or written now (a full disk, a lock held too long,
     a damaged file); what was asked was not done."""
-
-
-class Cancelled(ServiceError):
-    """The person cancelled a long operation (an export, an import); nothing was written."""

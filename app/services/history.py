@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.cancelled import Cancelled
 from app.core.default_model import sha256_of
 from app.core.history_records import ExportSummary, ImportSummary, Progress, VersionInfo
 from app.services import versions
-from app.services.errors import BadRequest, Cancelled, HistoryUnavailable
+from app.services.errors import BadRequest, HistoryUnavailable
 from app.services.jobs import ResumeSpec
 from app.services.versions import History, history, open_history, said
 from app.store import archive

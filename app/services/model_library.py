@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.core import model_folders
+from app.core.cancelled import Cancelled
 from app.core.model_sources import (
     Discovery,
     FoundModel,
@@ -21,16 +22,16 @@ from app.core.model_sources import (
     discover,
     watch_folders,
 )
-from app.core.model_walk import ScanCancelled, StopCheck
+from app.core.model_walk import StopCheck
 from app.services.errors import BadRequest
 
 __all__ = [
+    "Cancelled",
     "Discovery",
     "FoundModel",
     "OllamaDetails",
     "Place",
     "Problem",
-    "ScanCancelled",
     "Source",
     "add_folder",
     "added_folders",
@@ -72,7 +73,7 @@ def find_models(own_folder: Path | None = None, extra_folders: Sequence[Path] = 
                 stop: StopCheck = None) -> Discovery:  # fmt: skip
     """Every model found: the models folder (``own_folder``, default the app's), the other
     programs' folders, the folders added, then ``extra_folders`` (this call only). ``stop``
-    ends the search with ScanCancelled as soon as it says so."""
+    ends the search with Cancelled as soon as it says so."""
     folders = [*added_folders()]
     folders += [f for f in check_folders(extra_folders) if f not in folders]
     return discover(own_folder, folders, stop=stop)

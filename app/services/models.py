@@ -23,7 +23,7 @@ def model_named(name: str | None) -> KnownModel:
 def fetch(model: KnownModel, folder: Path | None = None, progress: Progress | None = None,
           cancel: CancelCheck | None = None) -> Path:  # fmt: skip
     """``model`` in ``folder`` (default: the models folder), downloaded when it is not there
-    yet (an interrupted download resumes); ModelFetchError in one sentence, FetchCancelled."""
+    yet (an interrupted download resumes); ModelFetchError in one sentence, Cancelled."""
     return fetch_model(model, folder, progress, cancel)
 
 
@@ -33,7 +33,7 @@ def fetch_from_hub(reference: str, folder: Path | None = None, progress: Progres
     """The GGUF a Hugging Face reference names (``org/repo:Q4_K_M``, ``org/repo:FILE.gguf``, a
     link), fetched into the Hugging Face cache, or into ``folder``; an interrupted download
     resumes. HubReferenceError for a reference that names nothing, ModelFetchError in one
-    sentence, FetchCancelled."""
+    sentence, Cancelled."""
     from app.core.hub_fetch import fetch_hub_model  # noqa: PLC0415 (huggingface_hub: on use)
 
     return fetch_hub_model(reference, folder, progress, cancel, on_plan=on_plan)

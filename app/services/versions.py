@@ -21,9 +21,9 @@ from app.core.history_records import VersionInfo
 from app.core.jobs.tasks import JobResult
 from app.core.planning.plan import Plan, PlanWindow, Span
 from app.core.sampling import from_version, stored
-from app.services.errors import BadRequest, Cancelled, HistoryUnavailable
+from app.services.errors import BadRequest, HistoryUnavailable
 from app.services.jobs import EngineFacts, JobOutcome, JobSpec, ResumeSpec
-from app.store.archive_format import ArchiveCancelled, ArchiveError
+from app.store.archive_format import ArchiveError
 from app.store.db import StoreError, default_db_path, open_database
 from app.store.repository import Entry, Repository, RepositoryError
 
@@ -111,12 +111,10 @@ T = TypeVar("T")
 @contextmanager
 def store_errors_said() -> Iterator[None]:
     """The store's errors as the services' own, one sentence each (the faces name no store
-    type): what cannot be done as asked is a BadRequest, a cancelled export or import is
-    Cancelled, a database that cannot be read or written is HistoryUnavailable."""
+    type): what cannot be done as asked is a BadRequest, a database that cannot be read or
+    written is HistoryUnavailable (a cancelled export or import stays the core's Cancelled)."""
     try:
         yield
-    except ArchiveCancelled as exc:
-        raise Cancelled(str(exc)) from None
     except (RepositoryError, ArchiveError) as exc:
         raise BadRequest(str(exc)) from None
     except StoreError as exc:

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from app.core.cancelled import Cancelled
 from app.core.documents import Document
-from app.core.documents.isolated import ReadCancelled, read_document
+from app.core.documents.isolated import read_document
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel
@@ -201,7 +202,7 @@ class WorkbenchModel:
             with gc_paused():
                 try:
                     doc = read_document(path, cancel=cancel)
-                except ReadCancelled:
+                except Cancelled:
                     return None  # whoever cancelled it has moved on: nothing to report
                 freeze_long_lived()
             return doc

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import CursorResult, Insert, func, insert, select, text
 from sqlalchemy.orm import Session as OrmSession
 
+from app.core.cancelled import Cancelled
 from app.core.history_records import ExportSummary, ImportSummary, Progress
 from app.store.archive_export import export_session
 from app.store.archive_format import (
@@ -46,7 +47,6 @@ from app.store.archive_format import (
     FORMAT_VERSION,
     MANIFEST,
     SESSION,
-    ArchiveCancelled,
     ArchiveError,
     Meter,
     fail,
@@ -71,8 +71,8 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "ROWS_PER_BATCH",
-    "ArchiveCancelled",
     "ArchiveError",
+    "Cancelled",
     "ExportSummary",
     "ImportSummary",
     "Progress",
@@ -215,7 +215,7 @@ def import_session(
 
     ``progress(done, total)`` counts the members' bytes twice, read then inserted: per chunk
     of at most CHUNK bytes on this thread, then per batch of rows or chunk of a blob on the
-    store's writer thread; it ends at total. Once ``cancel`` is set, ArchiveCancelled comes
+    store's writer thread; it ends at total. Once ``cancel`` is set, Cancelled comes
     instead (within a batch of rows or a chunk) and nothing is added (a started transaction is
     rolled back)."""
     source = Path(path)

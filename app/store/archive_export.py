@@ -256,7 +256,7 @@ def export_session(
     states) to ``path`` atomically; ArchiveError when it cannot.
 
     ``progress(done, total)`` is called on this thread per chunk of at most CHUNK bytes (the
-    history's packed bytes) and ends at total; once ``cancel`` is set, ArchiveCancelled comes
+    history's packed bytes) and ends at total; once ``cancel`` is set, Cancelled comes
     instead and no file (nor temporary file) is left, an earlier one untouched."""
     target = Path(path)
     cancelled = f"Export to {target.name or target} cancelled; nothing was written."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from app.core.cancelled import Cancelled
 from app.core.history_records import Progress
 
 FORMAT = "contextlens-session"
@@ -26,10 +27,6 @@ CHUNK = 1024 * 1024
 
 class ArchiveError(ValueError):
     """A session file cannot be written or read; the message is one sentence naming the file."""
-
-
-class ArchiveCancelled(ArchiveError):
-    """The person cancelled an export or import; nothing was written or added."""
 
 
 class Meter:
@@ -48,9 +45,9 @@ class Meter:
         self.total = 0
 
     def check(self) -> None:
-        """Raise ArchiveCancelled when the cancel event is set."""
+        """Raise Cancelled when the cancel event is set."""
         if self._cancel is not None and self._cancel.is_set():
-            raise ArchiveCancelled(" ".join(self._cancelled.split()))
+            raise Cancelled(" ".join(self._cancelled.split()))
 
     def start(self, total: int) -> None:
         self.total = max(total, 0)

@@ -14,7 +14,8 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.calibrate import CalibrationCancelled, candidates
+from app.core.calibrate import candidates
+from app.core.cancelled import Cancelled
 from app.core.engine.api import Engine
 from app.core.engine.types import EngineError
 from app.services.calibration import calibrate_apart
@@ -121,7 +122,7 @@ class BackgroundCalibration(QObject):
             found = calibrate_apart(job.model, job.model_sha256, job.base, trials=job.trials,
                                     progress=self.progress.emit, cancelled=wait_turn,
                                     disturbed=disturbed, started=started)  # fmt: skip
-        except CalibrationCancelled:
+        except Cancelled:
             self.stopped.emit(job, self.tr("Calibration cancelled"))
         except (EngineError, ValueError, OSError) as exc:
             log.warning("background calibration failed: %s", exc)

@@ -20,7 +20,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.core.calibrate import CalibrationCancelled
+from app.core.cancelled import Cancelled
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import EngineCrashedError, EngineError, LoadSettings
 from app.core.jobs.events import JobFinished, KVStats, PartialResult
@@ -117,7 +117,7 @@ class EngineDriver(QObject):
             )  # fmt: skip
             self.calibrated.emit(found, measured)
             settings = found.settings_for(settings)
-        except CalibrationCancelled:
+        except Cancelled:
             self.calibration_stopped.emit(self.tr("Calibration cancelled"))
         except (EngineError, ValueError, OSError) as exc:
             self.calibration_stopped.emit(self.tr("Calibration failed: {0}").format(exc))

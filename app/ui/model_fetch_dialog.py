@@ -35,9 +35,10 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
+from app.core.cancelled import Cancelled
 from app.core.credentials import CredentialError
 from app.core.default_model import DEFAULT_MODEL, ModelFetchError
-from app.core.model_fetch import FetchCancelled, index_host
+from app.core.model_fetch import index_host
 from app.services import models
 from app.ui.background import Progress, run_in_background
 from app.ui.widgets import MessageLine
@@ -127,7 +128,7 @@ class _FetchDialog(QDialog):
         def work() -> Path | str | None:  # plain values only: see run_in_background
             try:
                 return fetch(transfer)
-            except FetchCancelled:
+            except Cancelled:
                 return None
             except expected as exc:  # a typo, offline, a bad mirror: said, not logged
                 return str(exc)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
 
-from app.services.model_library import Discovery, ScanCancelled, find_models, watch_folders
+from app.core.cancelled import Cancelled
+from app.services.model_library import Discovery, find_models, watch_folders
 from app.ui.background import run_for
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ def _search(own: Path, stop: threading.Event) -> tuple[Discovery, list[Path]] | 
     try:
         discovery = find_models(own, stop=stop.is_set)
         return discovery, watch_folders(discovery, stop=stop.is_set)
-    except ScanCancelled:
+    except Cancelled:
         return None
 
 

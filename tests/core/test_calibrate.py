@@ -15,13 +15,13 @@ from app.core.calibrate import (
     AUTO_ENV,
     BATCHES,
     RETRIES,
-    CalibrationCancelled,
     automatic,
     cached,
     calibrate,
     candidates,
     machine_key,
 )
+from app.core.cancelled import Cancelled
 from app.core.default_model import sha256_of
 from app.core.engine import threads
 from app.core.engine.host import EngineHost
@@ -116,7 +116,7 @@ def test_a_damaged_cache_is_ignored_and_a_cancel_stops_before_any_trial(
     assert cached(sha, machine) is None
     (folder / f"{sha[:16]}-{machine}-f16.json").write_text(json.dumps({"version": 0}), "utf-8")
     assert cached(sha, machine) is None
-    with pytest.raises(CalibrationCancelled):
+    with pytest.raises(Cancelled):
         calibrate(host, model_path, sha, BASE, cancelled=lambda: True)
     with pytest.raises(ValueError, match="no candidate settings could be loaded"):
         calibrate(host, model_path, sha, BASE, trials=[LoadSettings(kv_cache_type="q4_0")])
@@ -158,7 +158,7 @@ def test_a_cancel_during_the_last_trial_keeps_nothing(
     stop: list[bool] = []
     fake = _Fake(on_evaluate=lambda: stop.append(True))
     one = [LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1)]
-    with pytest.raises(CalibrationCancelled):
+    with pytest.raises(Cancelled):
         calibrate(fake, Path("m.gguf"), "cd" * 32, BASE, trials=one,  # type: ignore[arg-type]
                   cancelled=lambda: bool(stop))  # fmt: skip
     assert cached("cd" * 32, machine_key(fake.capabilities)) is None

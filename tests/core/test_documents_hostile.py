@@ -28,6 +28,7 @@ import pytest
 from docx.enum.style import WD_STYLE_TYPE
 from pypdf import PdfReader
 
+from app.core.cancelled import Cancelled
 from app.core.documents import (
     BlockKind,
     DocumentError,
@@ -37,7 +38,7 @@ from app.core.documents import (
 )
 from app.core.documents.docx import _STYLE_DEPTH, _StyleKinds, paragraph_text, parse_docx
 from app.core.documents.html import parse_html
-from app.core.documents.isolated import ReadCancelled, needs_child, read_document
+from app.core.documents.isolated import needs_child, read_document
 from tests.cli.runner import assert_one_line_error, run
 from tests.core import html_reference
 from tests.core.document_checks import DATA, GOOD, check_invariants
@@ -431,7 +432,7 @@ def test_cancel_kills_the_reader_at_once(slow_page: Path) -> None:
     thread.join(10)
     assert not thread.is_alive()
     assert time.monotonic() - cancelled_at < 2
-    assert isinstance(outcome[0], ReadCancelled)
+    assert isinstance(outcome[0], Cancelled)
     assert not _readers()
 
 

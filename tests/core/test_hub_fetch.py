@@ -19,10 +19,10 @@ import pytest
 from huggingface_hub import constants
 
 from app.core import credentials
+from app.core.cancelled import Cancelled
 from app.core.default_model import ModelFetchError
 from app.core.hub_fetch import fetch_hub_model
 from app.core.hub_refs import HubRef, HubReferenceError, choose_files, parse_reference
-from app.core.model_fetch import FetchCancelled
 from tests.hub_server import COMMIT, TOKEN, hub, keyring_file, sha256
 
 __all__ = ["hub", "keyring_file"]  # fixtures
@@ -252,7 +252,7 @@ def test_a_cancel_stops_within_a_second_and_leaves_only_the_incomplete_file(
             asked.append(time.monotonic())
             cancel.set()
 
-    with pytest.raises(FetchCancelled) as caught:
+    with pytest.raises(Cancelled) as caught:
         fetch_hub_model(f"test-org/vocab-GGUF:{BIG}", progress=progress, cancel=cancel)
     assert time.monotonic() - asked[0] < 1.0
     assert one_sentence(str(caught.value))

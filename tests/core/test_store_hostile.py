@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from app.core import hub_refs, model_folders, model_sources, ollama_store
+from app.core.cancelled import Cancelled
 from app.core.config import Config
 from app.core.gguf_splits import group_files
 from app.core.hub_refs import HubRef, choose_files
 from app.core.model_cards import CardCache
 from app.core.model_sources import Discovery, Source, discover, lm_studio_roots
-from app.core.model_walk import ScanCancelled
 from app.core.small_files import SmallFileError, read_small, read_small_text
 from tests.model_homes import write_tiny_gguf
 
@@ -313,7 +313,7 @@ def test_a_search_ends_at_its_next_entry_once_stopped(tmp_path: Path) -> None:
         asked += 1
         return asked > 25
 
-    with pytest.raises(ScanCancelled):
+    with pytest.raises(Cancelled):
         discover(own, home=home, env=Config(), platform="linux", cards=CardCache(), stop=stop)
     assert asked == 26  # asked at each entry, and not once more after it said stop
     found = discover(own, home=home, env=Config(), platform="linux", cards=CardCache(),

@@ -36,11 +36,12 @@ import psutil
 import pytest
 from sqlalchemy import func, select
 
+from app.core.cancelled import Cancelled
 from app.core.documents import document_from_text
 from app.core.engine.host import EngineHost
 from app.core.engine.types import KVState, LoadSettings
 from app.store import archive, archive_validation
-from app.store.archive import ArchiveCancelled, ArchiveError, export_session, import_session
+from app.store.archive import ArchiveError, export_session, import_session
 from app.store.blobs import pack, pack_tokens, unpack
 from app.store.db import open_database
 from app.store.kv_layout import BytesSource, KVLayoutError, check_state
@@ -533,7 +534,7 @@ def test_a_cancel_while_rows_are_written_is_heard_within_a_batch(
 
     side = threading.Thread(target=canceller)
     side.start()
-    with pytest.raises(ArchiveCancelled, match=r"long\.ctxlens cancelled; nothing was added"):
+    with pytest.raises(Cancelled, match=r"long\.ctxlens cancelled; nothing was added"):
         import_session(repo, path, progress=progress, cancel=cancel)
     side.join()
     assert 0 < counted.total < 40_000

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
+from app.core.cancelled import Cancelled
 from app.core.child_process import minimal_env
 from app.core.documents import load_document
 from app.core.documents.child import unpack
@@ -53,10 +54,6 @@ _ZIP_MAGIC: Final = (b"PK\x03\x04", b"PK\x05\x06")
 _DEFAULT_LIMITS: Final = Limits()
 
 
-class ReadCancelled(Exception):
-    """The read was cancelled (its ``cancel`` event was set); its child has been killed."""
-
-
 def read_document(
     path: str | os.PathLike[str],
     *,
@@ -68,7 +65,7 @@ def read_document(
     """:func:`load_document`, with HTML, PDF and DOCX read in a killable, memory-capped child.
 
     Raises :class:`DocumentError` (one sentence) for a file that cannot be read, and
-    :class:`ReadCancelled` once ``cancel`` is set. Safe to call from any thread. With
+    :class:`Cancelled` once ``cancel`` is set. Safe to call from any thread. With
     ``expect_sha256``, other bytes raise ContentChanged: before parsing in this process, after
     parsing (under the child's caps) in the child."""
     if format is not None and format not in FORMATS:
@@ -87,7 +84,7 @@ def read_document(
         if expect_sha256 is not None and doc.sha256 != expect_sha256:
             raise ContentChanged.of(name)  # swapped again in between: parsed under the caps
     if cancel is not None and cancel.is_set():
-        raise ReadCancelled(f"reading {name} was cancelled")
+        raise Cancelled(f"reading {name} was cancelled")
     return doc
 
 
@@ -137,7 +134,7 @@ def _in_child(
         reply = _wait(conn, proc, cancel)
         if reply is None:
             if cancel is not None and cancel.is_set():
-                raise ReadCancelled(f"reading {name} was cancelled")
+                raise Cancelled(f"reading {name} was cancelled")
             raise DocumentError(_died(name, proc, limits))
         tag, payload = reply
         if tag == "ok":
