@@ -41,9 +41,9 @@ from app.core.engine.types import (
     LoadSettings,
     ModelLoadError,
 )
-from tests.fault_child import CrashingHost
 from tests.core import gguf_cases as gc
 from tests.core import gguf_fuzz as fz
+from tests.fault_child import CrashingHost
 
 VALIDATE_S = 5.0  # the real header takes about 0.25 s; a bounded read never comes near this
 LOAD_S = 60.0  # llama.cpp loads the sparse real model in under a second
