@@ -13,29 +13,22 @@ Token counts are exact when the server tokenizes, or when the same GGUF is given
 encoding is then checked against the server's tokenizer, so a different model is noticed);
 otherwise they are cl100k estimates, marked as such. Prompts are sent as token ids to servers that
 take them, else as the text those ids decode to. What servers report is read in ``remote_info.py``,
-their tokenizers in ``remote_tokens.py``.
+their tokenizers in ``remote_tokens.py``; the request is built in ``remote_request.py``, its reply
+streamed in ``remote_stream.py``, several at once in ``remote_lanes.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.core.engine.chat_template import ChatTemplateError, render_chat_template
 from app.core.engine.gguf import GGUFError, inspect_model
-from app.core.engine.remote_http import (
-    Client,
-    Connection,
-    InFlightGate,
-    ServerError,
-    StreamBrokenError,
-)
+from app.core.engine.remote_http import Client, Connection, InFlightGate, ServerError
 from app.core.engine.remote_info import (
     NO_AUDIT,
     NO_KV_SHIFT,
@@ -45,12 +38,23 @@ from app.core.engine.remote_info import (
     kv_from_metrics,
     kv_from_slots,
     n_ctx_train,
-    overflow_error,
+)
+from app.core.engine.remote_lanes import stream_lanes
+from app.core.engine.remote_request import UnsupportedRemotelyError, completion_body
+from app.core.engine.remote_stream import (
+    CUT_SHORT,
+    CUT_SHORT_RETRIES,
+    MAX_FINISH_CHARS,
+    MAX_TOKEN_CHARS,
+    MIN_REPLY_CHARS,
+    Reply,
+    ReplyStream,
+    reply_cap,
+    reply_stats,
 )
 from app.core.engine.remote_tokens import RemoteCounter, ServerTokenizer, TextMemo, same_tokens
 from app.core.engine.repetition import RepetitionDetector
 from app.core.engine.types import (
-    ContextOverflowError,
     EngineError,
     Finished,
     FinishReason,
@@ -77,7 +81,7 @@ from app.core.tokens import (
 
 __all__ = [
     "CONNECT_DEADLINE_S",
-    "CUT_SHORT",
+    "CUT_SHORT",  # CUT_SHORT ... MIN_REPLY_CHARS and reply_cap: remote_stream's
     "CUT_SHORT_RETRIES",
     "MAX_FINISH_CHARS",
     "MAX_TOKEN_CHARS",
@@ -88,7 +92,7 @@ __all__ = [
     "STREAM_INTERVAL_S",
     "RemoteEngine",
     "ServerInfo",
-    "UnsupportedRemotelyError",
+    "UnsupportedRemotelyError",  # remote_request's
     "reply_cap",
 ]
 
@@ -97,41 +101,9 @@ PROBE_TIMEOUT_S = 10.0
 # Connecting asks several questions (models, props, the tokenizer, the KV figures): all of them
 # within this, whatever pace the server answers at.
 CONNECT_DEADLINE_S = 30.0
-CUT_SHORT_RETRIES = 2  # a reply the server ended without a finish reason is asked for again
-MAX_TOKEN_CHARS = 64  # characters a token may bring, at most (see reply_cap)
-MIN_REPLY_CHARS = 64 * 1024  # however few tokens were asked for
-MAX_FINISH_CHARS = 32  # "stop", "length": a finish reason is a word
-CUT_SHORT = (
-    "llama-cpp-python's server cuts a reply short when another request arrives, unless it runs "
-    "with --interrupt_requests False"
-)
-
-
-class UnsupportedRemotelyError(EngineError):
-    """The operation needs the local llama.cpp engine; the message says why."""
 
 
 # ----- the engine -------------------------------------------------------------------------------
-
-
-@dataclass
-class _Reply:
-    """One streamed completion, as its events arrive."""
-
-    started: float
-    first: float | None = None
-    finish: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, Any] = field(default_factory=dict)
-    tokens: int = 0
-    chars: int = 0  # of the text received, every try of it
-
-
-def reply_cap(asked: int) -> int:
-    """The most characters of text a reply of ``asked`` tokens may bring: a token is a few
-    characters (64 is far more than any vocabulary's longest); the server decides what it
-    sends, and 32 MB once took 301 s to take in."""
-    return max(MIN_REPLY_CHARS, asked * MAX_TOKEN_CHARS)
 
 
 class RemoteEngine:
@@ -411,54 +383,8 @@ class RemoteEngine:
               stop: Sequence[str]) -> dict[str, Any]:  # fmt: skip
         if max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
-        n_ctx = self.info.n_ctx
-        if len(prompt) >= n_ctx:
-            raise ContextOverflowError(len(prompt), n_ctx, max_tokens)
-        sampling.validate()
-        body: dict[str, Any] = {
-            "model": self.info.model, "prompt": self._payload(prompt),
-            "max_tokens": min(max_tokens, n_ctx - len(prompt)), "stream": True,
-            "stream_options": {"include_usage": True},
-            **self._sampling_fields(sampling),
-        }  # fmt: skip
-        if self.info.kind == "llama-server":
-            body["cache_prompt"] = True  # a second question on the document reuses its prefix
-        if stop:
-            body["stop"] = list(stop)
-        return body
-
-    def _sampling_fields(self, s: SamplingSettings) -> dict[str, Any]:
-        """The request's sampling fields, always explicit: a server's own defaults differ
-        (llama-cpp-python's server applies a repeat penalty of 1.1), and greedy replies must
-        equal the same model's here. llama-server takes every field the local engine has; the
-        others have no DRY and no window for the repeat penalty of their own choosing
-        (llama-cpp-python's is the last 64 tokens, vLLM's the whole context), so asking them
-        for one is refused rather than silently ignored."""
-        kind = self.info.kind
-        fields: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p,
-                                  "top_k": s.top_k, "min_p": s.min_p, "seed": s.seed}  # fmt: skip
-        if kind == "vllm":
-            fields["repetition_penalty"] = s.repeat_penalty
-        else:
-            fields["repeat_penalty"] = s.repeat_penalty
-        if kind == "llama-server":
-            fields.update(repeat_last_n=s.repeat_last_n, dry_multiplier=s.dry_multiplier,
-                          dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
-                          dry_penalty_last_n=s.dry_last_n)  # fmt: skip
-            return fields
-        if s.dry_multiplier > 0:
-            raise UnsupportedRemotelyError(
-                f"DRY sampling needs llama-server; {self.connection.url} ({kind}) has none: "
-                "set the DRY multiplier to 0"
-            )
-        default_window = SamplingSettings().repeat_last_n
-        if s.repeat_penalty != 1.0 and s.repeat_last_n != default_window:
-            raise UnsupportedRemotelyError(
-                f"the repeat penalty's window can be chosen on llama-server only; "
-                f"{self.connection.url} ({kind}) uses its own: leave repeat-last-n at "
-                f"{default_window}"
-            )
-        return fields
+        return completion_body(self.info, prompt, max_tokens, sampling, stop,
+                               url=self.connection.url, payload=self._payload)  # fmt: skip
 
     def generate(
         self,
@@ -479,7 +405,7 @@ class RemoteEngine:
         sampling = sampling or SamplingSettings()
         body = self._body(prompt, max_tokens, sampling, stop)
         self._cancel.clear()
-        reply = _Reply(time.perf_counter())
+        reply = Reply(time.perf_counter())
         pending: list[str] = []
         pending_ids = 0
         last = 0.0
@@ -507,155 +433,17 @@ class RemoteEngine:
             yield TextDelta("".join(pending), (-1,) * pending_ids)
         yield Finished(self._stats(reply, len(prompt)))
 
-    def _stream(
-        self, body: dict[str, Any], reply: _Reply
-    ) -> Generator[tuple[str, int], None, None]:
-        """(text, tokens) of each streamed piece; fills ``reply`` as the events arrive.
+    def _stream(self, body: dict[str, Any], reply: Reply) -> Generator[tuple[str, int], None, None]:
+        """(text, tokens) of each streamed piece of the reply to ``body``, asked for again when
+        the server cuts it short (see :class:`ReplyStream`); fills ``reply`` as they arrive."""
+        streamer = ReplyStream(self._client, self._replies, self._cancel, self._sleep,
+                               self.connection.backoff_s)  # fmt: skip
+        return streamer.pieces(body, reply)
 
-        A reply the server ended without a finish reason (llama-cpp-python's server does that
-        when another request arrives) is asked for again, up to :data:`CUT_SHORT_RETRIES`
-        times: the same request gives the same reply (greedy, or sampled with the same seed),
-        so the text already handed on is skipped and the reply goes on from there. A reply
-        asked for again that begins otherwise cannot go on: the cut is then the error."""
-        said = ""  # the text of this reply handed on so far, over every try
-        for attempt in range(CUT_SHORT_RETRIES + 1):
-            heard = ""  # this try's text
-            with contextlib.closing(self._attempt(body, reply)) as pieces:
-                for piece, n in pieces:
-                    start, heard = len(heard), heard + piece
-                    if len(heard) <= len(said):  # said before this reply was cut: skip it
-                        if not said.startswith(heard):
-                            raise self._cut_short(reply, attempt, diverged=True)
-                        continue
-                    if start < len(said):  # a piece that runs past what was said
-                        if not heard.startswith(said):
-                            raise self._cut_short(reply, attempt, diverged=True)
-                        yield heard[len(said) :], 0  # its token came with the first try
-                    else:
-                        yield piece, n
-                    said = heard
-            if reply.finish is not None:
-                if len(heard) < len(said) and reply.finish != "cancelled":
-                    raise self._cut_short(reply, attempt, diverged=True)
-                return
-            if attempt < CUT_SHORT_RETRIES:
-                self._sleep(self.connection.backoff_s * 2**attempt)
-                reply.first, reply.tokens, reply.usage, reply.timings = None, 0, {}, {}
-        raise self._cut_short(reply, CUT_SHORT_RETRIES, diverged=False)
-
-    def _cut_short(self, reply: _Reply, attempt: int, *, diverged: bool) -> StreamBrokenError:
-        """The one sentence for a reply cut short ``attempt + 1`` times."""
-        tries = ""
-        if attempt:
-            again = ", the last one beginning another reply" if diverged else ""
-            tries = f" (asked {attempt + 1} times{again})"
-        return StreamBrokenError(
-            f"{self._client.host} ended the reply without saying why, after "
-            f"{reply.tokens:,} tokens{tries} ({CUT_SHORT})"
-        )
-
-    def _attempt(
-        self, body: dict[str, Any], reply: _Reply
-    ) -> Generator[tuple[str, int], None, None]:
-        """One request's (text, tokens) pieces; ``reply.finish`` stays None when the server
-        ended the stream without a finish reason (and nothing was cancelled)."""
-        what = "a completion request"
-        gate = self._replies.held() if self._replies is not None else contextlib.nullcontext()
-        with gate:
-            if self._cancel.is_set():  # cancelled while waiting for a slot
-                reply.finish = "cancelled"
-                return
-            yield from self._pieces(body, reply, what)
-        if reply.finish is None and reply.first is None and not self._cancel.is_set():
-            self._why_empty(body)
-
-    def _pieces(self, body: dict[str, Any], reply: _Reply, what: str
-                ) -> Iterator[tuple[str, int]]:  # fmt: skip
-        asked = int(body.get("max_tokens") or 0)
-        try:
-            with contextlib.closing(self._client.stream("/v1/completions", body, what)) as events:
-                for event in events:
-                    if reply.first is None:
-                        reply.first = time.perf_counter()
-                    if not isinstance(event, dict):
-                        raise StreamBrokenError(f"{self._client.host} sent a reply event that "
-                                                "is not a JSON object")  # fmt: skip
-                    if event.get("error"):  # llama-server reports a failure mid-stream this way
-                        error = event["error"]
-                        message = error.get("message") if isinstance(error, dict) else error
-                        raise StreamBrokenError(
-                            f"{self._client.host} stopped the reply after {reply.tokens:,} "
-                            f"tokens: {str(message)[:300]}"
-                        )
-                    usage, timings = event.get("usage"), event.get("timings")
-                    if isinstance(usage, dict):
-                        reply.usage = usage
-                    if isinstance(timings, dict):
-                        reply.timings = timings
-                    choices = event.get("choices") or ()
-                    choice = (choices[0] if isinstance(choices, list) and choices
-                              and isinstance(choices[0], dict) else {})  # fmt: skip
-                    text = choice.get("text") or ""
-                    if not isinstance(text, str):
-                        raise StreamBrokenError(f"{self._client.host} sent a piece of the "
-                                                "reply that is not text")  # fmt: skip
-                    if choice.get("finish_reason"):
-                        reply.finish = str(choice["finish_reason"])[:MAX_FINISH_CHARS]
-                    if text:
-                        reply.chars += len(text)
-                        if asked and (reply.tokens >= asked or reply.chars > reply_cap(asked)):
-                            reply.finish = "length"  # a server that ignores max_tokens, or
-                            break  # sends far more text than that many tokens hold
-                        reply.tokens += 1
-                        yield text, 1
-                    if reply.finish and reply.usage:
-                        break
-        except ServerError as exc:
-            if self._cancel.is_set():
-                reply.finish = "cancelled"
-                return
-            overflow = overflow_error(exc, body)
-            if overflow is not None:
-                raise overflow from None
-            if isinstance(exc, StreamBrokenError) and reply.first is None:
-                self._why_empty(body)
-            raise
-        if reply.finish is None and self._cancel.is_set():
-            reply.finish = "cancelled"
-
-    def _why_empty(self, body: dict[str, Any]) -> None:
-        """A stream that ended before its first event: llama-cpp-python's server does that
-        when the prompt is longer than its context (the error is raised after the stream has
-        begun). The same request unstreamed, for one token, gets the refusal in words."""
-        probe = {**body, "stream": False, "max_tokens": 1}
-        probe.pop("stream_options", None)
-        try:
-            response = self._client.post("/v1/completions", probe)
-        except ServerError:
-            return
-        if not response.is_success:
-            overflow = overflow_error(self._client.error(response, "a completion request"), body)
-            if overflow is not None:
-                raise overflow
-
-    def _stats(self, reply: _Reply, prompt_len: int) -> GenerationStats:
-        usage, timings = reply.usage, reply.timings
-        prompt_tokens = int(usage.get("prompt_tokens") or prompt_len)
-        completion = int(usage.get("completion_tokens") or reply.tokens)
-        evaluated = int(timings.get("prompt_n") or prompt_tokens)
-        end = time.perf_counter()
-        first = reply.first or end
-        prompt_s = float(timings.get("prompt_ms") or 0) / 1000 or (first - reply.started)
-        gen_s = float(timings.get("predicted_ms") or 0) / 1000 or (end - first)
-        finish: FinishReason = "length"
-        if reply.finish in ("stop", "cancelled", "repetition"):
-            finish = reply.finish  # type: ignore[assignment]
-        # positions the request held, as llama.cpp counts them: a reply cut at its length ends
-        # with a sampled token that was never evaluated
-        n_past = prompt_tokens + completion - (1 if finish == "length" and completion else 0)
-        self._last.n_past = n_past
-        return GenerationStats(prompt_tokens, evaluated, prompt_s, completion, gen_s, finish,
-                               n_past)  # fmt: skip
+    def _stats(self, reply: Reply, prompt_len: int) -> GenerationStats:
+        stats = reply_stats(reply, prompt_len)
+        self._last.n_past = stats.n_past
+        return stats
 
     def generate_lanes(
         self,
@@ -676,75 +464,12 @@ class RemoteEngine:
         sampling = sampling or SamplingSettings()
         bodies = [self._body([*prefix, *s], max_tokens, sampling, stop) for s in suffixes]
         self._cancel.clear()
-        events: queue.Queue[Any] = queue.Queue()
-        todo: queue.Queue[int] = queue.Queue()
-        for i in range(len(bodies)):
-            todo.put(i)
-        stopping = threading.Event()
-        cells = [0] * width
         t0 = time.perf_counter()
-
-        def run_lane(lane: int) -> None:
-            try:
-                while not stopping.is_set():
-                    try:
-                        i = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    prompt_len = len(prefix) + len(suffixes[i])
-                    reply = _Reply(time.perf_counter())
-                    started = False
-                    looping = RepetitionDetector() if sampling.stop_on_repetition else None
-                    with contextlib.closing(self._stream(bodies[i], reply)) as pieces:
-                        for text, n in pieces:
-                            if not started:
-                                started = True
-                                events.put(LaneStarted(i, lane, prompt_len, prompt_len))
-                            cells[lane] = prompt_len + reply.tokens
-                            events.put(LaneDelta(i, lane, text, (-1,) * n))
-                            if looping is not None and looping.feed(text):
-                                reply.finish = "repetition"
-                                break
-                    if not started:
-                        events.put(LaneStarted(i, lane, prompt_len, prompt_len))
-                    stats = self._stats(reply, prompt_len)
-                    cells[lane] = stats.n_past
-                    events.put(LaneFinished(i, lane, stats, tuple(cells)))
-                    if stats.finish_reason == "cancelled":
-                        return
-            except BaseException as exc:  # reaches the caller's thread, which re-raises it
-                events.put(exc)
-            finally:
-                events.put(_LaneDone(lane))
-
-        threads = [threading.Thread(target=run_lane, args=(lane,), name=f"remote-lane-{lane}",
-                                    daemon=True) for lane in range(width)]  # fmt: skip
-        for t in threads:
-            t.start()
-        running, failure = width, None
-        cancelled = False
-        try:
-            while running:
-                ev = events.get()
-                if isinstance(ev, _LaneDone):
-                    running -= 1
-                elif isinstance(ev, BaseException):
-                    failure = failure or ev
-                    stopping.set()
-                    self._client.abort_streams()
-                else:
-                    if isinstance(ev, LaneFinished) and ev.stats.finish_reason == "cancelled":
-                        cancelled = True
-                    yield ev
-        finally:
-            if running:  # the caller let go of the iterator: stop every lane
-                stopping.set()
-                self._cancel.set()
-                self._client.abort_streams()
-            for t in threads:
-                t.join(timeout=30)
-        if failure is not None:
-            raise failure
+        cancelled = yield from stream_lanes(
+            bodies, [len(prefix) + len(s) for s in suffixes], width, stream=self._stream,
+            stats=self._stats, abort=self._client.abort_streams, cancel=self._cancel,
+            stop_on_repetition=sampling.stop_on_repetition,
+        )  # fmt: skip
         finish: FinishReason = "cancelled" if cancelled or self._cancel.is_set() else "stop"
         yield LanesFinished(width, width * self.info.n_ctx, time.perf_counter() - t0, 0.0, finish)
 
@@ -797,8 +522,3 @@ class RemoteEngine:
 
     def kv_tokens(self) -> list[int]:
         raise UnsupportedRemotelyError(f"the audit cannot run: {NO_AUDIT}")
-
-
-@dataclass(frozen=True)
-class _LaneDone:
-    lane: int
