@@ -144,7 +144,7 @@ def run_for(
 
 
 class PoolScheduler:
-    """The workbench model's scheduler (app/services/workbench_ports.py) on Qt's pools: the
+    """The workbench model's scheduler (app/services/workbench/ports.py) on Qt's pools: the
     "plan" lane is a pool of one thread (answers come in the order asked), "io" the global
     pool. Answers arrive on the GUI thread, and only while ``owner`` exists."""
 

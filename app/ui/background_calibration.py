@@ -19,7 +19,7 @@ from app.core.cancelled import Cancelled
 from app.core.engine.api import Engine
 from app.core.engine.types import EngineError
 from app.services.calibration import calibrate_apart
-from app.services.workbench_ports import CalibrationJob
+from app.services.workbench.ports import CalibrationJob
 
 log = logging.getLogger(__name__)
 JOIN_S = 10.0  # how long closing waits for the trial under way to stop

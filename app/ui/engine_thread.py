@@ -28,7 +28,7 @@ from app.core.tokens import TokenCounter
 from app.services.engine_session import EngineSession, ServerSpec
 from app.services.errors import BadRequest
 from app.services.jobs import JobOutcome, JobRun, JobSpec, ResumeSpec
-from app.services.workbench_ports import JobRequest, TuneSpec
+from app.services.workbench.ports import JobRequest, TuneSpec
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class EngineThread(QObject):
     def cancel(self) -> None:
         self.driver.cancel()
 
-    # ----- the workbench's engine port (app/services/workbench_ports.py): queued requests -----
+    # ----- the workbench's engine port (app/services/workbench/ports.py): queued requests -----
 
     def load(self, path: str, settings: LoadSettings) -> None:
         self.request_load.emit(path, settings)

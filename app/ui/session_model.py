@@ -1,4 +1,4 @@
-"""The window's session: the Qt bridge over the workbench model (app/services/workbench_model.py).
+"""The window's session: the Qt bridge over the workbench model (app/services/workbench/model.py).
 
 What the window holds and decides (the document, its counts and plan, the model, the job, the
 line of work, what the person waits for) lives in the Qt-free :class:`WorkbenchModel`, as
@@ -25,9 +25,9 @@ from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess
 from app.services.engine_session import ServerSpec
 from app.services.history import Changes, History
-from app.services.workbench import JobChoices, StartedJob
-from app.services.workbench_model import WorkbenchModel
-from app.services.workbench_ports import EVENTS, Message, Notice, WorkbenchEvents
+from app.services.workbench.decisions import JobChoices, StartedJob
+from app.services.workbench.model import WorkbenchModel
+from app.services.workbench.ports import EVENTS, Message, Notice, WorkbenchEvents
 from app.ui.background import PoolScheduler
 from app.ui.background_calibration import BackgroundCalibration
 from app.ui.engine_thread import EngineThread

@@ -16,10 +16,11 @@ from app.core.jobs.tasks import JobResult, OutputSpan
 from app.core.planning.plan import Plan, Span
 from app.core.planning.strategies import Planner, PlanOptions
 from app.core.tokens import cl100k
-from app.services import versions, workbench
+from app.services import versions
+from app.services.workbench import decisions
 from app.services.jobs import EngineFacts, JobOutcome, JobSpec
 from app.services.question_plans import side_by_side
-from app.services.workbench import JobChoices
+from app.services.workbench.decisions import JobChoices
 from app.store.repository import Repository
 
 pytestmark = pytest.mark.unit
@@ -81,15 +82,15 @@ def test_the_toolbar_asks_each_line_and_retrieve_plans_each_question() -> None:
     assert choices.ranked_by == "When?"  # the plan painted on the document: the first's
     spec = choices.spec(("retrieve",))
     assert spec.questions == ("When?", "Who?") and spec.prompt == "When?\nWho?"
-    assert workbench.asks_several(spec)
-    assert not workbench.asks_several(choices.spec(("head",)))  # one plan whatever is asked
+    assert decisions.asks_several(spec)
+    assert not decisions.asks_several(choices.spec(("head",)))  # one plan whatever is asked
     one = JobChoices(task="ask", question="Where?")
     assert one.questions == ("Where?",) and one.spec(("head",)).questions == ("Where?",)
-    assert not workbench.asks_several(one.spec(("retrieve",)))
+    assert not decisions.asks_several(one.spec(("retrieve",)))
     extract = JobChoices(task="extract", question="List boats.\nAnd nets.")
     assert extract.questions == () and extract.ranked_by == "List boats.\nAnd nets."
-    assert workbench.job_for(JobChoices(task="ask", question=" \n "), ("head",), document=True,
-                             model=True) is workbench.Refusal.NO_QUESTION  # fmt: skip
+    assert decisions.job_for(JobChoices(task="ask", question=" \n "), ("head",), document=True,
+                             model=True) is decisions.Refusal.NO_QUESTION  # fmt: skip
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_each_answer_is_a_version_child_of_the_one_before(repo: Repository) -> N
                                       figures=figures)  # fmt: skip
     when, who = done.versions
     assert done.ends == (who,) and done.parent == root
-    assert workbench.version_to_go_on_from(done, asked(("When?", "Who?"), ("", "")), "retrieve") \
+    assert decisions.version_to_go_on_from(done, asked(("When?", "Who?"), ("", "")), "retrieve") \
         == who  # fmt: skip
     v_when, v_who = repo.get_version(when), repo.get_version(who)
     assert (v_when.parent, v_who.parent) == (root, when)

@@ -13,8 +13,9 @@ import pytest
 from app.core.documents import Document, document_from_text
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import cl100k
-from app.services import history, versions, workbench
-from app.services.workbench import JobChoices, Refusal
+from app.services import history, versions
+from app.services.workbench import decisions
+from app.services.workbench.decisions import JobChoices, Refusal
 from app.store.repository import Repository
 from tests.services.outcomes import DOC, OTHER, outcome
 
@@ -51,13 +52,13 @@ def repo(tmp_path: Path) -> Iterator[Repository]:
 def test_a_job_that_cannot_run_says_why(
     choices: JobChoices, document: bool, model: bool, refusal: Refusal
 ) -> None:
-    assert workbench.job_for(choices, ("head",), document=document, model=model) is refusal
+    assert decisions.job_for(choices, ("head",), document=document, model=model) is refusal
 
 
 def test_the_job_the_toolbar_asks_for() -> None:
     ask = JobChoices(task="ask", question="Who keeps the key?", max_tokens=64, lanes=2,
                      audit=True)  # fmt: skip
-    spec = workbench.job_for(ask, ("retrieve", "head"), document=True, model=True)
+    spec = decisions.job_for(ask, ("retrieve", "head"), document=True, model=True)
     assert not isinstance(spec, Refusal)
     assert spec.task == "ask" and spec.questions == ("Who keeps the key?",)
     assert spec.strategies == ("retrieve", "head") and spec.instruction == ""
@@ -77,7 +78,7 @@ def test_the_plans_a_job_runs_are_framed_as_the_job_frames_them(
 ) -> None:
     ask = JobChoices(task="ask", question="Where is the spare key?", max_tokens=32)
     spec = ask.spec(("retrieve", "head"))
-    made = workbench.job_plans(planner, DOCUMENT, None, spec, planner.counter, model=None,
+    made = decisions.job_plans(planner, DOCUMENT, None, spec, planner.counter, model=None,
                                n_ctx=n_ctx)  # fmt: skip
     assert made is not None and [p.strategy for p in made] == ["retrieve", "head"]
     for plan in made:
@@ -94,12 +95,12 @@ def test_the_plans_a_job_runs_are_framed_as_the_job_frames_them(
 
 def test_needle_retention_is_measured_on_the_plans_shown(planner: Planner) -> None:
     choices = JobChoices(max_tokens=32, needles=(FACT,))
-    found = workbench.needle_retention(planner, DOCUMENT, None, choices=choices,
+    found = decisions.needle_retention(planner, DOCUMENT, None, choices=choices,
                                        strategies=("head", "tail"), counter=planner.counter,
                                        model=None, n_ctx=256)  # fmt: skip
     assert found == [("head", 1.0), ("tail", 0.0)]  # the fact opens a document cut to fit
     absent = JobChoices(max_tokens=32, needles=("Not in the document at all.",))
-    assert workbench.needle_retention(planner, DOCUMENT, None, choices=absent,
+    assert decisions.needle_retention(planner, DOCUMENT, None, choices=absent,
                                       strategies=("head",), counter=planner.counter,
                                       model=None, n_ctx=256) == []  # fmt: skip
 
@@ -107,8 +108,8 @@ def test_needle_retention_is_measured_on_the_plans_shown(planner: Planner) -> No
 def test_a_comparison_goes_on_from_the_strategy_chosen(repo: Repository) -> None:
     done = versions.record_outcome(repo, DOC, outcome("head", "tail", "middle"))
     compared = outcome("head", "tail", "middle")
-    assert workbench.version_to_go_on_from(done, compared, "tail") == done.versions[1]
-    assert workbench.version_to_go_on_from(done, compared, "entropy") == done.versions[0]
+    assert decisions.version_to_go_on_from(done, compared, "tail") == done.versions[1]
+    assert decisions.version_to_go_on_from(done, compared, "entropy") == done.versions[0]
 
 
 def test_a_rollback_says_which_document_it_is_of_and_refuses_a_resume_without_a_state(

@@ -19,9 +19,9 @@ from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k
 from app.services import history, versions
-from app.services.workbench import JobChoices, StartedJob
-from app.services.workbench_model import WorkbenchModel
-from app.services.workbench_ports import (
+from app.services.workbench.decisions import JobChoices, StartedJob
+from app.services.workbench.model import WorkbenchModel
+from app.services.workbench.ports import (
     EVENTS,
     CalibrationJob,
     JobRequest,

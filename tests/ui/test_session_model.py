@@ -16,7 +16,7 @@ from app.core.jobs.tasks import planning
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import cl100k
 from app.services.history import History
-from app.services.workbench_ports import EVENTS
+from app.services.workbench.ports import EVENTS
 from app.store.db import open_database
 from app.store.repository import Repository
 from app.ui.session_model import JobChoices, SessionModel, StartedJob

@@ -1,7 +1,7 @@
 """Memory that stays put across documents: ten documents opened in one window and each planned
 three ways, twice over, leave the window's resident memory within 50 MB of where the second
 round began, and the objects frozen out of the collector's way (``freeze_long_lived`` after a
-document is read and after each plan: app/services/workbench_model.py) do not pile up from round
+document is read and after each plan: app/services/workbench/model.py) do not pile up from round
 to round, even with garbage cycles alive at every freeze: the next opening thaws and collects
 them (``thaw_and_collect``). Without that unfreeze, 2,000 cycles made before each opening froze
 239,706 then 255,730 objects; with it, 216,371 then 216,398 (RSS 304, 321 and 321 MiB at the

@@ -1,6 +1,6 @@
 """What the window decides about the open document, its plans and its jobs, without Qt.
 
-The window's workbench model (workbench_model.py) holds the state and says what changed;
+The window's workbench model (model.py) holds the state and says what changed;
 what it decides from that state lives here as plain functions over plain values,
 so the command line could ask the same and a unit test can check it without a window, a model
 or a thread: which job the toolbar asks for (or why none can run), the plan a strategy shows

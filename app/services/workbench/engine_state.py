@@ -1,6 +1,6 @@
 """The workbench's model or server: what the jobs run on, how it was loaded, and its calibration.
 
-Part of the Qt-free workbench (workbench_model.py): loading a model (its sha256 first when
+Part of the Qt-free workbench (model.py): loading a model (its sha256 first when
 tuned settings are asked: it keys the calibration), connecting to a server, the engine's
 answers, and the bookkeeping of a calibration looked up before a load or measured apart after
 it. What the document needs once a model is there (exact counts, a new plan) is the workbench
@@ -9,7 +9,6 @@ model's; this part says what it holds and what changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
 from app.services.engine_session import ServerSpec
-from app.services.workbench_ports import (
+from app.services.workbench.ports import (
     CalibrationJob,
     CalibrationPort,
     EnginePort,
@@ -28,8 +27,7 @@ from app.services.workbench_ports import (
     TuneSpec,
     WorkbenchEvents,
 )
-
-Wait = Callable[[str, bool, Message | None], None]  # what the person waits for, and its line
+from app.services.workbench.waits import Waits
 
 
 class EngineState:
@@ -37,12 +35,12 @@ class EngineState:
     person's requests and the engine's answers (``on_*``)."""
 
     def __init__(self, events: WorkbenchEvents, *, engine: EnginePort, scheduler: Scheduler,
-                 calibration: CalibrationPort, wait: Wait) -> None:  # fmt: skip
+                 calibration: CalibrationPort, waits: Waits) -> None:  # fmt: skip
         self._events = events
         self._engine = engine
         self._scheduler = scheduler
         self._calibration = calibration
-        self._wait = wait
+        self._waits = waits
         self.model_path: Path | None = None  # loaded or being loaded (None: none, or a server)
         self.model_sha256 = ""  # the model file's sha256 ("" until hashed, or unknown)
         self.loaded: LoadedModel | None = None  # what the jobs run on (a server's too)
@@ -64,7 +62,7 @@ class EngineState:
         self.model_path = path = Path(path)
         self.server = None  # the engine lets the server go before it loads
         self.model_sha256 = ""
-        self._wait("load", True, Message(Notice.LOADING, (path.name,)))
+        self._waits.set("load", True, Message(Notice.LOADING, (path.name,)))
         # the sha256 is read into the engine session's memory off this thread, so the history
         # has it when a job ends (the session would otherwise read it then)
         sha256 = self._engine.model_sha256
@@ -96,7 +94,7 @@ class EngineState:
         if local is not None:
             sha256 = self._engine.model_sha256
             self._scheduler.submit(lambda: sha256(local), self._set_sha, lambda _m: None)
-        self._wait("load", True, Message(Notice.CONNECTING, (spec.url,)))
+        self._waits.set("load", True, Message(Notice.CONNECTING, (spec.url,)))
         self._engine.connect_server(spec)
 
     def unload(self) -> None:
@@ -107,19 +105,19 @@ class EngineState:
         self.model_sha256 = sha
 
     def on_server_connected(self, info: ServerInfo, loaded: LoadedModel) -> None:
-        self._wait("load", False, None)
+        self._waits.set("load", False, None)
         self.server, self.loaded, self.model_path = info, loaded, None
         self._events.server_connected(info)
         self._events.status(Message(Notice.CONNECTED, (info.url, info.model, info.n_ctx)), 5000)
 
     def on_server_failed(self, message: str) -> None:
-        self._wait("load", False, None)
+        self._waits.set("load", False, None)
         self._events.server_failed(message)
         self._events.status(Message.text(message), 0)
 
     def on_model_loaded(self, info: ModelInfo, loaded: LoadedModel,
                         caps: EngineCapabilities | None) -> None:  # fmt: skip
-        self._wait("load", False, None)
+        self._waits.set("load", False, None)
         self.loaded, self.server = loaded, None
         if caps is not None:
             self.capabilities = caps
@@ -150,19 +148,19 @@ class EngineState:
     def on_calibration_progress(self, done: int, total: int) -> None:
         if self._lookup is not None:  # only the cache was asked: nothing is measured
             return
-        self._wait("calibrate", True, Message(Notice.CALIBRATING, (done, total)))
+        self._waits.set("calibrate", True, Message(Notice.CALIBRATING, (done, total)))
         self._events.calibration_progress(done, total)
 
     def on_calibrated(self, calibration: calibrate.Calibration, measured_now: bool) -> None:
         self._lookup = None
-        self._wait("calibrate", False, None)
+        self._waits.set("calibrate", False, None)
         self._events.calibrated(calibration, measured_now)
 
     def on_calibration_stopped(self, message: str) -> None:
         if self._lookup is not None:  # none cached: the model loads as chosen, then it is
             self._calibrate_next, self._lookup = self._lookup, None  # measured apart
             return
-        self._wait("calibrate", False, None)
+        self._waits.set("calibrate", False, None)
         self._events.calibration_stopped(message)
         self._events.status(Message.text(message), 0)
 

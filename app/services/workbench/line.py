@@ -1,6 +1,6 @@
 """The workbench's line of work: the history session and version the next Run goes on from.
 
-Part of the Qt-free workbench (workbench_model.py): opening a document picks its latest line
+Part of the Qt-free workbench (model.py): opening a document picks its latest line
 of work, a finished job is recorded under the version current when it started (its versions
 then become current), a rollback makes its version current (and resumes its reply from the
 saved KV state), and the questions asked along the line to the current version (the thread a
@@ -12,33 +12,57 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from app.core.documents import Document
 from app.core.history_records import VersionInfo
-from app.services import history, versions, workbench
+from app.core.planning.plan import Plan
+from app.services import history, versions
 from app.services.jobs import JobOutcome, ResumeSpec
 from app.services.versions import History
-from app.services.workbench_ports import Message, Notice, Scheduler, WorkbenchEvents
+from app.services.workbench import decisions
+from app.services.workbench.ports import Message, Notice, Scheduler, WorkbenchEvents
 
 log = logging.getLogger(__name__)
+
+
+class Desk(Protocol):
+    """What the line of work reads of the workbench (model.py) and asks of it."""
+
+    @property
+    def document(self) -> Document | None:
+        """The document open now."""
+
+    @property
+    def chosen_strategy(self) -> str:
+        """The strategy chosen now (of a comparison, the version to go on from)."""
+
+    def fail(self, message: Message) -> None: ...
+
+    def restore_version(self, version: VersionInfo) -> None:
+        """A version rolled back to: its job and sampling come back."""
+
+    def resume_version(self, version: VersionInfo, spec: ResumeSpec) -> None:
+        """Generate ``version``'s reply again from its saved KV state."""
+
+    def open_version(self, version_id: int) -> None:
+        """Show an old version's reply again."""
+
+    def show_plan(self, plan: Plan, drawn: object) -> None:
+        """An old version's plan, made again on the open document, painted on it."""
 
 
 class LineOfWork:
     """The current (session, version) of the open document; (None, None): the next Run starts
     a session."""
 
-    def __init__(self, store: History | None, events: WorkbenchEvents, scheduler: Scheduler, *,
-                 document: Callable[[], Document | None], chosen: Callable[[], str],
-                 fail: Callable[[Message], None]) -> None:  # fmt: skip
-        """``document``: the document open now; ``chosen``: the strategy chosen now (of a
-        comparison, the version to go on from)."""
+    def __init__(self, store: History | None, events: WorkbenchEvents, scheduler: Scheduler,
+                 desk: Desk) -> None:  # fmt: skip
         self._store = store
         self._repo = store.repo if store is not None else None
         self._events = events
         self._scheduler = scheduler
-        self._document = document
-        self._chosen = chosen
-        self._fail = fail
+        self._desk = desk
         self.current: tuple[int | None, int | None] = (None, None)  # session, version
         self._thread_reads = 0  # generation of the newest thread read; older answers are dropped
 
@@ -74,11 +98,11 @@ class LineOfWork:
             return
 
         def found(line: tuple[int, int | None] | None) -> None:
-            if line is not None and doc is self._document() and self.current == (None, None):
+            if line is not None and doc is self._desk.document and self.current == (None, None):
                 self.set(*line)
 
         self._scheduler.submit(lambda: versions.latest_line(repo, doc), found,
-                               lambda m: self._fail(Message.text(m)))  # fmt: skip
+                               lambda m: self._desk.fail(Message.text(m)))  # fmt: skip
 
     def hear(self, changes: history.Changes, doc: Document | None) -> None:
         """What the History panel changed: when the current version or its session was deleted,
@@ -92,7 +116,7 @@ class LineOfWork:
         elif changes.versions_added and version is not None:
             self.read_thread()
 
-    def record(self, outcome: JobOutcome, place: workbench.JobPlace | None,
+    def record(self, outcome: JobOutcome, place: decisions.JobPlace | None,
                resumed: VersionInfo | None) -> None:  # fmt: skip
         """Store the job through the service the command line records with (a version per
         strategy with its run and KV state, in the current session under the current version,
@@ -122,9 +146,9 @@ class LineOfWork:
 
     def _recorded(self, done: versions.Recorded, outcome: JobOutcome,
                   made_on: Document | None) -> None:  # fmt: skip
-        if done.session and made_on is not None and made_on is self._document():  # still open
-            chosen = self._chosen()
-            self.set(done.session, workbench.version_to_go_on_from(done, outcome, chosen))
+        if done.session and made_on is not None and made_on is self._desk.document:  # still open
+            chosen = self._desk.chosen_strategy
+            self.set(done.session, decisions.version_to_go_on_from(done, outcome, chosen))
         if done.session:
             self._events.recorded(done.session)
             if made_on is None:  # a resumed reply: the current version's answer is new
@@ -132,19 +156,41 @@ class LineOfWork:
         self._events.job_finished(outcome)
 
     def _record_failed(self, message: str, outcome: JobOutcome) -> None:
-        self._fail(Message(Notice.NOT_RECORDED, (message,)))
+        self._desk.fail(Message(Notice.NOT_RECORDED, (message,)))
         self._events.job_finished(outcome)
 
-    def roll_back(self, version_id: int, resume_on: history.ResumeOn | None, *,
-                  restore: Callable[[VersionInfo], None],
-                  resume: Callable[[VersionInfo, ResumeSpec], None],
-                  show: Callable[[int], None]) -> None:  # fmt: skip
+    def open_version(self, version_id: int, replan: Callable[[versions.OpenedVersion], Plan | None],
+                     index: Callable[[Plan], object]) -> None:  # fmt: skip
+        """Read an old version back (``version_opened``) on the plan lane; when it was made on
+        the open document's text, its plan too (``Desk.show_plan``): the recorded one, or made
+        again by ``replan`` (None when that is not cheap and certain), and ``index``: what the
+        view draws of it."""
+        repo, doc = self._repo, self._desk.document
+        if repo is None:
+            return
+
+        def work() -> tuple[versions.OpenedVersion, Plan | None, object]:
+            opened = versions.open_version(repo, version_id)
+            plan = None
+            if doc is not None and opened.document_sha256 == doc.sha256:
+                plan = opened.plan if opened.plan is not None else replan(opened)
+            return opened, plan, index(plan) if plan is not None else None
+
+        def done(got: tuple[versions.OpenedVersion, Plan | None, object]) -> None:
+            opened, plan, drawn = got
+            if plan is not None and doc is self._desk.document:
+                self._desk.show_plan(plan, drawn)
+            self._events.version_opened(opened)
+
+        self._scheduler.submit(work, done, lambda m: self._desk.fail(Message.text(m)), "plan")
+
+    def roll_back(self, version_id: int, resume_on: history.ResumeOn | None) -> None:
         """Roll back to ``version_id`` through the one rollback service (history.rollback):
-        the history hears what changed, ``restore`` gives the new version's job and sampling
-        back, it becomes current when it is of the open document (the next Run branches from
-        it); with ``resume_on`` its reply is generated again from the saved KV state
-        (``resume``), and a version without one is refused before anything is written; without,
-        ``show`` opens the version it copies, whose reply it stands for."""
+        the history hears what changed, the new version's job and sampling come back
+        (``Desk.restore_version``), it becomes current when it is of the open document (the
+        next Run branches from it); with ``resume_on`` its reply is generated again from the
+        saved KV state (``Desk.resume_version``), and a version without one is refused before
+        anything is written; without, the version it copies opens, whose reply it stands for."""
         store = self._store
         if store is None:
             return
@@ -153,15 +199,15 @@ class LineOfWork:
             return history.rollback(store, version_id, resume_on=resume_on)
 
         def done(answer: history.RolledBack) -> None:
-            new, doc = answer.version, self._document()
+            new, doc = answer.version, self._desk.document
             self._events.history_changed(answer)
-            restore(new)
+            self._desk.restore_version(new)
             if doc is not None and answer.document_sha256 == doc.sha256:
                 self.set(new.session, new.id)
             if answer.resume is not None:
-                resume(new, answer.resume)
+                self._desk.resume_version(new, answer.resume)
                 return
-            show(answer.copied.id)
+            self._desk.open_version(answer.copied.id)
             self._events.status(Message(Notice.ROLLED_BACK, (new.id,)), 0)
 
-        self._scheduler.submit(work, done, lambda m: self._fail(Message.text(m)))
+        self._scheduler.submit(work, done, lambda m: self._desk.fail(Message.text(m)))

@@ -3,7 +3,7 @@
 The state and every decision about it live here, as napari's ``ViewerModel`` lives under its
 Qt viewer: what is open, counted and planned, which plan answer is stale, what the person waits
 for and what Cancel stops, when a job may start, where its versions go, what a rollback
-resumes. The world comes in through ports (workbench_ports.py): slow work goes to a
+resumes. The world comes in through ports (ports.py): slow work goes to a
 :class:`Scheduler` and its answer comes back on this model's thread, the engine gets requests
 and answers through the ``on_*`` methods, and each change goes out to a
 :class:`WorkbenchEvents` sink, what the person is told as a typed :class:`Message`. The window's
@@ -38,14 +38,15 @@ from app.core.planning.process import PlanProcess
 from app.core.planning.strategies import Planner
 from app.core.sampling import from_version
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k, counter_key
-from app.services import history, versions, workbench
+from app.services import history, versions
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.question_plans import SideBySide
 from app.services.versions import History
-from app.services.workbench import JobChoices, Refusal, StartedJob
-from app.services.workbench_engine import EngineState
-from app.services.workbench_line import LineOfWork
-from app.services.workbench_ports import (
+from app.services.workbench import decisions
+from app.services.workbench.decisions import JobChoices, Refusal, StartedJob
+from app.services.workbench.engine_state import EngineState
+from app.services.workbench.line import LineOfWork
+from app.services.workbench.ports import (
     CalibrationPort,
     EnginePort,
     JobRequest,
@@ -54,10 +55,9 @@ from app.services.workbench_ports import (
     Scheduler,
     WorkbenchEvents,
 )
+from app.services.workbench.waits import Waits
 
 log = logging.getLogger(__name__)
-# a model load runs to its end; the calibration before it can stop (the load then goes on)
-CANCELLABLE = frozenset({"open", "plan", "run", "calibrate"})
 REFUSED = {Refusal.NO_DOCUMENT: Notice.NO_DOCUMENT, Refusal.NO_MODEL: Notice.NO_MODEL,
            Refusal.NO_QUESTION: Notice.NO_QUESTION}  # fmt: skip
 
@@ -98,21 +98,19 @@ class WorkbenchModel:
         self._plans_pending: set[int] = set()  # generations of the plans being made
         self._open_generation = 0
         self._open_cancel = threading.Event()  # set: the file being read is no longer wanted
-        self._waits: set[str] = set()  # see _wait
-        self._wait_messages: dict[str, Message] = {}  # the status line each wait began with
+        self._waits = Waits(events, calibration)  # what the person waits for
         self._plans = plans if plans is not None else PlanProcess()
         self._running = False
         self._starting: JobSpec | None = None  # a job whose plans are being made
         self._cancel_start = False
         self._comparing = False
         self._resuming: VersionInfo | None = None  # the version a rollback is generating for
-        self._job_place: workbench.JobPlace | None = None  # the running job's document, target
+        self._job_place: decisions.JobPlace | None = None  # the running job's document, target
         # the model or server the jobs run on, and its calibration
         self._state = EngineState(events, engine=engine, scheduler=scheduler,
-                                  calibration=calibration, wait=self._wait)  # fmt: skip
+                                  calibration=calibration, waits=self._waits)  # fmt: skip
         # the current session and version (the next Run goes on from them)
-        self._line = LineOfWork(store, events, scheduler, document=lambda: self._doc,
-                                chosen=lambda: self._choices.strategy, fail=self.fail)  # fmt: skip
+        self._line = LineOfWork(store, events, scheduler, desk=self)
 
     # ----- what it holds (read only) -----
 
@@ -129,6 +127,11 @@ class WorkbenchModel:
     @property
     def document(self) -> Document | None:
         return self._doc
+
+    @property
+    def chosen_strategy(self) -> str:
+        """The strategy chosen now (of a comparison, the version the next Run goes on from)."""
+        return self._choices.strategy
 
     @property
     def document_tokens(self) -> int | None:
@@ -174,12 +177,12 @@ class WorkbenchModel:
     @property
     def waiting_for(self) -> frozenset[str]:
         """What runs now: "open", "load", "plan", "run", "calibrate"."""
-        return frozenset(self._waits)
+        return self._waits.now
 
     @property
     def cancellable(self) -> bool:
         """Something the person waits for can be cancelled (Esc)."""
-        return bool(self._waits & CANCELLABLE)
+        return self._waits.cancellable
 
     # ----- documents -----
 
@@ -192,7 +195,7 @@ class WorkbenchModel:
         cancel = self._open_cancel = threading.Event()
         self._open_generation += 1
         generation = self._open_generation
-        self._wait("open", True, Message(Notice.OPENING, (path.name,)))
+        self._waits.set("open", True, Message(Notice.OPENING, (path.name,)))
 
         def load() -> Document | None:
             # ~400k blocks, none of them garbage: the full collections their allocation triggers
@@ -213,13 +216,13 @@ class WorkbenchModel:
 
         def failed(message: str) -> None:
             if generation == self._open_generation:
-                self._wait("open", False)
+                self._waits.set("open", False)
                 self._fail_with(message)
 
         self._scheduler.submit(load, loaded, failed, "io")
 
     def _on_document_loaded(self, doc: Document) -> None:
-        self._wait("open", False)
+        self._waits.set("open", False)
         self._doc = doc
         self._doc_tokens = self._doc_estimate = None
         self._planner = None
@@ -303,20 +306,20 @@ class WorkbenchModel:
             # made and they are frozen (until the next document opens), or full collections of
             # 20-165 ms each hold the GIL.
             with gc_paused():
-                plan = workbench.plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx,
+                plan = decisions.plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx,
                                             reserve=reserve, instruction=instruction,
                                             question=question, ticket=ticket)  # fmt: skip
                 side = None
-                if plan is not None and workbench.asks_several(spec):
+                if plan is not None and decisions.asks_several(spec):
                     # several questions under `retrieve`: each its own plan, side by side
                     plans: list[Plan | None] = [plan]
                     for other in spec.questions[1:]:
-                        plans.append(workbench.plan_shown(
+                        plans.append(decisions.plan_shown(
                             where, doc, key, strategy, model=model, n_ctx=n_ctx,
                             reserve=reserve, instruction=instruction, question=other,
                             ticket=ticket))  # fmt: skip
                     made = [p for p in plans if p is not None]
-                    side = workbench.several_questions(spec, made)
+                    side = decisions.several_questions(spec, made)
                     if len(made) < len(plans):  # superseded meanwhile
                         plan = None
                 # off the model's thread
@@ -326,7 +329,7 @@ class WorkbenchModel:
 
         def settle() -> None:
             self._plans_pending.discard(generation)
-            self._wait("plan", bool(self._plans_pending))
+            self._waits.set("plan", bool(self._plans_pending))
 
         def done(planned: _Planned | None) -> None:
             settle()
@@ -341,7 +344,7 @@ class WorkbenchModel:
                 self._fail_with(message)
 
         self._plans_pending.add(generation)
-        self._wait("plan", True, Message(Notice.PLANNING_STRATEGY, (strategy,)))
+        self._waits.set("plan", True, Message(Notice.PLANNING_STRATEGY, (strategy,)))
         self._scheduler.submit(work, done, failed, "plan")
 
     def _show_counts(self) -> None:
@@ -359,7 +362,7 @@ class WorkbenchModel:
             show(self._doc_estimate)
             return
         plans, key = self._plans, self._child_key(None)
-        self._scheduler.submit(lambda: workbench.count_document(plans, doc, key, cl100k), show,
+        self._scheduler.submit(lambda: decisions.count_document(plans, doc, key, cl100k), show,
                                self._fail_with, "io")  # fmt: skip
 
     def _count_exact(self) -> None:
@@ -379,10 +382,10 @@ class WorkbenchModel:
                 self.on_tokens_counted(n, len(doc.text))
 
         self._scheduler.submit(
-            lambda: workbench.count_document(plans, doc, key, lambda: counter), counted,
+            lambda: decisions.count_document(plans, doc, key, lambda: counter), counted,
             self._fail_with, "io")  # fmt: skip
 
-    # ----- the model or server the jobs run on (workbench_engine.py) -----
+    # ----- the model or server the jobs run on (engine_state.py) -----
 
     def on_server_connected(self, info: ServerInfo, loaded: LoadedModel) -> None:
         self._state.on_server_connected(info, loaded)
@@ -418,7 +421,7 @@ class WorkbenchModel:
 
     def _spec(self, choices: JobChoices, strategies: tuple[str, ...],
               retry: Callable[[], None]) -> JobSpec | None:  # fmt: skip
-        spec = workbench.job_for(choices, strategies, document=self._doc is not None,
+        spec = decisions.job_for(choices, strategies, document=self._doc is not None,
                                  model=self._state.loaded is not None)  # fmt: skip
         if spec is Refusal.NO_MODEL and self._events.model_needed(retry):
             return None  # the window offers a model, then runs it
@@ -458,7 +461,7 @@ class WorkbenchModel:
         where, key = self._planning()
 
         def work() -> list[tuple[str, float]] | None:
-            return workbench.needle_retention(where, doc, key, choices=choices,
+            return decisions.needle_retention(where, doc, key, choices=choices,
                                               strategies=strategies, counter=counter or cl100k(),
                                               model=model, n_ctx=n_ctx)  # fmt: skip
 
@@ -476,7 +479,7 @@ class WorkbenchModel:
         assert self._state.loaded is not None and self._doc is not None
         self._running, self._comparing = True, comparing
         session, version = self._line.current
-        self._job_place = workbench.JobPlace(self._doc, versions.Target(session, version))
+        self._job_place = decisions.JobPlace(self._doc, versions.Target(session, version))
         self._events.job_started(StartedJob(self._state.loaded.n_ctx, spec.strategies, comparing))
         self._set_running(True)
         counter = self._engine.counter
@@ -492,7 +495,7 @@ class WorkbenchModel:
         plans, model, n_ctx = self._plans, self._frame_source(), self._state.loaded.n_ctx
 
         def work() -> list[Plan] | None:
-            return workbench.job_plans(plans, doc, key, spec, counter, model=model, n_ctx=n_ctx)
+            return decisions.job_plans(plans, doc, key, spec, counter, model=model, n_ctx=n_ctx)
 
         def done(made: list[Plan] | None) -> None:
             self._starting = None
@@ -501,12 +504,12 @@ class WorkbenchModel:
             if made is None or self._cancel_start:  # closing, or cancelled while planning
                 self.on_job_done(JobOutcome(spec))
                 return
-            side = workbench.several_questions(spec, made)
+            side = decisions.several_questions(spec, made)
             if side is not None:  # the plans it runs, side by side while it runs
                 self._events.question_plans_changed(side)
                 if self._job_place is not None:  # each question's version records its plan
                     self._job_place = replace(self._job_place,
-                                              figures=workbench.question_figures(made))
+                                              figures=decisions.question_figures(made))
             self._engine.run_job(JobRequest(spec, doc.text, planner))
 
         def failed(message: str) -> None:
@@ -531,18 +534,18 @@ class WorkbenchModel:
             self._plan_generation += 1  # a plan made here anyway is dropped when it arrives
             self._plans_pending.clear()
             self._plans.cancel()
-            self._wait("plan", False, Message(Notice.PLANNING_CANCELLED))
+            self._waits.set("plan", False, Message(Notice.PLANNING_CANCELLED))
         if "open" in self._waits:
             self._open_generation += 1
             self._open_cancel.set()
-            self._wait("open", False, Message(Notice.OPENING_CANCELLED))
+            self._waits.set("open", False, Message(Notice.OPENING_CANCELLED))
         if "calibrate" in self._waits:
             self._events.status(Message(Notice.CANCELLING_CALIBRATION), 0)
             self._engine.cancel()
 
     def _set_running(self, running: bool) -> None:
         self._events.running_changed(running)
-        self._wait("run", running, Message(Notice.RUNNING) if running else None)
+        self._waits.set("run", running, Message(Notice.RUNNING) if running else None)
 
     def on_job_events(self, events: list[object]) -> None:
         for ev in events:
@@ -580,7 +583,7 @@ class WorkbenchModel:
         shown = "\n".join(f"• {f}" for f in audit.findings[:10])
         self._fail_with(f"{audit.summary()}:\n{shown}")
 
-    # ----- the line of work (workbench_line.py) and old versions -----
+    # ----- the line of work (line.py) and old versions -----
 
     def open_version(self, version_id: int) -> None:
         """Show an old version again (``version_opened``): its recorded reply for the output
@@ -592,26 +595,13 @@ class WorkbenchModel:
         when it matches the recorded figures. The KV map is not rebuilt: it needs the run's
         events, which are not recorded. Opening does not change the current version (a
         rollback does)."""
-        repo, doc, index = self._repo, self._doc, self._index
-        if repo is None:
-            return
-        replan = self._replanner()
+        self._line.open_version(version_id, self._replanner(), self._index)
 
-        def work() -> tuple[versions.OpenedVersion, Plan | None, object]:
-            opened = versions.open_version(repo, version_id)
-            plan = None
-            if doc is not None and opened.document_sha256 == doc.sha256:
-                plan = opened.plan if opened.plan is not None else replan(opened)
-            return opened, plan, index(plan) if plan is not None else None
-
-        def done(got: tuple[versions.OpenedVersion, Plan | None, object]) -> None:
-            opened, plan, drawn = got
-            if plan is not None and doc is self._doc:
-                self._plan = plan
-                self._events.plan_changed(plan, drawn)
-            self._events.version_opened(opened)
-
-        self._scheduler.submit(work, done, self._fail_with, "plan")
+    def show_plan(self, plan: Plan, drawn: object) -> None:
+        """An old version's plan, made again on the open document, painted on it (the plan
+        shown until the next one is made)."""
+        self._plan = plan
+        self._events.plan_changed(plan, drawn)
 
     def _replanner(self) -> Callable[[versions.OpenedVersion], Plan | None]:
         """A function (for the plan lane) that makes a version's plan again as its job made
@@ -623,7 +613,7 @@ class WorkbenchModel:
         def replan(opened: versions.OpenedVersion) -> Plan | None:
             if counter is None or doc is None or not sha or opened.version.model_sha256 != sha:
                 return None
-            return workbench.replan_version(where, doc, key, opened, counter, model=model)
+            return decisions.replan_version(where, doc, key, opened, counter, model=model)
 
         return replan
 
@@ -644,20 +634,20 @@ class WorkbenchModel:
                 return
             on = history.ResumeOn(model=state.model_path, model_sha256=state.model_sha256,
                                   n_ctx=loaded.n_ctx, cache_type=loaded.kv_cache_type)  # fmt: skip
-        self._line.roll_back(version_id, on, restore=self._restore, resume=self._resume,
-                             show=self.open_version)  # fmt: skip
+        self._line.roll_back(version_id, on)
 
     def on_history_changed(self, changes: history.Changes) -> None:
         """A change the History panel made (a deletion, an undo, a branch, an import): the line
         of work follows it (a Run never goes on from a deleted version)."""
         self._line.hear(changes, self._doc)
 
-    def _restore(self, version: VersionInfo) -> None:
+    def restore_version(self, version: VersionInfo) -> None:
+        """A version rolled back to: its job and sampling come back."""
         # the version's sampling comes back with it: the resumed reply and the next Run use it
         self._events.sampling_restored(from_version(version.settings))
         self._events.version_restored(version)
 
-    def _resume(self, version: VersionInfo, spec: ResumeSpec) -> None:
+    def resume_version(self, version: VersionInfo, spec: ResumeSpec) -> None:
         """Generate the rolled-back version's reply again from its saved KV state."""
         assert self._state.loaded is not None
         self._running, self._comparing = True, False
@@ -668,30 +658,14 @@ class WorkbenchModel:
         self._resuming = version
         self._engine.resume(spec)
 
-    # ----- waits, errors, the engine's own news -----
-
-    def _wait(self, what: str, waiting: bool, message: Message | None = None) -> None:
-        """What the person waits for: the window shows a busy bar while anything runs, and
-        Cancel (and Esc) while something that can be cancelled does."""
-        if waiting:
-            self._waits.add(what)
-        else:
-            self._waits.discard(what)
-        self._events.waits_changed(frozenset(self._waits))
-        self._calibration.set_busy(bool(self._waits))  # its trials wait for the person's work
-        if message is not None:
-            self._events.status(message, 0)
-        if waiting and message is not None:
-            self._wait_messages[what] = message
-        elif not waiting and (began := self._wait_messages.pop(what, None)) is not None:
-            self._events.status_over(began)  # "Planning middle…" must not outlast the plan
+    # ----- errors, the engine's own news -----
 
     def fail(self, message: Message) -> None:
         """Tell the person something went wrong (``failed``); a load or a calibration being
         waited for has ended with it (the engine answers a failed load this way)."""
         log.warning("%s", message)
-        self._wait("load", False)
-        self._wait("calibrate", False)
+        self._waits.set("load", False)
+        self._waits.set("calibrate", False)
         self._events.failed(message)
 
     def _fail_with(self, sentence: str) -> None:

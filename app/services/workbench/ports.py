@@ -1,4 +1,4 @@
-"""What the workbench model (workbench_model.py) needs from the world, declared without Qt.
+"""What the workbench model (model.py) needs from the world, declared without Qt.
 
 The model decides; it never runs slow work itself, never talks to llama.cpp, never says a
 sentence. Those go through these ports: a :class:`Scheduler` that runs work off the caller's
@@ -36,7 +36,7 @@ from app.services.history import Changes
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.question_plans import SideBySide
 from app.services.versions import OpenedVersion
-from app.services.workbench import StartedJob
+from app.services.workbench.decisions import StartedJob
 
 # "plan": one thread, answers in the order asked (the planning child is waited on there);
 # "io": any worker (store calls, hashing, reading a file)
