@@ -401,6 +401,41 @@
     </message>
 </context>
 <context>
+    <name>GaugePlots</name>
+    <message>
+        <source>Tokens per second</source>
+        <translation>每秒 token 数</translation>
+    </message>
+    <message>
+        <source>seconds ago</source>
+        <translation>秒前</translation>
+    </message>
+    <message>
+        <source>generation</source>
+        <translation>生成</translation>
+    </message>
+    <message>
+        <source>prompt</source>
+        <translation>提示词</translation>
+    </message>
+    <message>
+        <source>over</source>
+        <translation>超出</translation>
+    </message>
+    <message>
+        <source>1 prompt</source>
+        <translation>1 个提示词</translation>
+    </message>
+    <message>
+        <source>{0:,} prompts</source>
+        <translation>{0:,} 个提示词</translation>
+    </message>
+    <message>
+        <source>Prompt length, % of n_ctx ({0})</source>
+        <translation>提示词长度，占 n_ctx 的百分比（{0}）</translation>
+    </message>
+</context>
+<context>
     <name>GaugesPanel</name>
     <message>
         <source>no GPU figures: nvidia-ml-py is not installed</source>
@@ -447,26 +482,6 @@
         <translation>轮次</translation>
     </message>
     <message>
-        <source>Tokens per second</source>
-        <translation>每秒 token 数</translation>
-    </message>
-    <message>
-        <source>seconds ago</source>
-        <translation>秒前</translation>
-    </message>
-    <message>
-        <source>generation</source>
-        <translation>生成</translation>
-    </message>
-    <message>
-        <source>prompt</source>
-        <translation>提示词</translation>
-    </message>
-    <message>
-        <source>over</source>
-        <translation>超出</translation>
-    </message>
-    <message>
         <source>Last job: {0:,} prompt tokens evaluated in {1:.2f} s to first token ({2:,.0f} tokens/s); {3:,} tokens generated; {4:.1f} s in all</source>
         <translation>上一个作业：{0:,} 个提示词 token 计算完毕，{1:.2f} 秒后输出首个 token（{2:,.0f} token/秒）；生成 {3:,} 个 token；共 {4:.1f} 秒</translation>
     </message>
@@ -497,18 +512,6 @@
     <message>
         <source>app {0} + engine {1} of {2}</source>
         <translation>应用 {0} + 引擎 {1}，共 {2}</translation>
-    </message>
-    <message>
-        <source>1 prompt</source>
-        <translation>1 个提示词</translation>
-    </message>
-    <message>
-        <source>{0:,} prompts</source>
-        <translation>{0:,} 个提示词</translation>
-    </message>
-    <message>
-        <source>Prompt length, % of n_ctx ({0})</source>
-        <translation>提示词长度，占 n_ctx 的百分比（{0}）</translation>
     </message>
     <message>
         <source>{0} of {1} threads</source>
