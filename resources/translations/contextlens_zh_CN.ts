@@ -46,10 +46,6 @@
         <translation>3 · 输出</translation>
     </message>
     <message>
-        <source>Lane {0}</source>
-        <translation>通道 {0}</translation>
-    </message>
-    <message>
         <source>{0}: {1:,} of {2:,} tokens kept, budget {3:,}, {4} pass(es), {5} span(s) dropped, boundaries {6:.0%}</source>
         <translation>{0}：保留 {1:,} / {2:,} 个 token，预算 {3:,}，{4} 轮，丢弃 {5} 个片段，边界完整度 {6:.0%}</translation>
     </message>
@@ -72,38 +68,6 @@
     <message>
         <source>Finished: {0} · {1:,} prompt tokens ({2:,} evaluated) · {3:,} generated · KV peak {4:,} of {5:,} · {6:.1f} s</source>
         <translation>已结束：{0} · 提示词 {1:,} 个 token（已计算 {2:,} 个）· 生成 {3:,} 个 · KV 峰值 {4:,} / {5:,} · {6:.1f} 秒</translation>
-    </message>
-    <message>
-        <source>No support in the kept text (best match: score {0:.2f})</source>
-        <translation>保留的文本中没有依据（最佳匹配：得分 {0:.2f}）</translation>
-    </message>
-    <message>
-        <source>Source: document characters {0:,}–{1:,}, score {2:.2f} (highlighted in the document)</source>
-        <translation>来源：文档字符 {0:,}–{1:,}，得分 {2:.2f}（已在文档中高亮）</translation>
-    </message>
-    <message>
-        <source>Answer to “{0}”</source>
-        <translation>对“{0}”的回答</translation>
-    </message>
-    <message>
-        <source>Click to highlight the document text this output came from</source>
-        <translation>点击以高亮此输出所依据的文档文本</translation>
-    </message>
-    <message>
-        <source>{0} lanes: {1} of {2:,} positions each</source>
-        <translation>{0} 个通道：各占用 {1} / {2:,} 个位置</translation>
-    </message>
-    <message>
-        <source>{0:,} of {1:,} positions in use</source>
-        <translation>已使用 {0:,} / {1:,} 个位置</translation>
-    </message>
-    <message>
-        <source>sliding window of {0:,} on {1} of {2} layers</source>
-        <translation>滑动窗口 {0:,}，作用于 {2} 层中的 {1} 层</translation>
-    </message>
-    <message>
-        <source>(hatched: {0:,} positions only the other {1} see)</source>
-        <translation>（阴影：{0:,} 个位置仅其余 {1} 层可见）</translation>
     </message>
 </context>
 <context>
@@ -998,6 +962,29 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Partly behind the sliding window (positions before {0:,}): {1}</source>
         <translation>部分位于滑动窗口之外（{0:,} 之前的位置）：{1}</translation>
+    </message>
+</context>
+<context>
+    <name>KVStage</name>
+    <message>
+        <source>Lane {0}</source>
+        <translation>通道 {0}</translation>
+    </message>
+    <message>
+        <source>{0} lanes: {1} of {2:,} positions each</source>
+        <translation>{0} 个通道：各占用 {1} / {2:,} 个位置</translation>
+    </message>
+    <message>
+        <source>{0:,} of {1:,} positions in use</source>
+        <translation>已使用 {0:,} / {1:,} 个位置</translation>
+    </message>
+    <message>
+        <source>sliding window of {0:,} on {1} of {2} layers</source>
+        <translation>滑动窗口 {0:,}，作用于 {2} 层中的 {1} 层</translation>
+    </message>
+    <message>
+        <source>(hatched: {0:,} positions only the other {1} see)</source>
+        <translation>（阴影：{0:,} 个位置仅其余 {1} 层可见）</translation>
     </message>
 </context>
 <context>
@@ -1941,6 +1928,25 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Also kept for {0}</source>
         <translation>也为 {0} 保留</translation>
+    </message>
+</context>
+<context>
+    <name>ReplyView</name>
+    <message>
+        <source>Answer to “{0}”</source>
+        <translation>对“{0}”的回答</translation>
+    </message>
+    <message>
+        <source>No support in the kept text (best match: score {0:.2f})</source>
+        <translation>保留的文本中没有依据（最佳匹配：得分 {0:.2f}）</translation>
+    </message>
+    <message>
+        <source>Source: document characters {0:,}–{1:,}, score {2:.2f} (highlighted in the document)</source>
+        <translation>来源：文档字符 {0:,}–{1:,}，得分 {2:.2f}（已在文档中高亮）</translation>
+    </message>
+    <message>
+        <source>Click to highlight the document text this output came from</source>
+        <translation>点击以高亮此输出所依据的文档文本</translation>
     </message>
 </context>
 <context>
