@@ -922,6 +922,13 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>JobRequests</name>
+    <message>
+        <source>Choose two to four strategies to compare (Compare menu).</source>
+        <translation>请选择二至四个策略进行比较（“比较”菜单）。</translation>
+    </message>
+</context>
+<context>
     <name>KVBar</name>
     <message>
         <source>Free: {0:,} of {1:,} positions</source>
@@ -1311,34 +1318,6 @@ Qt (PySide6) {3}</translation>
         <translation>问题</translation>
     </message>
     <message>
-        <source>Open Document</source>
-        <translation>打开文档</translation>
-    </message>
-    <message>
-        <source>{0} cannot be imported: {1}</source>
-        <translation>无法导入 {0}：{1}</translation>
-    </message>
-    <message>
-        <source>--n-ctx {0:,} is not a context size ContextLens loads ({1:,} to {2:,}).</source>
-        <translation>--n-ctx {0:,} 不是 ContextLens 能加载的上下文大小（{1:,} 到 {2:,}）。</translation>
-    </message>
-    <message>
-        <source>The running ContextLens window is busy with a run, so it cannot load the model again at --n-ctx {0:,}: cancel the run first, or start another window with --new-instance.</source>
-        <translation>正在运行的 ContextLens 窗口正忙于一次运行，无法以 --n-ctx {0:,} 重新加载模型：请先取消运行，或用 --new-instance 另开一个窗口。</translation>
-    </message>
-    <message>
-        <source>The running ContextLens window works with a server, whose context size the server sets: --n-ctx cannot change it.</source>
-        <translation>正在运行的 ContextLens 窗口使用的是服务器，其上下文大小由服务器决定：--n-ctx 无法更改。</translation>
-    </message>
-    <message>
-        <source>--{0} {1} is not one of this window&apos;s choices: {2}.</source>
-        <translation>--{0} {1} 不是此窗口的可选项之一：{2}。</translation>
-    </message>
-    <message>
-        <source>Choose two to four strategies to compare (Compare menu).</source>
-        <translation>请选择二至四个策略进行比较（“比较”菜单）。</translation>
-    </message>
-    <message>
         <source>v{0} ({1}, {2}) resumed from its saved KV state: {3:,} prompt token(s) evaluated</source>
         <translation>v{0}（{1}，{2}）已从保存的 KV 状态恢复：评估了 {3:,} 个提示词 token</translation>
     </message>
@@ -1365,14 +1344,6 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Resuming v{0} ({1}, {2}) from its saved KV state…</source>
         <translation>正在从已保存的 KV 状态恢复 v{0}（{1}，{2}）…</translation>
-    </message>
-    <message>
-        <source>v{0} of session #{1}: {2} · {3} · {4}</source>
-        <translation>会话 #{1} 的 v{0}：{2} · {3} · {4}</translation>
-    </message>
-    <message>
-        <source>not run</source>
-        <translation>未运行</translation>
     </message>
 </context>
 <context>
@@ -2108,6 +2079,25 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>SecondLaunch</name>
+    <message>
+        <source>--n-ctx {0:,} is not a context size ContextLens loads ({1:,} to {2:,}).</source>
+        <translation>--n-ctx {0:,} 不是 ContextLens 能加载的上下文大小（{1:,} 到 {2:,}）。</translation>
+    </message>
+    <message>
+        <source>The running ContextLens window is busy with a run, so it cannot load the model again at --n-ctx {0:,}: cancel the run first, or start another window with --new-instance.</source>
+        <translation>正在运行的 ContextLens 窗口正忙于一次运行，无法以 --n-ctx {0:,} 重新加载模型：请先取消运行，或用 --new-instance 另开一个窗口。</translation>
+    </message>
+    <message>
+        <source>The running ContextLens window works with a server, whose context size the server sets: --n-ctx cannot change it.</source>
+        <translation>正在运行的 ContextLens 窗口使用的是服务器，其上下文大小由服务器决定：--n-ctx 无法更改。</translation>
+    </message>
+    <message>
+        <source>--{0} {1} is not one of this window&apos;s choices: {2}.</source>
+        <translation>--{0} {1} 不是此窗口的可选项之一：{2}。</translation>
+    </message>
+</context>
+<context>
     <name>ServerBox</name>
     <message>
         <source>Server</source>
@@ -2415,6 +2405,17 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>StoredReply</name>
+    <message>
+        <source>v{0} of session #{1}: {2} · {3} · {4}</source>
+        <translation>会话 #{1} 的 v{0}：{2} · {3} · {4}</translation>
+    </message>
+    <message>
+        <source>not run</source>
+        <translation>未运行</translation>
+    </message>
+</context>
+<context>
     <name>Strategy</name>
     <message>
         <source>refuse</source>
@@ -2643,6 +2644,24 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Not calibrated yet: after the first load on this machine, the fastest threads, batch and flash attention are measured in the background.</source>
         <translation>尚未校准：在本机首次加载后，会在后台测出最快的线程数、批大小和 Flash Attention 设置。</translation>
+    </message>
+</context>
+<context>
+    <name>WindowFiles</name>
+    <message>
+        <source>Open Document</source>
+        <translation>打开文档</translation>
+    </message>
+    <message>
+        <source>{0} cannot be imported: {1}</source>
+        <translation>无法导入 {0}：{1}</translation>
+    </message>
+</context>
+<context>
+    <name>WindowStatus</name>
+    <message>
+        <source>ContextLens</source>
+        <translation>ContextLens</translation>
     </message>
 </context>
 <context>

@@ -1,0 +1,92 @@
+"""The main window's status bar: what runs now, how far a run has got, and what went wrong.
+
+A busy bar shows while anything runs (a load, a plan, a calibration counting its trials, a run
+filling it as RunStatus says); beside the messages, a run's line says what it is doing
+("Window 3 of 9 · prompt 1,200 of 3,700 tokens · 14 s left"), so a "Cancelling…" or an error
+is never written over. The toolbar's Cancel (and Esc) is offered while what runs can be
+cancelled. An error is said in the status bar and in a window-modal message box.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMessageBox, QProgressBar, QPushButton, QStatusBar, QWidget
+
+from app.ui.run_status import RunStatus
+from app.ui.session_model import SessionModel
+from app.ui.widgets import ElidedLabel, plain_message_box
+
+RUN_LINE_CHARS = 56  # the run's line is this many average characters wide, never wider
+
+
+class WindowStatus(QObject):
+    """The status bar of ``window``, following ``session``: ``progress`` (the bar),
+    ``run_line`` (the run's line) and ``run_status`` (which the window gives each job event).
+    ``cancel_button`` and ``cancel_action`` are the toolbar's Cancel, offered while ``session``
+    can cancel."""
+
+    def __init__(self, window: QWidget, bar: QStatusBar, session: SessionModel, *,
+                 cancel_button: QPushButton, cancel_action: QAction) -> None:  # fmt: skip
+        super().__init__(window)
+        self._window, self._bar, self._session = window, bar, session
+        self._cancel_button, self._cancel_action = cancel_button, cancel_action
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(180)
+        self.progress.setRange(0, 0)
+        self.progress.hide()
+        self.run_line = ElidedLabel()
+        self.run_line.setFixedWidth(window.fontMetrics().averageCharWidth() * RUN_LINE_CHARS)
+        self.run_line.hide()
+        self.run_status = RunStatus(window)
+        self.run_status.changed.connect(self.show_run_status)
+        bar.addPermanentWidget(self.run_line)
+        bar.addPermanentWidget(self.progress)
+        session.waits_changed.connect(self.on_waits_changed)
+        session.status.connect(bar.showMessage)
+        session.status_over.connect(self.clear)
+        session.calibration_progress.connect(self.show_steps)
+
+    def on_waits_changed(self, waits: frozenset[str]) -> None:
+        """The busy bar shows while anything runs, Cancel (and Esc) while something that can
+        be cancelled does."""
+        self.progress.setVisible(bool(waits))
+        running = "run" in waits
+        if not running:
+            self.run_status.stop()
+            self.run_line.hide()
+        if "calibrate" in waits:
+            pass  # the calibration counts its trials (show_steps)
+        elif running and self.run_status.active:
+            self.show_run_status(*self.run_status.shown)
+        else:
+            self.progress.setRange(0, 0)  # busy: a load or a plan has no steps to count
+        cancellable = self._session.cancellable
+        self._cancel_button.setVisible(cancellable)
+        self._cancel_action.setEnabled(cancellable)
+
+    def show_run_status(self, line: str, value: int, maximum: int) -> None:
+        self.run_line.setText(line)
+        self.run_line.show()
+        self.progress.setRange(0, maximum)
+        self.progress.setValue(value)
+
+    def show_steps(self, done: int, total: int) -> None:
+        """A wait that counts its steps (a calibration's trials): ``done`` of ``total``."""
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+
+    def clear(self, message: str) -> None:
+        """A wait is over: its "…ing" line goes, unless a newer message replaced it."""
+        if self._bar.currentMessage() == message:
+            self._bar.clearMessage()
+
+    def show_error(self, message: str) -> None:
+        """``message`` in the status bar and in a message box over the window (open(), not
+        exec(): window-modal, it never blocks the event loop)."""
+        self._bar.showMessage(message)
+        box = QMessageBox(QMessageBox.Icon.Warning, self.tr("ContextLens"), message,
+                          QMessageBox.StandardButton.Ok, self._window)  # fmt: skip
+        plain_message_box(box)  # the message may quote a file, a server or an archive
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
