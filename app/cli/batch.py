@@ -47,7 +47,7 @@ from app.cli.snapshots import open_history
 from app.services.errors import BadRequest
 
 if TYPE_CHECKING:
-    from app.services.engine_session import EngineSession
+    from app.services.job_engine import JobEngine
     from app.services.jobs import JobSpec
 
 MAX_CONCURRENCY = 64
@@ -177,7 +177,7 @@ def _in_flight(concurrency: int, server: Any) -> int:
     return slots
 
 
-def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: EngineSession,
+def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: JobEngine,
          stop: threading.Event) -> int:  # fmt: skip
     """Every document through ``spec``, ``args.concurrency`` at a time; each result recorded
     by this thread as it comes (the store's one writer)."""
@@ -267,7 +267,7 @@ def _run(args: argparse.Namespace, spec: JobSpec, paths: list[Path], session: En
                     engine_gone.is_set())  # fmt: skip
 
 
-def _engine_answers(session: EngineSession) -> bool:
+def _engine_answers(session: JobEngine) -> bool:
     """After a failed document: is the engine still there for the next one?"""
     check = getattr(session.engine, "reachable", None)
     if check is not None:

@@ -21,7 +21,7 @@ from app.core.engine.types import DEFAULT_N_CTX
 from app.core.textutil import terminal_safe
 
 if TYPE_CHECKING:
-    from app.services.engine_session import EngineSession, ServerSpec
+    from app.services.job_engine import JobEngine, ServerSpec
 
 LOCAL_N_CTX = DEFAULT_N_CTX  # the local engine's context without --n-ctx (run, compare, batch)
 
@@ -79,7 +79,7 @@ def server_spec(args: argparse.Namespace, n_ctx: int | None) -> ServerSpec:
     HTTP to another machine, or why ``$CONTEXTLENS_API_KEY`` is not sent to this server."""
     from app.core.credentials import api_key, env_key_note
     from app.core.engine.remote_http import key_in_clear, normalize_url
-    from app.services.engine_session import ServerSpec
+    from app.services.job_engine import ServerSpec
 
     key = api_key(args.engine)
     url = normalize_url(args.engine)
@@ -93,21 +93,21 @@ def server_spec(args: argparse.Namespace, n_ctx: int | None) -> ServerSpec:
 
 def connect_remote(args: argparse.Namespace, n_ctx: int | None) -> Any:
     """A RemoteEngine connected to ``--engine`` (ServerError / ValueError when it cannot be)."""
-    from app.services.engine_session import connect_remote as connect
+    from app.services.job_engine import connect_remote as connect
 
     return connect(server_spec(args, n_ctx))
 
 
 @contextlib.contextmanager
 def open_engine(args: argparse.Namespace, settings: Any, *, n_ctx_given: int | None
-                ) -> Iterator[EngineSession]:  # fmt: skip
+                ) -> Iterator[JobEngine]:  # fmt: skip
     """The engine the command's options name, loaded or connected; closed afterwards.
 
     ``settings`` are the local engine's LoadSettings; ``n_ctx_given`` the --n-ctx the person
     gave (None: the server's own)."""
-    from app.services.engine_session import EngineSession
+    from app.services.job_engine import JobEngine
 
-    with EngineSession() as session:
+    with JobEngine() as session:
         if args.engine:
             session.connect(server_spec(args, n_ctx_given))
         else:

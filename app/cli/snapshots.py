@@ -227,11 +227,11 @@ def _resume(spec: Any, as_json: bool) -> tuple[Any, int]:
     from app.core.engine.types import EngineError, InsufficientMemoryError
     from app.core.jobs.events import JobFinished, TokenBatch
     from app.services import versions
-    from app.services.engine_session import EngineSession
+    from app.services.job_engine import JobEngine
 
     result = None
     try:
-        with EngineSession() as session:
+        with JobEngine() as session:
             session.load(Path(spec.state.model_path), versions.resume_settings(spec))
             for ev in session.resume(spec):
                 if isinstance(ev, TokenBatch) and not as_json:

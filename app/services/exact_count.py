@@ -2,7 +2,7 @@
 own that loads only the vocabulary (``contextlens-cli count --model`` and ``chunk``).
 
 The faces never construct the engine host themselves (import-linter's "the faces never touch
-the store, the engine host or llama.cpp"); jobs run through :class:`EngineSession`, a single
+the store, the engine host or llama.cpp"); jobs run through :class:`JobEngine`, a single
 reply through :class:`app.services.one_reply.Replier`.
 """
 

@@ -3,7 +3,7 @@ a model loaded, or a server, the prompt framed by the model's chat template unle
 the reply streamed as the engine's events.
 
 The faces never construct the engine host themselves (import-linter's "the faces never touch
-the store, the engine host or llama.cpp"); jobs run through :class:`EngineSession`, a single
+the store, the engine host or llama.cpp"); jobs run through :class:`JobEngine`, a single
 reply through :class:`Replier`.
 """
 

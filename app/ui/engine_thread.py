@@ -2,7 +2,7 @@
 
 The window never calls the engine directly (a model load, a tokenization of a long document or a
 job would freeze it); it emits requests, the driver runs them one at a time off the GUI thread
-through the same :class:`~app.services.engine_session.EngineSession` the command line uses, and
+through the same :class:`~app.services.job_engine.JobEngine` the command line uses, and
 answers with signals that Qt delivers back on the GUI thread. Job events are sent in batches (at
 most every 50 ms, and at once at the end of each model call) so a fast stream never floods the
 event loop. If llama.cpp dies, the driver says so and the session starts a fresh engine process
@@ -25,8 +25,8 @@ from app.core.engine.remote import ServerInfo
 from app.core.engine.types import EngineCrashedError, EngineError, LoadSettings
 from app.core.jobs.events import JobFinished, KVStats, PartialResult
 from app.core.tokens import TokenCounter
-from app.services.engine_session import EngineSession, ServerSpec
 from app.services.errors import BadRequest
+from app.services.job_engine import JobEngine, ServerSpec
 from app.services.jobs import JobOutcome, JobRun, JobSpec, ResumeSpec
 from app.services.workbench.ports import JobRequest, TuneSpec
 
@@ -55,7 +55,7 @@ class EngineDriver(QObject):
 
     def __init__(self) -> None:
         super().__init__()
-        self.session = EngineSession()
+        self.session = JobEngine()
         self._calibration_cancelled = False
 
     # ----- called from the GUI thread directly (the driver may be busy) -----

@@ -23,8 +23,8 @@ from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
 from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess
-from app.services.engine_session import ServerSpec
 from app.services.history import Changes, History
+from app.services.job_engine import ServerSpec
 from app.services.workbench.decisions import JobChoices, StartedJob
 from app.services.workbench.model import WorkbenchModel
 from app.services.workbench.ports import EVENTS, Message, Notice, WorkbenchEvents

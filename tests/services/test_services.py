@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from app.services.job_engine import JobEngine
 
 from app.core.documents import load_document
 from app.core.engine.types import LoadSettings, SamplingSettings
 from app.core.jobs.tasks import JobFinished, JobResult, TokenBatch
 from app.services import versions
-from app.services.engine_session import EngineSession
 from app.services.errors import BadOption, BadRequest
 from app.services.jobs import EngineFacts, JobSpec
 from app.store.repository import Entry
@@ -23,7 +23,7 @@ N_CTX = 512
 
 @pytest.fixture(scope="module")
 def session(model_path: Path) -> object:
-    with EngineSession() as s:
+    with JobEngine() as s:
         s.load(model_path, LoadSettings(n_ctx=N_CTX))
         yield s
 
@@ -55,7 +55,7 @@ def test_an_option_out_of_range_names_the_option_for_each_face() -> None:
 
 
 def test_a_run_is_recorded_once_recognised_and_resumed_from_its_kv_state(
-    session: EngineSession, tmp_path: Path
+    session: JobEngine, tmp_path: Path
 ) -> None:
     doc = load_document(DATA / "sample.md")
     spec = JobSpec("summarize", ("head", "tail"), max_tokens=8, keep_kv=True)
@@ -112,7 +112,7 @@ def test_a_server_version_has_no_state_to_resume(tmp_path: Path) -> None:
 
 @pytest.mark.unit
 def test_no_model_loaded_is_one_sentence() -> None:
-    with EngineSession() as s, pytest.raises(BadRequest, match="load a model"):
+    with JobEngine() as s, pytest.raises(BadRequest, match="load a model"):
         s.run("text", JobSpec("summarize", ("head",)))
 
 

@@ -17,9 +17,9 @@ from app.core.planning.plan import Plan, Span
 from app.core.planning.strategies import Planner, PlanOptions
 from app.core.tokens import cl100k
 from app.services import versions
-from app.services.workbench import decisions
 from app.services.jobs import EngineFacts, JobOutcome, JobSpec
 from app.services.question_plans import side_by_side
+from app.services.workbench import decisions
 from app.services.workbench.decisions import JobChoices
 from app.store.repository import Repository
 

@@ -47,7 +47,7 @@ class Framed(Protocol):
     after: list[int]
 
 
-class RingSession(Protocol):
+class RingCalls(Protocol):
     """What the stream needs from a job's call runner (``app.core.jobs.call_runner.CallRunner``)."""
 
     engine: Engine
@@ -97,7 +97,7 @@ def shift_refusal(engine: Engine) -> str | None:
 
 
 def rolling_stream(
-    session: RingSession, text: str, plan: Plan, windows: Sequence[tuple[int, int]],
+    session: RingCalls, text: str, plan: Plan, windows: Sequence[tuple[int, int]],
     max_tokens: int,
 ) -> Generator[Event, None, None]:  # fmt: skip
     """Summarize ``windows`` (runs of ``plan.chunks``, in order) in one pass through the ring;
@@ -138,7 +138,7 @@ def rolling_stream(
 
 
 def _pinned(
-    session: RingSession, instruction: str
+    session: RingCalls, instruction: str
 ) -> tuple[Framed, dict[int, tuple[int, ...]], list[int]]:
     """A new pass: the ring holds the instruction's frame alone, pinned. Returns the frame,
     each segment's token ids by id, and the token at each KV position as the engine holds
@@ -150,7 +150,7 @@ def _pinned(
 
 
 def _call(
-    session: RingSession, step: str, new: Sequence[tuple[Sequence[int], Any]],
+    session: RingCalls, step: str, new: Sequence[tuple[Sequence[int], Any]],
     laid: dict[int, tuple[int, ...]], held: list[int], *, max_tokens: int,
 ) -> Generator[Event, None, OutputSpan]:  # fmt: skip
     """Append ``new`` (token ids, and the document chunk they are, or None for template text)
@@ -177,7 +177,7 @@ def _call(
     return out
 
 
-def _held_after(session: RingSession, laid: dict[int, tuple[int, ...]],
+def _held_after(session: RingCalls, laid: dict[int, tuple[int, ...]],
                 prompt: Sequence[int]) -> list[int]:  # fmt: skip
     """The cache's tokens after a call: the prompt, then the reply cut to what llama.cpp holds
     (its last sampled token is never evaluated), which the ring's output segment spans."""
@@ -190,7 +190,7 @@ def _held_after(session: RingSession, laid: dict[int, tuple[int, ...]],
 
 
 def windows_stream(
-    session: RingSession, instruction: str, windows: Sequence[Any], max_tokens: int
+    session: RingCalls, instruction: str, windows: Sequence[Any], max_tokens: int
 ) -> Generator[Event, None, list[OutputSpan]]:
     """One reply to ``instruction`` per window, the windows overlapping (a sliding window with
     stride overlap): the chunks two windows share stay in the cache and only the new ones are
@@ -250,7 +250,7 @@ class ResidentCalls:
     """
 
     def __init__(
-        self, session: RingSession, instruction: str, after: ResidentState | None = None
+        self, session: RingCalls, instruction: str, after: ResidentState | None = None
     ) -> None:
         """``after``: what an earlier job left resident; taken up when the cache still holds
         it for the same instruction and context, else the calls start from the frame."""
@@ -301,7 +301,7 @@ def _tokenized(
 
 
 def _make_room(
-    session: RingSession, step: str, need: int, laid: dict[int, tuple[int, ...]],
+    session: RingCalls, step: str, need: int, laid: dict[int, tuple[int, ...]],
     held: list[int],
 ) -> Generator[Event, None, None]:  # fmt: skip
     """Evict until ``need`` positions are free: the oldest document text first, then the
@@ -326,7 +326,7 @@ def _make_room(
 
 
 def _evict(
-    session: RingSession, step: str, victims: Sequence[Segment],
+    session: RingCalls, step: str, victims: Sequence[Segment],
     laid: dict[int, tuple[int, ...]], held: list[int],
 ) -> Generator[Event, None, None]:  # fmt: skip
     """Remove ``victims`` from the cache and the ring: each run of adjacent segments in one

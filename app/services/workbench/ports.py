@@ -31,8 +31,8 @@ from app.core.history_records import VersionInfo
 from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner
 from app.core.tokens import TokenCounter
-from app.services.engine_session import ServerSpec
 from app.services.history import Changes
+from app.services.job_engine import ServerSpec
 from app.services.jobs import JobOutcome, JobSpec, ResumeSpec
 from app.services.question_plans import SideBySide
 from app.services.versions import OpenedVersion

@@ -78,7 +78,7 @@ def connect_remote(spec: ServerSpec, cancelled: Callable[[], bool] | None = None
     return remote
 
 
-class EngineSession:
+class JobEngine:
     """The engine jobs run on now, and what is known about it."""
 
     def __init__(self) -> None:
@@ -93,7 +93,7 @@ class EngineSession:
         # what the last job left resident in the cache (JobResult.resident), for a follow-up
         self._resident: ResidentState | None = None
 
-    def __enter__(self) -> EngineSession:
+    def __enter__(self) -> JobEngine:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
