@@ -8,6 +8,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -46,11 +47,20 @@ from app.core.config import INDEX_ENV
 from app.core.default_model import GEMMA_3_270M, default_model_path
 from app.core.default_model import model_path as known_path
 from app.core.engine.host import EngineHost
-from app.core.engine.types import LoadSettings
+from app.core.paths import sample_document
+from app.core.tokens import (
+    TiktokenCounter,
+    gguf_encoding,
+)
 from tests import edge_cases, tiers
 from tests.edge_cases import Edges
+from tests.engines import Counters, Hosts
 from tests.hostile_pdfs import write_slow_pdf
 from tests.package_index import LoopbackIndex, make_wheel
+from tests.remote_server import SERVER_N_CTX, Server, running_server
+
+if TYPE_CHECKING:
+    from tests.model_homes import Home
 
 DATA = Path(__file__).parent / "data"
 
@@ -82,6 +92,16 @@ def gemma_sha256(gemma_path: Path) -> str:
     return sha256_of(gemma_path)
 
 
+@pytest.fixture
+def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str) -> Home:
+    """A home holding the models other programs keep (LM Studio, Ollama, the Hugging Face and
+    llama.cpp caches), a models folder of ContextLens's own and a folder the person adds, built
+    under tmp_path from both test models (tests/model_homes.py); not yet this test's home."""
+    from tests.model_homes import build_home  # noqa: PLC0415 (numpy and gguf only where used)
+
+    return build_home(tmp_path, model_path, gemma_path, gemma_sha256)
+
+
 @pytest.fixture(scope="session")
 def qapp(qapp: object) -> object:
     """pytest-qt's application, collecting cycles on the GUI thread as the app does
@@ -97,13 +117,53 @@ def qapp(qapp: object) -> object:
     return qapp
 
 
+# ----- engines and token counters, one of each kind per test module ----------------------------
+
+
 @pytest.fixture(scope="module")
-def engine(model_path: Path) -> Iterator[object]:
-    """One engine child per test module, loaded with the default model."""
-    host = EngineHost()
-    host.load(model_path, LoadSettings(n_ctx=2048))
-    yield host
-    host.close()
+def make_host(model_path: Path) -> Iterator[Hosts]:
+    """Engine children for the module's tests (tests/engines.py): ``make_host(n_ctx=512,
+    n_threads=1)`` is the default model loaded with those LoadSettings, ``make_host(path,
+    n_ctx=...)`` another model. The same arguments give the same child, loaded once for the
+    whole module; every child is closed when the module's tests are done."""
+    hosts = Hosts(model_path)
+    yield hosts
+    hosts.close()
+
+
+@pytest.fixture(scope="module")
+def engine(make_host: Hosts) -> EngineHost:
+    """The module's engine child on the default model at n_ctx 2048."""
+    return make_host(n_ctx=2048)
+
+
+@pytest.fixture(scope="module")
+def idle_host() -> Iterator[EngineHost]:
+    """An engine child with no model loaded, shared by the module's tests, which load the
+    files (or vocabularies) they need into it."""
+    with EngineHost() as host:
+        yield host
+
+
+@pytest.fixture(scope="module")
+def make_counter(model_path: Path) -> Counters:
+    """Exact token counters for the module's tests (tests/engines.py), each built once:
+    ``make_counter(host)`` the default model's, checked against ``host``'s llama.cpp tokenizer;
+    ``make_counter()`` its fastest form, unchecked; ``model=`` another model's."""
+    return Counters(model_path)
+
+
+@pytest.fixture(scope="module")
+def gguf_counter(model_path: Path) -> TiktokenCounter:
+    """The default model's fast counter, read from its GGUF as the CLI and the planner read it
+    (tiktoken; not checked against llama.cpp)."""
+    return gguf_encoding(model_path)
+
+
+@pytest.fixture(scope="module")
+def sample_text() -> str:
+    """The sample document's text (the Jargon File, ~405k tokens)."""
+    return sample_document().read_text(encoding="utf-8")
 
 
 @pytest.fixture
@@ -111,6 +171,15 @@ def slow_page(tmp_path: Path) -> Path:
     """A one-page PDF that takes pypdf seconds to read (tests/hostile_pdfs.py): a read to
     cancel."""
     return write_slow_pdf(tmp_path / "slow.pdf")
+
+
+@pytest.fixture(scope="module")
+def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """llama-cpp-python's OpenAI-compatible server on the default model at SERVER_N_CTX, on a
+    free loopback port, one per module (tests/remote_server.py)."""
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with running_server(model_path, log, n_ctx=SERVER_N_CTX) as srv:
+        yield srv
 
 
 # ----- a package index on loopback (tests/package_index.py) ------------------------------------

@@ -19,6 +19,7 @@ import httpx
 from app.core.engine.threads import GOMP_SPINCOUNT, default_threads
 
 ALIAS = "smollm2"  # the model id the server lists
+SERVER_N_CTX = 1024  # the context of the server the tests share (tests/conftest.py: server)
 
 
 @dataclass

@@ -22,7 +22,7 @@ import pytest
 from app.core.planning.frame import model_frame
 from app.core.planning.retrieve import NEEDS_QUESTION
 from app.core.planning.strategies import MULTI_PASS, QUESTION_STRATEGIES, STRATEGIES
-from app.core.tokens import TokenCounter, gguf_encoding
+from app.core.tokens import TokenCounter
 from tests.cli.runner import assert_one_line_error, run
 from tests.edge_cases import Edges
 from tests.edge_docs import LONG_SENTENCE, ONE_LINE_KINDS, one_line, text_of_tokens
@@ -33,14 +33,9 @@ TRAIN_CTX = 8192
 
 
 @pytest.fixture(scope="module")
-def counter(model_path: Path) -> TokenCounter:
-    return gguf_encoding(model_path)  # what the CLI counts with once it is checked
-
-
-@pytest.fixture(scope="module")
-def frame(model_path: Path, counter: TokenCounter) -> int:
+def frame(model_path: Path, gguf_counter: TokenCounter) -> int:
     """Tokens of the summary prompt around the document."""
-    return model_frame(model_path, task=SUMMARIZE).tokens(counter)
+    return model_frame(model_path, task=SUMMARIZE).tokens(gguf_counter)
 
 
 def _file(folder: Path, text: str, name: str = "doc.txt") -> Path:
@@ -104,12 +99,12 @@ def test_a_reply_reserve_of_the_whole_context_is_refused_with_the_numbers(
     "past", [pytest.param(0, marks=pytest.mark.slow), 1], ids=["at the budget", "one past it"]
 )
 def test_refuse_runs_at_the_exact_budget_and_refuses_one_token_past_it(
-    tmp_path: Path, counter: TokenCounter, frame: int, past: int, edges: Edges
+    tmp_path: Path, gguf_counter: TokenCounter, frame: int, past: int, edges: Edges
 ) -> None:
     """A reply of one token: a document of exactly the budget fills the context to its last
     cell (exit 0); one token more exits 4 with the document's tokens and the budget."""
     budget = N_CTX - frame - 1
-    doc = _file(tmp_path, text_of_tokens(counter, budget + past))
+    doc = _file(tmp_path, text_of_tokens(gguf_counter, budget + past))
     proc = _job(doc, tmp_path / "h.db", "--strategy", "refuse", "--n-ctx", str(N_CTX),
                 "--max-tokens", "1")  # fmt: skip
     done = _lines(proc)[-1]
@@ -129,10 +124,10 @@ def test_refuse_runs_at_the_exact_budget_and_refuses_one_token_past_it(
 
 
 def test_plan_refuse_names_the_whole_prompt_and_the_context(
-    tmp_path: Path, counter: TokenCounter, frame: int, edges: Edges
+    tmp_path: Path, gguf_counter: TokenCounter, frame: int, edges: Edges
 ) -> None:
     budget = N_CTX - frame - 1
-    doc = _file(tmp_path, text_of_tokens(counter, budget + 1))
+    doc = _file(tmp_path, text_of_tokens(gguf_counter, budget + 1))
     proc = run("plan", str(doc), "--strategy", "refuse", "--n-ctx", str(N_CTX), "--reserve", "1")
     assert proc.returncode == 4, proc.stderr
     assert_one_line_error(proc)
@@ -145,9 +140,9 @@ def test_plan_refuse_names_the_whole_prompt_and_the_context(
 
 @pytest.mark.slow
 def test_plan_with_a_reply_reserve_of_zero_fits_one_token_more(
-    tmp_path: Path, counter: TokenCounter, frame: int, edges: Edges
+    tmp_path: Path, gguf_counter: TokenCounter, frame: int, edges: Edges
 ) -> None:
-    doc = _file(tmp_path, text_of_tokens(counter, N_CTX - frame))
+    doc = _file(tmp_path, text_of_tokens(gguf_counter, N_CTX - frame))
     proc = run("plan", str(doc), "--strategy", "refuse", "--n-ctx", str(N_CTX), "--reserve", "0",
                "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -260,10 +255,10 @@ def test_plan_without_room_for_the_document_exits_4_with_the_numbers(
 
 @pytest.mark.parametrize("budget", [pytest.param(1, marks=pytest.mark.slow), 5])
 def test_plan_with_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
-    tmp_path: Path, counter: TokenCounter, frame: int, budget: int, edges: Edges
+    tmp_path: Path, gguf_counter: TokenCounter, frame: int, budget: int, edges: Edges
 ) -> None:
     doc = _file(tmp_path, LONG_SENTENCE)
-    total = counter.count(LONG_SENTENCE)
+    total = gguf_counter.count(LONG_SENTENCE)
     n_ctx = frame + 2 + budget
     proc = run("plan", str(doc), "--strategy", "all", "--n-ctx", str(n_ctx), "--reserve", "2",
                "--json")  # fmt: skip
@@ -333,13 +328,13 @@ def test_plan_every_strategy_on_a_5_mb_line(
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("kind", ONE_LINE_KINDS)
 def test_count_a_5_mb_line(
-    line_files: dict[str, Path], counter: TokenCounter, kind: str, edges: Edges
+    line_files: dict[str, Path], gguf_counter: TokenCounter, kind: str, edges: Edges
 ) -> None:
     proc = run("count", str(line_files[kind]), "--json", timeout=1700)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["bytes"] == len(one_line(kind).encode("utf-8")) and data["format"] == "text"
-    assert data["tokens_model"] == counter.count(one_line(kind))
+    assert data["tokens_model"] == gguf_counter.count(one_line(kind))
     edges.add("5 MB line", "worked")
 
 

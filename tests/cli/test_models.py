@@ -12,7 +12,7 @@ import pytest
 from app.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from app.core import model_folders
 from tests.cli.runner import assert_one_line_error, run
-from tests.model_homes import PARAMS, TEMPLATE, Home, build_home, live_in, write_tiny_gguf
+from tests.model_homes import PARAMS, TEMPLATE, Home, live_in, write_tiny_gguf
 
 pytestmark = pytest.mark.unit
 
@@ -29,15 +29,16 @@ LISTED = [
 
 
 @pytest.fixture
-def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str,
-           monkeypatch: pytest.MonkeyPatch) -> Home:  # fmt: skip
-    home = live_in(build_home(tmp_path, model_path, gemma_path, gemma_sha256), monkeypatch)
+def cli_home(layout: Home, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """The layout as this test's home, with ContextLens's own models folder in
+    CONTEXTLENS_MODELS: what the command line finds."""
+    home = live_in(layout, monkeypatch)
     monkeypatch.setenv("CONTEXTLENS_MODELS", str(home.own))
     return home
 
 
-def test_json_lists_each_model_once_with_its_source(layout: Home) -> None:
-    proc = run("models", "--json", "--folder", str(layout.added))
+def test_json_lists_each_model_once_with_its_source(cli_home: Home) -> None:
+    proc = run("models", "--json", "--folder", str(cli_home.added))
     assert proc.returncode == EXIT_OK, proc.stderr
     models = json.loads(proc.stdout)
     assert [(m["source"], m["name"]) for m in models] == LISTED
@@ -45,13 +46,13 @@ def test_json_lists_each_model_once_with_its_source(layout: Home) -> None:
         assert {"path", "family", "parameters", "quantization", "file_size", "n_ctx_train",
                 "parts", "ollama_template", "ollama_parameters"} <= model.keys()  # fmt: skip
     gemma = models[1]
-    assert gemma["path"] == str(layout.ollama_blob) and gemma["family"] == "gemma3"
+    assert gemma["path"] == str(cli_home.ollama_blob) and gemma["family"] == "gemma3"
     assert (gemma["ollama_template"], gemma["ollama_parameters"]) == (TEMPLATE, PARAMS)
     assert models[0]["ollama_template"] is None
     assert (models[5]["parts"], models[5]["parts_present"], models[5]["loadable"]) == (3, 2, False)
     # the file that is not a GGUF: one sentence on stderr, not in the list
     assert proc.stderr.strip() == (
-        f"Skipped {layout.bad_file}: not a GGUF file (the first four bytes are not "
+        f"Skipped {cli_home.bad_file}: not a GGUF file (the first four bytes are not "
         "'GGUF').")  # fmt: skip
 
 
@@ -92,10 +93,10 @@ def make_hostile(layout: Home) -> list[str]:
 
 @pytest.mark.timeout(60)  # a FIFO read with a blocking open would hang here
 def test_a_hostile_store_is_one_sentence_per_bad_entry_and_the_rest_is_listed(
-    layout: Home,
+    cli_home: Home,
 ) -> None:
-    sentences = make_hostile(layout)
-    proc = run("models", "--json", "--folder", str(layout.added))
+    sentences = make_hostile(cli_home)
+    proc = run("models", "--json", "--folder", str(cli_home.added))
     assert proc.returncode == EXIT_OK, proc.stderr
     models = json.loads(proc.stdout)
     assert [(m["source"], m["name"]) for m in models] == [
@@ -105,7 +106,7 @@ def test_a_hostile_store_is_one_sentence_per_bad_entry_and_the_rest_is_listed(
     assert sorted(proc.stderr.splitlines()) == sorted(sentences)
 
 
-def test_text_groups_the_models_by_source(layout: Home) -> None:
+def test_text_groups_the_models_by_source(cli_home: Home) -> None:
     proc = run("models")
     assert proc.returncode == EXIT_OK, proc.stderr
     lines = proc.stdout.splitlines()

@@ -26,7 +26,7 @@ JOBS = [
 
 
 @pytest.fixture(scope="module")
-def document(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def jargon_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """About 1,130 tokens of the Jargon File: cut at 1,024, whole at 2,048 and 8,192 (short:
     each size runs three strategies)."""
     text = sample_document().read_text(encoding="utf-8")
@@ -57,8 +57,9 @@ def _cli(*argv: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("n_ctx", [1024, 2048, 8192])
 def test_plan_reports_the_budget_run_executes(
-    document: Path, brief: Path, tmp_path: Path, n_ctx: int
+    jargon_start: Path, brief: Path, tmp_path: Path, n_ctx: int
 ) -> None:
+    document = jargon_start
     if n_ctx > 1024:  # the document is whole here either way: the shorter one runs sooner
         document = brief
     for task, strategies in JOBS:
@@ -87,15 +88,15 @@ def test_plan_reports_the_budget_run_executes(
             assert shown["head"]["kept_tokens"] < shown["head"]["total_tokens"]
 
 
-def test_plan_and_run_read_task_and_max_tokens_the_same_way(document: Path) -> None:
-    (default,) = _cli("plan", str(document), "--strategy", "head", "--n-ctx", "2048",
+def test_plan_and_run_read_task_and_max_tokens_the_same_way(jargon_start: Path) -> None:
+    (default,) = _cli("plan", str(jargon_start), "--strategy", "head", "--n-ctx", "2048",
                       "--json")  # fmt: skip
-    (short,) = _cli("plan", str(document), "--strategy", "head", "--n-ctx", "2048",
+    (short,) = _cli("plan", str(jargon_start), "--strategy", "head", "--n-ctx", "2048",
                     "--max-tokens", "64", "--json")  # fmt: skip
     assert default["task"] == "summarize" and default["reserve"] == 256  # run's default reply
     assert short["reserve"] == 64 and short["budget"] == default["budget"] + 192
     # a task that is not a task is refused as run refuses it, in one sentence
-    refused = run_here("plan", str(document), "--strategy", "head", "--n-ctx", "2048", "--task",
+    refused = run_here("plan", str(jargon_start), "--strategy", "head", "--n-ctx", "2048", "--task",
                        "Summarize the document.")  # fmt: skip
     assert refused.returncode == 2
     assert refused.stderr.strip() == (

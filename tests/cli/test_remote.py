@@ -14,7 +14,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,10 @@ from app.core.engine.remote import NO_AUDIT, NO_KV_STATE
 from app.core.paths import sample_document
 from tests.cli.runner import run_here
 from tests.default_llama_cpp_server import default_server
-from tests.remote_server import ALIAS, Server, free_port, running_server, start_server
+from tests.remote_server import ALIAS, SERVER_N_CTX, Server, free_port, running_server, start_server
 
-N_CTX = 1024
+N_CTX = SERVER_N_CTX  # the shared server's (tests/conftest.py: server)
 CLI = [sys.executable, "-m", "app.cli"]
-
-
-@pytest.fixture(scope="module")
-def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with running_server(model_path, log, n_ctx=N_CTX) as srv:
-        yield srv
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,

@@ -32,7 +32,7 @@ def _lines(stdout: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def planted_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Jargon File (~405k tokens) with :data:`FACT` as a paragraph ~300k tokens in."""
     text = sample_document().read_text(encoding="utf-8")
     at = text.index("\n\n", int(len(text) * 0.74)) + 1
@@ -41,15 +41,15 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_plan_json_prints_scored_spans_one_plan_per_question(planted: Path) -> None:
+def test_plan_json_prints_scored_spans_one_plan_per_question(planted_file: Path) -> None:
     second = "What does the word kludge mean?"
-    proc = run("plan", str(planted), "--strategy", "retrieve", "--task", "ask", "--question",
+    proc = run("plan", str(planted_file), "--strategy", "retrieve", "--task", "ask", "--question",
                QUESTION, "--question", second, "--n-ctx", "2048", "--needle", FACT, "--json",
                timeout=300)  # fmt: skip
     assert proc.returncode == EXIT_OK, proc.stderr
     plans = _lines(proc.stdout)
     assert [p["question"] for p in plans] == [QUESTION, second]
-    text = planted.read_text(encoding="utf-8")
+    text = planted_file.read_text(encoding="utf-8")
     for p in plans:
         assert p["strategy"] == "retrieve" and p["exact"] is True and p["refused"] is None
         assert p["total_tokens"] > 400_000 and p["peak_tokens"] == p["kept_tokens"] <= p["budget"]

@@ -36,7 +36,8 @@ def _seed(db: Path, doc_path: Path) -> tuple[int, int, int]:
 
 
 @pytest.fixture
-def doc(tmp_path: Path) -> Path:
+def part_doc(tmp_path: Path) -> Path:
+    """The first 200 characters of the sample document, as part.txt."""
     path = tmp_path / "part.txt"
     path.write_text(sample_document().read_text(encoding="utf-8")[:200], encoding="utf-8")
     return path
@@ -50,14 +51,14 @@ def _run(doc: Path, db: Path, *extra: str) -> dict[str, object]:
 
 
 def test_runs_join_the_session_as_children_and_list_draws_the_tree(
-    tmp_path: Path, doc: Path, model_path: Path
+    tmp_path: Path, part_doc: Path, model_path: Path
 ) -> None:
     db = tmp_path / "h.db"
-    session, v1, v2 = _seed(db, doc)
-    branched = _run(doc, db, "--parent", str(v1))  # v1 gets a second child: a branch
+    session, v1, v2 = _seed(db, part_doc)
+    branched = _run(part_doc, db, "--parent", str(v1))  # v1 gets a second child: a branch
     [v3] = branched["recorded"]["versions"]
     assert branched["recorded"] == {"session": session, "versions": [v3], "parent": v1}
-    latest = _run(doc, db, "--session", str(session))  # under the session's newest: v3
+    latest = _run(part_doc, db, "--session", str(session))  # under the session's newest: v3
     [v4] = latest["recorded"]["versions"]
     assert latest["recorded"] == {"session": session, "versions": [v4], "parent": v3}
 
@@ -78,10 +79,10 @@ def test_runs_join_the_session_as_children_and_list_draws_the_tree(
 
 
 def test_a_session_or_parent_that_does_not_fit_is_one_sentence_and_changes_nothing(
-    tmp_path: Path, doc: Path
+    tmp_path: Path, part_doc: Path
 ) -> None:
     db = tmp_path / "h.db"
-    session, v1, _v2 = _seed(db, doc)
+    session, v1, _v2 = _seed(db, part_doc)
     other_doc = tmp_path / "other.txt"
     other_doc.write_text("Another document entirely.", encoding="utf-8")
     other, other_v1, _ = _seed(db, other_doc)
@@ -95,7 +96,7 @@ def test_a_session_or_parent_that_does_not_fit_is_one_sentence_and_changes_nothi
             f"version {other_v1} is in session {other}, not in session {session}",
     }  # fmt: skip
     for flags, message in cases.items():
-        proc = run("run", str(doc), "--strategy", "head", "--db", str(db), *flags)
+        proc = run("run", str(part_doc), "--strategy", "head", "--db", str(db), *flags)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert_one_line_error(proc)
         assert message in proc.stderr, (flags, proc.stderr)

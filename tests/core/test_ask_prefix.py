@@ -7,13 +7,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from app.core.engine.host import EngineHost
-from app.core.engine.types import Finished, GenerationStats, LoadSettings
+from app.core.engine.types import Finished, GenerationStats
 from app.core.jobs.tasks import JobFinished, PlanReady, ask
 from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
+from tests.engines import Hosts
 
 N_CTX = 1024
 
@@ -35,15 +34,8 @@ class Recording:
             yield event
 
 
-@pytest.fixture(scope="module")
-def host(model_path: Path) -> Iterator[EngineHost]:
-    h = EngineHost()
-    h.load(model_path, LoadSettings(n_ctx=N_CTX))
-    yield h
-    h.close()
-
-
-def test_each_later_question_evaluates_only_the_question(host: EngineHost, model_path: Path):
+def test_each_later_question_evaluates_only_the_question(make_host: Hosts, model_path: Path):
+    host = make_host(n_ctx=N_CTX)
     counter = exact_counter(model_path, host_tokenize(host))
     text = sample_document().read_text(encoding="utf-8")[:8000]
     questions = ["Who edited the Jargon File?", "What is a hacker?", "What does foo mean?"]

@@ -10,7 +10,7 @@ assumed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -178,19 +178,12 @@ def test_a_gguf_that_names_itself_a_base_model_is_one(
 # ----- against llama.cpp: the real models, loaded by the real engine --------------------------
 
 
-@pytest.fixture(scope="module")
-def host() -> Iterator[EngineHost]:
-    engine = EngineHost()
-    yield engine
-    engine.close()
-
-
 def test_gemma3_kv_bytes_per_token_times_cells_is_what_llama_cpp_allocated(
-    host: EngineHost, gemma_path: Path
+    idle_host: EngineHost, gemma_path: Path
 ) -> None:
     info = inspect_model(gemma_path)
     settings = LoadSettings(n_ctx=8192)
-    loaded = host.load(gemma_path, settings)
+    loaded = idle_host.load(gemma_path, settings)
     caches = loaded.kv_caches  # as llama.cpp logged them while allocating
     assert [(c.kind, c.cells, c.layers, c.k_type) for c in caches] == [
         ("full", 8192, 3, "f16"),
@@ -217,11 +210,11 @@ def test_gemma3_kv_bytes_per_token_times_cells_is_what_llama_cpp_allocated(
 
 
 def test_full_attention_and_a_padded_context_match_llama_cpp_too(
-    host: EngineHost, model_path: Path
+    idle_host: EngineHost, model_path: Path
 ) -> None:
     info = inspect_model(model_path)
     settings = LoadSettings(n_ctx=1000)  # llama.cpp makes 1,024 cells
-    loaded = host.load(model_path, settings)
+    loaded = idle_host.load(model_path, settings)
     assert [(c.kind, c.cells, c.layers) for c in loaded.kv_caches] == [("full", 1024, 30)]
     expected = estimate_memory(info, settings).kv_bytes
     assert expected == info.kv_bytes_per_token() * 1024

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.core.documents import Document, document_from_text, load_document
 from app.core.engine.host import EngineHost
-from app.core.engine.types import GenerationStats, KVUsage, LoadSettings
+from app.core.engine.types import GenerationStats, KVUsage
 from app.core.jobs.audit import Audit, AuditFailed, CallRecord, LaidSegment
 from app.core.jobs.ring import Ring, SegmentKind
 from app.core.jobs.tasks import (
@@ -31,9 +30,10 @@ from app.core.jobs.tasks import (
 from app.core.planning.chunking import Boundary, Chunk
 from app.core.planning.retrieve import NEEDS_QUESTION
 from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES, Planner
-from app.core.tokens import TokenCounter, exact_counter, host_tokenize
+from app.core.tokens import TokenCounter
 from tests.conftest import DATA
 from tests.core.audit_corpus import AUDITED, CORPUS
+from tests.engines import Counters, Hosts
 
 N_CTX = 256  # small enough that every document overflows and every strategy has work to do
 MAX_TOKENS = 8
@@ -47,18 +47,6 @@ RETRIEVE = {
     "mixed": "Which settings file format is used for the migration?",
     "web": "What does the reading guide say about the Gettysburg Address?",
 }
-
-
-@pytest.fixture(scope="module")
-def host(model_path: Path) -> Iterator[EngineHost]:
-    with EngineHost() as h:
-        h.load(model_path, LoadSettings(n_ctx=N_CTX))
-        yield h
-
-
-@pytest.fixture(scope="module")
-def counter(host: EngineHost, model_path: Path) -> TokenCounter:
-    return exact_counter(model_path, host_tokenize(host))
 
 
 @dataclasses.dataclass
@@ -94,7 +82,9 @@ class Bench:
 
 
 @pytest.fixture(scope="module")
-def bench(host: EngineHost, counter: TokenCounter) -> Bench:
+def bench(make_host: Hosts, make_counter: Counters) -> Bench:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     docs = {}
     for kind, name in CORPUS.items():
         doc = load_document(DATA / name)
@@ -302,8 +292,9 @@ def test_a_store_that_disagrees_with_the_run_is_found(bench: Bench) -> None:
     ]
 
 
-def test_segments_at_the_wrong_positions_are_found(host: EngineHost) -> None:
+def test_segments_at_the_wrong_positions_are_found(make_host: Hosts) -> None:
     """A ring that puts a segment where the cache holds something else."""
+    host = make_host(n_ctx=N_CTX)
     host.reset()
     tokens = host.tokenize("One two three four five six.", add_special=False)
     host.evaluate(tokens)

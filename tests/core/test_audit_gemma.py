@@ -12,7 +12,6 @@ at a context of 256, as tests/core/test_audit.py does on the default model.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from app.core.planning.strategies import QUESTION_STRATEGIES, STRATEGIES, Planne
 from app.core.tokens import LlamaCounter, TokenCounter, host_tokenize
 from tests.conftest import DATA
 from tests.core.audit_corpus import AUDITED, CORPUS
+from tests.engines import Hosts
 from tests.plain_llama import plain_llama
 
 N_CTX = 160  # the box-drawing document (228 tokens) overflows: every strategy has work to do
@@ -135,24 +135,23 @@ class Bench:
 
 
 @pytest.fixture(scope="module")
-def bench(gemma_path: Path) -> Iterator[Bench]:
-    with EngineHost() as host:
-        host.load(gemma_path, LoadSettings(n_ctx=N_CTX))
-        yield Bench(host, gemma_path, N_CTX)
+def gemma_bench(make_host: Hosts, gemma_path: Path) -> Bench:
+    return Bench(make_host(gemma_path, n_ctx=N_CTX), gemma_path, N_CTX)
 
 
 @pytest.fixture(scope="module")
-def box(bench: Bench) -> tuple[Document, Planner]:
-    return bench.planned(BOX)
+def box_drawing(gemma_bench: Bench) -> tuple[Document, Planner]:
+    """The box-drawn table (tests/data/box-drawing.txt), planned with Gemma's counter."""
+    return gemma_bench.planned(BOX)
 
 
 # ----- make test ------------------------------------------------------------------------------
 
 
-def test_pieces_longer_than_32_bytes_come_back_whole(bench: Bench) -> None:
+def test_pieces_longer_than_32_bytes_come_back_whole(gemma_bench: Bench) -> None:
     """What the model saw in the false alarm: the right token (sixteen '─', 48 bytes), which
     llama-cpp-python's detokenizer dropped; the engine's now gives every piece whole."""
-    host = bench.host
+    host = gemma_bench.host
     line = "├───────┼───────────────────────────────┤"
     ids = host.tokenize(line, add_special=False)
     assert any(len(host.detokenize([t]).encode()) > 32 for t in ids)
@@ -161,40 +160,40 @@ def test_pieces_longer_than_32_bytes_come_back_whole(bench: Bench) -> None:
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_runs_on_gemma_exactly_as_planned(
-    bench: Bench, box: tuple[Document, Planner], strategy: str
+    gemma_bench: Bench, box_drawing: tuple[Document, Planner], strategy: str
 ) -> None:
-    bench.audited(*box, COMPACT[strategy], strategy)
+    gemma_bench.audited(*box_drawing, COMPACT[strategy], strategy)
 
 
 def test_a_base_model_gets_the_completion_frame(
-    bench: Bench, box: tuple[Document, Planner]
+    gemma_bench: Bench, box_drawing: tuple[Document, Planner]
 ) -> None:
     """No chat template: the document first, then the cue the model continues; nothing of an
     instruction frame it never learned. The plans count the same frame (``Bench.audited``)."""
-    frame = model_frame(bench.path, task=SUMMARIZE)
+    frame = model_frame(gemma_bench.path, task=SUMMARIZE)
     assert (frame.before, frame.after) == COMPLETION_CUES[SUMMARIZE]
     assert COMPLETION_CUES[SUMMARIZE] == ("Document:\n\n", "\n\nSummary:")
-    doc, planner = box
-    run = bench.audited(doc, planner, "summarize", "head")
+    doc, planner = box_drawing
+    run = gemma_bench.audited(doc, planner, "summarize", "head")
     kept = "".join(doc.text[s.start : s.end] for s in planner.plan("head", run.ready.budget).kept)
-    host = bench.host
+    host = gemma_bench.host
     assert host.detokenize(run.result.final_prompt) == f"Document:\n\n{kept}\n\nSummary:"
     assert run.result.final_prompt[0] == host.tokenize("", add_special=True)[0]  # BOS, once
 
 
 def test_a_rollback_past_the_sliding_window_resumes_the_reply_the_job_would_give(
-    bench: Bench,
+    gemma_bench: Bench,
 ) -> None:
     """A job whose prompt and reply outgrow the 512-token window, its KV state kept and
     restored: every position comes back, and the resumed reply is the one the live cache gives
     for the same prompt. (A state saved as sequence 0 holds a windowed layer's cells only within
     the window of the last position: restored, the cache's first position read 64, which the
     audit reported as a ring mismatch, and the reply differed.)"""
-    host, n_ctx, max_tokens = bench.host, 640, 8
-    host.load(bench.path, LoadSettings(n_ctx=n_ctx))
+    host, n_ctx, max_tokens = gemma_bench.host, 640, 8
+    host.load(gemma_bench.path, LoadSettings(n_ctx=n_ctx))
     try:
         text = (DATA / "sample.py").read_text(encoding="utf-8")
-        events = summarize(host, text, bench.counter, strategy="head", n_ctx=n_ctx,
+        events = summarize(host, text, gemma_bench.counter, strategy="head", n_ctx=n_ctx,
                            max_tokens=max_tokens)  # fmt: skip
         result = next(ev.result for ev in events if isinstance(ev, JobFinished))
         prompt = result.final_prompt
@@ -214,18 +213,18 @@ def test_a_rollback_past_the_sliding_window_resumes_the_reply_the_job_would_give
         assert resumed.evaluated_tokens == 1
         assert resumed.text == host.detokenize(live).strip()
     finally:
-        host.load(bench.path, LoadSettings(n_ctx=N_CTX))
+        host.load(gemma_bench.path, LoadSettings(n_ctx=N_CTX))
 
 
 def test_greedy_output_matches_llama_cpp_under_the_same_settings_and_schedule(
-    bench: Bench,
+    gemma_bench: Bench,
 ) -> None:
     """As on the default model (tests/core/test_engine_host.py), on Gemma, whose repacked Q4_K
     weights are multiplied four rows at a time and the rest one by one: where each slice begins
     and ends changes its numbers on some builds, so the engine's slices are replayed as they
     are, here [128, 2] and the last token."""
-    host, settings = bench.host, LoadSettings(n_ctx=512)
-    host.load(bench.path, settings)
+    host, settings = gemma_bench.host, LoadSettings(n_ctx=512)
+    host.load(gemma_bench.path, settings)
     try:
         text = (DATA / "sample.py").read_text(encoding="utf-8")
         prompt = host.tokenize(text, add_special=True)[: PROMPT_SLICE + 3]
@@ -233,8 +232,8 @@ def test_greedy_output_matches_llama_cpp_under_the_same_settings_and_schedule(
                                           sampling=SamplingSettings(stop_on_repetition=False))
                 if isinstance(ev, TextDelta) for t in ev.token_ids]  # fmt: skip
     finally:
-        host.load(bench.path, LoadSettings(n_ctx=N_CTX))
-    with plain_llama(bench.path, settings) as plain:
+        host.load(gemma_bench.path, LoadSettings(n_ctx=N_CTX))
+    with plain_llama(gemma_bench.path, settings) as plain:
         assert plain.greedy(prompt, 24) == ours
     assert ours, "a reply"
 
@@ -253,11 +252,11 @@ def _reply(host: EngineHost, prompt: tuple[int, ...], max_tokens: int) -> list[i
 
 
 @pytest.fixture(scope="module")
-def matrix(gemma_path: Path) -> Iterator[tuple[Bench, dict[str, tuple[Document, Planner]]]]:
-    with EngineHost() as host:
-        host.load(gemma_path, LoadSettings(n_ctx=MATRIX_N_CTX))
-        wide = Bench(host, gemma_path, MATRIX_N_CTX)
-        yield wide, {kind: wide.planned(name) for kind, name in {**CORPUS, "box": BOX}.items()}
+def matrix(
+    make_host: Hosts, gemma_path: Path
+) -> tuple[Bench, dict[str, tuple[Document, Planner]]]:
+    wide = Bench(make_host(gemma_path, n_ctx=MATRIX_N_CTX), gemma_path, MATRIX_N_CTX)
+    return wide, {kind: wide.planned(name) for kind, name in {**CORPUS, "box": BOX}.items()}
 
 
 @pytest.mark.slow

@@ -31,7 +31,8 @@ BASE = LoadSettings(n_ctx=512)
 
 
 @pytest.fixture
-def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[EngineHost]:
+def fresh_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[EngineHost]:
+    """A new engine child, nothing loaded, and an empty calibration cache of this test's own."""
     monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
     with EngineHost() as h:
         yield h
@@ -68,7 +69,7 @@ def test_candidates_stay_within_the_cpus_this_process_may_use(
 
 
 def test_calibration_keeps_the_fastest_and_caches_it(
-    host: EngineHost, model_path: Path, sha: str
+    fresh_host: EngineHost, model_path: Path, sha: str
 ) -> None:
     trials = [
         LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1),
@@ -76,14 +77,14 @@ def test_calibration_keeps_the_fastest_and_caches_it(
         LoadSettings(n_ctx=512, kv_cache_type="q8_0"),
     ]  # refused: needs flash attention
     seen: list[tuple[int, int]] = []
-    result = calibrate(host, model_path, sha, BASE, trials=trials,
+    result = calibrate(fresh_host, model_path, sha, BASE, trials=trials,
                        progress=lambda done, total: seen.append((done, total)))  # fmt: skip
     assert seen == [(1, 3), (2, 3), (3, 3)]
     assert len(result.trials) == 2  # the refused candidate is not a choice
     assert all(t.prompt_tokens_per_s > 0 and t.gen_tokens_per_s > 0 for t in result.trials)
     assert result.best == min(result.trials, key=lambda t: t.seconds_per_call).settings
-    assert host.model is not None and host.model.n_threads == result.best.n_threads
-    assert result.machine == machine_key(host.capabilities)
+    assert fresh_host.model is not None and fresh_host.model.n_threads == result.best.n_threads
+    assert result.machine == machine_key(fresh_host.capabilities)
     assert cached(sha, result.machine) == result
 
     class Counting:  # the real host, counting what a cached calibration still evaluates
@@ -91,25 +92,25 @@ def test_calibration_keeps_the_fastest_and_caches_it(
             self.evaluated = 0
 
         def __getattr__(self, name: str) -> Any:
-            return getattr(host, name)
+            return getattr(fresh_host, name)
 
         def evaluate(self, tokens: Sequence[int]) -> Any:
             self.evaluated += 1
-            return host.evaluate(tokens)
+            return fresh_host.evaluate(tokens)
 
     counting = Counting()
     bigger = LoadSettings(n_ctx=1024)  # the context size is the caller's; the speed knobs cached
     again = calibrate(counting, model_path, sha, bigger, trials=trials)  # type: ignore[arg-type]
     assert again == result and counting.evaluated == 0
-    assert host.model.n_ctx == 1024 and host.model.n_threads == result.best.n_threads
+    assert fresh_host.model.n_ctx == 1024 and fresh_host.model.n_threads == result.best.n_threads
     assert cached(sha, result.machine, "q8_0") is None  # another cache type: calibrate again
 
 
 def test_a_damaged_cache_is_ignored_and_a_cancel_stops_before_any_trial(
-    host: EngineHost, model_path: Path, sha: str, tmp_path: Path
+    fresh_host: EngineHost, model_path: Path, sha: str, tmp_path: Path
 ) -> None:
-    host.load(model_path, BASE)
-    machine = machine_key(host.capabilities)
+    fresh_host.load(model_path, BASE)
+    machine = machine_key(fresh_host.capabilities)
     folder = tmp_path / "cache" / "calibration"
     folder.mkdir(parents=True)
     (folder / f"{sha[:16]}-{machine}-f16.json").write_text("{not json", encoding="utf-8")
@@ -117,9 +118,9 @@ def test_a_damaged_cache_is_ignored_and_a_cancel_stops_before_any_trial(
     (folder / f"{sha[:16]}-{machine}-f16.json").write_text(json.dumps({"version": 0}), "utf-8")
     assert cached(sha, machine) is None
     with pytest.raises(Cancelled):
-        calibrate(host, model_path, sha, BASE, cancelled=lambda: True)
+        calibrate(fresh_host, model_path, sha, BASE, cancelled=lambda: True)
     with pytest.raises(ValueError, match="no candidate settings could be loaded"):
-        calibrate(host, model_path, sha, BASE, trials=[LoadSettings(kv_cache_type="q4_0")])
+        calibrate(fresh_host, model_path, sha, BASE, trials=[LoadSettings(kv_cache_type="q4_0")])
 
 
 class _Fake:

@@ -17,18 +17,13 @@ from app.core.planning.chunking import (
     overlapping_chunks,
     sliding_windows,
 )
-from app.core.tokens import TiktokenCounter, gguf_encoding
+from app.core.tokens import TiktokenCounter
 from tests.core.doc_strategies import markdown_documents
 
 pytestmark = pytest.mark.unit
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 _FIXTURES_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-
-
-@pytest.fixture(scope="module")
-def counter(model_path: Path) -> TiktokenCounter:
-    return gguf_encoding(model_path)
 
 
 def _check_partition(text: str, chunks: list[Chunk], counter: TiktokenCounter, budget: int) -> None:
@@ -47,19 +42,19 @@ def _check_partition(text: str, chunks: list[Chunk], counter: TiktokenCounter, b
 @settings(max_examples=120, deadline=None, suppress_health_check=_FIXTURES_OK)
 @given(markdown_documents(), st.integers(1, 400))
 def test_chunks_partition_the_text_within_budget(
-    counter: TiktokenCounter, text: str, budget: int
+    gguf_counter: TiktokenCounter, text: str, budget: int
 ) -> None:
     doc = document_from_text(text, format="markdown")
-    _check_partition(doc.text, chunk_document(doc, counter, budget), counter, budget)
+    _check_partition(doc.text, chunk_document(doc, gguf_counter, budget), gguf_counter, budget)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=_FIXTURES_OK)
 @given(markdown_documents(), st.integers(4, 300), st.floats(0.05, 0.6))
 def test_overlapping_chunks_cover_the_text(
-    counter: TiktokenCounter, text: str, budget: int, overlap: float
+    gguf_counter: TiktokenCounter, text: str, budget: int, overlap: float
 ) -> None:
     doc = document_from_text(text, format="markdown")
-    chunks = overlapping_chunks(doc, counter, budget, overlap)
+    chunks = overlapping_chunks(doc, gguf_counter, budget, overlap)
     if not doc.text:
         assert chunks == []
         return
@@ -67,31 +62,31 @@ def test_overlapping_chunks_cover_the_text(
     for a, b in itertools.pairwise(chunks):
         assert a.start < b.start <= a.end  # advances, overlaps or touches, never leaves a gap
     for c in chunks:
-        assert c.tokens == counter.count(doc.text[c.start : c.end])
+        assert c.tokens == gguf_counter.count(doc.text[c.start : c.end])
         assert c.tokens <= budget or c.end - c.start == 1 or c.tokens <= budget // 4 + 4
 
 
-def test_cuts_prefer_headings_then_paragraphs(counter: TiktokenCounter) -> None:
+def test_cuts_prefer_headings_then_paragraphs(gguf_counter: TiktokenCounter) -> None:
     para = "This sentence is about the context window. " * 6
     text = f"# One\n\n{para}\n\n{para}\n\n# Two\n\n{para}\n\n{para}"
     doc = document_from_text(text, format="markdown")
-    chunks = chunk_document(doc, counter, counter.count(text) // 2 + 20)
+    chunks = chunk_document(doc, gguf_counter, gguf_counter.count(text) // 2 + 20)
     assert len(chunks) == 2
     assert doc.text[chunks[1].start :].lstrip().startswith("# Two")
     assert chunks[0].boundary == Boundary.HEADING
 
 
-def test_chinese_sentence_ends_are_boundaries(counter: TiktokenCounter) -> None:
+def test_chinese_sentence_ends_are_boundaries(gguf_counter: TiktokenCounter) -> None:
     text = "上下文窗口是模型一次能看到的文本。" * 30 + "它有多大？" * 30 + "很大！" * 30
-    chunks = chunk_document(text, counter, 40)
+    chunks = chunk_document(text, gguf_counter, 40)
     assert len(chunks) > 5
     for c in chunks[:-1]:
         assert text[c.end - 1] in "。？！；" and c.boundary == Boundary.SENTENCE
 
 
-def test_code_lines_are_never_split_when_lines_fit(counter: TiktokenCounter) -> None:
+def test_code_lines_are_never_split_when_lines_fit(gguf_counter: TiktokenCounter) -> None:
     doc = load_document(DATA / "sample.py")
-    chunks = chunk_document(doc, counter, 60)
+    chunks = chunk_document(doc, gguf_counter, 60)
     assert len(chunks) > 5
     for c in chunks[:-1]:
         after = doc.text[c.end : c.end + 1]
@@ -100,35 +95,37 @@ def test_code_lines_are_never_split_when_lines_fit(counter: TiktokenCounter) -> 
         )
 
 
-def test_text_without_sentence_ends_is_cut_at_line_ends(counter: TiktokenCounter) -> None:
+def test_text_without_sentence_ends_is_cut_at_line_ends(gguf_counter: TiktokenCounter) -> None:
     table = "\n".join(f"{i}\t{i * i}\tvalue {i}, more, and more" for i in range(400))
-    chunks = chunk_document(table, counter, 50)
+    chunks = chunk_document(table, gguf_counter, 50)
     assert len(chunks) > 10
     for c in chunks[:-1]:
         assert table[c.end] == "\n" and c.boundary == Boundary.LINE
 
 
-def test_budget_smaller_than_a_sentence_cuts_at_words_then_chars(counter: TiktokenCounter) -> None:
+def test_budget_smaller_than_a_sentence_cuts_at_words_then_chars(
+    gguf_counter: TiktokenCounter
+) -> None:
     text = "An extraordinarily long sentence without any punctuation " * 5 + "x" * 300
-    chunks = chunk_document(text, counter, 5)
-    _check_partition(text, chunks, counter, 5)
+    chunks = chunk_document(text, gguf_counter, 5)
+    _check_partition(text, chunks, gguf_counter, 5)
     strengths = {c.boundary for c in chunks}
     assert Boundary.WORD in strengths and Boundary.CHAR in strengths
 
 
-def test_no_cut_inside_a_grapheme_cluster_when_avoidable(counter: TiktokenCounter) -> None:
+def test_no_cut_inside_a_grapheme_cluster_when_avoidable(gguf_counter: TiktokenCounter) -> None:
     family = "👨‍👩‍👧‍👦"
     text = family * 20
-    chunks = chunk_document(text, counter, counter.count(family) * 3)
+    chunks = chunk_document(text, gguf_counter, gguf_counter.count(family) * 3)
     for c in chunks[:-1]:
         assert text[c.end] != "\u200d" and text[c.end - 1] != "\u200d"
 
 
-def test_real_samples_chunk_cleanly(counter: TiktokenCounter) -> None:
+def test_real_samples_chunk_cleanly(gguf_counter: TiktokenCounter) -> None:
     for name in ("sample.html", "sample.docx", "sample.pdf", "sample.md", "chinese-gbk.txt"):
         doc = load_document(DATA / name)
-        chunks = chunk_document(doc, counter, 128)
-        _check_partition(doc.text, chunks, counter, 128)
+        chunks = chunk_document(doc, gguf_counter, 128)
+        _check_partition(doc.text, chunks, gguf_counter, 128)
         clean = sum(c.boundary >= Boundary.SENTENCE for c in chunks) / len(chunks)
         assert clean >= 0.8, f"{name}: only {clean:.0%} of cuts on sentence or stronger boundaries"
 
@@ -147,6 +144,6 @@ def test_sliding_windows_respect_budget_and_overlap() -> None:
         sliding_windows(chunks, 100, 1.0)
 
 
-def test_chunk_budget_must_be_positive(counter: TiktokenCounter) -> None:
+def test_chunk_budget_must_be_positive(gguf_counter: TiktokenCounter) -> None:
     with pytest.raises(ValueError, match="at least one token"):
-        chunk_document("text", counter, 0)
+        chunk_document("text", gguf_counter, 0)

@@ -60,6 +60,7 @@ from app.core.telemetry import memory_preflight
 from app.core.tokens import TokenCounter, exact_counter, host_tokenize
 from tests.edge_cases import Edges
 from tests.edge_docs import LONG_SENTENCE, ONE_LINE_KINDS, one_line, prose, text_of_tokens
+from tests.engines import Counters, Hosts
 
 N_CTX = 256  # the smallest context llama.cpp makes (it rounds up to a multiple of 256)
 QUESTION = "Who tells this story?"
@@ -102,13 +103,11 @@ class Bench:
 
 
 @pytest.fixture(scope="module")
-def bench(model_path: Path) -> Iterator[Bench]:
-    h = EngineHost()
+def edge_bench(make_host: Hosts, make_counter: Counters, model_path: Path) -> Bench:
     # One thread: on a shared two-core machine two threads wait on each other (2-4x slower).
-    loaded = h.load(model_path, LoadSettings(n_ctx=N_CTX, n_threads=1))
-    assert loaded.n_ctx == N_CTX
-    yield Bench(h, exact_counter(model_path, host_tokenize(h)), model_path)
-    h.close()
+    host = make_host(n_ctx=N_CTX, n_threads=1)
+    assert host.model is not None and host.model.n_ctx == N_CTX
+    return Bench(host, make_counter(host), model_path)
 
 
 # ----- helpers --------------------------------------------------------------------------------
@@ -269,13 +268,13 @@ def check_plan(plan: Plan, text: str) -> None:
 
 @pytest.mark.parametrize("task", ["summarize", "ask"])
 def test_refuse_works_at_the_exact_budget_and_refuses_one_token_past_it(
-    bench: Bench, task: str, edges: Edges
+    edge_bench: Bench, task: str, edges: Edges
 ) -> None:
     """With a reply of one token, a document of exactly the budget makes prompt + reply fill
     the context to its last cell; one token more is refused with the numbers."""
-    frame, budget = bench.boundary(task, "refuse", 1)
-    fits = bench.doc(budget)
-    run = bench.run(fits, "refuse", task=task)
+    frame, budget = edge_bench.boundary(task, "refuse", 1)
+    fits = edge_bench.doc(budget)
+    run = edge_bench.run(fits, "refuse", task=task)
     check_within(run, fits, N_CTX)
     assert run.plan is not None and run.plan.budget == budget and run.plan.total_tokens == budget
     assert not run.result.truncated and run.covered == [(0, len(fits))]
@@ -285,22 +284,22 @@ def test_refuse_works_at_the_exact_budget_and_refuses_one_token_past_it(
         assert call.prompt + call.max_tokens == N_CTX, "the whole context, to the last cell"
     edges.add("prompt at the context's edge", "worked")
 
-    over = bench.doc(budget + 1)
-    run = bench.run(over, "refuse", task=task)
+    over = edge_bench.doc(budget + 1)
+    run = edge_bench.run(over, "refuse", task=task)
     check_refusal(run, N_CTX)
     assert f"{budget + 1:,} tokens" in (run.result.refused or "")
     edges.add("prompt at the context's edge", "refused")
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 def test_a_refused_job_names_the_whole_prompt_and_the_context(
-    bench: Bench, edges: Edges
+    edge_bench: Bench, edges: Edges
 ) -> None:
     """The refuse strategy's refusal says what the preflight says, the whole prompt against
     n_ctx and the reply reserve, as well as the document against the budget. Today a job's
     refusal reads only "the document needs N tokens; the budget is B": no context size."""
-    frame, budget = bench.boundary("summarize", "refuse", 1)
-    run = bench.run(bench.doc(budget + 1), "refuse")
+    frame, budget = edge_bench.boundary("summarize", "refuse", 1)
+    run = edge_bench.run(edge_bench.doc(budget + 1), "refuse")
     check_refusal(run, N_CTX)
     assert (
         f"prompt needs {frame + budget + 1:,} tokens, context is {N_CTX:,} (reply reserve 1)"
@@ -311,32 +310,32 @@ def test_a_refused_job_names_the_whole_prompt_and_the_context(
 
 @pytest.mark.parametrize("strategy", ["head", "tail", "middle", "entropy"])
 def test_single_pass_strategies_cut_a_prompt_of_ten_contexts_to_fit(
-    bench: Bench, strategy: str, edges: Edges
+    edge_bench: Bench, strategy: str, edges: Edges
 ) -> None:
-    frame, budget = bench.boundary("summarize", strategy, 1)
-    text = bench.doc(10 * N_CTX - frame)  # frame + document = 10 × n_ctx
-    run = bench.run(text, strategy)
+    frame, budget = edge_bench.boundary("summarize", strategy, 1)
+    text = edge_bench.doc(10 * N_CTX - frame)  # frame + document = 10 × n_ctx
+    run = edge_bench.run(text, strategy)
     check_within(run, text, N_CTX)
     assert run.plan is not None and run.plan.total_tokens == 10 * N_CTX - frame
     assert run.result.truncated and 0 < run.plan.kept_tokens <= budget
     (call,) = run.calls
     assert call.prompt == frame + run.plan.kept_tokens, "the prompt is exactly what was planned"
     edges.add("prompt at the context's edge", "worked")
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 @pytest.mark.parametrize("strategy", ["map-reduce", "rolling"])
 def test_multi_pass_strategies_take_a_prompt_one_token_past_the_context(
-    bench: Bench, strategy: str, edges: Edges
+    edge_bench: Bench, strategy: str, edges: Edges
 ) -> None:
-    frame, _budget = bench.boundary("summarize", strategy, 1)
-    text = bench.doc(N_CTX + 1 - frame)  # frame + document = n_ctx + 1
-    run = bench.run(text, strategy)
+    frame, _budget = edge_bench.boundary("summarize", strategy, 1)
+    text = edge_bench.doc(N_CTX + 1 - frame)  # frame + document = n_ctx + 1
+    run = edge_bench.run(text, strategy)
     check_within(run, text, N_CTX)
     assert run.plan is not None and run.plan.passes >= 2
     assert run.covered == [(0, len(text))], "every part reached the model"
     edges.add("prompt at the context's edge", "worked")
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 # ----- the whole matrix (SLOW=1) ---------------------------------------------------------------
@@ -364,13 +363,13 @@ def _doc_tokens(size: str, frame: int, budget: int) -> int:
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_at_every_edge_size(
-    bench: Bench, strategy: str, size: str, task: str, edges: Edges
+    edge_bench: Bench, strategy: str, size: str, task: str, edges: Edges
 ) -> None:
     max_tokens = 2
-    frame, budget = bench.boundary(task, strategy, max_tokens)
+    frame, budget = edge_bench.boundary(task, strategy, max_tokens)
     tokens = _doc_tokens(size, frame, budget)
-    text = bench.doc(tokens)
-    run = bench.run(text, strategy, task=task, max_tokens=max_tokens)
+    text = edge_bench.doc(tokens)
+    run = edge_bench.run(text, strategy, task=task, max_tokens=max_tokens)
     if strategy in QUESTION_STRATEGIES and task == "summarize":  # a summary has no question
         assert run.result.refused == NEEDS_QUESTION and not run.calls
         edges.add("prompt at the context's edge", "refused")
@@ -390,7 +389,7 @@ def test_every_strategy_at_every_edge_size(
     if strategy in MULTI_PASS:
         assert run.covered == [(0, len(text))], "every part reached the model"
     edges.add("prompt at the context's edge", outcome)
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 # ----- reply reserves ----------------------------------------------------------------------------
@@ -398,33 +397,33 @@ def test_every_strategy_at_every_edge_size(
 
 @pytest.mark.parametrize("task", ["summarize", "ask"])
 def test_a_reply_reserve_of_the_whole_context_is_refused_with_the_numbers(
-    bench: Bench, task: str, edges: Edges
+    edge_bench: Bench, task: str, edges: Edges
 ) -> None:
     """max_tokens = n_ctx leaves no room for a prompt; so does max_tokens = n_ctx − frame (a
     budget of zero). Every strategy refuses before planning or calling the model."""
-    text = bench.doc(40)
+    text = edge_bench.doc(40)
     for strategy in STRATEGIES:
-        frame, _ = bench.boundary(task, strategy, 1)
+        frame, _ = edge_bench.boundary(task, strategy, 1)
         for max_tokens in (N_CTX, N_CTX - frame):
-            run = bench.run(text, strategy, task=task, max_tokens=max_tokens)
+            run = edge_bench.run(text, strategy, task=task, max_tokens=max_tokens)
             check_refusal(run, N_CTX)
             assert run.plan is None, "refused before planning"
             assert f"context is {N_CTX:,}" in (run.result.refused or "")
             edges.add("reply reserve", "refused")
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 def test_plans_for_a_reply_reserve_of_the_whole_context_are_refused_with_the_numbers(
-    bench: Bench, edges: Edges
+    edge_bench: Bench, edges: Edges
 ) -> None:
     """What the window shows before a run (``plan_for``) agrees with the job: no budget, no
     plan, and the preflight's sentence, under every strategy."""
-    planner = Planner(bench.doc(40), bench.counter)
+    planner = Planner(edge_bench.doc(40), edge_bench.counter)
     for strategy in STRATEGIES:
-        instruction, _ = planning("summarize", strategy, bench.counter, max_tokens=1)
-        frame = bench.frame(instruction)
+        instruction, _ = planning("summarize", strategy, edge_bench.counter, max_tokens=1)
+        frame = edge_bench.frame(instruction)
         for reserve in (N_CTX, N_CTX - frame):
-            plan = plan_for(planner, strategy, bench.model_path, instruction=instruction,
+            plan = plan_for(planner, strategy, edge_bench.model_path, instruction=instruction,
                             n_ctx=N_CTX, reserve=reserve, question=QUESTION)  # fmt: skip
             assert plan.refused == (
                 f"prompt needs {frame + 1:,} tokens, context is {N_CTX:,} (reply reserve "
@@ -434,25 +433,25 @@ def test_plans_for_a_reply_reserve_of_the_whole_context_are_refused_with_the_num
             spans = [(s.start, s.end, s.reason) for s in plan.dropped]
             assert spans == [(0, len(planner.text), plan.refused)]
             edges.add("reply reserve", "refused")
-        plan = plan_for(planner, strategy, bench.model_path, instruction=instruction,
+        plan = plan_for(planner, strategy, edge_bench.model_path, instruction=instruction,
                         n_ctx=N_CTX, reserve=N_CTX - frame - 1, question=QUESTION)  # fmt: skip
         assert plan.budget == 1 and (plan.refused is None) == (strategy != "refuse")
         edges.add("reply reserve", "planned")
 
 
 def test_a_reply_reserve_of_zero_is_rejected_before_anything_runs(
-    bench: Bench, edges: Edges
+    edge_bench: Bench, edges: Edges
 ) -> None:
     """max_tokens = 0 can never produce a reply: the job says so before planning or calling the
     model (a ValueError, as for any bad argument), or refuses in one sentence. Today the job
     plans, emits PlanReady and a JobFinished that reads "stop", and only then raises the
     engine's ValueError from the first model call."""
-    text = bench.doc(40)
+    text = edge_bench.doc(40)
     for strategy in ("head", "map-reduce", "rolling"):
-        rec = Recorder(bench.host)
+        rec = Recorder(edge_bench.host)
         events: list[Any] = []
         try:
-            events.extend(summarize(rec, text, bench.counter, strategy=strategy,  # type: ignore[arg-type]
+            events.extend(summarize(rec, text, edge_bench.counter, strategy=strategy,  # type: ignore[arg-type]
                                     n_ctx=N_CTX, max_tokens=0))  # fmt: skip
         except ValueError as exc:
             assert "at least 1" in str(exc)
@@ -462,23 +461,23 @@ def test_a_reply_reserve_of_zero_is_rejected_before_anything_runs(
             result = events[-1].result
             assert result.refused and "reply" in result.refused and not rec.calls
             edges.add("reply reserve", "refused")
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 @pytest.mark.parametrize("strategy", ["map-reduce", "semantic"])
 def test_a_combine_call_that_cannot_fit_is_refused_up_front(
-    bench: Bench, strategy: str, edges: Edges
+    edge_bench: Bench, strategy: str, edges: Edges
 ) -> None:
     """A reply reserve that leaves the parts one token of budget leaves the combine call (a
     longer instruction) none: the job must refuse with the numbers before the first part, or
     keep every call inside the context. Today it runs the parts, then sends a combine prompt
     that cannot fit, and the engine's refusal ends the job as an error."""
-    frame, _ = bench.boundary("summarize", strategy, 1)
+    frame, _ = edge_bench.boundary("summarize", strategy, 1)
     text = "Call"
-    assert bench.counter.count(text) == 1
-    run = bench.run(text, strategy, max_tokens=N_CTX - frame - 1)  # the parts' budget: 1
+    assert edge_bench.counter.count(text) == 1
+    run = edge_bench.run(text, strategy, max_tokens=N_CTX - frame - 1)  # the parts' budget: 1
     edges.add("reply reserve", check_either(run, text, N_CTX))
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 # ----- a budget smaller than one sentence --------------------------------------------------------
@@ -486,11 +485,11 @@ def test_a_combine_call_that_cannot_fit_is_refused_up_front(
 
 @pytest.mark.parametrize("budget", [1, 2, 5, 12])
 def test_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
-    bench: Bench, budget: int, edges: Edges
+    edge_bench: Bench, budget: int, edges: Edges
 ) -> None:
     text = LONG_SENTENCE
-    assert bench.counter.count(text) > 4 * 12
-    planner = Planner(text, bench.counter)
+    assert edge_bench.counter.count(text) > 4 * 12
+    planner = Planner(text, edge_bench.counter)
     for strategy in STRATEGIES:
         plan = planner.plan(strategy, budget, PlanOptions(question=SENTENCE_QUESTION))
         check_plan(plan, text)
@@ -510,17 +509,17 @@ def test_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
         edges.add("budget under a sentence", "planned")
 
 
-def test_a_budget_smaller_than_one_sentence_in_a_job(bench: Bench, edges: Edges) -> None:
+def test_a_budget_smaller_than_one_sentence_in_a_job(edge_bench: Bench, edges: Edges) -> None:
     """head with a reply reserve that leaves five tokens of the sentence: the part that fits is
     summarized, flagged as truncated, inside the context."""
-    frame, _ = bench.boundary("summarize", "head", 1)
+    frame, _ = edge_bench.boundary("summarize", "head", 1)
     text = LONG_SENTENCE
-    run = bench.run(text, "head", max_tokens=N_CTX - frame - 5)
+    run = edge_bench.run(text, "head", max_tokens=N_CTX - frame - 5)
     check_within(run, text, N_CTX)
     assert run.plan is not None and run.plan.budget == 5 and 0 < run.plan.kept_tokens <= 5
     assert run.result.truncated and run.plan.boundary_integrity < 1
     edges.add("budget under a sentence", "worked")
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 @pytest.mark.slow
@@ -528,17 +527,17 @@ def test_a_budget_smaller_than_one_sentence_in_a_job(bench: Bench, edges: Edges)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 @pytest.mark.parametrize("budget", [1, 3])
 def test_a_budget_of_a_few_tokens_under_every_strategy(
-    bench: Bench, strategy: str, budget: int, edges: Edges
+    edge_bench: Bench, strategy: str, budget: int, edges: Edges
 ) -> None:
     """The reply reserve takes all but ``budget`` tokens of the context, and the document is one
     sentence far longer than that: it is cut inside the sentence, and says so."""
     text = "Call me Ishmael, a sailor of the sea."
-    frame, _ = bench.boundary("summarize", strategy, 1)
+    frame, _ = edge_bench.boundary("summarize", strategy, 1)
     if strategy == "rolling":  # rolling keeps 2 × max_tokens + 16 free: the same budget, or +1
         max_tokens = (N_CTX - frame - budget - 16) // 2
     else:
         max_tokens = N_CTX - frame - budget
-    run = bench.run(text, strategy, max_tokens=max_tokens)
+    run = edge_bench.run(text, strategy, max_tokens=max_tokens)
     if strategy in QUESTION_STRATEGIES:  # a summary has no question: refused, whatever fits
         assert run.result.refused == NEEDS_QUESTION and not run.calls
         edges.add("budget under a sentence", "refused")
@@ -554,7 +553,7 @@ def test_a_budget_of_a_few_tokens_under_every_strategy(
         if strategy in SINGLE_PASS:
             assert run.result.truncated and run.plan.boundary_integrity < 1
     edges.add("budget under a sentence", outcome)
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 # ----- the context size itself -------------------------------------------------------------------
@@ -600,12 +599,12 @@ def test_a_prompt_past_the_training_context_runs_in_a_larger_context(
 
 @pytest.mark.parametrize("n_ctx", [10_000_000, 2**30])
 def test_a_context_too_large_for_memory_is_refused_before_llama_cpp_allocates(
-    bench: Bench, n_ctx: int, edges: Edges
+    edge_bench: Bench, n_ctx: int, edges: Edges
 ) -> None:
-    host = bench.host
+    host = edge_bench.host
     before, pid = host.model, host.pid
     with pytest.raises(InsufficientMemoryError) as err:
-        host.load(bench.model_path, LoadSettings(n_ctx=n_ctx))
+        host.load(edge_bench.model_path, LoadSettings(n_ctx=n_ctx))
     message = str(err.value)
     assert f"a context of {n_ctx:,} tokens needs about" in message
     assert "KV cache" in message and "of memory is free" in message and "GiB" in message
@@ -659,20 +658,20 @@ def test_gpu_layers_on_a_cpu_only_build_do_not_skip_the_memory_preflight(
 
 
 @pytest.mark.timeout(600)
-def test_a_5_mb_line_is_planned_and_summarized_by_head(bench: Bench, edges: Edges) -> None:
+def test_a_5_mb_line_is_planned_and_summarized_by_head(edge_bench: Bench, edges: Edges) -> None:
     text = one_line("words")
     assert "\n" not in text and len(text.encode("utf-8")) == 5_000_000
-    planner = bench.line_planner("words")
-    _, budget = bench.boundary("summarize", "head", 1)
+    planner = edge_bench.line_planner("words")
+    _, budget = edge_bench.boundary("summarize", "head", 1)
     plan = planner.plan("head", budget)
     check_plan(plan, text)
     assert plan.kept and plan.kept[0].start == 0 and plan.total_tokens > 100 * N_CTX
     edges.add("5 MB line", "planned")
-    run = bench.run(text, "head", planner=planner)
+    run = edge_bench.run(text, "head", planner=planner)
     check_within(run, text, N_CTX)
     assert run.result.truncated and run.covered[0][0] == 0
     edges.add("5 MB line", "worked")
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
 @pytest.mark.slow
@@ -680,12 +679,12 @@ def test_a_5_mb_line_is_planned_and_summarized_by_head(bench: Bench, edges: Edge
 @pytest.mark.parametrize("kind", ONE_LINE_KINDS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_plans_a_5_mb_line(
-    bench: Bench, kind: str, strategy: str, edges: Edges
+    edge_bench: Bench, kind: str, strategy: str, edges: Edges
 ) -> None:
     """Plans only: on a 5 MB line the multi-pass strategies would make thousands of calls."""
     text = one_line(kind)
-    _, budget = bench.boundary("summarize", strategy, 2)
-    plan = bench.line_planner(kind).plan(strategy, budget, PlanOptions(question=QUESTION))
+    _, budget = edge_bench.boundary("summarize", strategy, 2)
+    plan = edge_bench.line_planner(kind).plan(strategy, budget, PlanOptions(question=QUESTION))
     check_plan(plan, text)
     if strategy == "refuse":
         assert plan.refused and f"{plan.total_tokens:,} tokens" in plan.refused
@@ -697,20 +696,21 @@ def test_every_strategy_plans_a_5_mb_line(
 @pytest.mark.parametrize("kind", ONE_LINE_KINDS)
 @pytest.mark.parametrize("strategy", SINGLE_PASS)
 def test_single_pass_jobs_on_a_5_mb_line(
-    bench: Bench, kind: str, strategy: str, edges: Edges
+    edge_bench: Bench, kind: str, strategy: str, edges: Edges
 ) -> None:
     text = one_line(kind)
     task = "ask" if strategy in QUESTION_STRATEGIES else "summarize"  # retrieve needs a question
-    run = bench.run(text, strategy, task=task, max_tokens=2, planner=bench.line_planner(kind))
+    planner = edge_bench.line_planner(kind)
+    run = edge_bench.run(text, strategy, task=task, max_tokens=2, planner=planner)
     outcome = check_either(run, text, N_CTX)
     assert outcome == ("refused" if strategy == "refuse" else "worked")
     if outcome == "worked":
         assert run.result.truncated
     edges.add("5 MB line", outcome)
-    check_engine_survives(bench.host)
+    check_engine_survives(edge_bench.host)
 
 
-def test_the_documents_are_real_text_cut_to_the_token(bench: Bench) -> None:
+def test_the_documents_are_real_text_cut_to_the_token(edge_bench: Bench) -> None:
     assert "Call me Ishmael" in prose() and "Four score and seven years ago" in prose()
     for n in (1, 37, N_CTX + 1):
-        assert bench.counter.count(bench.doc(n)) == n
+        assert edge_bench.counter.count(edge_bench.doc(n)) == n

@@ -47,10 +47,11 @@ from app.core.jobs.tasks import (
     summarize,
 )
 from app.core.planning.strategies import Planner
-from app.core.tokens import TokenCounter, exact_counter
+from app.core.tokens import TokenCounter
 from tests.conftest import DATA
 from tests.core import gguf_cases as gc
 from tests.core import gguf_fuzz as fz
+from tests.engines import Counters
 from tests.fault_injection import (
     Draw,
     arm,
@@ -76,21 +77,18 @@ SLOW = matrix(SEED + 1) + draws(SEED + 2, 30)
 
 
 @pytest.fixture(scope="module")
-def doc() -> Document:
+def moby_dick() -> Document:
+    """The job's document, loaded: the opening of Moby-Dick (DOC)."""
     return load_document(DOC)
 
 
 @pytest.fixture(scope="module")
-def counter(model_path: Path) -> TokenCounter:
-    return exact_counter(model_path)
-
-
-@pytest.fixture(scope="module")
-def reply_tokens(model_path: Path, doc: Document, counter: TokenCounter) -> int:
+def reply_tokens(model_path: Path, moby_dick: Document, make_counter: Counters) -> int:
     """How long the healthy job's reply is on this machine (generate faults strike within it)."""
+    counter = make_counter()
     with EngineHost() as host:
         host.load(model_path, SETTINGS)
-        return _job(host, doc, counter)[1].completion_tokens
+        return _job(host, moby_dick, counter)[1].completion_tokens
 
 
 @dataclass
@@ -112,8 +110,8 @@ def rig(
 ) -> Iterator[Rig]:
     host = EngineHost()
     fixture = request.getfixturevalue
-    yield Rig(host, fixture("model_path"), fixture("doc"), fixture("counter"), tmp_path,
-              monkeypatch, request.config)  # fmt: skip
+    yield Rig(host, fixture("model_path"), fixture("moby_dick"), fixture("make_counter")(),
+              tmp_path, monkeypatch, request.config)  # fmt: skip
     host.close()
 
 
@@ -370,12 +368,13 @@ def test_a_template_whose_constants_explode_loads_and_is_reported_as_unusable(
 
 
 def test_a_job_on_a_model_whose_template_fails_runs_with_a_plain_prompt_and_says_so(
-    tpl: TemplateRig, doc: Document, counter: TokenCounter
+    tpl: TemplateRig, moby_dick: Document, make_counter: Counters
 ) -> None:
+    counter = make_counter()
     host = tpl.host
     loaded = tpl.load(ESCAPES["cycler-globals-popen"], weights=True)
     assert [w for w in loaded.warnings if w.startswith(WARNING) and "SecurityError" in w]
-    _, result = _job(host, doc, counter)
+    _, result = _job(host, moby_dick, counter)
     assert result.finish_reason in ("stop", "length") and result.text
     prompt = host.detokenize(result.final_prompt, special=True)
     assert prompt.startswith(SUMMARIZE) and "<|im_start|>" not in prompt

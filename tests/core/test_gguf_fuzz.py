@@ -82,14 +82,7 @@ def tally(pytestconfig: pytest.Config) -> fz.Tally:
 
 
 @pytest.fixture(scope="module")
-def host() -> Iterator[EngineHost]:
-    h = EngineHost()
-    yield h
-    h.close()
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fuzz_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One folder for every case: each writes its file, and removes it when done."""
     return tmp_path_factory.mktemp("fuzz")
 
@@ -176,17 +169,17 @@ def _load(host: EngineHost, path: Path, case: fz.FuzzCase) -> str:
 @pytest.mark.parametrize("case", PARAMS)
 def test_malformed_file_ends_in_a_clear_error(
     case: fz.FuzzCase,
-    folder: Path,
-    host: EngineHost,
+    fuzz_folder: Path,
+    idle_host: EngineHost,
     tally: fz.Tally,
     request: pytest.FixtureRequest,
 ) -> None:
-    path = folder / "fuzz.gguf"
+    path = fuzz_folder / "fuzz.gguf"
     _base(case, request).image(case).write(path)
     try:
         outcome = _validate(path)
         if outcome == "accepted":
-            outcome = _load(host, path, case)
+            outcome = _load(idle_host, path, case)
     finally:
         path.unlink()
     tally.add(case.kind, outcome)
@@ -216,10 +209,10 @@ REGRESSIONS = {
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("name", "expected"), REGRESSIONS.items(), ids=list(REGRESSIONS))
 def test_files_that_broke_the_engine_are_refused(
-    name: str, expected: str, folder: Path, request: pytest.FixtureRequest
+    name: str, expected: str, fuzz_folder: Path, request: pytest.FixtureRequest
 ) -> None:
     case = BY_NAME[name]
-    path = folder / "regression.gguf"
+    path = fuzz_folder / "regression.gguf"
     _base(case, request).image(case).write(path)
     try:
         with pytest.raises(GGUFError) as err:
@@ -243,14 +236,15 @@ LLAMA_REASONS = {
 @pytest.mark.timeout(CASE_TIMEOUT_S)
 @pytest.mark.parametrize(("name", "expected"), LLAMA_REASONS.items(), ids=list(LLAMA_REASONS))
 def test_llama_cpp_refusals_say_why(
-    name: str, expected: str, folder: Path, host: EngineHost, request: pytest.FixtureRequest
+    name: str, expected: str, fuzz_folder: Path, idle_host: EngineHost,
+    request: pytest.FixtureRequest,
 ) -> None:
-    path = folder / "refused.gguf"
+    path = fuzz_folder / "refused.gguf"
     _base(BY_NAME[name], request).image(BY_NAME[name]).write(path)
     try:
         inspect_model(path)
         with pytest.raises(ModelLoadError) as err:
-            host.load(path, SETTINGS)
+            idle_host.load(path, SETTINGS)
     finally:
         path.unlink()
     message = str(err.value)
@@ -261,12 +255,13 @@ def test_llama_cpp_refusals_say_why(
 
 @pytest.mark.timeout(CASE_TIMEOUT_S)
 def test_a_file_that_kills_llama_cpp_is_reported_clearly(
-    folder: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    fuzz_folder: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Should the validator miss a file that aborts llama.cpp, the host still says what happened:
     one line naming the file, without advice to load it again; and the next load works."""
     case = BY_NAME["real/hparams/block_count=513"]
-    path = folder / "aborts.gguf"
+    path = fuzz_folder / "aborts.gguf"
     _base(case, request).image(case).write(path)
     card = inspect_model(model_path)
 
@@ -401,9 +396,9 @@ def _overwrites(draw: st.DrawFn) -> fz.FuzzCase:
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(case=_overwrites())
 def test_any_field_overwrite_gives_a_card_or_one_sentence(
-    case: fz.FuzzCase, folder: Path, tally: fz.Tally
+    case: fz.FuzzCase, fuzz_folder: Path, tally: fz.Tally
 ) -> None:
-    path = folder / "hypothesis.gguf"
+    path = fuzz_folder / "hypothesis.gguf"
     TINY_BASE.image(case).write(path)
     try:
         tally.add("hypothesis", _validate(path))

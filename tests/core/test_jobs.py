@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.core.engine.host import EngineHost
-from app.core.engine.types import EngineCrashedError, LoadSettings
+from app.core.engine.types import EngineCrashedError
 from app.core.jobs.tasks import (
     ASK,
     ASK_PART,
@@ -36,22 +35,9 @@ from app.core.jobs.tasks import (
 )
 from app.core.paths import sample_document
 from app.core.planning.strategies import STRATEGIES, Planner
-from app.core.tokens import exact_counter, host_tokenize
+from tests.engines import Counters, Hosts
 
 N_CTX = 512
-
-
-@pytest.fixture(scope="module")
-def host(model_path: Path) -> Iterator[EngineHost]:
-    h = EngineHost()
-    h.load(model_path, LoadSettings(n_ctx=N_CTX))
-    yield h
-    h.close()
-
-
-@pytest.fixture(scope="module")
-def counter(host: EngineHost, model_path: Path) -> object:
-    return exact_counter(model_path, host_tokenize(host))
 
 
 def _text(chars: int) -> str:
@@ -79,7 +65,9 @@ def _check(events: list[object], result: JobResult, text: str) -> None:
     assert result.text, "a summary was produced"
 
 
-def test_head_summary_records_sources_and_kv(host: EngineHost, counter: object) -> None:
+def test_head_summary_records_sources_and_kv(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     text = _text(9000)
     events, result = _run(host, counter, text, "head", 48)
     _check(events, result, text)
@@ -91,7 +79,9 @@ def test_head_summary_records_sources_and_kv(host: EngineHost, counter: object) 
     assert result.outputs[-1].source_spans[0][0] == 0
 
 
-def test_map_reduce_reaches_every_part(host: EngineHost, counter: object) -> None:
+def test_map_reduce_reaches_every_part(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     text = _text(3500)
     events, result = _run(host, counter, text, "map-reduce", 16)
     _check(events, result, text)
@@ -102,10 +92,12 @@ def test_map_reduce_reaches_every_part(host: EngineHost, counter: object) -> Non
 
 
 def test_map_reduce_parts_stay_within_a_small_reply_reserve(
-    host: EngineHost, counter: object
+    make_host: Hosts, make_counter: Counters
 ) -> None:
     """Windows are planned with the reply's room kept free, so no part may answer at length
     (a part of 32 tokens after a window planned for 8 overflowed the context)."""
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     text = _text(3500)
     events, result = _run(host, counter, text, "map-reduce", 8)
     _check(events, result, text)
@@ -114,14 +106,18 @@ def test_map_reduce_parts_stay_within_a_small_reply_reserve(
     assert all(counter.count(o.text) <= 8 + 1 for o in parts)  # type: ignore[attr-defined]
 
 
-def test_rolling_carries_a_summary_through(host: EngineHost, counter: object) -> None:
+def test_rolling_carries_a_summary_through(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     text = _text(3500)
     events, result = _run(host, counter, text, "rolling", 16)
     _check(events, result, text)
     assert result.outputs[-1].step == "summary" and len(result.outputs) >= 3
 
 
-def test_refuse_refuses_with_the_numbers(host: EngineHost, counter: object) -> None:
+def test_refuse_refuses_with_the_numbers(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     _, result = _run(host, counter, _text(9000), "refuse", 48)
     assert result.refused and "budget is" in result.refused and result.finish_reason == "error"
     assert result.completion_tokens == 0
@@ -131,8 +127,9 @@ def test_refuse_refuses_with_the_numbers(host: EngineHost, counter: object) -> N
 @pytest.mark.timeout(900)  # the multi-pass strategies make dozens of model calls
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_every_strategy_through_the_cli_on_a_document_ten_times_the_context(
-    tmp_path: Path, counter: object, strategy: str
+    tmp_path: Path, make_host: Hosts, make_counter: Counters, strategy: str
 ) -> None:
+    counter = make_counter(make_host(n_ctx=N_CTX))
     text = _text(24_000)
     assert counter.count(text) >= 10 * N_CTX  # type: ignore[attr-defined]
     doc = tmp_path / "long.txt"
@@ -154,7 +151,11 @@ def test_every_strategy_through_the_cli_on_a_document_ten_times_the_context(
     assert done["truncated"] == (strategy not in ("rolling", "semantic", "map-reduce"))
 
 
-def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter: object) -> None:
+def test_second_question_reuses_the_evaluated_document(
+    make_host: Hosts, make_counter: Counters
+) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     text = _text(6000)
     questions = ["Who edited the Jargon File?", "What is a hacker?"]
     events = list(ask(host, text, counter, questions=questions, strategy="head",  # type: ignore[arg-type]
@@ -166,7 +167,9 @@ def test_second_question_reuses_the_evaluated_document(host: EngineHost, counter
     assert result.kv_peak_cells <= N_CTX
 
 
-def test_extract_merges_parts_in_document_order(host: EngineHost, counter: object) -> None:
+def test_extract_merges_parts_in_document_order(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     text = _text(3500)
     events = list(extract(host, text, counter, instruction="List the names in this text.",  # type: ignore[arg-type]
                           strategy="map-reduce", n_ctx=N_CTX, max_tokens=12))  # fmt: skip
@@ -177,7 +180,11 @@ def test_extract_merges_parts_in_document_order(host: EngineHost, counter: objec
     assert starts == sorted(starts) and starts[0] == 0
 
 
-def test_run_strategies_runs_each_strategy_on_one_engine(host: EngineHost, counter: object) -> None:
+def test_run_strategies_runs_each_strategy_on_one_engine(
+    make_host: Hosts, make_counter: Counters
+) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     events = list(run_strategies(host, _text(3000), counter, task="summarize",  # type: ignore[arg-type]
                                  strategies=["head", "tail"], n_ctx=N_CTX,
                                  max_tokens=16))  # fmt: skip
@@ -188,15 +195,21 @@ def test_run_strategies_runs_each_strategy_on_one_engine(host: EngineHost, count
     assert all(r.kv_peak_cells <= N_CTX and r.outputs for r in done.results)
 
 
-def test_run_strategies_refuses_a_planner_for_another_text(host: EngineHost,
-                                                           counter: object) -> None:
+def test_run_strategies_refuses_a_planner_for_another_text(make_host: Hosts,
+                                                           make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     planner = Planner(_text(3000), counter)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="another text"):
         next(run_strategies(host, _text(4000), counter, task="summarize", strategies=["head"],  # type: ignore[arg-type]
                             planner=planner, n_ctx=N_CTX))  # fmt: skip
 
 
-def test_planning_names_the_instruction_and_reserve_of_each_job(counter: object) -> None:
+def test_planning_names_the_instruction_and_reserve_of_each_job(
+    make_host: Hosts, make_counter: Counters
+) -> None:
+    counter = make_counter(make_host(n_ctx=N_CTX))
+
     def ask(strategy: str) -> tuple[str, int]:
         return planning("ask", strategy, counter, max_tokens=64, questions=["Why?", "And who?"])  # type: ignore[arg-type]
 
@@ -210,8 +223,11 @@ def test_planning_names_the_instruction_and_reserve_of_each_job(counter: object)
 
 
 def test_an_engine_failure_mid_job_keeps_the_outputs_so_far(
-    host: EngineHost, counter: object
+    make_host: Hosts, make_counter: Counters
 ) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
+
     class Failing:
         """The real engine until its second generation, which fails as a crash would."""
 

@@ -24,65 +24,69 @@ PINNED, WINDOW, NOTES = 16, COMPACT_MIN + 40, 32  # a hole just over the thresho
 
 
 @pytest.fixture(scope="module")
-def text() -> str:
+def opening() -> str:
+    """The first 12,000 characters of the sample document."""
     return sample_document().read_text(encoding="utf-8")[:12_000]
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma"])
-def host(request: pytest.FixtureRequest, model_path: Path) -> Iterator[EngineHost]:
+def model_host(request: pytest.FixtureRequest, model_path: Path) -> Iterator[EngineHost]:
+    """An engine on each test model in turn (SmolLM2, then Gemma 3 with its sliding window)."""
     path = model_path if request.param == "smollm2" else request.getfixturevalue("gemma_path")
     with EngineHost() as engine:
         engine.load(path, LoadSettings(n_ctx=N_CTX))
         yield engine
 
 
-def test_a_compacted_removal_keeps_every_cell_as_it_was(host: EngineHost, text: str) -> None:
-    tokens = host.tokenize(text, add_special=False)
+def test_a_compacted_removal_keeps_every_cell_as_it_was(
+    model_host: EngineHost, opening: str
+) -> None:
+    tokens = model_host.tokenize(opening, add_special=False)
     pinned, window = tokens[:PINNED], tokens[PINNED : PINNED + WINDOW]
     notes = tokens[PINNED + WINDOW : PINNED + WINDOW + NOTES]
     kept = pinned + notes
 
-    host.reset()
-    host.evaluate(pinned + window + notes)
-    edit = host.remove(PINNED, PINNED + WINDOW)
+    model_host.reset()
+    model_host.evaluate(pinned + window + notes)
+    edit = model_host.remove(PINNED, PINNED + WINDOW)
     assert (edit.removed, edit.moved, edit.reevaluated, edit.compacted) == (WINDOW, NOTES, 0, True)
-    usage = host.kv_usage()
+    usage = model_host.kv_usage()
     assert (usage.cells_used, usage.pos_min, usage.pos_max) == (len(kept), 0, len(kept) - 1)
-    assert host.kv_tokens() == kept
-    compacted = host.save_state()
+    assert model_host.kv_tokens() == kept
+    compacted = model_host.save_state()
 
-    host.reset()
-    host.evaluate(pinned + window + notes)
-    edit = host.remove(PINNED, PINNED + WINDOW, compact=False)
+    model_host.reset()
+    model_host.evaluate(pinned + window + notes)
+    edit = model_host.remove(PINNED, PINNED + WINDOW, compact=False)
     assert edit.compacted is False
     # llama.cpp rotates the moved keys at the next decode; the compaction decodes the last
     # token again to get there, so the same is done here before the states are compared
-    host.remove(len(kept) - 1, len(kept))
-    host.evaluate(kept[-1:])
-    in_place = host.save_state()
+    model_host.remove(len(kept) - 1, len(kept))
+    model_host.evaluate(kept[-1:])
+    in_place = model_host.save_state()
     assert compacted.tokens == in_place.tokens == tuple(kept)
     assert compacted.data == in_place.data
 
     # what comes after is appended behind the moved text as before
     more = tokens[-50:]
-    host.restore_state(compacted)
-    host.evaluate(more)
-    assert host.kv_tokens() == kept + more
+    model_host.restore_state(compacted)
+    model_host.evaluate(more)
+    assert model_host.kv_tokens() == kept + more
 
 
-def test_small_holes_and_the_tail_are_not_compacted(host: EngineHost, text: str) -> None:
-    tokens = host.tokenize(text, add_special=False)[:300]
-    host.reset()
-    host.evaluate(tokens)
-    assert host.remove(10, 10 + COMPACT_MIN - 1).compacted is False  # under a block of cells
+def test_small_holes_and_the_tail_are_not_compacted(model_host: EngineHost, opening: str) -> None:
+    tokens = model_host.tokenize(opening, add_special=False)[:300]
+    model_host.reset()
+    model_host.evaluate(tokens)
+    assert model_host.remove(10, 10 + COMPACT_MIN - 1).compacted is False  # under a block of cells
     rest = tokens[:10] + tokens[10 + COMPACT_MIN - 1 :]
-    assert host.kv_tokens() == rest
-    assert host.remove(20, len(rest)).compacted is False  # nothing behind the hole to move
-    assert host.kv_tokens() == rest[:20]
+    assert model_host.kv_tokens() == rest
+    assert model_host.remove(20, len(rest)).compacted is False  # nothing behind the hole to move
+    assert model_host.kv_tokens() == rest[:20]
 
 
 def test_a_state_llama_cpp_refuses_back_is_evaluated_again(model_path: Path, tmp_path: Path,
-                                                          text: str) -> None:  # fmt: skip
+                                                          opening: str) -> None:  # fmt: skip
     """Should llama.cpp not take the state back, the cache is rebuilt from the tokens."""
     engine = LlamaEngine(SharedFlag(tmp_path / "flag", create=True))
     engine.load(str(model_path), LoadSettings(n_ctx=N_CTX))
@@ -92,7 +96,7 @@ def test_a_state_llama_cpp_refuses_back_is_evaluated_again(model_path: Path, tmp
     )
     engine._lc.llama_state_seq_set_data = lambda *_args: 0
     try:
-        tokens = engine.tokenize(text, add_special=False)[: PINNED + WINDOW + NOTES]
+        tokens = engine.tokenize(opening, add_special=False)[: PINNED + WINDOW + NOTES]
         engine.evaluate(tokens)
         edit = engine.remove(PINNED, PINNED + WINDOW)
         kept = tokens[:PINNED] + tokens[PINNED + WINDOW :]

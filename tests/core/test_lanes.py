@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,27 +34,15 @@ from app.core.jobs.tasks import (
 )
 from app.core.paths import sample_document
 from app.core.planning.frame import document_messages, split_at_document
-from app.core.tokens import exact_counter, host_tokenize
+from tests.engines import Counters, Hosts
 
 N_CTX = 512
 
 
 @pytest.fixture(scope="module")
-def host(model_path: Path) -> Iterator[EngineHost]:
-    h = EngineHost()
-    h.load(model_path, LoadSettings(n_ctx=N_CTX, n_threads=1))
-    yield h
-    h.close()
-
-
-@pytest.fixture(scope="module")
-def counter(host: EngineHost, model_path: Path) -> object:
-    return exact_counter(model_path, host_tokenize(host))
-
-
-@pytest.fixture(scope="module")
-def prompts(host: EngineHost) -> tuple[list[int], list[list[int]]]:
+def prompts(make_host: Hosts) -> tuple[list[int], list[list[int]]]:
     """A chat-template prefix and five document windows with the template's closing."""
+    host = make_host(n_ctx=N_CTX, n_threads=1)
     rendered = host.apply_chat_template(document_messages("Summarize this part."))
     before, after = split_at_document(rendered)
     prefix = host.tokenize(before, add_special=True, parse_special=True)
@@ -79,7 +66,8 @@ def _one_at_a_time(host: EngineHost, prefix: list[int], suffixes: list[list[int]
     return [host.generate_text(prefix + s, max_tokens=max_tokens)[0] for s in suffixes]
 
 
-def test_one_lane_gives_identical_replies(host: EngineHost, prompts: tuple) -> None:
+def test_one_lane_gives_identical_replies(make_host: Hosts, prompts: tuple) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
     prefix, suffixes = prompts
     expected = _one_at_a_time(host, prefix, suffixes, 12)
     events = list(host.generate_lanes(prefix, suffixes, lanes=1, max_tokens=12))
@@ -92,7 +80,8 @@ def test_one_lane_gives_identical_replies(host: EngineHost, prompts: tuple) -> N
     assert [ev.prompt_eval_tokens for ev in started[1:]] == [len(s) for s in suffixes[1:]]
 
 
-def test_lanes_run_together_and_hold_their_own_cells(host: EngineHost, prompts: tuple) -> None:
+def test_lanes_run_together_and_hold_their_own_cells(make_host: Hosts, prompts: tuple) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
     prefix, suffixes = prompts
     events = list(host.generate_lanes(prefix, suffixes, lanes=3, max_tokens=16))
     last = events[-1]
@@ -121,7 +110,8 @@ def test_lanes_run_together_and_hold_their_own_cells(host: EngineHost, prompts: 
     assert all(replies[i].strip() for i in range(len(suffixes)))
 
 
-def test_lanes_leave_the_loaded_context_alone(host: EngineHost, prompts: tuple) -> None:
+def test_lanes_leave_the_loaded_context_alone(make_host: Hosts, prompts: tuple) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
     prefix, suffixes = prompts
     host.reset()
     host.evaluate(prefix)
@@ -130,7 +120,8 @@ def test_lanes_leave_the_loaded_context_alone(host: EngineHost, prompts: tuple) 
     assert host.kv_tokens() == before
 
 
-def test_bad_requests_get_one_sentence(host: EngineHost, prompts: tuple) -> None:
+def test_bad_requests_get_one_sentence(make_host: Hosts, prompts: tuple) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
     prefix, suffixes = prompts
     with pytest.raises(ValueError, match="prefix"):
         list(host.generate_lanes([], suffixes, lanes=2, max_tokens=4))
@@ -146,7 +137,8 @@ def test_bad_requests_get_one_sentence(host: EngineHost, prompts: tuple) -> None
     assert _replies(list(host.generate_lanes(prefix, suffixes[:1], lanes=1, max_tokens=2)))
 
 
-def test_cancel_ends_every_lane(host: EngineHost, prompts: tuple) -> None:
+def test_cancel_ends_every_lane(make_host: Hosts, prompts: tuple) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
     prefix, suffixes = prompts
     events: list[object] = []
     for ev in host.generate_lanes(prefix, suffixes * 4, lanes=2, max_tokens=64):
@@ -176,7 +168,11 @@ def _job(host: EngineHost, counter: object, lanes: int | None, *, task: str = "s
     return events, events[-1].result
 
 
-def test_map_reduce_in_one_lane_is_one_call_at_a_time(host: EngineHost, counter: object) -> None:
+def test_map_reduce_in_one_lane_is_one_call_at_a_time(
+    make_host: Hosts, make_counter: Counters
+) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
+    counter = make_counter(host)
     _, sequential = _job(host, counter, None)
     events, batched = _job(host, counter, 1)
     assert any(isinstance(ev, LanesStarted) for ev in events)
@@ -187,7 +183,9 @@ def test_map_reduce_in_one_lane_is_one_call_at_a_time(host: EngineHost, counter:
     assert batched.prompt_tokens == sequential.prompt_tokens
 
 
-def test_map_reduce_in_lanes_reports_each_lane(host: EngineHost, counter: object) -> None:
+def test_map_reduce_in_lanes_reports_each_lane(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
+    counter = make_counter(host)
     events, result = _job(host, counter, 3)
     _check_lane_events(events, result)
     partials = [ev for ev in events if isinstance(ev, PartialResult)]
@@ -197,7 +195,9 @@ def test_map_reduce_in_lanes_reports_each_lane(host: EngineHost, counter: object
     assert result.outputs[-1].step == "summary" and result.text
 
 
-def test_extract_in_lanes(host: EngineHost, counter: object) -> None:
+def test_extract_in_lanes(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
+    counter = make_counter(host)
     events, result = _job(host, counter, 2, task="extract")
     _check_lane_events(events, result)
     assert result.outputs[-1].step == "merged"
@@ -219,12 +219,17 @@ def _check_lane_events(events: list[object], result: JobResult) -> None:
     assert result.finish_reason in ("stop", "length")
 
 
-def test_lanes_out_of_range_is_refused(host: EngineHost, counter: object) -> None:
+def test_lanes_out_of_range_is_refused(make_host: Hosts, make_counter: Counters) -> None:
+    host = make_host(n_ctx=N_CTX, n_threads=1)
+    counter = make_counter(host)
     with pytest.raises(ValueError, match="lanes must be between 1 and"):
         list(summarize(host, "text", counter, strategy="map-reduce", n_ctx=N_CTX, lanes=0))  # type: ignore[arg-type]
 
 
-def test_an_engine_crash_mid_lanes_keeps_the_text_so_far(model_path: Path, counter: object) -> None:
+def test_an_engine_crash_mid_lanes_keeps_the_text_so_far(
+    model_path: Path, make_host: Hosts, make_counter: Counters
+) -> None:
+    counter = make_counter(make_host(n_ctx=N_CTX, n_threads=1))
     text = sample_document().read_text(encoding="utf-8")[:5000]
     crashing = EngineHost()
     try:

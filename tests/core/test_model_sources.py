@@ -27,14 +27,9 @@ from app.core.model_sources import (
     watch_folders,
 )
 from app.core.ollama_store import display_name
-from tests.model_homes import PARAMS, TEMPLATE, TINY_PARAMS, Home, build_home, write_tiny_gguf
+from tests.model_homes import PARAMS, TEMPLATE, TINY_PARAMS, Home, write_tiny_gguf
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str) -> Home:
-    return build_home(tmp_path, model_path, gemma_path, gemma_sha256)
 
 
 def find(home: Home, cards: CardCache | None = None) -> Discovery:

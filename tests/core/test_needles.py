@@ -5,15 +5,13 @@ job lays it out, and questions that say their facts in other words rather than c
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
-from app.core.paths import sample_document
 from app.core.planning.chunking import Boundary, Chunk
 from app.core.planning.plan import Plan, PlanWindow, Span
 from app.core.planning.retrieve import terms
-from app.core.tokens import TiktokenCounter, gguf_encoding
+from app.core.tokens import TiktokenCounter
 from tests.benchmarks.bench_needles import (
     DEEP,
     NEEDLES,
@@ -37,48 +35,38 @@ TOKENS = 8_000  # the small document's size
 
 
 @pytest.fixture(scope="module")
-def counter(model_path: Path) -> TiktokenCounter:
-    return gguf_encoding(model_path)
+def base(gguf_counter: TiktokenCounter, sample_text: str) -> Base:
+    return base_document(gguf_counter, TOKENS, source=sample_text[300_000:360_000])
 
 
 @pytest.fixture(scope="module")
-def jargon() -> str:
-    return sample_document().read_text(encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def base(counter: TiktokenCounter, jargon: str) -> Base:
-    return base_document(counter, TOKENS, source=jargon[300_000:360_000])
-
-
-@pytest.fixture(scope="module")
-def planted(base: Base, counter: TiktokenCounter) -> tuple[Planted, list[int]]:
+def planted_needles(base: Base, gguf_counter: TiktokenCounter) -> tuple[Planted, list[int]]:
     rng = random.Random(7)
     needles = rng.sample(NEEDLES, 6)
     depths = needle_depths(base.tokens, len(needles), rng)
-    return plant(base, needles, depths, counter), depths
+    return plant(base, needles, depths, gguf_counter), depths
 
 
 # ----- the document --------------------------------------------------------------------------
 
 
 def test_the_base_is_cut_at_a_paragraph_end_within_the_size(
-    base: Base, counter: TiktokenCounter, jargon: str
+    base: Base, gguf_counter: TiktokenCounter, sample_text: str
 ) -> None:
     assert TOKENS - 1_000 < base.tokens <= TOKENS
-    assert counter.count(base.text) == base.tokens  # the pieces' counts add up exactly
-    assert jargon[300_000:].startswith(base.text) and not base.text[-1].isspace()
+    assert gguf_counter.count(base.text) == base.tokens  # the pieces' counts add up exactly
+    assert sample_text[300_000:].startswith(base.text) and not base.text[-1].isspace()
     for cut, before in list(zip(base.cuts, base.tokens_at, strict=True))[::40]:
-        assert base.text[cut : cut + 2] == "\n\n" and counter.count(base.text[:cut]) == before
+        assert base.text[cut : cut + 2] == "\n\n" and gguf_counter.count(base.text[:cut]) == before
     # a source shorter than asked is repeated
-    twice = base_document(counter, 2 * TOKENS, source=jargon[300_000:360_000])
+    twice = base_document(gguf_counter, 2 * TOKENS, source=sample_text[300_000:360_000])
     assert 2 * TOKENS - 1_000 < twice.tokens <= 2 * TOKENS and len(twice.text) > 60_000
 
 
 def test_needles_lie_whole_at_their_depths(
-    planted: tuple[Planted, list[int]], base: Base, counter: TiktokenCounter
+    planted_needles: tuple[Planted, list[int]], base: Base, gguf_counter: TiktokenCounter
 ) -> None:
-    doc, targets = planted
+    doc, targets = planted_needles
     assert doc.base_tokens == base.tokens
     # the base text is all there, in order, with the needles between its paragraphs
     rest = doc.text
@@ -90,8 +78,8 @@ def test_needles_lie_whole_at_their_depths(
     for i, (n, (start, end)) in enumerate(zip(doc.needles, doc.spans, strict=True)):
         assert doc.text[start:end] == n.fact
         assert doc.text[start - 2 : start] == "\n\n" and doc.text[end : end + 2] == "\n\n"
-        assert counter.count(doc.text[: start - 2]) == doc.depths[i]  # the depth it reports
-        earlier = sum(counter.count(f"\n\n{m.fact}") for m, (s, _) in
+        assert gguf_counter.count(doc.text[: start - 2]) == doc.depths[i]  # the depth it reports
+        earlier = sum(gguf_counter.count(f"\n\n{m.fact}") for m, (s, _) in
                       zip(doc.needles, doc.spans, strict=True) if s < start)  # fmt: skip
         # at the paragraph end nearest the depth asked (or the next one free)
         assert abs(doc.depths[i] - earlier - targets[i]) <= max(gaps) * 2
@@ -109,14 +97,14 @@ def test_depths_are_seeded_and_reach_300k_tokens() -> None:
 
 
 def test_values_are_absent_from_the_jargon_file(
-    jargon: str, base: Base, counter: TiktokenCounter
+    sample_text: str, base: Base, gguf_counter: TiktokenCounter
 ) -> None:
-    assert absent_values(jargon, NEEDLES) == []
+    assert absent_values(sample_text, NEEDLES) == []
     # and a document that holds one is refused
     needle = NEEDLES[0]
-    spoilt = measure(f"{base.text}\n\nIt was kept in a {needle.answers[0].upper()}.", counter)
+    spoilt = measure(f"{base.text}\n\nIt was kept in a {needle.answers[0].upper()}.", gguf_counter)
     with pytest.raises(ValueError, match="holds these needles' values"):
-        plant(spoilt, [needle], [100], counter)
+        plant(spoilt, [needle], [100], gguf_counter)
 
 
 # ----- retention -----------------------------------------------------------------------------

@@ -15,11 +15,6 @@ from tests.benchmarks.report import Row
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(scope="module")
-def jargon() -> str:
-    return sample_document().read_text(encoding="utf-8")
-
-
 # ----- terms ----------------------------------------------------------------------------------
 
 
@@ -101,8 +96,8 @@ def test_headings_are_kept_once():
     assert titles(text) == ["Usage"]
 
 
-def test_jargon_file_headings(jargon: str):
-    heads = q.headings(q.cut(jargon, 200_000))
+def test_jargon_file_headings(sample_text: str):
+    heads = q.headings(q.cut(sample_text, 200_000))
     found = {h.title for h in heads}
     assert {"Hacker Writing Style", "Verb Doubling", "Revision History", "angry fruit salad"} \
         <= found  # fmt: skip
@@ -121,8 +116,8 @@ def test_heading_coverage_counts_headings_with_a_key_term_said():
 # ----- parts -----------------------------------------------------------------------------------
 
 
-def test_parts_cut_at_paragraph_ends_and_add_up(jargon: str):
-    text = jargon[400_000:460_000]  # lexicon entries: many paragraph ends
+def test_parts_cut_at_paragraph_ends_and_add_up(sample_text: str):
+    text = sample_text[400_000:460_000]  # lexicon entries: many paragraph ends
     parts = q.split_parts(text, 10)
     assert len(parts) == 10
     assert "".join(parts) == text
@@ -149,8 +144,8 @@ def test_part_coverage():
 # ----- needles ---------------------------------------------------------------------------------
 
 
-def test_plant_puts_each_fact_whole_at_a_paragraph_end(jargon: str):
-    text = q.cut(jargon, 30_000)
+def test_plant_puts_each_fact_whole_at_a_paragraph_end(sample_text: str):
+    text = q.cut(sample_text, 30_000)
     needles = q.NEEDLES[:5]
     planted = q.plant(text, needles, seed=3)
     assert len(planted.text) == len(text) + sum(len(n.fact) + 2 for n in needles)
@@ -167,8 +162,8 @@ def test_plant_puts_each_fact_whole_at_a_paragraph_end(jargon: str):
     assert depths[0] > 0.02 * len(text) and depths[-1] < 0.98 * len(planted.text)
 
 
-def test_plant_is_seeded(jargon: str):
-    text = q.cut(jargon, 30_000)
+def test_plant_is_seeded(sample_text: str):
+    text = q.cut(sample_text, 30_000)
     a, b, c = (q.plant(text, q.NEEDLES[:5], seed=s) for s in (1, 1, 2))
     assert a == b
     assert a.spans != c.spans
@@ -206,11 +201,11 @@ def test_needle_key_words_in_the_summary():
     assert q.in_summary(needles, "The Kestrines brew ale.") == [False, False, False, False]
 
 
-def test_cut_ends_on_a_paragraph_within_the_size(jargon: str):
-    text = q.cut(jargon, 20_000)
+def test_cut_ends_on_a_paragraph_within_the_size(sample_text: str):
+    text = q.cut(sample_text, 20_000)
     assert len(text.encode("utf-8")) <= 20_000
-    assert jargon.startswith(text)
-    assert jargon[len(text) :].startswith("\n")
+    assert sample_text.startswith(text)
+    assert sample_text[len(text) :].startswith("\n")
     assert text[-1].strip()
     assert len(text.encode("utf-8")) > 18_000
     assert q.cut("short\n\ntext", 1_000) == "short\n\ntext"

@@ -21,7 +21,7 @@ from app.core.paths import sample_document
 from app.core.planning import cache as plan_cache
 from app.core.planning.cache import BoundedLru, PlanCache, doc_id
 from app.core.planning.strategies import STRATEGIES, Planner, PlanOptions
-from app.core.tokens import LlamaCounter, TiktokenCounter, cl100k, gguf_encoding
+from app.core.tokens import LlamaCounter, TiktokenCounter, cl100k
 from tests.core.doc_strategies import markdown_documents
 
 pytestmark = pytest.mark.unit
@@ -32,12 +32,7 @@ _FIXTURES_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 
 
 @pytest.fixture(scope="module")
-def counter(model_path: Path) -> TiktokenCounter:
-    return gguf_encoding(model_path)
-
-
-@pytest.fixture(scope="module")
-def lexicon(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def lexicon_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """200 KB of the sample text as a file: hundreds of chunks."""
     path = tmp_path_factory.mktemp("docs") / "lexicon.txt"
     path.write_text(sample_document().read_text(encoding="utf-8")[:200_000], encoding="utf-8")
@@ -61,8 +56,8 @@ class Spy:
 
 
 @pytest.fixture
-def spy(counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spy]:
-    yield Spy(counter, monkeypatch)
+def spy(gguf_counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spy]:
+    yield Spy(gguf_counter, monkeypatch)
 
 
 def _never() -> Document:
@@ -70,9 +65,9 @@ def _never() -> Document:
 
 
 def test_switching_strategy_back_replans_and_recounts_nothing(
-    counter: TiktokenCounter, lexicon: Path, spy: Spy
+    gguf_counter: TiktokenCounter, lexicon_file: Path, spy: Spy
 ) -> None:
-    planner = Planner(load_document(lexicon), counter)
+    planner = Planner(load_document(lexicon_file), gguf_counter)
     first = planner.plan("head", 1500)
     planner.plan("entropy", 1500)
     made, calls = planner.stats.as_dict(), spy.calls
@@ -85,16 +80,16 @@ def test_switching_strategy_back_replans_and_recounts_nothing(
 
 
 def test_the_same_bytes_at_another_path_reuse_counts_and_plans(
-    counter: TiktokenCounter, lexicon: Path, tmp_path: Path, spy: Spy
+    gguf_counter: TiktokenCounter, lexicon_file: Path, tmp_path: Path, spy: Spy
 ) -> None:
     cache = PlanCache()
-    docs = [load_document(DATA / name) for name in REAL] + [load_document(lexicon)]
+    docs = [load_document(DATA / name) for name in REAL] + [load_document(lexicon_file)]
     plans = {}
     for doc in docs:
-        planner = Planner(doc, counter, cache=cache)
+        planner = Planner(doc, gguf_counter, cache=cache)
         for strategy in STRATEGIES:
             plans[doc.name, strategy] = planner.plan(strategy, 300)
-        assert planner.count() == counter.count(doc.text)
+        assert planner.count() == gguf_counter.count(doc.text)
     made, calls = cache.stats.as_dict(), spy.calls
     for doc in docs:
         assert doc.path is not None
@@ -102,7 +97,7 @@ def test_the_same_bytes_at_another_path_reuse_counts_and_plans(
         shutil.copyfile(doc.path, copy)
         reopened = load_document(copy)
         assert reopened.sha256 == doc.sha256 and reopened.path != doc.path
-        planner = Planner(reopened, counter, cache=cache)
+        planner = Planner(reopened, gguf_counter, cache=cache)
         for strategy in STRATEGIES:
             assert planner.plan(strategy, 300) is plans[doc.name, strategy]
         planner.count()
@@ -113,25 +108,25 @@ def test_the_same_bytes_at_another_path_reuse_counts_and_plans(
     assert cache.stats.plans_reused == len(docs) * len(STRATEGIES)
 
 
-def test_a_changed_document_is_planned_anew(counter: TiktokenCounter, tmp_path: Path) -> None:
+def test_a_changed_document_is_planned_anew(gguf_counter: TiktokenCounter, tmp_path: Path) -> None:
     cache = PlanCache(tmp_path / "cache")
     path = tmp_path / "notes.md"
     path.write_text((DATA / "sample.md").read_text(encoding="utf-8"), encoding="utf-8")
-    before = Planner(load_document(path), counter, cache=cache).plan("head", 120)
+    before = Planner(load_document(path), gguf_counter, cache=cache).plan("head", 120)
     path.write_text(path.read_text(encoding="utf-8").replace("the", "THE THE"), encoding="utf-8")
     edited = load_document(path)
-    after = Planner(edited, counter, cache=cache).plan("head", 120)
-    assert after == Planner(edited, counter).plan("head", 120) != before
+    after = Planner(edited, gguf_counter, cache=cache).plan("head", 120)
+    assert after == Planner(edited, gguf_counter).plan("head", 120) != before
     assert cache.stats.plans_made == 2 and cache.stats.plans_reused == 0
 
 
 def test_other_options_and_other_counters_are_other_work(
-    counter: TiktokenCounter, lexicon: Path
+    gguf_counter: TiktokenCounter, lexicon_file: Path
 ) -> None:
     cache = PlanCache()
-    doc = load_document(lexicon)
-    head = Planner(doc, counter, cache=cache).plan("semantic", 900)
-    wider = Planner(doc, counter, cache=cache).plan("semantic", 900, PlanOptions(overlap=0.4))
+    doc = load_document(lexicon_file)
+    head = Planner(doc, gguf_counter, cache=cache).plan("semantic", 900)
+    wider = Planner(doc, gguf_counter, cache=cache).plan("semantic", 900, PlanOptions(overlap=0.4))
     estimate = Planner(doc, cl100k(), cache=cache).plan("semantic", 900)
     assert cache.stats.plans_made == 3 and cache.stats.plans_reused == 0
     assert wider != head and estimate.total_tokens != head.total_tokens
@@ -140,16 +135,16 @@ def test_other_options_and_other_counters_are_other_work(
 
 
 def test_after_a_restart_the_disk_answers_without_reading_or_counting(
-    counter: TiktokenCounter, lexicon: Path, tmp_path: Path, spy: Spy
+    gguf_counter: TiktokenCounter, lexicon_file: Path, tmp_path: Path, spy: Spy
 ) -> None:
-    doc = load_document(lexicon)
+    doc = load_document(lexicon_file)
     first = PlanCache(tmp_path / "cache")
-    made = {s: Planner(doc, counter, cache=first).plan(s, 700) for s in ("head", "rolling")}
-    total = Planner(doc, counter, cache=first).count()
+    made = {s: Planner(doc, gguf_counter, cache=first).plan(s, 700) for s in ("head", "rolling")}
+    total = Planner(doc, gguf_counter, cache=first).count()
     first.close()
     calls = spy.calls
     later = PlanCache(tmp_path / "cache")  # a new process: nothing in memory
-    planner = Planner(_never, counter, cache=later, doc_id=doc_id(doc.sha256, doc.format))
+    planner = Planner(_never, gguf_counter, cache=later, doc_id=doc_id(doc.sha256, doc.format))
     for strategy, plan in made.items():
         assert planner.plan(strategy, 700) == plan
     assert planner.count() == total
@@ -164,14 +159,14 @@ def test_after_a_restart_the_disk_answers_without_reading_or_counting(
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "index"])
 def test_a_damaged_cache_is_ignored_and_made_again(
-    counter: TiktokenCounter, lexicon: Path, tmp_path: Path, damage: str
+    gguf_counter: TiktokenCounter, lexicon_file: Path, tmp_path: Path, damage: str
 ) -> None:
-    doc = load_document(lexicon)
+    doc = load_document(lexicon_file)
     folder = tmp_path / "cache"
     first = PlanCache(folder)
-    fresh = {s: Planner(doc, counter).plan(s, 400) for s in ("head", "entropy")}
+    fresh = {s: Planner(doc, gguf_counter).plan(s, 400) for s in ("head", "entropy")}
     for strategy in fresh:
-        Planner(doc, counter, cache=first).plan(strategy, 400)
+        Planner(doc, gguf_counter, cache=first).plan(strategy, 400)
     first.close()
     files: list[Path] = []
     if damage == "garbage":  # every entry, small (in the index) or large (in its own file)
@@ -189,7 +184,7 @@ def test_a_damaged_cache_is_ignored_and_made_again(
     later = PlanCache(folder)
     assert later.on_disk
     for strategy, plan in fresh.items():
-        assert Planner(doc, counter, cache=later).plan(strategy, 400) == plan
+        assert Planner(doc, gguf_counter, cache=later).plan(strategy, 400) == plan
     stats = later.stats
     assert stats.plans_made + stats.plans_reused == 2
     if damage == "garbage":  # both plans and both chunkings were unreadable
@@ -200,25 +195,27 @@ def test_a_damaged_cache_is_ignored_and_made_again(
         assert stats.plans_made == 2 and stats.disk_errors == 0
     again = PlanCache(folder)  # what was made again was stored again, and is read now
     for strategy, plan in fresh.items():
-        assert Planner(doc, counter, cache=again).plan(strategy, 400) == plan
+        assert Planner(doc, gguf_counter, cache=again).plan(strategy, 400) == plan
     assert again.stats.plans_reused == 2 and again.stats.disk_errors == 0
 
 
-def test_an_unusable_folder_leaves_a_cache_in_memory(counter: TiktokenCounter, tmp_path: Path):
+def test_an_unusable_folder_leaves_a_cache_in_memory(gguf_counter: TiktokenCounter, tmp_path: Path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     cache = PlanCache(blocker / "cache")
     assert not cache.on_disk
     doc = load_document(DATA / "sample.md")
-    planner = Planner(doc, counter, cache=cache)
+    planner = Planner(doc, gguf_counter, cache=cache)
     assert planner.plan("tail", 100) is planner.plan("tail", 100)
 
 
-def test_the_disk_store_stays_within_its_size(counter: TiktokenCounter, tmp_path: Path) -> None:
+def test_the_disk_store_stays_within_its_size(
+    gguf_counter: TiktokenCounter, tmp_path: Path
+) -> None:
     limit = 64 * 1024
     cache = PlanCache(tmp_path / "cache", disk_bytes=limit)
     doc = document_from_text(sample_document().read_text(encoding="utf-8")[:200_000])
-    planner = Planner(doc, counter, cache=cache)
+    planner = Planner(doc, gguf_counter, cache=cache)
     for budget in range(128, 248, 4):  # every budget its own chunking: ~1 MB written in all
         planner.plan("semantic", budget)
     cache.close()
@@ -236,9 +233,9 @@ def test_counters_without_a_name_are_never_shared(tmp_path: Path) -> None:
     assert planner.stats.plans_made == 1
 
 
-def test_a_document_loaded_on_demand_must_be_named(counter: TiktokenCounter) -> None:
+def test_a_document_loaded_on_demand_must_be_named(gguf_counter: TiktokenCounter) -> None:
     with pytest.raises(ValueError, match="doc_id"):
-        Planner(_never, counter, cache=PlanCache())
+        Planner(_never, gguf_counter, cache=PlanCache())
 
 
 def test_the_memory_lru_is_bounded_by_items_and_rows() -> None:
@@ -255,16 +252,16 @@ def test_the_memory_lru_is_bounded_by_items_and_rows() -> None:
 @settings(max_examples=25, deadline=None, suppress_health_check=_FIXTURES_OK)
 @given(markdown_documents(), st.integers(0, 500), st.sampled_from(sorted(STRATEGIES)))
 def test_plans_from_the_cache_equal_plans_made_fresh(
-    counter: TiktokenCounter, tmp_path: Path, text: str, budget: int, strategy: str
+    gguf_counter: TiktokenCounter, tmp_path: Path, text: str, budget: int, strategy: str
 ) -> None:
     doc = document_from_text(text, format="markdown")
-    fresh = Planner(doc, counter).plan(strategy, budget)
+    fresh = Planner(doc, gguf_counter).plan(strategy, budget)
     folder = tmp_path / "cache"
-    Planner(doc, counter, cache=PlanCache(folder)).plan(strategy, budget)
+    Planner(doc, gguf_counter, cache=PlanCache(folder)).plan(strategy, budget)
     memory_only = PlanCache()
-    Planner(doc, counter, cache=memory_only).plan(strategy, budget)
+    Planner(doc, gguf_counter, cache=memory_only).plan(strategy, budget)
     for cache in (PlanCache(folder), memory_only):
-        reused = Planner(doc, counter, cache=cache).plan(strategy, budget)
+        reused = Planner(doc, gguf_counter, cache=cache).plan(strategy, budget)
         assert reused == fresh and reused.chunks == fresh.chunks
         assert cache.stats.plans_reused >= 1
 

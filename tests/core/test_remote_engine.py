@@ -43,19 +43,12 @@ from app.core.planning.strategies import Planner
 from app.core.tokens import _unicode_to_byte, gguf_encoding
 from tests.core.gguf_cases import ARRAY, INT32, STRING, UINT32, build_gguf, kv, tiny_tensors
 from tests.loops import LOOP_LINE, LOOP_TEXT
-from tests.remote_server import ALIAS, Server, free_port, running_server, start_server
+from tests.remote_server import ALIAS, SERVER_N_CTX, Server, free_port, running_server, start_server
 
-N_CTX = 1024
+N_CTX = SERVER_N_CTX  # the shared server's (tests/conftest.py: server)
 DATA = Path(__file__).parents[1] / "data"
 QUESTION = "Name three colours."
 LONG = SamplingSettings(stop_on_repetition=False)  # a reply that loops goes on
-
-
-@pytest.fixture(scope="module")
-def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with running_server(model_path, log, n_ctx=N_CTX) as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -315,7 +315,8 @@ def fake() -> Iterator[FakeServer]:
 
 
 @pytest.fixture
-def remote(fake: FakeServer) -> Iterator[RemoteEngine]:
+def fake_remote(fake: FakeServer) -> Iterator[RemoteEngine]:
+    """A remote engine connected to the scripted server (FakeServer), retrying at once."""
     engine = RemoteEngine(Connection(fake.url), n_ctx=512)
     engine._sleep = lambda _s: None
     info = engine.connect()
@@ -337,10 +338,10 @@ def _reply(engine: RemoteEngine, max_tokens: int = 64) -> tuple[str, Finished]:
 
 @pytest.mark.unit
 def test_a_reply_cut_short_is_asked_for_again_and_goes_on_where_it_stopped(
-    fake: FakeServer, remote: RemoteEngine
+    fake: FakeServer, fake_remote: RemoteEngine
 ) -> None:
     fake.cut = [5, 2]  # the first try ends after 5 words, the second after 2, the third is whole
-    text, done = _reply(remote)
+    text, done = _reply(fake_remote)
     assert text == "".join(WORDS)  # every word once, in order
     assert done.stats.finish_reason == "stop" and done.stats.completion_tokens == len(WORDS)
     assert fake.completions == 3
@@ -348,11 +349,11 @@ def test_a_reply_cut_short_is_asked_for_again_and_goes_on_where_it_stopped(
 
 @pytest.mark.unit
 def test_a_reply_cut_short_every_time_is_one_sentence(
-    fake: FakeServer, remote: RemoteEngine
+    fake: FakeServer, fake_remote: RemoteEngine
 ) -> None:
     fake.cut = [3, 3, 3]
     with pytest.raises(StreamBrokenError) as exc:
-        _reply(remote)
+        _reply(fake_remote)
     host = fake.url.removeprefix("http://")
     assert str(exc.value) == (f"{host} ended the reply without saying why, after 3 tokens "
                               f"(asked 3 times) ({CUT_SHORT})")  # fmt: skip
@@ -361,13 +362,13 @@ def test_a_reply_cut_short_every_time_is_one_sentence(
 
 @pytest.mark.unit
 def test_a_reply_asked_for_again_that_begins_otherwise_is_not_glued_on(
-    fake: FakeServer, remote: RemoteEngine
+    fake: FakeServer, fake_remote: RemoteEngine
 ) -> None:
     fake.cut = [4]
     fake.replies = [WORDS, [" other", *WORDS[1:]]]  # sampled: the second try says another thing
     shown: list[str] = []
     with pytest.raises(StreamBrokenError) as exc:
-        for ev in remote.generate(remote.tokenize("Say the words."), max_tokens=64):
+        for ev in fake_remote.generate(fake_remote.tokenize("Say the words."), max_tokens=64):
             if isinstance(ev, TextDelta):
                 shown.append(ev.text)
     assert "".join(shown) == "".join(WORDS[:4])  # what was shown stays what the first try said
@@ -394,13 +395,13 @@ def test_a_server_that_ignores_max_tokens_is_stopped_at_it(hostile: str) -> None
 
 @pytest.mark.unit
 def test_a_one_request_server_never_gets_two_at_once(
-    fake: FakeServer, remote: RemoteEngine
+    fake: FakeServer, fake_remote: RemoteEngine
 ) -> None:
     """Counting tokens while a reply streams is what cuts the reply short on llama-cpp-python's
     server: every request waits for its turn, so the reply ends whole and the counts are right."""
     fake.most = 0
     counts: list[int] = []
-    counter = remote.counter()
+    counter = fake_remote.counter()
 
     def count() -> None:
         for _ in range(5):
@@ -409,7 +410,7 @@ def test_a_one_request_server_never_gets_two_at_once(
     others = [threading.Thread(target=count) for _ in range(2)]
     for t in others:
         t.start()
-    texts = [_reply(remote)[0] for _ in range(3)]
+    texts = [_reply(fake_remote)[0] for _ in range(3)]
     for t in others:
         t.join(timeout=60)
     assert texts == ["".join(WORDS)] * 3 and fake.completions == 3
@@ -492,26 +493,26 @@ def test_a_hostile_metrics_page_is_read_in_one_pass_up_to_its_cap() -> None:
 
 @pytest.mark.unit
 def test_a_reply_piece_that_is_not_text_is_one_sentence(
-    fake: FakeServer, remote: RemoteEngine
+    fake: FakeServer, fake_remote: RemoteEngine
 ) -> None:
     """A non-string ``"text"`` raised TypeError out of the engine, which the window's engine
     thread did not catch: the job never ended."""
     for piece in (5, ["a"], {"t": 1}):
         fake.replies = [[" a", piece]]  # type: ignore[list-item]
         with pytest.raises(StreamBrokenError) as err:
-            _reply(remote)
-        assert str(err.value) == (f"{remote._client.host} sent a piece of the reply that is "
+            _reply(fake_remote)
+        assert str(err.value) == (f"{fake_remote._client.host} sent a piece of the reply that is "
                                   "not text")  # fmt: skip
 
 
 @pytest.mark.unit
 def test_a_reply_far_longer_than_its_tokens_is_cut_at_its_cap(
-    fake: FakeServer, remote: RemoteEngine
+    fake: FakeServer, fake_remote: RemoteEngine
 ) -> None:
     """A reply was bounded only by max_tokens x the 1 MiB line cap: 32 MB took 301 s to take
     in. Now the text of a reply is capped at reply_cap(max_tokens) characters."""
     fake.replies = [["x" * 500_000] * 8]  # 4 MB in 8 "tokens", each line under the line cap
-    text, done = _reply(remote, max_tokens=8)
+    text, done = _reply(fake_remote, max_tokens=8)
     assert len(text) <= reply_cap(8) and done.stats.finish_reason == "length"
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from app.core.default_model import default_model_path
 from app.core.documents import document_from_text, load_document
 from app.core.engine.host import EngineHost
-from app.core.engine.types import Finished, GenerationStats, LoadSettings
+from app.core.engine.types import Finished, GenerationStats
 from app.core.jobs.audit import Audit
 from app.core.jobs.call_runner import Frame
 from app.core.jobs.job_setup import question_text
@@ -47,11 +47,10 @@ from app.core.planning.strategies import QUESTION_UNIT, Planner, PlanOptions, pl
 from app.core.tokens import (
     TiktokenCounter,
     counter_key,
-    exact_counter,
     gguf_encoding,
-    host_tokenize,
 )
 from tests.core.doc_strategies import markdown_documents
+from tests.engines import Counters, Hosts
 
 N_CTX = 2048
 INSTRUCTION = "List the people who edited the Jargon File."
@@ -89,23 +88,15 @@ SPAN_REASONS = [
 
 
 @pytest.fixture(scope="module")
-def counter(model_path: Path) -> TiktokenCounter:
-    return gguf_encoding(model_path)
-
-
-@pytest.fixture(scope="module")
-def jargon() -> str:
-    return sample_document().read_text(encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def planted(jargon: str, counter: TiktokenCounter) -> tuple[str, list[tuple[int, int]]]:
+def planted_facts(
+    sample_text: str, gguf_counter: TiktokenCounter
+) -> tuple[str, list[tuple[int, int]]]:
     """The Jargon File (~405k tokens) with each fact as a paragraph of its own: the one without
     a depth exactly :data:`DEPTH` tokens in (give or take a paragraph), the others spread out.
     The text and each fact's character range."""
-    total = counter.count(jargon)
+    total = gguf_counter.count(sample_text)
     assert total > 400_000
-    text = jargon
+    text = sample_text
     spans = []
     for depth, fact, _ in FACTS:
         share = depth if depth is not None else DEPTH / total
@@ -115,13 +106,15 @@ def planted(jargon: str, counter: TiktokenCounter) -> tuple[str, list[tuple[int,
         start = text.index(fact)
         spans.append((start, start + len(fact)))
     deep = spans[2][0]
-    assert DEPTH - 2_000 < counter.count(text[:deep]) < DEPTH + 2_000
+    assert DEPTH - 2_000 < gguf_counter.count(text[:deep]) < DEPTH + 2_000
     return text, spans
 
 
 @pytest.fixture(scope="module")
-def planner(planted: tuple[str, list[tuple[int, int]]], counter: TiktokenCounter) -> Planner:
-    return Planner(planted[0], counter)
+def planted_planner(
+    planted_facts: tuple[str, list[tuple[int, int]]], gguf_counter: TiktokenCounter
+) -> Planner:
+    return Planner(planted_facts[0], gguf_counter)
 
 
 def _budget(counter: TiktokenCounter, question: str) -> tuple[str, int]:
@@ -192,11 +185,11 @@ def test_cjk_text_is_single_characters_and_pairs() -> None:
 
 
 def test_the_best_parts_are_kept_in_document_order_and_say_why(
-    planner: Planner, planted: tuple[str, list[tuple[int, int]]]
+    planted_planner: Planner, planted_facts: tuple[str, list[tuple[int, int]]]
 ) -> None:
-    text = planted[0]
+    text = planted_facts[0]
     question = "What does the word kludge mean?"
-    plan = _plan(planner, question)
+    plan = _plan(planted_planner, question)
     _check(plan, text)
     assert plan.strategy == "retrieve" and plan.question == question and plan.refused is None
     # the budget is a ceiling, not a target: the matches close to the best, and their paragraphs
@@ -225,12 +218,14 @@ def test_the_best_parts_are_kept_in_document_order_and_say_why(
 
 @pytest.mark.unit
 @pytest.mark.parametrize("budget", [1_400, 6_000])
-def test_neighbours_widen_the_context_around_a_kept_match(planner: Planner, budget: int) -> None:
+def test_neighbours_widen_the_context_around_a_kept_match(
+    planted_planner: Planner, budget: int
+) -> None:
     """``fill`` (the earlier rule): each neighbour lies beside its match, or beside what is kept
     around it: nothing between them was dropped. A larger budget keeps wider context, and
     fills up."""
     question = "Who maintains the Jargon File?"
-    plan = planner.plan("retrieve", budget, PlanOptions(question=question, fill=True))
+    plan = planted_planner.plan("retrieve", budget, PlanOptions(question=question, fill=True))
     own = {s.rank: s for s in plan.kept if s.next_to is None and s.rank is not None}
     neighbours = [s for s in plan.kept if s.next_to is not None]
     assert neighbours and plan.kept_tokens > budget * 0.9
@@ -243,20 +238,24 @@ def test_neighbours_widen_the_context_around_a_kept_match(planner: Planner, budg
 
 
 @pytest.mark.unit
-def test_a_match_cut_mid_paragraph_keeps_the_rest_of_its_paragraph_only(planner: Planner) -> None:
+def test_a_match_cut_mid_paragraph_keeps_the_rest_of_its_paragraph_only(
+    planted_planner: Planner
+) -> None:
     """Precise: a part kept as context continues the paragraph of a kept neighbour (the cut
     between them is weaker than a paragraph's end) or the section of a kept heading (every part
     between them kept, none of them a heading), at most PASSAGE_PARTS parts from a match; a
     paragraph's end is crossed for context only in a heading's section. Parts are paragraphs or
     pieces of one."""
-    plan = planner.plan("retrieve", 1_800, PlanOptions(question="hacker ethic and free software"))
+    options = PlanOptions(question="hacker ethic and free software")
+    plan = planted_planner.plan("retrieve", 1_800, options)
     chunks = plan.chunks
     kept = {c.index for c in chunks if any(s.start <= c.start < s.end for s in plan.kept)}
     context = {c.index for c in chunks
                if any(s.start <= c.start < s.end and s.next_to is not None for s in plan.kept)}
     assert context, "a long paragraph was kept in pieces"
+
     def title(j: int) -> bool:
-        return is_title(planner.text[chunks[j].start : chunks[j].end])
+        return is_title(planted_planner.text[chunks[j].start : chunks[j].end])
 
     def in_section(i: int) -> bool:  # a kept heading above, the parts between kept, none a title
         for h in range(i - 1, max(-1, i - 1 - PASSAGE_PARTS), -1):
@@ -273,17 +272,17 @@ def test_a_match_cut_mid_paragraph_keeps_the_rest_of_its_paragraph_only(planner:
         near = [j for j in kept - context if abs(j - i) <= PASSAGE_PARTS]
         assert near, f"part {i} is further than {PASSAGE_PARTS} parts from any match"
     for c in chunks[:-1]:  # no part holds a paragraph's end and more text after it
-        assert "\n\n" not in planner.text[c.start : c.end].strip()
+        assert "\n\n" not in planted_planner.text[c.start : c.end].strip()
     assert plan.kept_tokens < 1_800
 
 
 @pytest.mark.unit
-def test_a_heading_that_matches_brings_its_text(planner: Planner) -> None:
+def test_a_heading_that_matches_brings_its_text(planted_planner: Planner) -> None:
     """A question's words match a heading best; the heading alone answers nothing, so the text
     under it is kept with it."""
     question = "How did the Jargon File's revision history begin?"
-    plan = planner.plan("retrieve", 1_800, PlanOptions(question=question))
-    text = planner.text
+    plan = planted_planner.plan("retrieve", 1_800, PlanOptions(question=question))
+    text = planted_planner.text
     chapter = "Chapter\xa03.\xa0Revision History"
     heading = next(s for s in plan.kept if chapter in text[s.start : s.end])
     after = next(s for s in plan.kept if s.start == heading.end)
@@ -293,17 +292,17 @@ def test_a_heading_that_matches_brings_its_text(planner: Planner) -> None:
 
 
 @pytest.mark.unit
-def test_a_dictionary_entry_outranks_the_index_lines_that_name_it(planner: Planner) -> None:
+def test_a_dictionary_entry_outranks_the_index_lines_that_name_it(planted_planner: Planner) -> None:
     """The sample lists every entry twice in one-line paragraphs (its indexes): BM25 favours a
     short part, and those lines ("kluge", "kluge around") once took every place the entry
     should have had. A run of title-like lines is weighted down; the headword (":kluge:
     /klooj/", ":cracker: n.") is a heading, so the definitions under it come with it."""
-    text = planner.text
+    text = planted_planner.text
     for question, head, definition in (
         ("What is a kluge?", ":kluge: /klooj/", "A Rube Goldberg (or Heath Robinson) device"),
         ("What is a cracker?", ":cracker: n.", "One who breaks security on a system."),
     ):
-        plan = planner.plan("retrieve", 1_800, PlanOptions(question=question))
+        plan = planted_planner.plan("retrieve", 1_800, PlanOptions(question=question))
         kept = "".join(text[s.start : s.end] for s in plan.kept)
         assert head in kept and definition in kept, question
         lines = [s for s in plan.kept if text[s.start : s.end].strip() in ("kluge", "cracker")]
@@ -313,9 +312,9 @@ def test_a_dictionary_entry_outranks_the_index_lines_that_name_it(planner: Plann
 
 
 @pytest.mark.unit
-def test_a_document_that_fits_is_kept_whole(planner: Planner, jargon: str) -> None:
-    text = jargon[:20_000]
-    small = Planner(text, planner.counter)
+def test_a_document_that_fits_is_kept_whole(planted_planner: Planner, sample_text: str) -> None:
+    text = sample_text[:20_000]
+    small = Planner(text, planted_planner.counter)
     plan = small.plan("retrieve", 10_000, PlanOptions(question="What is a hacker?"))
     assert plan.dropped == () and plan.kept_tokens == small.count()
     assert {s.reason for s in plan.kept if s.rank is None} == {"fits the budget"}
@@ -324,10 +323,11 @@ def test_a_document_that_fits_is_kept_whole(planner: Planner, jargon: str) -> No
 
 @pytest.mark.unit
 @pytest.mark.parametrize("budget", [20, 150, 700, 5_000, 10**6])
-def test_the_budget_holds_at_every_size(planner: Planner, budget: int) -> None:
-    plan = planner.plan("retrieve", budget, PlanOptions(question="hacker ethic and free software"))
+def test_the_budget_holds_at_every_size(planted_planner: Planner, budget: int) -> None:
+    options = PlanOptions(question="hacker ethic and free software")
+    plan = planted_planner.plan("retrieve", budget, options)
     assert plan.kept_tokens <= budget
-    _check_partition(plan, planner.text)
+    _check_partition(plan, planted_planner.text)
     if budget >= 150:
         assert any(s.rank == 1 for s in plan.kept)
 
@@ -337,7 +337,7 @@ def test_the_budget_holds_at_every_size(planner: Planner, budget: int) -> None:
                                                                   HealthCheck.function_scoped_fixture])
 @given(markdown_documents(), st.integers(1, 400), st.integers(0, 2**16))
 def test_any_document_any_budget_any_question(
-    counter: TiktokenCounter, text: str, budget: int, seed: int
+    gguf_counter: TiktokenCounter, text: str, budget: int, seed: int
 ) -> None:
     """Markdown-ish text of every shape (CJK, code, odd whitespace), planned for a question
     made of some of its own words and one it lacks: the budget holds, spans partition the
@@ -346,7 +346,7 @@ def test_any_document_any_budget_any_question(
     picked = [words[(seed + 7 * k) % len(words)] for k in range(3)] if words else []
     question = " ".join([*picked, "zyzzogeton"])
     doc = document_from_text(text, format="markdown")
-    plan = Planner(doc, counter).plan("retrieve", budget, PlanOptions(question=question))
+    plan = Planner(doc, gguf_counter).plan("retrieve", budget, PlanOptions(question=question))
     if not doc.text:
         assert plan.kept == () and plan.dropped == ()
         return
@@ -360,30 +360,30 @@ def _check_partition(plan: Plan, text: str) -> None:
 
 
 @pytest.mark.unit
-def test_a_question_of_no_known_word_keeps_nothing_and_says_so(planner: Planner) -> None:
-    plan = planner.plan("retrieve", 1_000, PlanOptions(question="Xylqvorph zzyzzx?"))
+def test_a_question_of_no_known_word_keeps_nothing_and_says_so(planted_planner: Planner) -> None:
+    plan = planted_planner.plan("retrieve", 1_000, PlanOptions(question="Xylqvorph zzyzzx?"))
     assert plan.kept == () and plan.refused is None
     assert [s.reason for s in plan.dropped] == [NO_MATCH]
 
 
 @pytest.mark.unit
-def test_without_a_question_the_plan_is_refused_with_one_sentence(planner: Planner) -> None:
+def test_without_a_question_the_plan_is_refused_with_one_sentence(planted_planner: Planner) -> None:
     for question in ("", "   "):
-        plan = planner.plan("retrieve", 1_000, PlanOptions(question=question))
+        plan = planted_planner.plan("retrieve", 1_000, PlanOptions(question=question))
         assert plan.refused == NEEDS_QUESTION and plan.kept == ()
         assert {s.reason for s in plan.dropped} == {NEEDS_QUESTION}
     assert NEEDS_QUESTION.count(".") == 0 and NEEDS_QUESTION[0].islower()  # one sentence
 
 
 def test_a_fact_300k_tokens_deep_is_kept_for_a_question_in_other_words(
-    planner: Planner, planted: tuple[str, list[tuple[int, int]]]
+    planted_planner: Planner, planted_facts: tuple[str, list[tuple[int, int]]]
 ) -> None:
-    text, spans = planted
-    assert planner.count() > 400_000
+    text, spans = planted_facts
+    assert planted_planner.count() > 400_000
     retained = []
     for (_, fact, question), span in zip(FACTS, spans, strict=True):
         assert fact not in question
-        plan = _plan(planner, question)
+        plan = _plan(planted_planner, question)
         _check(plan, text)
         assert plan.budget < 1_800  # a 2,048 context: 0.4% of the document reaches the model
         retained.append(plan.needle_retention([span]))
@@ -398,8 +398,10 @@ def test_a_fact_300k_tokens_deep_is_kept_for_a_question_in_other_words(
 
 
 @pytest.mark.unit
-def test_a_second_question_reuses_the_index(counter: TiktokenCounter, jargon: str) -> None:
-    planner = Planner(jargon, counter)
+def test_a_second_question_reuses_the_index(
+    gguf_counter: TiktokenCounter, sample_text: str
+) -> None:
+    planner = Planner(sample_text, gguf_counter)
     first = planner.plan("retrieve", 1_500, PlanOptions(question="What is a hacker?"))
     assert planner.stats.indexes_made == 1 and planner.stats.chunkings_made == 1
     second = planner.plan("retrieve", 1_500, PlanOptions(question="Where did the word foo come "
@@ -423,28 +425,28 @@ def test_a_second_question_reuses_the_index(counter: TiktokenCounter, jargon: st
 
 @pytest.mark.unit
 def test_the_index_and_scored_plans_are_kept_on_disk(
-    counter: TiktokenCounter, jargon: str, tmp_path: Path
+    gguf_counter: TiktokenCounter, sample_text: str, tmp_path: Path
 ) -> None:
-    text = jargon[:200_000]
+    text = sample_text[:200_000]
     opts = PlanOptions(question="Who wrote the hacker's dictionary?")
-    first = Planner(text, counter, cache=PlanCache(tmp_path / "plans"))
+    first = Planner(text, gguf_counter, cache=PlanCache(tmp_path / "plans"))
     made = first.plan("retrieve", 800, opts)
     assert first.stats.indexes_made == 1 and first.stats.disk_writes == 3  # chunks, index, plan
-    later = Planner(text, counter, cache=PlanCache(tmp_path / "plans"))  # as after a restart
+    later = Planner(text, gguf_counter, cache=PlanCache(tmp_path / "plans"))  # as after a restart
     assert later.plan("retrieve", 800, opts) == made
     other = later.plan("retrieve", 800, PlanOptions(question="What is a kludge?"))
     stats = later.stats
     assert stats.indexes_made == 0 and stats.chunkings_made == 0 and stats.disk_reads == 3
-    assert other == Planner(text, counter).plan("retrieve", 800,
+    assert other == Planner(text, gguf_counter).plan("retrieve", 800,
                                                 PlanOptions(question="What is a kludge?"))
 
 
-def test_scored_spans_cross_the_codec_whole(planner: Planner) -> None:
-    plan = _plan(planner, "What is a kludge?")
+def test_scored_spans_cross_the_codec_whole(planted_planner: Planner) -> None:
+    plan = _plan(planted_planner, "What is a kludge?")
     back = unpack_plan(pack_plan(plan))
     assert back == plan and back.question == plan.question
     assert [s.terms for s in back.kept] == [s.terms for s in plan.kept]
-    plain = planner.plan("head", 500)
+    plain = planted_planner.plan("head", 500)
     packed = pack_plan(plain)
     assert "kept_notes" not in packed and unpack_plan(packed) == plain
     assert "score" not in plain.as_dict()["kept"][0]  # other plans print as before
@@ -494,24 +496,12 @@ class Recording:
             yield event
 
 
-@pytest.fixture(scope="module")
-def engine(model_path: Path) -> Iterator[EngineHost]:
-    """The default model in a 512-token context: each prompt about 500 tokens, a few seconds
-    on one core."""
-    with EngineHost() as host:
-        host.load(model_path, LoadSettings(n_ctx=JOB_CTX))
-        yield host
-
-
-@pytest.fixture(scope="module")
-def exact(engine: EngineHost, model_path: Path) -> TiktokenCounter:
-    return exact_counter(model_path, host_tokenize(engine))  # type: ignore[return-value]
-
-
 def test_ask_plans_each_question_and_runs_exactly_that_plan(
-    engine: EngineHost, exact: TiktokenCounter, planted: tuple[str, list[tuple[int, int]]]
+    make_host: Hosts, make_counter: Counters, planted_facts: tuple[str, list[tuple[int, int]]]
 ) -> None:
-    text, spans = planted
+    engine = make_host(n_ctx=JOB_CTX)
+    exact = make_counter(engine)
+    text, spans = planted_facts
     questions = [FACTS[2][2], "What is the meaning of the word kludge?"]
     planner = Planner(text, exact)
     audit = Audit(engine, exact_counts=True)
@@ -539,12 +529,14 @@ def test_ask_plans_each_question_and_runs_exactly_that_plan(
 
 
 def test_a_follow_up_evaluates_only_the_chunks_not_resident_and_its_question(
-    engine: EngineHost, exact: TiktokenCounter
+    make_host: Hosts, make_counter: Counters
 ) -> None:
     """Two questions on the same passage: the second plan shares chunks with the first, which
     stay in the cache (ring order); the follow-up evaluates at most 1.1x the tokens of its
     other chunks, its question and the frame's end. The audit checks the ring against
     llama.cpp after the evictions."""
+    engine = make_host(n_ctx=JOB_CTX)
+    exact = make_counter(engine)
     text = sample_document().read_text(encoding="utf-8")
     questions = ["What does the word kludge mean?", "Who spelled kludge as kluge, and why?"]
     planner = Planner(text, exact)
@@ -576,9 +568,11 @@ def test_a_follow_up_evaluates_only_the_chunks_not_resident_and_its_question(
 
 
 def test_extract_ranks_the_document_against_its_instruction(
-    engine: EngineHost, exact: TiktokenCounter, planted: tuple[str, list[tuple[int, int]]]
+    make_host: Hosts, make_counter: Counters, planted_facts: tuple[str, list[tuple[int, int]]]
 ) -> None:
-    text = planted[0][:100_000]
+    engine = make_host(n_ctx=JOB_CTX)
+    exact = make_counter(engine)
+    text = planted_facts[0][:100_000]
     audit = Audit(engine, exact_counts=True)
     events = list(extract(engine, text, exact, instruction=INSTRUCTION,
                           strategy="retrieve", n_ctx=JOB_CTX, max_tokens=8,
@@ -590,8 +584,10 @@ def test_extract_ranks_the_document_against_its_instruction(
 
 
 def test_a_summary_under_retrieve_is_refused_with_its_sentence(
-    engine: EngineHost, exact: TiktokenCounter
+    make_host: Hosts, make_counter: Counters
 ) -> None:
+    engine = make_host(n_ctx=JOB_CTX)
+    exact = make_counter(engine)
     recording = Recording(engine)
     events = list(summarize(recording, "A short text. " * 400, exact, strategy="retrieve",  # type: ignore[arg-type]
                             n_ctx=JOB_CTX, max_tokens=8))  # fmt: skip

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.core.engine.host import EngineHost
-from app.core.engine.types import KVUsage, LoadSettings
+from app.core.engine.types import KVUsage
 from app.core.jobs.audit import Audit
 from app.core.jobs.events import ChunkEvicted, JobFinished, JobResult, KVShifted, RingFallback
 from app.core.jobs.streaming import shift_refusal
@@ -26,26 +24,15 @@ from app.core.jobs.tasks import summarize
 from app.core.paths import sample_document
 from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner, PlanOptions
-from app.core.tokens import TokenCounter, exact_counter, host_tokenize
+from app.core.tokens import TokenCounter
+from tests.engines import Counters, Hosts
 
 N_CTX = 512
 MAX_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
-def host(model_path: Path) -> Iterator[EngineHost]:
-    with EngineHost() as h:
-        h.load(model_path, LoadSettings(n_ctx=N_CTX))
-        yield h
-
-
-@pytest.fixture(scope="module")
-def counter(host: EngineHost, model_path: Path) -> TokenCounter:
-    return exact_counter(model_path, host_tokenize(host))
-
-
-@pytest.fixture(scope="module")
-def text() -> str:
+def three_windows() -> str:
     """About 1,200 tokens of the Jargon File: three windows at this context."""
     whole = sample_document().read_text(encoding="utf-8")
     start = whole.index("\n\n", 40_000) + 2
@@ -77,11 +64,13 @@ def _run(
 
 @pytest.fixture(scope="module")
 def streamed(
-    host: EngineHost, counter: TokenCounter, text: str
+    make_host: Hosts, make_counter: Counters, three_windows: str
 ) -> tuple[list[Any], JobResult, Audit]:
     """One streamed pass, audited: the two tests below read it."""
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     audit = Audit(host, exact_counts=True)
-    events, result = _run(host, text, counter, audit)
+    events, result = _run(host, three_windows, counter, audit)
     return events, result, audit
 
 
@@ -109,11 +98,13 @@ def test_streamed_pass_evaluates_each_document_token_once(
 
 
 def test_cache_that_cannot_shift_falls_back_with_its_reason(
-    host: EngineHost, counter: TokenCounter, text: str,
+    make_host: Hosts, make_counter: Counters, three_windows: str,
     streamed: tuple[list[Any], JobResult, Audit],
 ) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     audit = Audit(host, exact_counts=True)
-    events, result = _run(CannotShift(host), text, counter, audit)
+    events, result = _run(CannotShift(host), three_windows, counter, audit)
     audit.raise_if_failed()
     fallback = [e for e in events if isinstance(e, RingFallback)]
     assert len(fallback) == 1 and "llama_memory_can_shift" in fallback[0].reason
@@ -148,8 +139,10 @@ def test_shift_refusal_names_each_engine_that_cannot_stream() -> None:
 
 
 def test_semantic_windows_keep_the_chunks_they_share_in_the_cache(
-    host: EngineHost, counter: TokenCounter
+    make_host: Hosts, make_counter: Counters
 ) -> None:
+    host = make_host(n_ctx=N_CTX)
+    counter = make_counter(host)
     whole = sample_document().read_text(encoding="utf-8")
     start = whole.index("\n\n", 60_000) + 2
     text = whole[start : whole.index("\n\n", start + 5_500)]

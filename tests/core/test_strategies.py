@@ -27,16 +27,11 @@ from app.core.planning.strategies import (
     plan,
     unit_tokens,
 )
-from app.core.tokens import TiktokenCounter, gguf_encoding
+from app.core.tokens import TiktokenCounter
 from tests.core.doc_strategies import markdown_documents
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 _FIXTURES_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-
-
-@pytest.fixture(scope="module")
-def counter(model_path: Path) -> TiktokenCounter:
-    return gguf_encoding(model_path)
 
 
 def _check_plan(p: Plan, text: str, counter: TiktokenCounter) -> None:
@@ -68,40 +63,44 @@ def _check_plan(p: Plan, text: str, counter: TiktokenCounter) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=_FIXTURES_OK)
 @given(markdown_documents(), st.integers(1, 600), st.sampled_from(sorted(STRATEGIES)))
 def test_every_plan_stays_within_budget(
-    counter: TiktokenCounter, text: str, budget: int, strategy: str
+    gguf_counter: TiktokenCounter, text: str, budget: int, strategy: str
 ) -> None:
     doc = document_from_text(text, format="markdown")
-    _check_plan(plan(doc, counter, budget, strategy), doc.text, counter)
+    _check_plan(plan(doc, gguf_counter, budget, strategy), doc.text, gguf_counter)
 
 
 @pytest.mark.unit
 @settings(max_examples=40, deadline=None, suppress_health_check=_FIXTURES_OK)
 @given(markdown_documents(max_blocks=4), st.integers(1, 12))
-def test_budgets_smaller_than_a_sentence(counter: TiktokenCounter, text: str, budget: int) -> None:
+def test_budgets_smaller_than_a_sentence(
+    gguf_counter: TiktokenCounter, text: str, budget: int
+) -> None:
     doc = document_from_text(text, format="markdown")
-    planner = Planner(doc, counter)
+    planner = Planner(doc, gguf_counter)
     for name in STRATEGIES:
-        _check_plan(planner.plan(name, budget), doc.text, counter)
+        _check_plan(planner.plan(name, budget), doc.text, gguf_counter)
 
 
 @pytest.mark.unit
-def test_zero_budget_keeps_nothing(counter: TiktokenCounter) -> None:
-    p = plan("Some text.", counter, 0, "head")
+def test_zero_budget_keeps_nothing(gguf_counter: TiktokenCounter) -> None:
+    p = plan("Some text.", gguf_counter, 0, "head")
     assert p.kept == () and p.refused and "budget is 0" in p.refused
 
 
 @pytest.fixture(scope="module")
-def jargon_planner(counter: TiktokenCounter) -> Planner:
+def jargon_planner(gguf_counter: TiktokenCounter) -> Planner:
     text = sample_document().read_text(encoding="utf-8")[:200_000]
-    return Planner(document_from_text(text), counter)
+    return Planner(document_from_text(text), gguf_counter)
 
 
 @pytest.mark.unit
-def test_refuse_explains_with_numbers(jargon_planner: Planner, counter: TiktokenCounter) -> None:
+def test_refuse_explains_with_numbers(
+    jargon_planner: Planner, gguf_counter: TiktokenCounter
+) -> None:
     p = jargon_planner.plan("refuse", 1000)
     assert p.kept == () and p.refused
     assert f"{p.total_tokens:,} tokens" in p.refused and "1,000" in p.refused
-    small = plan("A short note.", counter, 1000, "refuse")
+    small = plan("A short note.", gguf_counter, 1000, "refuse")
     assert small.refused is None and small.kept_tokens == small.total_tokens
 
 
@@ -131,7 +130,7 @@ def test_multi_pass_strategies_reach_every_chunk(jargon_planner: Planner) -> Non
 
 @pytest.mark.unit
 def test_entropy_drops_repetition_boilerplate_and_whitespace_first(
-    counter: TiktokenCounter,
+    gguf_counter: TiktokenCounter,
 ) -> None:
     elements = ["copper", "zinc", "argon", "cobalt", "iodine", "xenon", "radon", "boron"]
     facts = [f"Fact {i}: the {w} reactor runs at {i * 37} kelvin near {w}ville."
@@ -143,8 +142,8 @@ def test_entropy_drops_repetition_boilerplate_and_whitespace_first(
         parts += [f, boiler[i], repeated, " " * 40]
     text = "\n\n".join(parts)
     doc = document_from_text(text)
-    budget = sum(counter.count(f) for f in facts) + counter.count(repeated) + 40
-    p = plan(doc, counter, budget, "entropy", PlanOptions(chunk_tokens=30))
+    budget = sum(gguf_counter.count(f) for f in facts) + gguf_counter.count(repeated) + 40
+    p = plan(doc, gguf_counter, budget, "entropy", PlanOptions(chunk_tokens=30))
     kept_text = "".join(text[s.start : s.end] for s in p.kept)
     needles = [(text.index(f), text.index(f) + len(f)) for f in facts]
     assert p.needle_retention(needles) == 1.0, kept_text
@@ -163,23 +162,23 @@ def test_needle_retention_differs_by_strategy(jargon_planner: Planner) -> None:
 
 
 @pytest.mark.unit
-def test_unknown_strategy_is_refused(counter: TiktokenCounter) -> None:
+def test_unknown_strategy_is_refused(gguf_counter: TiktokenCounter) -> None:
     with pytest.raises(ValueError, match="unknown strategy 'best'"):
-        plan("text", counter, 100, "best")
+        plan("text", gguf_counter, 100, "best")
 
 
 @pytest.mark.unit
-def test_plans_on_real_documents(counter: TiktokenCounter) -> None:
+def test_plans_on_real_documents(gguf_counter: TiktokenCounter) -> None:
     for name in ("sample.pdf", "sample.docx", "sample.html", "chinese-gbk.txt", "sample.py"):
         doc = load_document(DATA / name)
-        planner = Planner(doc, counter)
+        planner = Planner(doc, gguf_counter)
         for strategy in STRATEGIES:
-            _check_plan(planner.plan(strategy, 150), doc.text, counter)
+            _check_plan(planner.plan(strategy, 150), doc.text, gguf_counter)
 
 
 @pytest.mark.unit
 def test_a_remembered_plan_is_returned_without_chunking_again(
-    jargon_planner: Planner, counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+    jargon_planner: Planner, gguf_counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made = {name: jargon_planner.plan(name, 1200) for name in ("head", "entropy")}
     other_budget = jargon_planner.plan("head", 1100)
@@ -187,7 +186,7 @@ def test_a_remembered_plan_is_returned_without_chunking_again(
     real = strategies_module.chunk_document
     monkeypatch.setattr(strategies_module, "chunk_document",
                         lambda *a, **k: chunked.append(a[2]) or real(*a, **k))  # fmt: skip
-    fresh = Planner(jargon_planner.doc, counter)
+    fresh = Planner(jargon_planner.doc, gguf_counter)
     for p in made.values():
         fresh.remember(p)
     assert fresh.plan("head", 1200) is made["head"]
@@ -208,8 +207,10 @@ def test_plans_are_equal_however_long_they_took(jargon_planner: Planner) -> None
 
 
 @pytest.mark.unit
-def test_remembered_plans_are_bounded(jargon_planner: Planner, counter: TiktokenCounter) -> None:
-    fresh = Planner(jargon_planner.doc, counter)
+def test_remembered_plans_are_bounded(
+    jargon_planner: Planner, gguf_counter: TiktokenCounter
+) -> None:
+    fresh = Planner(jargon_planner.doc, gguf_counter)
     plans = [jargon_planner.plan("head", 600 + 10 * i) for i in range(REMEMBERED_PLANS + 1)]
     for p in plans:
         fresh.remember(p)
@@ -221,11 +222,11 @@ def test_remembered_plans_are_bounded(jargon_planner: Planner, counter: Tiktoken
 
 
 def test_budget_uses_the_models_own_template(
-    model_path: Path, counter: TiktokenCounter, engine: object
+    model_path: Path, gguf_counter: TiktokenCounter, engine: object
 ) -> None:
     frame = model_frame(model_path, task="Summarize the document.")
     assert "<|im_start|>user" in frame.before and frame.after.endswith("<|im_start|>assistant\n")
-    budget = compute_budget(4096, 512, frame, counter)
+    budget = compute_budget(4096, 512, frame, gguf_counter)
     # The same count as llama.cpp gives for the rendered prompt around an empty document.
     rendered = engine.apply_chat_template(  # type: ignore[attr-defined]
         [{"role": "user", "content": "Summarize the document.\n\n"}]
@@ -236,12 +237,12 @@ def test_budget_uses_the_models_own_template(
 
 
 @pytest.mark.unit
-def test_budget_without_template_is_the_task_and_blank_lines(counter: TiktokenCounter) -> None:
+def test_budget_without_template_is_the_task_and_blank_lines(gguf_counter: TiktokenCounter) -> None:
     frame = prompt_frame(None, task="Summarize.")
     assert frame.before == "Summarize.\n\n" and frame.after == "\n\n"
-    assert compute_budget(100, 10, frame, counter).template_tokens == counter.count(
+    assert compute_budget(100, 10, frame, gguf_counter).template_tokens == gguf_counter.count(
         "Summarize.\n\n"
-    ) + counter.count("\n\n")
+    ) + gguf_counter.count("\n\n")
 
 
 @pytest.mark.unit
@@ -265,10 +266,10 @@ def test_model_frame_is_read_once_per_file_version(model_path: Path, tmp_path: P
 
 
 @pytest.mark.unit
-def test_budget_rejects_nonsense(counter: TiktokenCounter) -> None:
+def test_budget_rejects_nonsense(gguf_counter: TiktokenCounter) -> None:
     frame = prompt_frame(None)
     with pytest.raises(ValueError, match="context size"):
-        compute_budget(0, 0, frame, counter)
+        compute_budget(0, 0, frame, gguf_counter)
     with pytest.raises(ValueError, match="reserve"):
-        compute_budget(100, -1, frame, counter)
-    assert compute_budget(10, 100, frame, counter).available == 0
+        compute_budget(100, -1, frame, gguf_counter)
+    assert compute_budget(10, 100, frame, gguf_counter).available == 0

@@ -15,7 +15,6 @@ import os
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -187,13 +186,6 @@ def _with_template(model: Path, template: str, out: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def host() -> Iterator[EngineHost]:
-    h = EngineHost()
-    yield h
-    h.close()
-
-
 @pytest.mark.parametrize(
     ("template", "phrase"),
     [("{{ ((((9 ** 64) ** 64) ** 64) ** 64) }}", "too large"),  # once 151 s
@@ -203,51 +195,51 @@ def host() -> Iterator[EngineHost]:
     ids=["nested-powers", "replace", "c-level-sum"],
 )  # fmt: skip
 def test_a_model_whose_template_would_run_for_minutes_loads_in_seconds(
-    host: EngineHost, model_path: Path, tmp_path: Path, template: str, phrase: str
+    idle_host: EngineHost, model_path: Path, tmp_path: Path, template: str, phrase: str
 ) -> None:
     path = _with_template(model_path, template, tmp_path / "slow-template.gguf")
     t0 = time.monotonic()
-    loaded = host.load(path, SETTINGS)
+    loaded = idle_host.load(path, SETTINGS)
     assert time.monotonic() - t0 < 15  # llama.cpp's own load, plus at most 2 s + 1 s
     [warning] = [w for w in loaded.warnings if w.startswith(WARNING)]
     assert phrase in warning, warning
 
 
-def test_cancel_stops_a_load(host: EngineHost, model_path: Path, tmp_path: Path) -> None:
+def test_cancel_stops_a_load(idle_host: EngineHost, model_path: Path, tmp_path: Path) -> None:
     slow = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
     path = _with_template(model_path, slow, tmp_path / "slow-template.gguf")
-    host.start()
+    idle_host.start()
     cancelled_at: list[float] = []
 
     def cancel_soon() -> None:
         time.sleep(0.5)
         cancelled_at.append(time.monotonic())
-        host.cancel()
+        idle_host.cancel()
 
     threading.Thread(target=cancel_soon, daemon=True).start()
     with pytest.raises(CancelledError, match="cancelled"):
-        host.load(path, SETTINGS)
+        idle_host.load(path, SETTINGS)
     assert time.monotonic() - cancelled_at[0] < LOAD_CANCEL_GRACE_S + 1.5
-    assert host.model is None
-    loaded = host.load(model_path, SETTINGS)  # the next load works
+    assert idle_host.model is None
+    loaded = idle_host.load(model_path, SETTINGS)  # the next load works
     assert not [w for w in loaded.warnings if w.startswith(WARNING)]
-    assert host.tokenize("Hello", add_special=False)
+    assert idle_host.tokenize("Hello", add_special=False)
 
 
 def test_a_load_that_ignores_the_cancel_ends_with_its_engine(
-    host: EngineHost, model_path: Path
+    idle_host: EngineHost, model_path: Path
 ) -> None:
     """What cannot stop by itself (llama.cpp reading a file) ends with the child: shown with a
     request the child does not check the cancel flag in, given the load's grace."""
-    host.load(model_path, SETTINGS)
-    pid = host.pid
+    idle_host.load(model_path, SETTINGS)
+    pid = idle_host.pid
     text = "Hello there, how are you today? " * 300_000  # ten seconds of tokenizing, or more
-    threading.Timer(0.3, host.cancel).start()
+    threading.Timer(0.3, idle_host.cancel).start()
     t0 = time.monotonic()
     with pytest.raises(CancelledError, match="the engine stopped with it"):
-        host._call("tokenize", "tokenizing", cancel_grace=0.2, text=text)
+        idle_host._call("tokenize", "tokenizing", cancel_grace=0.2, text=text)
     assert time.monotonic() - t0 < 5
-    assert not host.alive and pid is not None
+    assert not idle_host.alive and pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert host.load(model_path, SETTINGS).n_ctx == 256
+    assert idle_host.load(model_path, SETTINGS).n_ctx == 256

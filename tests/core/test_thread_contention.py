@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from app.core.engine.host import EngineHost
 from app.core.engine.threads import BUSY_AT, QUIET_AT, CpuMeter, default_threads
 from app.core.engine.types import (
     Finished,
-    LoadSettings,
     SamplingSettings,
     TextDelta,
     ThreadsChanged,
@@ -33,6 +31,7 @@ from app.core.jobs.audit import Audit
 from app.core.jobs.tasks import EvalProgress, JobFinished, resume, state_after, summarize
 from app.core.paths import sample_document
 from app.core.tokens import exact_counter, host_tokenize
+from tests.engines import Hosts
 
 # every core, alone (`serial`): a core kept busy must be the test's own busy process
 pytestmark = [
@@ -41,13 +40,6 @@ pytestmark = [
 ]
 
 SETTLE_S = 1.5  # the engine's meter reports the last half second
-
-
-@pytest.fixture(scope="module")
-def host(model_path: Path) -> Iterator[EngineHost]:
-    with EngineHost() as h:
-        h.load(model_path, LoadSettings(n_ctx=2048))  # default threads: adaptive
-        yield h
 
 
 def reply(host: EngineHost, prompt: list[int]) -> tuple[str, int, list[ThreadsChanged]]:
@@ -73,7 +65,8 @@ def others_now() -> float:
     return meter.others()
 
 
-def test_a_busy_program_costs_a_thread_and_changes_nothing_else(host: EngineHost) -> None:
+def test_a_busy_program_costs_a_thread_and_changes_nothing_else(make_host: Hosts) -> None:
+    host = make_host(n_ctx=2048)  # default threads: adaptive
     prompt = host.tokenize(sample_document().read_text(encoding="utf-8")[:3000])[:400]
     before, _, _ = reply(host, prompt)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
@@ -103,12 +96,13 @@ def test_a_busy_program_costs_a_thread_and_changes_nothing_else(host: EngineHost
 
 
 def test_a_job_across_thread_changes_is_audited_and_resumed_as_itself(
-    host: EngineHost, model_path: Path
+    make_host: Hosts, model_path: Path
 ) -> None:
     """Threads change no number (app/core/engine/schedule.py): a job that starts beside a busy
     program (two threads, then one) and goes on after it ends (one, then two again) passes the
     audit, and its reply resumed from its saved KV state, on the quiet machine's thread count,
     is the job's own reply, audited too."""
+    host = make_host(n_ctx=2048)  # default threads: adaptive
     text = sample_document().read_text(encoding="utf-8")[6000:9000]
     counter = exact_counter(model_path, host_tokenize(host))
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)

@@ -10,7 +10,6 @@ without special tokens parsed.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,12 +33,11 @@ def _models() -> list[Path]:
     return [*found, GEMMA]
 
 
-@pytest.fixture(scope="module")
-def host() -> Iterator[EngineHost]:
+@pytest.fixture(scope="module", autouse=True)
+def vocab_models_fetched() -> None:
+    """Every test here loads llama.cpp's vocabulary-only test models."""
     if len(_models()) < 15 or not GEMMA.is_file():
         pytest.fail("the vocabulary test models are missing: run `make setup`")
-    with EngineHost() as h:
-        yield h
 
 
 @pytest.fixture(scope="module")
@@ -59,38 +57,38 @@ def texts() -> dict[str, str]:
 
 @pytest.mark.parametrize("model", _models(), ids=lambda p: p.name)
 def test_the_exact_counter_equals_llama(
-    host: EngineHost, texts: dict[str, str], model: Path
+    idle_host: EngineHost, texts: dict[str, str], model: Path
 ) -> None:
-    n_vocab = host.load_vocab(model)  # vocabulary only: no weights are read
+    n_vocab = idle_host.load_vocab(model)  # vocabulary only: no weights are read
     assert n_vocab > 1000
     # the whole text as llama.cpp tokenizes it from its start (`count`); the counts of chunks
     # inside a prompt (the default) differ by a space prefix only: tests/core/test_space_prefix.py
-    counter = T.host_counter(model, host, continuation=False)
+    counter = T.host_counter(model, idle_host, continuation=False)
     if model.name in THROUGH_LLAMA:
         assert isinstance(counter, T.LlamaCounter)
         assert "no fast exact counter" in counter.note
     else:
         assert isinstance(counter, T.TiktokenCounter | VocabCounter), counter.note  # type: ignore[union-attr]
     for name, text in texts.items():
-        ref = host.tokenize(text, add_special=False, parse_special=False)
+        ref = idle_host.tokenize(text, add_special=False, parse_special=False)
         assert counter.encode(text) == ref, f"{model.name}: ids differ on the {name} text"
         assert counter.count(text) == len(ref)
         if name in ("probe", "tricky"):  # the texts that hold special-looking tokens
-            ref_special = host.tokenize(text, add_special=False, parse_special=True)
+            ref_special = idle_host.tokenize(text, add_special=False, parse_special=True)
             assert counter.encode_special(text) == ref_special, f"{model.name}: {name}, special"
 
 
-def test_gemma_counts_long_text_exactly_in_parallel_pieces(host: EngineHost) -> None:
+def test_gemma_counts_long_text_exactly_in_parallel_pieces(idle_host: EngineHost) -> None:
     # Longer than a piece, so the SentencePiece text is cut (where no entry spans the cut) and
     # encoded on several threads; the ids must be those of the whole. Both fast forms: tiktoken
     # (the one used) and tokenizers (the one used when tiktoken's does not verify).
-    host.load_vocab(GEMMA)
-    counter = T.host_counter(GEMMA, host)
+    idle_host.load_vocab(GEMMA)
+    counter = T.host_counter(GEMMA, idle_host)
     assert isinstance(counter, VocabCounter) and counter.family == "spm, tiktoken"
-    rebuilt = T.vocab_encoding(GEMMA, host.token_attrs())
+    rebuilt = T.vocab_encoding(GEMMA, idle_host.token_attrs())
     assert rebuilt.family == "spm, tokenizers"
     text = corpus(seed=2)["english"][:80_000] + "> </b> <p>x</p>\n\n\n  end"
-    ref = host.tokenize(text, add_special=False)
+    ref = idle_host.tokenize(text, add_special=False)
     assert counter.encode(text) == ref
     assert rebuilt.encode(text) == ref
     key = T.counter_key(counter)  # the planning child builds the same tiktoken form
@@ -100,33 +98,33 @@ def test_gemma_counts_long_text_exactly_in_parallel_pieces(host: EngineHost) -> 
     assert again.encode(text[:5_000]) == counter.encode(text[:5_000])
 
 
-def test_the_planning_child_rebuilds_the_verified_counter(host: EngineHost) -> None:
+def test_the_planning_child_rebuilds_the_verified_counter(idle_host: EngineHost) -> None:
     # counter_for_key builds the counter in another process without llama.cpp: it must be the
     # one verified here, with the token attributes llama.cpp reported (kept per vocabulary).
     model = VOCABS / "ggml-vocab-gemma-4.gguf"
-    host.load_vocab(model)
-    counter = T.host_counter(model, host)
+    idle_host.load_vocab(model)
+    counter = T.host_counter(model, idle_host)
     key = T.counter_key(counter)
     assert key is not None
     T._ATTRS.clear()  # as in a fresh process: the attributes come from the cache folder
     rebuilt = T.counter_for_key(key)
     assert T.counter_fingerprint(rebuilt) == T.counter_fingerprint(counter)
     text = "</s> <eos> <turn|> plain text\n"
-    ref = host.tokenize(text, add_special=False, parse_special=True)
+    ref = idle_host.tokenize(text, add_special=False, parse_special=True)
     assert rebuilt.encode_special(text) == ref
 
 
 @pytest.mark.parametrize("name", ["ggml-vocab-gpt-neox.gguf", "ggml-vocab-bert-bge.gguf"])
 def test_without_a_fast_form_llama_counts_long_text_in_exact_parallel_pieces(
-    host: EngineHost, name: str
+    idle_host: EngineHost, name: str
 ) -> None:
     # BPE (llama.cpp's "default" pre-tokenizer) and WordPiece: cut after lone newlines, the
     # pieces tokenized on the child's threads must give the ids of the whole text.
     model = VOCABS / name
-    host.load_vocab(model)
-    counter = T.host_counter(model, host)
+    idle_host.load_vocab(model)
+    counter = T.host_counter(model, idle_host)
     assert isinstance(counter, T.LlamaCounter) and counter._cut is not None
     parts = corpus(seed=6)
     text = parts["code"][:150_000] + parts["english"][:120_000] + parts["chinese"][:20_000]
     assert len(text) > T.PARALLEL_CHARS
-    assert counter.encode(text) == host.tokenize(text, add_special=False)
+    assert counter.encode(text) == idle_host.tokenize(text, add_special=False)

@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
-from app.services.job_engine import JobEngine
 
 from app.core.documents import load_document
 from app.core.engine.types import LoadSettings, SamplingSettings
 from app.core.jobs.tasks import JobFinished, JobResult, TokenBatch
 from app.services import versions
 from app.services.errors import BadOption, BadRequest
+from app.services.job_engine import JobEngine
 from app.services.jobs import EngineFacts, JobSpec
 from app.store.repository import Entry
 
@@ -22,7 +22,8 @@ N_CTX = 512
 
 
 @pytest.fixture(scope="module")
-def session(model_path: Path) -> object:
+def job_engine(model_path: Path) -> object:
+    """The engine jobs run on (JobEngine), the default model loaded, shared by the module."""
     with JobEngine() as s:
         s.load(model_path, LoadSettings(n_ctx=N_CTX))
         yield s
@@ -55,17 +56,17 @@ def test_an_option_out_of_range_names_the_option_for_each_face() -> None:
 
 
 def test_a_run_is_recorded_once_recognised_and_resumed_from_its_kv_state(
-    session: JobEngine, tmp_path: Path
+    job_engine: JobEngine, tmp_path: Path
 ) -> None:
     doc = load_document(DATA / "sample.md")
     spec = JobSpec("summarize", ("head", "tail"), max_tokens=8, keep_kv=True)
-    run = session.run(doc.text, spec)
+    run = job_engine.run(doc.text, spec)
     events = list(run)
     outcome = run.outcome
     assert [r.strategy for r in outcome.results] == ["head", "tail"]
     assert sum(isinstance(e, JobFinished) for e in events) == 2
     assert set(outcome.states) == {0, 1}  # kept after each strategy
-    facts = session.facts()
+    facts = job_engine.facts()
     assert (facts.engine, facts.kv_cache_type, len(facts.model_sha256)) == ("local", "f16", 64)
 
     with versions.history(tmp_path / "h.db") as h:
@@ -89,7 +90,7 @@ def test_a_run_is_recorded_once_recognised_and_resumed_from_its_kv_state(
         resume = versions.resume_spec(h.repo, version, model_sha256=facts.model_sha256,
                                       n_ctx=N_CTX, cache_type="f16")  # fmt: skip
         assert resume is not None and resume.saved_version == version.id
-        resumed = session.resume(resume)
+        resumed = job_engine.resume(resume)
         text = "".join(e.text for e in resumed if isinstance(e, TokenBatch))
         [result] = resumed.outcome.results
         assert result.evaluated_tokens == 1 and text.strip() == outcome.results[0].outputs[-1].text

@@ -12,22 +12,22 @@ from PySide6.QtGui import QGuiApplication
 from app.services import model_library
 from app.ui.model_list import DETAILS_ROLE, SOURCE_ROLE
 from app.ui.model_panel import ModelPanel
-from tests.model_homes import Home, build_home, live_in, write_tiny_gguf
+from tests.model_homes import Home, live_in, write_tiny_gguf
 
 
 @pytest.fixture
-def layout(tmp_path: Path, model_path: Path, gemma_path: Path, gemma_sha256: str,
-           monkeypatch: pytest.MonkeyPatch) -> Home:  # fmt: skip
-    home = live_in(build_home(tmp_path, model_path, gemma_path, gemma_sha256), monkeypatch)
+def panel_home(layout: Home, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Home:
+    """The layout as this test's home, with its added folder in the model library."""
+    home = live_in(layout, monkeypatch)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the folders added
     model_library.add_folder(home.added)
     return home
 
 
 @pytest.fixture
-def panel(qtbot, layout: Home, tmp_path: Path) -> ModelPanel:
+def panel(qtbot, panel_home: Home, tmp_path: Path) -> ModelPanel:
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    p = ModelPanel(layout.own, settings=settings)
+    p = ModelPanel(panel_home.own, settings=settings)
     qtbot.addWidget(p)
     qtbot.waitUntil(lambda: "gemma3:270m" in rows(p), timeout=20_000)
     return p
@@ -46,7 +46,7 @@ def row_named(panel: ModelPanel, name: str) -> int:
     return rows(panel).index(name)
 
 
-def test_the_list_groups_the_models_by_source(panel: ModelPanel, layout: Home) -> None:
+def test_the_list_groups_the_models_by_source(panel: ModelPanel, panel_home: Home) -> None:
     assert rows(panel) == [
         "[ContextLens models folder]", "not-a-model.gguf",
         "[LM Studio]", "bartowski/SmolLM2-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf",
@@ -58,12 +58,12 @@ def test_the_list_groups_the_models_by_source(panel: ModelPanel, layout: Home) -
     titles = [panel.models.item(i) for i in range(panel.models.count())
               if panel.models.item(i).data(SOURCE_ROLE)]  # fmt: skip
     assert all(t.flags() == Qt.ItemFlag.NoItemFlags for t in titles)  # cannot be selected
-    assert panel.model_count() == 7 and layout.lm_studio_file in panel.chooser.listed()
+    assert panel.model_count() == 7 and panel_home.lm_studio_file in panel.chooser.listed()
     gemma = panel.models.item(row_named(panel, "gemma3:270m"))
     assert gemma.data(DETAILS_ROLE) == "268 M · Q4_K_M · 241.4 MiB"
-    hover = panel.chooser.hover_text(str(layout.ollama_blob))
+    hover = panel.chooser.hover_text(str(panel_home.ollama_blob))
     assert hover is not None
-    assert hover.splitlines()[:3] == [str(layout.ollama_blob), "Trained context: 32,768 tokens",
+    assert hover.splitlines()[:3] == [str(panel_home.ollama_blob), "Trained context: 32,768 tokens",
                                       "Family: gemma3"]  # fmt: skip
     half = panel.models.item(row_named(panel, "half/half-00001-of-00003.gguf"))
     assert half.data(DETAILS_ROLE).endswith(" · 2 of 3 parts present")
@@ -72,24 +72,24 @@ def test_the_list_groups_the_models_by_source(panel: ModelPanel, layout: Home) -
     assert panel.models_note.isHidden()  # the only file skipped is the models folder's, listed
 
 
-def test_an_ollama_blob_is_chosen_and_read_like_any_model(panel: ModelPanel, layout: Home,
+def test_an_ollama_blob_is_chosen_and_read_like_any_model(panel: ModelPanel, panel_home: Home,
                                                           qtbot) -> None:  # fmt: skip
     with qtbot.waitSignal(panel.info_ready, timeout=10_000) as blocker:
         panel.models.setCurrentRow(row_named(panel, "gemma3:270m"))
     assert blocker.args[0].architecture == "gemma3"
-    assert panel.selected_model() == layout.ollama_blob
+    assert panel.selected_model() == panel_home.ollama_blob
     assert panel.load_button.isEnabled()
 
 
 def test_a_model_put_in_a_watched_folder_appears_without_a_restart(
-    panel: ModelPanel, layout: Home, qtbot
+    panel: ModelPanel, panel_home: Home, qtbot
 ) -> None:
     selected = panel.selected_model()
-    repo = layout.lm_studio_file.parent
+    repo = panel_home.lm_studio_file.parent
     write_tiny_gguf(repo / "SmolLM2-tiny-F32.gguf", "Tiny new")
     name = "bartowski/SmolLM2-GGUF/SmolLM2-tiny-F32.gguf"
     qtbot.waitUntil(lambda: name in rows(panel), timeout=20_000)
-    write_tiny_gguf(layout.added / "new-folder" / "later.gguf", "Later")  # a new subfolder
+    write_tiny_gguf(panel_home.added / "new-folder" / "later.gguf", "Later")  # a new subfolder
     qtbot.waitUntil(lambda: "new-folder/later.gguf" in rows(panel), timeout=20_000)
     assert panel.selected_model() == selected  # the list grew; the choice stayed
 
@@ -104,18 +104,18 @@ def test_a_file_chosen_by_hand_is_listed_under_its_own_title(panel: ModelPanel, 
 
 
 def test_a_models_menu_copies_its_path_and_forgets_an_added_folder(
-    panel: ModelPanel, layout: Home, qtbot
+    panel: ModelPanel, panel_home: Home, qtbot
 ) -> None:
     ollama = panel.list_menu(row_named(panel, "gemma3:270m"))
     assert ollama is not None and [a.text() for a in ollama.actions()] == ["Copy Path"]
     ollama.actions()[0].trigger()
-    assert QGuiApplication.clipboard().text() == str(layout.ollama_blob)
+    assert QGuiApplication.clipboard().text() == str(panel_home.ollama_blob)
     added = panel.list_menu(row_named(panel, "big-00001-of-00003.gguf"))
     assert added is not None
-    assert [a.text() for a in added.actions()] == ["Copy Path", f"Stop Listing {layout.added}"]
+    assert [a.text() for a in added.actions()] == ["Copy Path", f"Stop Listing {panel_home.added}"]
     added.actions()[1].trigger()
     qtbot.waitUntil(lambda: "[Added folders]" not in rows(panel), timeout=20_000)
-    assert model_library.added_folders() == [] and layout.split_first.is_file()
+    assert model_library.added_folders() == [] and panel_home.split_first.is_file()
     assert panel.list_menu(0) is None  # a source's title has no menu
 
 

@@ -23,11 +23,11 @@ from app.ui.engine_thread import EngineDriver, JobRequest
 from app.ui.main_window import MainWindow
 from app.ui.server_box import URL_KEY
 from app.ui.session_guard import LastSession, SessionGuard, SessionLock
-from tests.remote_server import ALIAS, Server, free_port, running_server
+from tests.remote_server import ALIAS, SERVER_N_CTX, Server, free_port
 from tests.ui.gui_thread import on_gui_thread
 from tests.ui.session_locks import answer, crash_with
 
-N_CTX = 1024
+N_CTX = SERVER_N_CTX  # the shared server's (tests/conftest.py: server)
 WAIT = 120_000
 
 
@@ -48,13 +48,6 @@ class MemoryKeyring(KeyringBackend):
 
     def delete_password(self, service: str, username: str) -> None:
         self.entries.pop((service, username), None)
-
-
-@pytest.fixture(scope="module")
-def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with running_server(model_path, log, n_ctx=N_CTX) as srv:
-        yield srv
 
 
 @pytest.fixture

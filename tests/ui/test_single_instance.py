@@ -32,7 +32,8 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def server(qapp, state: Path) -> Iterator[InstanceServer]:
+def listener(qapp, state: Path) -> Iterator[InstanceServer]:
+    """The first instance's server, listening for the next ones."""
     del state
     listening = InstanceServer()
     assert listening.listen()
@@ -61,16 +62,16 @@ def test_the_name_is_per_state_folder_and_private(
 
 
 def test_a_second_launch_hands_its_paths_to_the_first(
-    qtbot, server: InstanceServer, tmp_path: Path
+    qtbot, listener: InstanceServer, tmp_path: Path
 ) -> None:
     doc = tmp_path / "report.txt"
-    with qtbot.waitSignal(server.paths_received, timeout=WAIT) as received:
-        answer = _in_thread(qtbot, lambda: send_paths([doc, Path("relative.md")], server.name))
+    with qtbot.waitSignal(listener.paths_received, timeout=WAIT) as received:
+        answer = _in_thread(qtbot, lambda: send_paths([doc, Path("relative.md")], listener.name))
     assert answer is Handover.TAKEN
     assert received.args[0] == [doc, Path.cwd() / "relative.md"]  # absolute paths
     assert received.args[1] == {}  # no options
-    with qtbot.waitSignal(server.paths_received, timeout=WAIT) as received:  # just raise it
-        assert _in_thread(qtbot, lambda: send_paths([], server.name)) is Handover.TAKEN
+    with qtbot.waitSignal(listener.paths_received, timeout=WAIT) as received:  # just raise it
+        assert _in_thread(qtbot, lambda: send_paths([], listener.name)) is Handover.TAKEN
     assert received.args[0] == []
 
 
@@ -97,13 +98,13 @@ def _raw(name: str, data: bytes) -> bytes:
     b'{"paths": [], "options": {"n_ctx": true}}\n', b'{"paths": [], "options": {"gpu": 1}}\n',
 ])  # fmt: skip
 def test_a_malformed_request_is_refused_and_opens_nothing(
-    qtbot, server: InstanceServer, request_line: bytes
+    qtbot, listener: InstanceServer, request_line: bytes
 ) -> None:
     got: list[object] = []
-    server.paths_received.connect(lambda paths, options: got.append((paths, options)))
-    assert _in_thread(qtbot, lambda: _raw(server.name, request_line)) == b"error\n"
-    assert got == [] and server.is_listening()  # and it still serves the next launch
-    assert _in_thread(qtbot, lambda: send_paths([], server.name)) is Handover.TAKEN
+    listener.paths_received.connect(lambda paths, options: got.append((paths, options)))
+    assert _in_thread(qtbot, lambda: _raw(listener.name, request_line)) == b"error\n"
+    assert got == [] and listener.is_listening()  # and it still serves the next launch
+    assert _in_thread(qtbot, lambda: send_paths([], listener.name)) is Handover.TAKEN
 
 
 def test_nothing_listening_means_be_the_first(qapp, state: Path) -> None:
@@ -149,37 +150,37 @@ def _launch(qtbot, tmp_path: Path, *args: str) -> subprocess.Popen:
 
 
 def test_contextlens_with_a_file_while_running_hands_it_over_and_exits_0(
-    qtbot, server: InstanceServer, tmp_path: Path
+    qtbot, listener: InstanceServer, tmp_path: Path
 ) -> None:
     doc = tmp_path / "chapter.txt"
     doc.write_text("Call me Ishmael.", encoding="utf-8")
-    with qtbot.waitSignal(server.paths_received, timeout=60_000) as received:
+    with qtbot.waitSignal(listener.paths_received, timeout=60_000) as received:
         second = _launch(qtbot, tmp_path, str(doc))
     assert second.returncode == 0, second.stderr.read() if second.stderr else ""
     assert received.args[0] == [doc]
 
 
 def test_a_second_launch_hands_its_options_over_or_exits_1_with_the_refusal(
-    qtbot, server: InstanceServer, tmp_path: Path
+    qtbot, listener: InstanceServer, tmp_path: Path
 ) -> None:
     doc = tmp_path / "chapter.txt"
     doc.write_text("Call me Ishmael.", encoding="utf-8")
-    with qtbot.waitSignal(server.paths_received, timeout=60_000) as received:
+    with qtbot.waitSignal(listener.paths_received, timeout=60_000) as received:
         second = _launch(qtbot, tmp_path, "--n-ctx", "1024", "--theme", "dark", str(doc))
     assert second.returncode == 0, second.stderr.read() if second.stderr else ""
     assert received.args == [[doc], {"n_ctx": 1024, "theme": "dark"}]
 
     asked: list[dict[str, object]] = []
     got: list[object] = []
-    server.refusal = lambda options: asked.append(options) or (
+    listener.refusal = lambda options: asked.append(options) or (
         "The running window is busy with a run.\nCancel it first." if "n_ctx" in options else "")
-    server.paths_received.connect(lambda paths, options: got.append(paths))
+    listener.paths_received.connect(lambda paths, options: got.append(paths))
     refused = _launch(qtbot, tmp_path, "--n-ctx", "2048", str(doc))
     assert refused.returncode == 1 and asked == [{"n_ctx": 2048}] and got == []
     assert refused.stderr is not None
     assert refused.stderr.read().strip() == ("contextlens: The running window is busy with a "
                                              "run. Cancel it first.")  # one line  # fmt: skip
-    assert _in_thread(qtbot, lambda: send_paths([doc], server.name)) is Handover.TAKEN
+    assert _in_thread(qtbot, lambda: send_paths([doc], listener.name)) is Handover.TAKEN
     qtbot.waitUntil(lambda: got == [[doc]], timeout=WAIT)  # the window still takes files
 
 
