@@ -17,12 +17,20 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from app.core.cancelled import Cancelled
 from app.core.default_model import sha256_of
-from app.core.history_records import ExportSummary, ImportSummary, Progress, VersionInfo
+from app.core.history_records import (
+    ExportSummary,
+    ImportSummary,
+    LastRun,
+    Progress,
+    SessionRow,
+    VersionInfo,
+)
 from app.services import versions
 from app.services.errors import BadRequest, HistoryUnavailable
 from app.services.jobs import ResumeSpec
@@ -42,12 +50,14 @@ __all__ = [
     "HistoryView",
     "ImportSummary",
     "Imported",
+    "LastRun",
     "NewVersion",
     "NothingToResume",
     "Progress",
     "ResumeOn",
     "RolledBack",
     "SavedState",
+    "SessionRow",
     "Undone",
     "VersionInfo",
     "branch",
@@ -308,29 +318,48 @@ class SavedState:
 
 @dataclass(frozen=True)
 class HistoryView:
-    """One consistent reading of what the panel shows, made off the GUI thread."""
+    """One consistent reading of what the panel shows, made off the GUI thread: the sessions,
+    the versions (of one session or all, in creation order: a parent before its children),
+    each version's last run and resumable KV state by its id."""
 
-    sessions: list[dict[str, Any]]
+    sessions: list[SessionRow]
     versions: list[VersionInfo]
-    last_runs: dict[int, dict[str, Any]]
+    last_runs: dict[int, LastRun]
     states: dict[int, SavedState]
+
+
+def _session_row(row: dict[str, Any]) -> SessionRow:
+    """A session as ``Repository.sessions()`` gives it, typed."""
+    return SessionRow(id=row["id"], name=row["name"], document=row["document"],
+                      created=datetime.fromisoformat(row["created"]),
+                      versions=row["versions"])  # fmt: skip
+
+
+def _last_run(run: dict[str, Any]) -> LastRun:
+    """A run as ``Repository.runs()`` gives it, as the history shows it: its reply is the text
+    of its last output."""
+    outputs = run.get("outputs") or []
+    reply = str(outputs[-1].get("text", "")) if outputs else ""
+    return LastRun(finish_reason=run["finish_reason"], prompt_tokens=run["prompt_tokens"],
+                   completion_tokens=run["completion_tokens"], reply=reply,
+                   error=run.get("error"), refused=run.get("refused"))  # fmt: skip
 
 
 @said
 def read_history(h: History, session_id: int | None) -> HistoryView:
     """Sessions, versions, each version's last run and resumable KV state (slow: many reads)."""
     repo = h.repo
-    sessions = repo.sessions()
-    if session_id is not None and all(s["id"] != session_id for s in sessions):
+    sessions = [_session_row(s) for s in repo.sessions()]
+    if session_id is not None and all(s.id != session_id for s in sessions):
         session_id = None  # the session is gone: show all
     versions = repo.history(session_id)
     by_id = {v.id: v for v in versions}
-    last_runs: dict[int, dict[str, Any]] = {}
+    last_runs: dict[int, LastRun] = {}
     own: dict[int, SavedState] = {}
     for v in versions:
         runs = repo.runs(v.id)
         if runs:
-            last_runs[v.id] = runs[-1]
+            last_runs[v.id] = _last_run(runs[-1])
         usable = [
             k
             for k in repo.kv_states(v.id)

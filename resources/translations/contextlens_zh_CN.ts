@@ -576,42 +576,14 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
-    <name>HistoryPanel</name>
+    <name>HistoryButtons</name>
     <message>
-        <source>Session:</source>
-        <translation>会话：</translation>
-    </message>
-    <message>
-        <source>Refresh</source>
-        <translation>刷新</translation>
-    </message>
-    <message>
-        <source>Version</source>
-        <translation>版本</translation>
-    </message>
-    <message>
-        <source>Created</source>
-        <translation>创建时间</translation>
-    </message>
-    <message>
-        <source>Task</source>
-        <translation>任务</translation>
-    </message>
-    <message>
-        <source>Strategy</source>
-        <translation>策略</translation>
-    </message>
-    <message>
-        <source>KV state</source>
-        <translation>KV 状态</translation>
+        <source>Open</source>
+        <translation>打开</translation>
     </message>
     <message>
         <source>&amp;Diff</source>
         <translation>差异(&amp;D)</translation>
-    </message>
-    <message>
-        <source>Rollbac&amp;k</source>
-        <translation>回滚(&amp;K)</translation>
     </message>
     <message>
         <source>Branch…</source>
@@ -642,68 +614,12 @@ Qt (PySide6) {3}</translation>
         <translation>导入(&amp;I)…</translation>
     </message>
     <message>
-        <source>ContextLens</source>
-        <translation>ContextLens</translation>
-    </message>
-    <message>
-        <source>Cancel</source>
-        <translation>取消</translation>
-    </message>
-    <message>
-        <source>This history is read-only: it can be browsed and exported, not changed.</source>
-        <translation>此历史记录为只读：可以浏览和导出，但不能修改。</translation>
-    </message>
-    <message>
-        <source>{0} (#{1})</source>
-        <translation>{0}（#{1}）</translation>
-    </message>
-    <message>
-        <source>{0} versions</source>
-        <translation>{0} 个版本</translation>
-    </message>
-    <message>
-        <source>Version #{0} of session #{1}</source>
-        <translation>会话 #{1} 的版本 #{0}</translation>
-    </message>
-    <message>
-        <source>temperature {0:g} · seed {1}</source>
-        <translation>温度 {0:g} · 种子 {1}</translation>
-    </message>
-    <message>
-        <source>v{0} (cancelled)</source>
-        <translation>v{0}（已取消）</translation>
-    </message>
-    <message>
-        <source>Version #{0} of session #{1}: its run was cancelled, so its reply is cut short</source>
-        <translation>会话 #{1} 的版本 #{0}：它的运行已被取消，回复不完整</translation>
-    </message>
-    <message>
-        <source>{0} · {1:,} + {2:,} tokens</source>
-        <translation>{0} · {1:,} + {2:,} 个 token</translation>
-    </message>
-    <message>
-        <source>{0} instant</source>
-        <translation>{0} 即时</translation>
-    </message>
-    <message>
-        <source>its own</source>
-        <translation>本版本的</translation>
-    </message>
-    <message>
-        <source>that of the version it equals (#{0})</source>
-        <translation>与之相同的版本（#{0}）的</translation>
-    </message>
-    <message>
-        <source>A rollback resumes from a saved KV state ({0}): {1:,} prompt tokens, context {2:,}, {3} cache, {4:,.1f} MiB; the prompt is not evaluated again.</source>
-        <translation>回滚将从{0}已保存 KV 状态继续：提示词 {1:,} 个 token，上下文 {2:,}，{3} 缓存，{4:,.1f} MiB；无需重新计算提示词。</translation>
-    </message>
-    <message>
-        <source>All sessions</source>
-        <translation>所有会话</translation>
-    </message>
-    <message>
         <source>Rollbac&amp;k {0}</source>
         <translation>回滚 {0}(&amp;K)</translation>
+    </message>
+    <message>
+        <source>Rollbac&amp;k</source>
+        <translation>回滚(&amp;K)</translation>
     </message>
     <message>
         <source>The history database is read-only: nothing can be changed.</source>
@@ -734,8 +650,126 @@ Qt (PySide6) {3}</translation>
         <translation>从 .ctxlens 文件添加会话</translation>
     </message>
     <message>
+        <source>Compare two selected versions: settings, prompt and reply</source>
+        <translation>比较所选的两个版本：设置、提示词和回复</translation>
+    </message>
+    <message>
+        <source>Show the selected version&apos;s reply in the output buffer (double-click does too)</source>
+        <translation>在输出缓冲区中显示所选版本的回复（双击也可以）</translation>
+    </message>
+    <message>
         <source>Write the session to a .ctxlens file</source>
         <translation>将会话写入 .ctxlens 文件</translation>
+    </message>
+</context>
+<context>
+    <name>HistoryColumns</name>
+    <message>
+        <source>Version</source>
+        <translation>版本</translation>
+    </message>
+    <message>
+        <source>Created</source>
+        <translation>创建时间</translation>
+    </message>
+    <message>
+        <source>Task</source>
+        <translation>任务</translation>
+    </message>
+    <message>
+        <source>Prompt / question</source>
+        <translation>提示词 / 问题</translation>
+    </message>
+    <message>
+        <source>Strategy</source>
+        <translation>策略</translation>
+    </message>
+    <message>
+        <source>Settings</source>
+        <translation>设置</translation>
+    </message>
+    <message>
+        <source>Finish</source>
+        <translation>结束</translation>
+    </message>
+    <message>
+        <source>Reply</source>
+        <translation>回复</translation>
+    </message>
+    <message>
+        <source>KV state</source>
+        <translation>KV 状态</translation>
+    </message>
+    <message>
+        <source>1 version</source>
+        <translation>1 个版本</translation>
+    </message>
+    <message>
+        <source>{0} versions</source>
+        <translation>{0} 个版本</translation>
+    </message>
+    <message>
+        <source>{0} (#{1})</source>
+        <translation>{0}（#{1}）</translation>
+    </message>
+    <message>
+        <source>v{0} (cancelled)</source>
+        <translation>v{0}（已取消）</translation>
+    </message>
+    <message>
+        <source>{0} · {1:,} + {2:,} tokens</source>
+        <translation>{0} · {1:,} + {2:,} 个 token</translation>
+    </message>
+    <message>
+        <source>{0} instant</source>
+        <translation>{0} 即时</translation>
+    </message>
+    <message>
+        <source>Version #{0} of session #{1}: its run was cancelled, so its reply is cut short</source>
+        <translation>会话 #{1} 的版本 #{0}：它的运行已被取消，回复不完整</translation>
+    </message>
+    <message>
+        <source>Version #{0} of session #{1}</source>
+        <translation>会话 #{1} 的版本 #{0}</translation>
+    </message>
+    <message>
+        <source>n_ctx {0} · max {1}</source>
+        <translation>n_ctx {0} · 最多 {1}</translation>
+    </message>
+    <message>
+        <source>temperature {0:g} · seed {1}</source>
+        <translation>温度 {0:g} · 种子 {1}</translation>
+    </message>
+    <message>
+        <source>its own</source>
+        <translation>本版本的</translation>
+    </message>
+    <message>
+        <source>that of the version it equals (#{0})</source>
+        <translation>与之相同的版本（#{0}）的</translation>
+    </message>
+    <message>
+        <source>A rollback resumes from a saved KV state ({0}): {1:,} prompt tokens, context {2:,}, {3} cache, {4:,.1f} MiB; the prompt is not evaluated again.</source>
+        <translation>回滚将从{0}已保存 KV 状态继续：提示词 {1:,} 个 token，上下文 {2:,}，{3} 缓存，{4:,.1f} MiB；无需重新计算提示词。</translation>
+    </message>
+</context>
+<context>
+    <name>HistoryPanel</name>
+    <message>
+        <source>Refresh</source>
+        <translation>刷新</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Undo Delete</source>
+        <translation>撤销删除</translation>
+    </message>
+    <message>
+        <source>This history is read-only: it can be browsed and exported, not changed.</source>
+        <translation>此历史记录为只读：可以浏览和导出，但不能修改。</translation>
     </message>
     <message>
         <source>Select exactly two versions to compare.</source>
@@ -750,8 +784,8 @@ Qt (PySide6) {3}</translation>
         <translation>已回滚到 v{0}，新版本为 v{1}：将从已保存的 KV 状态即时继续。</translation>
     </message>
     <message>
-        <source>Rolled back to v{0} as v{1}: no KV state is saved, so the prompt will be evaluated again.</source>
-        <translation>已回滚到 v{0}，新版本为 v{1}：没有保存 KV 状态，因此将重新计算提示词。</translation>
+        <source>Rolled back to v{0} as v{1}: its recorded reply is shown, and Run generates it again.</source>
+        <translation>已回滚到 v{0}，新版本为 v{1}：显示的是记录下的回复，点击运行会重新生成。</translation>
     </message>
     <message>
         <source>v{0} branched from v{1}.</source>
@@ -782,100 +816,8 @@ Qt (PySide6) {3}</translation>
         <translation>请选择要导出的会话（在上方选择，或选中它的某个版本）。</translation>
     </message>
     <message>
-        <source>Export Session</source>
-        <translation>导出会话</translation>
-    </message>
-    <message>
-        <source>ContextLens sessions (*.ctxlens)</source>
-        <translation>ContextLens 会话 (*.ctxlens)</translation>
-    </message>
-    <message>
-        <source>Exporting the session to {0}…</source>
-        <translation>正在将会话导出到 {0}…</translation>
-    </message>
-    <message>
-        <source>Export to {0} cancelled; no file was written and nothing changed.</source>
-        <translation>导出到 {0} 已取消；未写入任何文件，也没有任何改动。</translation>
-    </message>
-    <message>
-        <source>Exported {0} versions, {1} runs and {2} KV states to {3} ({4}).</source>
-        <translation>已将 {0} 个版本、{1} 次运行和 {2} 个 KV 状态导出到 {3}（{4}）。</translation>
-    </message>
-    <message>
-        <source>Import Session</source>
-        <translation>导入会话</translation>
-    </message>
-    <message>
-        <source>ContextLens sessions (*.ctxlens);;All files (*)</source>
-        <translation>ContextLens 会话 (*.ctxlens);;所有文件 (*)</translation>
-    </message>
-    <message>
-        <source>This history is read-only: {0} cannot be imported.</source>
-        <translation>此历史记录为只读：无法导入 {0}。</translation>
-    </message>
-    <message>
-        <source>An export or import is running: open {0} again when it has finished.</source>
-        <translation>正在导出或导入：完成后请再次打开 {0}。</translation>
-    </message>
-    <message>
-        <source>Importing {0}…</source>
-        <translation>正在导入 {0}…</translation>
-    </message>
-    <message>
-        <source>Import of {0} cancelled; nothing changed in the history.</source>
-        <translation>导入 {0} 已取消；历史记录没有任何改动。</translation>
-    </message>
-    <message>
-        <source>Imported {0} as session #{1}: {2} versions, {3} runs, {4} KV states.</source>
-        <translation>已将 {0} 导入为会话 #{1}：{2} 个版本、{3} 次运行、{4} 个 KV 状态。</translation>
-    </message>
-    <message>
-        <source>Cancelling…</source>
-        <translation>正在取消…</translation>
-    </message>
-    <message>
-        <source>Prompt / question</source>
-        <translation>提示词 / 问题</translation>
-    </message>
-    <message>
-        <source>Finish</source>
-        <translation>结束</translation>
-    </message>
-    <message>
-        <source>Settings</source>
-        <translation>设置</translation>
-    </message>
-    <message>
-        <source>Reply</source>
-        <translation>回复</translation>
-    </message>
-    <message>
-        <source>Open</source>
-        <translation>打开</translation>
-    </message>
-    <message>
-        <source>1 version</source>
-        <translation>1 个版本</translation>
-    </message>
-    <message>
-        <source>n_ctx {0} · max {1}</source>
-        <translation>n_ctx {0} · 最多 {1}</translation>
-    </message>
-    <message>
-        <source>{0} (#{1}, {2})</source>
-        <translation>{0}（#{1}，{2}）</translation>
-    </message>
-    <message>
         <source>Select one version to open.</source>
         <translation>请选择一个要打开的版本。</translation>
-    </message>
-    <message>
-        <source>Compare two selected versions: settings, prompt and reply</source>
-        <translation>比较所选的两个版本：设置、提示词和回复</translation>
-    </message>
-    <message>
-        <source>Show the selected version&apos;s reply in the output buffer (double-click does too)</source>
-        <translation>在输出缓冲区中显示所选版本的回复（双击也可以）</translation>
     </message>
 </context>
 <context>
@@ -2202,6 +2144,88 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Not over HTTP: saving KV states (instant rollback), shifting the cache, the faithfulness audit</source>
         <translation>无法通过 HTTP 进行：保存 KV 状态（即时回滚）、移动缓存、忠实度审计</translation>
+    </message>
+</context>
+<context>
+    <name>SessionArchive</name>
+    <message>
+        <source>ContextLens</source>
+        <translation>ContextLens</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Export Session</source>
+        <translation>导出会话</translation>
+    </message>
+    <message>
+        <source>ContextLens sessions (*.ctxlens)</source>
+        <translation>ContextLens 会话 (*.ctxlens)</translation>
+    </message>
+    <message>
+        <source>Exporting the session to {0}…</source>
+        <translation>正在将会话导出到 {0}…</translation>
+    </message>
+    <message>
+        <source>Export to {0} cancelled; no file was written and nothing changed.</source>
+        <translation>导出到 {0} 已取消；未写入任何文件，也没有任何改动。</translation>
+    </message>
+    <message>
+        <source>Exported {0} versions, {1} runs and {2} KV states to {3} ({4}).</source>
+        <translation>已将 {0} 个版本、{1} 次运行和 {2} 个 KV 状态导出到 {3}（{4}）。</translation>
+    </message>
+    <message>
+        <source>Import Session</source>
+        <translation>导入会话</translation>
+    </message>
+    <message>
+        <source>ContextLens sessions (*.ctxlens);;All files (*)</source>
+        <translation>ContextLens 会话 (*.ctxlens);;所有文件 (*)</translation>
+    </message>
+    <message>
+        <source>This history is read-only: {0} cannot be imported.</source>
+        <translation>此历史记录为只读：无法导入 {0}。</translation>
+    </message>
+    <message>
+        <source>An export or import is running: open {0} again when it has finished.</source>
+        <translation>正在导出或导入：完成后请再次打开 {0}。</translation>
+    </message>
+    <message>
+        <source>Importing {0}…</source>
+        <translation>正在导入 {0}…</translation>
+    </message>
+    <message>
+        <source>Import of {0} cancelled; nothing changed in the history.</source>
+        <translation>导入 {0} 已取消；历史记录没有任何改动。</translation>
+    </message>
+    <message>
+        <source>Imported {0} as session #{1}: {2} versions, {3} runs, {4} KV states.</source>
+        <translation>已将 {0} 导入为会话 #{1}：{2} 个版本、{3} 次运行、{4} 个 KV 状态。</translation>
+    </message>
+    <message>
+        <source>Cancelling…</source>
+        <translation>正在取消…</translation>
+    </message>
+</context>
+<context>
+    <name>SessionChooser</name>
+    <message>
+        <source>Session:</source>
+        <translation>会话：</translation>
+    </message>
+    <message>
+        <source>Refresh</source>
+        <translation>刷新</translation>
+    </message>
+    <message>
+        <source>All sessions</source>
+        <translation>所有会话</translation>
+    </message>
+    <message>
+        <source>{0} (#{1}, {2})</source>
+        <translation>{0}（#{1}，{2}）</translation>
     </message>
 </context>
 <context>

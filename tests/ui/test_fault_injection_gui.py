@@ -19,9 +19,11 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from app.core.engine.types import LoadSettings
+from app.ui.history_columns import Column
 from app.ui.main_window import MainWindow
 from tests.conftest import DATA
 from tests.fault_injection import Draw, arm, check_crash_sentence, draw, tally_of
+from tests.ui.history_cells import row, text
 
 DOC = DATA / "sample.docx"  # 280 tokens: more than the context holds
 N_CTX = 256
@@ -106,7 +108,7 @@ def _crash_mid_run(qtbot, w: MainWindow, fault: Draw, config: pytest.Config) -> 
     assert [o["text"] for o in stored["outputs"]] == [out.text]
     qtbot.waitUntil(lambda: bool(w.history.versions()), timeout=30_000)
     [version] = w.history.versions()
-    assert w.history.item_for(version.id).text(5).startswith("error")
+    assert text(row(w.history, version.id), Column.FINISH).startswith("error")
 
     # A new engine has the model, and the next run works.
     assert w.session.loaded is not None and w.engine.driver.engine_pid not in (None, pid)

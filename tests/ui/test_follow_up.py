@@ -57,7 +57,7 @@ def test_three_questions_make_a_thread_and_a_same_plan_evaluates_only_the_questi
     assert [v.parent for v in versions] == [None, versions[0].id, versions[1].id]
     last = versions[-1].id
     qtbot.waitUntil(lambda: w.history.item_for(last) is not None, timeout=WAIT)
-    assert w.history.item_for(last).parent() is w.history.item_for(versions[1].id)
+    assert w.history.item_for(last).parent() == w.history.item_for(versions[1].id)
 
     thread = w.buffers.thread
     qtbot.waitUntil(lambda: len(thread.turns) == 3, timeout=WAIT)

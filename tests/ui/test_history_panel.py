@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt, QThreadPool
 from PySide6.QtGui import QPalette
+from PySide6.QtTest import QAbstractItemModelTester
 from PySide6.QtWidgets import QFileDialog, QProgressBar, QPushButton
 
 from app.core.documents import document_from_text
@@ -22,9 +23,12 @@ from app.services import history as ops
 from app.store.archive import export_session
 from app.store.db import Database, open_database
 from app.store.repository import Entry, Repository, VersionInfo
-from app.ui import history_panel, operation_progress
+from app.ui import history_archive, operation_progress
+from app.ui.history_columns import Column
 from app.ui.history_panel import HistoryPanel
 from tests.store.kv_states import engine_state
+from tests.ui.history_cells import children as texts_beneath
+from tests.ui.history_cells import row, text, tip, top_level
 
 SHA = "m" * 64
 WAIT = 10_000
@@ -74,9 +78,7 @@ def open_panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
 
 
 def children(panel: HistoryPanel, version_id: int) -> list[str]:
-    item = panel.item_for(version_id)
-    assert item is not None
-    return [item.child(i).text(0) for i in range(item.childCount())]
+    return texts_beneath(row(panel, version_id))
 
 
 def click(qtbot, button: Any) -> None:
@@ -86,23 +88,26 @@ def click(qtbot, button: Any) -> None:
 
 def test_the_tree_follows_the_parents_and_marks_the_kv_state(qtbot, history: History) -> None:
     panel = open_panel(qtbot, history.repo, history.session)
-    tree = panel.tree
-    assert tree.topLevelItemCount() == 1 and tree.topLevelItem(0).text(0) == "v1"
+    [top] = top_level(panel)
+    assert text(top, Column.VERSION) == "v1"
     assert children(panel, history.v1) == ["v2", "v3"]
-    v1, v2, v3 = (panel.item_for(v) for v in (history.v1, history.v2, history.v3))
-    assert v1.text(6) == "⚡ instant" and "resumes" in v1.toolTip(6)
-    assert v2.text(6) == v3.text(6) == ""
-    assert v1.text(4) == "Summarize." and v1.toolTip(4) == "Summarize.\nIn detail."
-    assert v1.text(5) == "stop · 400 + 20 tokens" and v2.text(5).startswith("length")
-    assert (v1.text(2), v2.text(3)) == ("summarize", "tail")
+    v1, v2, v3 = (row(panel, v) for v in (history.v1, history.v2, history.v3))
+    assert text(v1, Column.KV) == "⚡ instant" and "resumes" in tip(v1, Column.KV)
+    assert text(v2, Column.KV) == text(v3, Column.KV) == ""
+    assert text(v1, Column.PROMPT) == "Summarize."
+    assert tip(v1, Column.PROMPT) == "Summarize.\nIn detail."
+    assert text(v1, Column.FINISH) == "stop · 400 + 20 tokens"
+    assert text(v2, Column.FINISH).startswith("length")
+    assert (text(v1, Column.TASK), text(v2, Column.STRATEGY)) == ("summarize", "tail")
     assert panel.session_combo.currentData() == history.session
 
     # all sessions: the session is the top level, its versions beneath
     with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
         panel.set_session(None)
-    top = tree.topLevelItem(0)
-    assert tree.topLevelItemCount() == 1 and top.text(0) == f"harbour (#{history.session})"
-    assert top.child(0).text(0) == "v1" and children(panel, history.v1) == ["v2", "v3"]
+    [top] = top_level(panel)
+    assert text(top, Column.VERSION) == f"harbour (#{history.session})"
+    assert texts_beneath(top) == ["v1"] and children(panel, history.v1) == ["v2", "v3"]
+    assert row(panel, history.v1).parent() == top
 
 
 def test_diff_of_two_versions_in_a_tinted_monospace_dialog(qtbot, history: History) -> None:
@@ -140,7 +145,7 @@ def test_rollback_asks_for_the_rollback_and_shows_what_it_made(qtbot, history: H
     assert "instantly" in panel.message.text()
     qtbot.waitUntil(lambda: panel.item_for(new.id) is not None, timeout=WAIT)
     assert children(panel, history.v1) == ["v2", "v3", "v4"]
-    assert panel.item_for(new.id).text(6) == "⚡ instant"  # a rollback copy shares the state
+    assert text(row(panel, new.id), Column.KV) == "⚡ instant"  # a rollback copy shares the state
     assert [v.id for v in panel.selected_versions()] == [new.id]
 
     panel.select_versions(history.v2)
@@ -279,8 +284,8 @@ def test_cancel_an_export_in_the_dialog_writes_nothing(
     qtbot, history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     panel = open_panel(qtbot, history.repo, history.session)
-    held = Held(history_panel.export_session)
-    monkeypatch.setattr(history_panel, "export_session", held)
+    held = Held(history_archive.export_session)
+    monkeypatch.setattr(history_archive, "export_session", held)
     folder = tmp_path / "out"
     folder.mkdir()
     target = folder / "held.ctxlens"
@@ -309,8 +314,8 @@ def test_cancel_an_import_in_the_dialog_adds_nothing(
     source = tmp_path / "in.ctxlens"
     export_session(history.repo, history.session, source, include_kv=True)
     panel = open_panel(qtbot, history.repo, history.session)
-    held = Held(history_panel.import_session)
-    monkeypatch.setattr(history_panel, "import_session", held)
+    held = Held(history_archive.import_session)
+    monkeypatch.setattr(history_archive, "import_session", held)
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(source), ""))
     sessions, versions = history.repo.sessions(), history.repo.history()
     hold_mid_way(qtbot, panel, held, panel.import_button)
@@ -328,7 +333,7 @@ def test_a_finished_export_fills_the_progress_dialog(
 ) -> None:
     panel = open_panel(qtbot, history.repo, history.session)
     totals: list[int] = []
-    real_export = history_panel.export_session
+    real_export = history_archive.export_session
 
     def recorded(*args: Any, progress: Any, **kwargs: Any) -> Any:
         def report(done: int, total: int) -> None:
@@ -337,7 +342,7 @@ def test_a_finished_export_fills_the_progress_dialog(
 
         return real_export(*args, progress=report, **kwargs)
 
-    monkeypatch.setattr(history_panel, "export_session", recorded)
+    monkeypatch.setattr(history_archive, "export_session", recorded)
     target = tmp_path / "full.ctxlens"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), ""))
     bar = panel.progress.findChild(QProgressBar)
@@ -396,5 +401,44 @@ def test_a_summary_without_a_typed_prompt_shows_the_instruction_it_ran_with(
 ) -> None:
     untyped = history.repo.branch(history.v1, prompt="")
     panel = open_panel(qtbot, history.repo, history.session)
-    item = panel.item_for(untyped.id)
-    assert item is not None and item.text(4) == "Summarize the document."
+    assert text(row(panel, untyped.id), Column.PROMPT) == "Summarize the document."
+
+
+def test_the_history_is_read_as_typed_rows(history: History) -> None:
+    view = ops.read_history(ops.History(history.repo), history.session)
+    [session] = view.sessions
+    assert isinstance(session, ops.SessionRow)
+    assert (session.id, session.name, session.versions) == (history.session, "harbour", 3)
+    assert session.document_name == "harbour.txt" and session.created.tzinfo is not None
+    first, second = view.last_runs[history.v1], view.last_runs[history.v2]
+    assert isinstance(first, ops.LastRun) and history.v3 not in view.last_runs  # never ran
+    assert (first.finish_reason, first.prompt_tokens, first.completion_tokens) == ("stop", 400, 20)
+    assert first.reply == "Short." and first.error is None and not first.cancelled
+    assert second.finish_reason == "length" and second.reply == ""  # no output
+
+
+def test_the_tree_model_passes_qt_s_checks_through_refreshes(qtbot, history: History) -> None:
+    """Qt's model tester, stopping the process at the first inconsistency, watches the model
+    from a reading of every session through a reading of one, a new current version, a
+    rollback's new row, a deletion, a language change and back to every session."""
+    panel = open_panel(qtbot, history.repo, None)
+    mode = QAbstractItemModelTester.FailureReportingMode.Fatal
+    tester = QAbstractItemModelTester(panel.model, mode, panel)
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_session(history.session)
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_current(history.session, history.v2)
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.on_history_changed(ops.rollback(ops.History(history.repo), history.v1))
+    assert children(panel, history.v1) == ["v2", "v3", "v4"]
+    panel.set_current(None, history.v3)  # drawn again, not read again
+    panel.select_versions(history.v2)
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        click(qtbot, panel.delete_button)
+    assert panel.item_for(history.v2) is None
+    panel.retranslate()  # every row drawn again
+    with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
+        panel.set_session(None)
+    [top] = top_level(panel)
+    assert text(top, Column.FINISH) == "3 versions"
+    assert tester.failureReportingMode() == mode  # it watched all along

@@ -39,6 +39,7 @@ from app.ui.document_view import DocumentView
 from app.ui.history_dialogs import BranchDialog, DiffDialog
 from app.ui.history_panel import HistoryPanel
 from tests.store.kv_states import engine_state
+from tests.ui.history_cells import font, row
 from tests.ui.ui_texts import assert_follows_language
 
 WAIT = 10_000
@@ -189,13 +190,13 @@ def test_a_session_s_versions_follow_the_language_and_stay_as_they_were(
         read(qtbot)(panel)
         assert isinstance(panel, HistoryPanel)
         panel.select_versions(v1)  # a saved KV state: the rollback button says it is instant
-        panel.tree.collapseItem(panel.item_for(v1))
+        panel.tree.collapse(row(panel, v1))
 
     assert_follows_language(history_maker(qtbot, repo, show), compiled, settle)
     panel = made[0]  # switched there and back: nothing moved
     assert [v.id for v in panel.selected_versions()] == [v1]
-    assert panel.current_version() == v3 and panel.item_for(v3).font(0).bold()
-    assert not panel.item_for(v1).isExpanded()
+    assert panel.current_version() == v3 and font(row(panel, v3)).bold()
+    assert not panel.tree.isExpanded(row(panel, v1))
     assert panel.session_combo.currentData() == session
 
 

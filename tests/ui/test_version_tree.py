@@ -23,10 +23,12 @@ from app.core.planning.plan import Plan, Span
 from app.services.history import History
 from app.store.db import open_database
 from app.store.repository import Entry, Repository
+from app.ui.history_columns import Column
 from app.ui.history_panel import HistoryPanel
 from app.ui.main_window import MainWindow
 from app.ui.session_model import JobChoices, SessionModel
 from tests.conftest import DATA
+from tests.ui.history_cells import children, font, row, text, tip, top_level
 
 DOC = DATA / "sample.md"
 WAIT = 30_000
@@ -76,11 +78,12 @@ def test_a_cancelled_run_is_marked_so(qtbot, repo: Repository) -> None:
     [cut] = repo.record(doc, doc.name, [_entry("tail", "Half a", finish="cancelled")],
                         session=session, parent=v1)  # fmt: skip
     panel = _panel(qtbot, repo, session)
-    item, done = panel.item_for(cut), panel.item_for(v1)
-    assert item is not None and done is not None
-    assert item.text(0) == "v4 (cancelled)" and item.font(0).italic()
-    assert item.text(panel.column("finish")).startswith("cancelled")
-    assert done.text(0) == "v1" and not done.font(0).italic()
+    item, done = row(panel, cut), row(panel, v1)
+    assert text(item, Column.VERSION) == "v4 (cancelled)" and font(item).italic()
+    assert all(font(item, column).italic() for column in Column)  # the whole row
+    assert text(item, Column.FINISH).startswith("cancelled")
+    assert "cancelled" in tip(item, Column.VERSION)
+    assert text(done, Column.VERSION) == "v1" and not font(done).italic()
 
 
 def _panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
@@ -92,9 +95,7 @@ def _panel(qtbot, repo: Repository, session: int | None) -> HistoryPanel:
 
 
 def _bold(panel: HistoryPanel, version: int) -> bool:
-    item = panel.item_for(version)
-    assert item is not None
-    return item.font(0).weight() == QFont.Weight.Bold
+    return font(row(panel, version)).weight() == QFont.Weight.Bold
 
 
 def test_the_panel_shows_the_tree_with_prompt_settings_reply_and_the_current_version(
@@ -102,29 +103,33 @@ def test_the_panel_shows_the_tree_with_prompt_settings_reply_and_the_current_ver
 ) -> None:
     session, v1, v2, v3 = _seed(repo)
     panel = _panel(qtbot, repo, session)
-    item = panel.item_for(v1)
-    assert item is not None and [item.child(i).text(0) for i in range(2)] == ["v2", "v3"]
-    second = panel.item_for(v2)
-    assert second is not None and second.parent() is item
-    text = {name: second.text(panel.column(name)) for name in panel.NAMES}
-    assert text["prompt"] == "Who wrote it?" and text["strategy"] == "tail"
-    assert text["settings"] == "n_ctx 512 · max 16" and text["finish"].startswith("stop")
-    assert text["reply"] == "Tail says." and text["task"] == "ask"
-    sampled = panel.item_for(v3)  # what differs between versions shows: the sampling too
-    assert sampled is not None and sampled.text(panel.column("settings")) == (
-        "n_ctx 512 · max 8 · temperature 0.7 · seed 3")
-    assert item.text(panel.column("reply")) == "The first reply."  # its first line
-    assert "Second line." in item.toolTip(panel.column("reply"))
+    item = row(panel, v1)
+    assert children(item) == ["v2", "v3"]
+    second = row(panel, v2)
+    assert second.parent() == item
+    said = {column: text(second, column) for column in Column}
+    assert said[Column.PROMPT] == "Who wrote it?" and said[Column.STRATEGY] == "tail"
+    assert said[Column.SETTINGS] == "n_ctx 512 · max 16"
+    assert said[Column.FINISH].startswith("stop")
+    assert said[Column.REPLY] == "Tail says." and said[Column.TASK] == "ask"
+    sampled = row(panel, v3)  # what differs between versions shows: the sampling too
+    assert text(sampled, Column.SETTINGS) == "n_ctx 512 · max 8 · temperature 0.7 · seed 3"
+    assert text(item, Column.REPLY) == "The first reply."  # its first line
+    assert "Second line." in tip(item, Column.REPLY)
     header = panel.tree.header()  # shown: prompt before strategy, settings, finish and reply
-    assert [header.logicalIndex(i) for i in range(panel.COLUMNS)] == [
-        panel.column(name) for name in panel.SHOWN
-    ]
+    shown = [Column(header.logicalIndex(i)).name for i in range(header.count())]
+    assert shown == ["VERSION", "CREATED", "TASK", "PROMPT", "STRATEGY", "SETTINGS", "FINISH",
+                     "REPLY", "KV"]  # fmt: skip
+    model = panel.tree.model()
+    assert [model.headerData(c, header.orientation()) for c in Column] == [
+        "Version", "Created", "Task", "Prompt / question", "Strategy", "Settings", "Finish",
+        "Reply", "KV state"]  # fmt: skip
     assert not any(_bold(panel, v) for v in (v1, v2, v3))
     with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
         panel.set_current(session, v2)
     assert _bold(panel, v2) and not _bold(panel, v1) and panel.current_version() == v2
     with qtbot.waitSignal(panel.open_requested) as opened:
-        panel.tree.itemDoubleClicked.emit(panel.item_for(v3), 0)
+        panel.tree.doubleClicked.emit(row(panel, v3).siblingAtColumn(Column.REPLY))
     assert opened.args == [v3]
     panel.select_versions(v1)
     with qtbot.waitSignal(panel.open_requested) as opened:
@@ -135,9 +140,9 @@ def test_the_panel_shows_the_tree_with_prompt_settings_reply_and_the_current_ver
     repo.record(load_document(DATA / "sample.md"), "one", [_entry("head", "x")])
     with qtbot.waitSignal(panel.refreshed, timeout=WAIT):
         panel.set_session(None)
-    top = [panel.tree.topLevelItem(i) for i in range(panel.tree.topLevelItemCount())]
-    assert [t.text(panel.column("prompt")) for t in top] == ["", ""]
-    assert [t.text(panel.column("finish")) for t in top] == ["3 versions", "1 version"]
+    top = top_level(panel)
+    assert [text(t, Column.PROMPT) for t in top] == ["", ""]
+    assert [text(t, Column.FINISH) for t in top] == ["3 versions", "1 version"]
     assert panel.session_combo.itemText(2).endswith(", 1 version)")
 
 
@@ -235,9 +240,9 @@ def test_runs_in_the_window_make_a_tree_a_rollback_branches_and_old_replies_open
     assert len(repo.sessions()) == 1
     assert (tree[v1].parent, tree[v2].parent, tree[v3].parent) == (None, v1, v2)
     qtbot.waitUntil(lambda: panel.item_for(v3) is not None, timeout=WAIT)
-    item = panel.item_for(v3)
-    assert item is not None and item.parent() is panel.item_for(v2)
-    assert item.font(0).weight() == QFont.Weight.Bold  # the current version
+    item = row(panel, v3)
+    assert item.parent() == row(panel, v2)
+    assert font(item).weight() == QFont.Weight.Bold  # the current version
 
     replies = {v: repo.runs(v)[-1]["outputs"][-1]["text"] for v in (v1, v2)}
     panel.select_versions(v1, v2)
@@ -268,7 +273,7 @@ def test_runs_in_the_window_make_a_tree_a_rollback_branches_and_old_replies_open
     w.session.plan_changed.connect(lambda plan, _index: said.append(plan))
     w.session.version_opened.connect(lambda _opened: said.append("opened"))
     with qtbot.waitSignal(w.session.version_opened, timeout=WAIT):
-        panel.tree.itemDoubleClicked.emit(panel.item_for(v2), 0)
+        panel.tree.doubleClicked.emit(row(panel, v2))
     assert w.buffers.output_text() == replies[v2]
     assert w.buffers.plan_label.text().startswith("v2 of session")
     # just before it opened, v2's plan (made again with the model it ran on, matching the
