@@ -181,6 +181,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self._dock("gauges", lambda: self.tr("Gauges"), scrolling(self.gauges),
                    Qt.DockWidgetArea.BottomDockWidgetArea)  # fmt: skip
         self.gauges.start()  # redraws ~10 times a second while shown
+        st = self.window_status = WindowStatus(self, self.statusBar(), self.session)
+        self.progress, self.run_line, self.run_status = st.progress, st.run_line, st.run_status
 
         # loads and connections asked for in the panels, and the engine's state across them
         self.window_engine = WindowEngine(self.session, self.settings, self.model_panel,
@@ -234,10 +236,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
         c.get_hub_model_action.triggered.connect(self.model_panel.get_hub_model)
         c.about_action.triggered.connect(lambda: about_box(self, self.session.capabilities))
         self.jobs = JobRequests(self.session, c, self.sampling_box, self)  # Run, Compare, Cancel
-        st = self.window_status = WindowStatus(self, self.statusBar(), self.session,
-                                               cancel_button=c.cancel_button,
-                                               cancel_action=c.cancel_action)  # fmt: skip
-        self.progress, self.run_line, self.run_status = st.progress, st.run_line, st.run_status
+        self.window_status.cancellable.connect(c.cancel_button.setVisible)  # Cancel and Esc
+        self.window_status.cancellable.connect(c.cancel_action.setEnabled)  # while they can
         self.second_launch = SecondLaunch(self.session, c, self.model_panel,
                                           open_path=self.open_path, load_model=self.load_model,
                                           parent=self)  # fmt: skip

@@ -3,15 +3,14 @@
 A busy bar shows while anything runs (a load, a plan, a calibration counting its trials, a run
 filling it as RunStatus says); beside the messages, a run's line says what it is doing
 ("Window 3 of 9 · prompt 1,200 of 3,700 tokens · 14 s left"), so a "Cancelling…" or an error
-is never written over. The toolbar's Cancel (and Esc) is offered while what runs can be
-cancelled. An error is said in the status bar and in a window-modal message box.
+is never written over. Whether what runs can be cancelled is said (``cancellable``) for the
+toolbar's Cancel and Esc. An error is said in the status bar and in a window-modal message box.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMessageBox, QProgressBar, QPushButton, QStatusBar, QWidget
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QMessageBox, QProgressBar, QStatusBar, QWidget
 
 from app.ui.run_status import RunStatus
 from app.ui.session_model import SessionModel
@@ -22,15 +21,13 @@ RUN_LINE_CHARS = 56  # the run's line is this many average characters wide, neve
 
 class WindowStatus(QObject):
     """The status bar of ``window``, following ``session``: ``progress`` (the bar),
-    ``run_line`` (the run's line) and ``run_status`` (which the window gives each job event).
-    ``cancel_button`` and ``cancel_action`` are the toolbar's Cancel, offered while ``session``
-    can cancel."""
+    ``run_line`` (the run's line) and ``run_status`` (which the window gives each job event)."""
 
-    def __init__(self, window: QWidget, bar: QStatusBar, session: SessionModel, *,
-                 cancel_button: QPushButton, cancel_action: QAction) -> None:  # fmt: skip
+    cancellable = Signal(bool)  # whether what runs now can be cancelled (each time waits change)
+
+    def __init__(self, window: QWidget, bar: QStatusBar, session: SessionModel) -> None:
         super().__init__(window)
         self._window, self._bar, self._session = window, bar, session
-        self._cancel_button, self._cancel_action = cancel_button, cancel_action
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(180)
         self.progress.setRange(0, 0)
@@ -48,8 +45,8 @@ class WindowStatus(QObject):
         session.calibration_progress.connect(self.show_steps)
 
     def on_waits_changed(self, waits: frozenset[str]) -> None:
-        """The busy bar shows while anything runs, Cancel (and Esc) while something that can
-        be cancelled does."""
+        """The busy bar shows while anything runs; ``cancellable`` says whether what runs can
+        be cancelled."""
         self.progress.setVisible(bool(waits))
         running = "run" in waits
         if not running:
@@ -61,9 +58,7 @@ class WindowStatus(QObject):
             self.show_run_status(*self.run_status.shown)
         else:
             self.progress.setRange(0, 0)  # busy: a load or a plan has no steps to count
-        cancellable = self._session.cancellable
-        self._cancel_button.setVisible(cancellable)
-        self._cancel_action.setEnabled(cancellable)
+        self.cancellable.emit(self._session.cancellable)
 
     def show_run_status(self, line: str, value: int, maximum: int) -> None:
         self.run_line.setText(line)
