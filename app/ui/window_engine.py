@@ -18,7 +18,7 @@ from app.core import calibrate
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.remote import ServerInfo
 from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
-from app.services.engine_session import ServerSpec
+from app.services.job_engine import ServerSpec
 from app.ui.buffer_panel import BufferPanel
 from app.ui.gauges import GaugesPanel
 from app.ui.model_panel import ModelPanel
