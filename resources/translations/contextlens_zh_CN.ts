@@ -2298,10 +2298,6 @@ Qt (PySide6) {3}</translation>
         <translation>已回滚到新版本 #{0}；显示的是记录下的回复，点击运行会重新生成。</translation>
     </message>
     <message>
-        <source>No KV state for the loaded model and context: the recorded reply is shown, and Run generates it again.</source>
-        <translation>没有适用于已加载模型和上下文的 KV 状态：显示的是记录下的回复，点击运行会重新生成。</translation>
-    </message>
-    <message>
         <source>Model loaded in {0:.2f} s</source>
         <translation>模型已加载，用时 {0:.2f} 秒</translation>
     </message>
