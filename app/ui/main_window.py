@@ -98,7 +98,6 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self._quit_confirmed = False  # the person said Quit while a run was going on
         # asks whether to quit while a run is going on (a test answers for the person)
         self.confirm_quit: Callable[[], bool] = self._ask_to_quit
-        self._resuming: VersionInfo | None = None  # the rolled-back version now resuming
         self._open_store(db_path)
         self.session = SessionModel(self.store, n_ctx, self)
         self.engine = self.session.engine
@@ -372,7 +371,6 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self.buffers.set_caption(lambda: self.tr(
                 "Resuming v{0} ({1}, {2}) from its saved KV state…").format(
                 v.number, task_label(v.task), strategy_label(v.strategy)))  # fmt: skip
-            self._resuming = v
         if not job.resumed:
             self.gauges.reset(job.n_ctx)
         else:  # the cache figures stay (the state restored holds them); the prompt is not run
@@ -402,13 +400,12 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self.run_status.on_event(ev)
             if self.session.comparing:
                 self.compare.on_event(ev)
-            if isinstance(ev, JobFinished) and self._resuming is not None:
-                self._resumed(self._resuming, ev.result.evaluated_tokens)
+            if isinstance(ev, JobFinished) and (resumed := self.session.resuming) is not None:
+                self._resumed(resumed, ev.result.evaluated_tokens)
         self.job_events.emit(events)
 
     def _resumed(self, v: VersionInfo, evaluated: int) -> None:
         """The "Resuming…" caption says the resume is over, and what it cost."""
-        self._resuming = None
         self.buffers.set_caption(lambda: self.tr(
             "v{0} ({1}, {2}) resumed from its saved KV state: {3:,} prompt token(s) "
             "evaluated").format(v.number, task_label(v.task), strategy_label(v.strategy),

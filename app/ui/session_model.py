@@ -23,7 +23,7 @@ from app.core.engine.remote import ServerInfo
 from app.core.engine.types import DEFAULT_N_CTX, EngineCapabilities, LoadedModel, LoadSettings
 from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess
-from app.services.history import Changes, History
+from app.services.history import Changes, History, VersionInfo
 from app.services.job_engine import ServerSpec
 from app.services.workbench.decisions import JobChoices, StartedJob
 from app.services.workbench.model import WorkbenchModel
@@ -129,6 +129,7 @@ class SessionModel(QObject):
     current_version: _Held[int | None] = _Held()
     running: _Held[bool] = _Held()
     comparing: _Held[bool] = _Held()
+    resuming: _Held[VersionInfo | None] = _Held()
     waiting_for: _Held[frozenset[str]] = _Held()
     cancellable: _Held[bool] = _Held()
     loaded: _Held[LoadedModel | None] = _Held("engine_state")

@@ -170,6 +170,11 @@ class WorkbenchModel:
         return self._running
 
     @property
+    def resuming(self) -> VersionInfo | None:
+        """The version a rollback is generating the reply of again, from its saved KV state."""
+        return self._resuming
+
+    @property
     def comparing(self) -> bool:
         """The job running compares strategies side by side."""
         return self._comparing
