@@ -113,6 +113,28 @@ class JobPlan:
     plan: Plan
 
 
+# make one plan: (strategy, the job's instruction, its reply reserve, the question ranked by)
+# -> the plan, or None when a newer request superseded it
+PlanOne = Callable[[str, str, int, str], Plan | None]
+
+
+def job_plans(spec: JobSpec, counter: TokenCounter, plan_one: PlanOne) -> list[Plan] | None:
+    """The plans the job ``spec`` runs: one per strategy, and under `retrieve` one per
+    question asked (in the order asked), each made by ``plan_one`` with the job's own
+    instruction and reply reserve. The one way both faces plan a job: `contextlens-cli plan`
+    in this process (:func:`plan_job`), the window in its planning child
+    (app/services/workbench/decisions.py). None when one was superseded."""
+    made = []
+    for strategy in spec.strategies:
+        instruction, reserve = spec.framing(strategy, counter)
+        for question in spec.ranked_by(strategy):
+            plan = plan_one(strategy, instruction, reserve, question)
+            if plan is None:
+                return None
+            made.append(plan)
+    return made
+
+
 def plan_job(
     spec: JobSpec,
     planner: Planner,
@@ -122,19 +144,21 @@ def plan_job(
     reserve: int | None = None,
     overlap: float = PlanOptions.overlap,
 ) -> list[JobPlan]:
-    """The plans the job ``spec`` makes on ``n_ctx`` tokens, before anything loads: the same
-    instruction, frame (``model``'s chat template) and reply reserve as the job, so `plan`
-    shows the budget `run` executes. ``reserve`` overrides the reply's room and ``overlap``
-    semantic's (`plan --reserve`, `--overlap`). A strategy with no room for the document gets
-    a refused plan."""
-    made = []
-    for strategy in spec.strategies:
-        instruction, needed = spec.framing(strategy, planner.counter)
+    """The plans the job ``spec`` makes on ``n_ctx`` tokens, before anything loads
+    (:func:`job_plans` in this process), each with its budget: the same instruction, frame
+    (``model``'s chat template) and reply reserve as the job, so `plan` shows the budget `run`
+    executes. ``reserve`` overrides the reply's room and ``overlap`` semantic's (`plan
+    --reserve`, `--overlap`). A strategy with no room for the document gets a refused plan."""
+    made: list[JobPlan] = []
+
+    def plan_one(strategy: str, instruction: str, needed: int, question: str) -> Plan:
         budget = document_budget(model, n_ctx=n_ctx, counter=planner.counter, task=instruction,
                                  reserve=needed if reserve is None else reserve)  # fmt: skip
-        for question in spec.ranked_by(strategy):
-            plan = plan_within(planner, strategy, budget, question=question, overlap=overlap)
-            made.append(JobPlan(strategy, question, budget, plan))
+        plan = plan_within(planner, strategy, budget, question=question, overlap=overlap)
+        made.append(JobPlan(strategy, question, budget, plan))
+        return plan
+
+    job_plans(spec, planner.counter, plan_one)
     return made
 
 

@@ -23,7 +23,7 @@ from app.core.planning.plan import Plan
 from app.core.planning.process import PlanProcess, Superseded
 from app.core.planning.strategies import QUESTION_STRATEGIES, Planner, needle_spans, plan_for
 from app.core.tokens import TokenCounter
-from app.services import versions
+from app.services import jobs, versions
 from app.services.jobs import JobOutcome, JobSpec
 from app.services.question_plans import SideBySide, side_by_side
 
@@ -150,19 +150,14 @@ def count_document(plans: PlanProcess, doc: Document, key: str | None,
 def job_plans(where: PlanWhere, doc: Document, key: str | None, spec: JobSpec,
               counter: TokenCounter, *, model: FrameSource,
               n_ctx: int) -> list[Plan] | None:  # fmt: skip
-    """The plans the job ``spec`` runs, made before it starts (None: superseded): one per
-    strategy, and under `retrieve` one per question asked (in the order asked)."""
-    made = []
-    for strategy in spec.strategies:
-        instruction, reserve = spec.framing(strategy, counter)
-        for question in spec.ranked_by(strategy):
-            plan = plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx,
-                              reserve=reserve, instruction=instruction,
-                              question=question)  # fmt: skip
-            if plan is None:
-                return None
-            made.append(plan)
-    return made
+    """The plans the job ``spec`` runs (jobs.job_plans), made before it starts where the window
+    plans (:func:`plan_shown`); None: superseded."""
+
+    def plan_one(strategy: str, instruction: str, reserve: int, question: str) -> Plan | None:
+        return plan_shown(where, doc, key, strategy, model=model, n_ctx=n_ctx, reserve=reserve,
+                          instruction=instruction, question=question)  # fmt: skip
+
+    return jobs.job_plans(spec, counter, plan_one)
 
 
 def question_figures(plans: Sequence[Plan]) -> dict[str, dict[str, Any]]:
