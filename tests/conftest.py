@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -52,6 +53,8 @@ from app.core.tokens import (
     TiktokenCounter,
     gguf_encoding,
 )
+from app.store.db import Database, open_database
+from app.store.repository import Repository
 from tests import edge_cases, tiers
 from tests.edge_cases import Edges
 from tests.engines import Counters, Hosts
@@ -164,6 +167,32 @@ def gguf_counter(model_path: Path) -> TiktokenCounter:
 def sample_text() -> str:
     """The sample document's text (the Jargon File, ~405k tokens)."""
     return sample_document().read_text(encoding="utf-8")
+
+
+# ----- the history ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    """A fresh history database file, tmp_path/h.db, closed at teardown."""
+    database = open_database(tmp_path / "h.db")
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def repo(db: Database) -> Iterator[Repository]:
+    """The history on ``db``; closed at teardown once no pool thread of the window still reads
+    it (where the test ran Qt)."""
+    repository = Repository(db)
+    yield repository
+    qt = sys.modules.get("PySide6.QtCore")
+    if qt is not None:  # a window's pool thread may still read it: never from a closed store
+        qt.QThreadPool.globalInstance().waitForDone(30_000)
+    repository.close()
+
+
+# ----- documents ---------------------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -5,9 +5,6 @@ with the last). No model, no Qt: plans and results made here, a real SQLite file
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from app.core.documents import document_from_text
@@ -91,12 +88,6 @@ def test_the_toolbar_asks_each_line_and_retrieve_plans_each_question() -> None:
     assert extract.questions == () and extract.ranked_by == "List boats.\nAnd nets."
     assert decisions.job_for(JobChoices(task="ask", question=" \n "), ("head",), document=True,
                              model=True) is decisions.Refusal.NO_QUESTION  # fmt: skip
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    with versions.history(tmp_path / "h.db") as h:
-        yield h.repo
 
 
 def asked(questions: tuple[str, ...], answers: tuple[str, ...], *, finish: str = "stop",

@@ -5,9 +5,6 @@ back with its reply and plan. Real SQLite file, no model (the results are made h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from app.core.jobs.tasks import JobResult, OutputSpan
@@ -19,12 +16,6 @@ from app.store.repository import Repository, RepositoryError
 from tests.services.outcomes import DOC, FACTS, OTHER, outcome
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    with versions.history(tmp_path / "h.db") as h:
-        yield h.repo
 
 
 def test_runs_into_a_session_make_a_tree(repo: Repository) -> None:

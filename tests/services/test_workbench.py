@@ -5,7 +5,6 @@ SQLite file, no model, no Qt, no process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,14 +29,9 @@ DOCUMENT: Document = document_from_text(f"{FACT}\n\n{TEXT}", name="harbour.txt")
 
 
 @pytest.fixture(scope="module")
-def planner() -> Planner:
+def document_planner() -> Planner:
+    """DOCUMENT planned with the cl100k counter."""
     return Planner(DOCUMENT, cl100k())
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    with versions.history(tmp_path / "h.db") as h:
-        yield h.repo
 
 
 @pytest.mark.parametrize(
@@ -74,18 +68,19 @@ def test_the_job_the_toolbar_asks_for() -> None:
 
 @pytest.mark.parametrize("n_ctx", [256, 1024])
 def test_the_plans_a_job_runs_are_framed_as_the_job_frames_them(
-    planner: Planner, n_ctx: int
+    document_planner: Planner, n_ctx: int
 ) -> None:
     ask = JobChoices(task="ask", question="Where is the spare key?", max_tokens=32)
     spec = ask.spec(("retrieve", "head"))
-    made = decisions.job_plans(planner, DOCUMENT, None, spec, planner.counter, model=None,
-                               n_ctx=n_ctx)  # fmt: skip
+    made = decisions.job_plans(document_planner, DOCUMENT, None, spec, document_planner.counter,
+                               model=None, n_ctx=n_ctx)  # fmt: skip
     assert made is not None and [p.strategy for p in made] == ["retrieve", "head"]
     for plan in made:
-        instruction, reserve = spec.framing(plan.strategy, planner.counter)
+        instruction, reserve = spec.framing(plan.strategy, document_planner.counter)
         assert reserve > spec.max_tokens  # the question's room after the document
-        expected = plan_for(planner, plan.strategy, None, instruction=instruction, n_ctx=n_ctx,
-                            reserve=reserve, question="Where is the spare key?")  # fmt: skip
+        expected = plan_for(document_planner, plan.strategy, None, instruction=instruction,
+                            n_ctx=n_ctx, reserve=reserve,
+                            question="Where is the spare key?")  # fmt: skip
         assert plan.budget == expected.budget and plan.kept == expected.kept
         assert 0 < plan.kept_tokens <= plan.budget < n_ctx and plan.refused is None
     retrieve, head = made
@@ -93,15 +88,16 @@ def test_the_plans_a_job_runs_are_framed_as_the_job_frames_them(
     assert any(s.start == 0 for s in retrieve.kept)  # the fact (at the start) ranks first
 
 
-def test_needle_retention_is_measured_on_the_plans_shown(planner: Planner) -> None:
+def test_needle_retention_is_measured_on_the_plans_shown(document_planner: Planner) -> None:
     choices = JobChoices(max_tokens=32, needles=(FACT,))
-    found = decisions.needle_retention(planner, DOCUMENT, None, choices=choices,
-                                       strategies=("head", "tail"), counter=planner.counter,
-                                       model=None, n_ctx=256)  # fmt: skip
+    found = decisions.needle_retention(document_planner, DOCUMENT, None, choices=choices,
+                                       strategies=("head", "tail"),
+                                       counter=document_planner.counter, model=None,
+                                       n_ctx=256)  # fmt: skip
     assert found == [("head", 1.0), ("tail", 0.0)]  # the fact opens a document cut to fit
     absent = JobChoices(max_tokens=32, needles=("Not in the document at all.",))
-    assert decisions.needle_retention(planner, DOCUMENT, None, choices=absent,
-                                      strategies=("head",), counter=planner.counter,
+    assert decisions.needle_retention(document_planner, DOCUMENT, None, choices=absent,
+                                      strategies=("head",), counter=document_planner.counter,
                                       model=None, n_ctx=256) == []  # fmt: skip
 
 

@@ -5,7 +5,7 @@ is asked, a planning child that plans in this process). No model, no Qt, no proc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from app.core.jobs.events import RingFallback
 from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import CL100K_KEY, TokenCounter, cl100k
-from app.services import history, versions
+from app.services import history
 from app.services.workbench.decisions import JobChoices, StartedJob
 from app.services.workbench.model import WorkbenchModel
 from app.services.workbench.ports import (
@@ -220,13 +220,8 @@ class Bench:
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    with versions.history(tmp_path / "h.db") as h:
-        yield h.repo
-
-
-@pytest.fixture
-def bench(repo: Repository, tmp_path: Path) -> Bench:
+def workbench(repo: Repository, tmp_path: Path) -> Bench:
+    """The workbench model on a real history, its ports scripted (Bench)."""
     return Bench(repo, tmp_path)
 
 
@@ -237,95 +232,95 @@ def _plan_here(doc: Document, strategy: str, choices: JobChoices) -> Plan:
                     n_ctx=N_CTX, reserve=reserve, question=choices.ranked_by)  # fmt: skip
 
 
-def test_a_document_is_opened_counted_and_planned(bench: Bench) -> None:
-    m, events = bench.model, bench.events
-    m.open_document(bench.path)
+def test_a_document_is_opened_counted_and_planned(workbench: Bench) -> None:
+    m, events = workbench.model, workbench.events
+    m.open_document(workbench.path)
     assert m.waiting_for == {"open"} and m.cancellable and m.document is None
     assert events.said() == [Message(Notice.OPENING, ("harbour.txt",))]
-    assert bench.queue.drain() == ["io", "io", "io", "plan"]  # read; line, counts; plan
+    assert workbench.queue.drain() == ["io", "io", "io", "plan"]  # read; line, counts; plan
     doc = m.document
-    assert doc is not None and doc.path == bench.path and doc.text == TEXT
+    assert doc is not None and doc.path == workbench.path and doc.text == TEXT
     assert events.of("document_changed") == [(doc,)]
     assert events.of("counts_changed") == [(len(TEXT), None, cl100k().count(TEXT), None)]
     assert m.document_estimate == cl100k().count(TEXT) and m.document_tokens is None
     [(plan, drawn)] = events.of("plan_changed")
     assert plan == _plan_here(doc, "head", m.choices) and plan.dropped  # it overflows
-    assert m.plan is plan and drawn == ("drawn", "head") and bench.plans.tickets == 1
+    assert m.plan is plan and drawn == ("drawn", "head") and workbench.plans.tickets == 1
     assert events.of("waits_changed")[-1] == (frozenset(),) and not m.waiting_for
     # the waits' lines are taken back when they end; a document never run has no line yet
     assert events.of("status_over") == [(Message(Notice.OPENING, ("harbour.txt",)),),
                                         (Message(Notice.PLANNING_STRATEGY, ("head",)),)]
     assert (m.current_session, m.current_version) == (None, None)
-    assert bench.calibration.busy[0] is True and bench.calibration.busy[-1] is False
+    assert workbench.calibration.busy[0] is True and workbench.calibration.busy[-1] is False
 
 
-def test_a_plan_answered_after_a_newer_one_was_asked_is_dropped(bench: Bench) -> None:
-    m, events = bench.model, bench.events
-    doc = bench.open()
+def test_a_plan_answered_after_a_newer_one_was_asked_is_dropped(workbench: Bench) -> None:
+    m, events = workbench.model, workbench.events
+    doc = workbench.open()
     events.take()
     m.update_plan(JobChoices(strategy="tail", max_tokens=32))
     m.update_plan(JobChoices(strategy="middle", max_tokens=32))
     assert m.waiting_for == {"plan"}
-    bench.queue.run_next()  # tail's answer: stale, and the newer plan is still being made
+    workbench.queue.run_next()  # tail's answer: stale, and the newer plan is still being made
     assert events.of("plan_changed") == [] and m.waiting_for == {"plan"}
-    bench.queue.run_next()
+    workbench.queue.run_next()
     [(plan, _drawn)] = events.of("plan_changed")
     assert plan.strategy == "middle" and m.plan is plan and not m.waiting_for
     assert plan == _plan_here(doc, "middle", m.choices)
 
 
-def test_cancel_drops_the_plan_being_made_and_the_file_being_read(bench: Bench) -> None:
-    m, events = bench.model, bench.events
-    doc = bench.open()
+def test_cancel_drops_the_plan_being_made_and_the_file_being_read(workbench: Bench) -> None:
+    m, events = workbench.model, workbench.events
+    doc = workbench.open()
     shown = m.plan
     events.take()
     m.update_plan(JobChoices(strategy="tail", max_tokens=32))
     m.cancel()
-    assert bench.plans.cancels == 1 and not m.waiting_for and not m.cancellable
+    assert workbench.plans.cancels == 1 and not m.waiting_for and not m.cancellable
     assert events.said()[-1] == Message(Notice.PLANNING_CANCELLED)
     assert events.of("status_over") == [(Message(Notice.PLANNING_STRATEGY, ("tail",)),)]
-    bench.queue.drain()
+    workbench.queue.drain()
     assert events.of("plan_changed") == [] and m.plan is shown  # made anyway, dropped
 
-    other = bench.path.with_name("other.txt")
+    other = workbench.path.with_name("other.txt")
     other.write_text("Another text.", encoding="utf-8")
     m.open_document(other)
     m.cancel()
     assert not m.waiting_for and events.said()[-1] == Message(Notice.OPENING_CANCELLED)
-    bench.queue.drain()
+    workbench.queue.drain()
     assert m.document is doc and len(events.of("document_changed")) == 0
 
 
-def test_cancel_while_a_job_is_planned_ends_it_before_the_engine_sees_it(bench: Bench) -> None:
-    m, events = bench.model, bench.events
-    bench.open()
-    bench.load()
+def test_cancel_while_a_job_is_planned_ends_it_before_the_engine_sees_it(workbench: Bench) -> None:
+    m, events = workbench.model, workbench.events
+    workbench.open()
+    workbench.load()
     events.take()
     m.run_job(JobChoices(max_tokens=8))
     assert m.running and "run" in m.waiting_for
     m.cancel()
-    assert bench.engine.cancels == 1 and bench.plans.cancels == 1
+    assert workbench.engine.cancels == 1 and workbench.plans.cancels == 1
     assert events.said()[-1] == Message(Notice.CANCELLING)
-    bench.queue.drain()
-    assert bench.engine.asked("run_job") == [] and not m.running and not m.waiting_for
+    workbench.queue.drain()
+    assert workbench.engine.asked("run_job") == [] and not m.running and not m.waiting_for
     [(finished,)] = events.of("job_finished")
     assert finished.results == [] and events.of("running_changed") == [(True,), (False,)]
     assert Message(Notice.DONE, ((),)) in events.said()
 
 
-def test_a_run_that_cannot_start_says_why(bench: Bench) -> None:
-    m, events = bench.model, bench.events
+def test_a_run_that_cannot_start_says_why(workbench: Bench) -> None:
+    m, events = workbench.model, workbench.events
     m.run_job(JobChoices())
     assert events.said()[-1] == Message(Notice.NO_DOCUMENT)  # said, not an error box
     assert events.of("failed") == []
-    bench.open()
+    workbench.open()
     m.run_compare(JobChoices(), ("head", "tail"))
     assert events.of("failed")[-1] == (Message(Notice.NO_MODEL),)
     events.offers_model = True  # the window offers a model, then runs what was asked
     m.run_job(JobChoices())
     [(retry,)] = events.of("model_needed")[-1:]
     assert len(events.of("failed")) == 1
-    bench.load()
+    workbench.load()
     m.run_job(JobChoices(task="ask", question=""))
     assert events.said()[-1] == Message(Notice.NO_QUESTION)
     assert events.of("job_started") == [] and not m.running
@@ -333,11 +328,11 @@ def test_a_run_that_cannot_start_says_why(bench: Bench) -> None:
     assert events.of("job_started") == [(StartedJob(N_CTX, ("head",)),)] and m.running
 
 
-def test_a_job_runs_is_recorded_and_the_current_version_moves_to_it(bench: Bench) -> None:
-    m, events, engine, repo = bench.model, bench.events, bench.engine, bench.repo
+def test_a_job_runs_is_recorded_and_the_current_version_moves_to_it(workbench: Bench) -> None:
+    m, events, engine, repo = workbench.model, workbench.events, workbench.engine, workbench.repo
     assert repo is not None
-    doc = bench.open()
-    loaded = bench.load()
+    doc = workbench.open()
+    loaded = workbench.load()
     state = m.engine_state
     assert state.loaded is loaded and state.model_sha256 == SHA
     assert state.model_path == Path("/m.gguf")
@@ -347,11 +342,11 @@ def test_a_job_runs_is_recorded_and_the_current_version_moves_to_it(bench: Bench
     m.run_job(JobChoices(strategy="head", max_tokens=8))
     assert events.of("job_started") == [(StartedJob(N_CTX, ("head",)),)]
     assert events.said()[-2:] == [Message(Notice.RUNNING), Message(Notice.PLANNING)]
-    bench.queue.drain()
+    workbench.queue.drain()
     [(request,)] = engine.asked("run_job")
     assert request.text == TEXT and request.spec.strategies == ("head",)
     assert request.planner is not None and request.planner.doc is doc
-    assert bench.plans.framed[-1] == Path("/m.gguf")  # the job's plans, framed by its model
+    assert workbench.plans.framed[-1] == Path("/m.gguf")  # the job's plans, framed by its model
     m.on_job_events([RingFallback("rolling", "no shift")])
     assert events.said()[-1] == Message(Notice.RING_FALLBACK, ("rolling", "no shift"))
     done = outcome("head", max_tokens=8)
@@ -359,7 +354,7 @@ def test_a_job_runs_is_recorded_and_the_current_version_moves_to_it(bench: Bench
     assert not m.running and "run" not in m.waiting_for
     assert events.said()[-1] == Message(Notice.DONE_REUSED, (("stop",), 0, 50, 50))
     assert events.of("job_finished") == []  # not before it is recorded
-    bench.queue.drain()
+    workbench.queue.drain()
     [version] = repo.history()
     assert events.of("recorded") == [(version.session,)]
     assert events.of("job_finished") == [(done,)]
@@ -370,40 +365,40 @@ def test_a_job_runs_is_recorded_and_the_current_version_moves_to_it(bench: Bench
 
     events.take()  # the next run goes on from it: a child of the version
     m.run_job(JobChoices(strategy="tail", max_tokens=8))
-    bench.queue.drain()
+    workbench.queue.drain()
     m.on_job_done(outcome("tail", max_tokens=8))
-    bench.queue.drain()
+    workbench.queue.drain()
     child = repo.history(version.session)[-1]
     assert child.parent == version.id and m.current_version == child.id
 
 
-def test_opening_a_document_goes_on_with_its_line_of_work(bench: Bench, tmp_path: Path) -> None:
-    bench.open()
-    bench.load()
-    bench.model.run_job(JobChoices(max_tokens=8))
-    bench.queue.drain()
-    bench.model.on_job_done(outcome("head", max_tokens=8))
-    bench.queue.drain()
-    again = Bench(bench.repo, tmp_path)
+def test_opening_a_document_goes_on_with_its_line_of_work(workbench: Bench, tmp_path: Path) -> None:
+    workbench.open()
+    workbench.load()
+    workbench.model.run_job(JobChoices(max_tokens=8))
+    workbench.queue.drain()
+    workbench.model.on_job_done(outcome("head", max_tokens=8))
+    workbench.queue.drain()
+    again = Bench(workbench.repo, tmp_path)
     again.open()
     assert (again.model.current_session, again.model.current_version) == (
-        bench.model.current_session, bench.model.current_version)  # fmt: skip
+        workbench.model.current_session, workbench.model.current_version)  # fmt: skip
 
 
-def test_a_rollback_without_and_with_a_kv_state(bench: Bench) -> None:
-    m, events, engine, repo = bench.model, bench.events, bench.engine, bench.repo
+def test_a_rollback_without_and_with_a_kv_state(workbench: Bench) -> None:
+    m, events, engine, repo = workbench.model, workbench.events, workbench.engine, workbench.repo
     assert repo is not None
-    bench.open()
-    bench.load()
+    workbench.open()
+    workbench.load()
     m.run_job(JobChoices(max_tokens=8))
-    bench.queue.drain()
+    workbench.queue.drain()
     m.on_job_done(outcome("head", max_tokens=8))
-    bench.queue.drain()
+    workbench.queue.drain()
     [version] = repo.history()
     events.take()
 
     m.rollback(version.id, False)
-    bench.queue.drain()
+    workbench.queue.drain()
     back = repo.history()[-1]
     assert back.parent == version.id and m.current_version == back.id and not m.running
     assert [name for name, _ in events.seen][:3] == ["history_changed", "sampling_restored",
@@ -415,7 +410,7 @@ def test_a_rollback_without_and_with_a_kv_state(bench: Bench) -> None:
     events.take()
     before = repo.history()
     m.rollback(version.id, True)  # a KV state asked for, none saved for this model: refused
-    bench.queue.drain()
+    workbench.queue.drain()
     assert repo.history() == before and engine.asked("resume") == []
     [(failure,)] = events.of("failed")
     assert failure == Message.text(history.no_saved_state(version.id, "m.gguf"))
@@ -425,7 +420,7 @@ def test_a_rollback_without_and_with_a_kv_state(bench: Bench) -> None:
     repo.save_kv_state(version.id, state, SHA, prompt_tokens=3)
     events.take()
     m.rollback(version.id, True)
-    bench.queue.drain()
+    workbench.queue.drain()
     third = repo.history()[-1]
     assert third.parent == version.id
     [(spec,)] = engine.asked("resume")
@@ -434,14 +429,14 @@ def test_a_rollback_without_and_with_a_kv_state(bench: Bench) -> None:
     assert events.of("job_started") == [(StartedJob(N_CTX, ("head",), resumed=True),)]
     assert events.said()[-1] == Message(Notice.RESUMING) and m.current_version == third.id
     m.on_job_done(outcome("head", reply="Again.", max_tokens=8))
-    bench.queue.drain()
+    workbench.queue.drain()
     assert repo.runs(third.id)[0]["outputs"][0]["text"] == "Again.\nMore."
     assert events.of("recorded") == [(version.session,)] and not m.running
     assert m.current_version == third.id  # a resumed reply records under its own version
 
 
-def test_the_waits_and_what_cancel_can_stop(bench: Bench) -> None:
-    m, events, calibration = bench.model, bench.events, bench.calibration
+def test_the_waits_and_what_cancel_can_stop(workbench: Bench) -> None:
+    m, events, calibration = workbench.model, workbench.events, workbench.calibration
     state = m.engine_state
     state.load_model(Path("/m.gguf"), LoadSettings(n_ctx=N_CTX))
     assert m.waiting_for == {"load"} and not m.cancellable  # a load runs to its end
@@ -452,7 +447,7 @@ def test_the_waits_and_what_cancel_can_stop(bench: Bench) -> None:
     state.on_calibration_progress(1, 4)
     assert m.waiting_for == {"calibrate"} and m.cancellable
     m.cancel()
-    assert bench.engine.cancels == 1
+    assert workbench.engine.cancels == 1
     assert events.said()[-1] == Message(Notice.CANCELLING_CALIBRATION)
     state.on_calibration_stopped("Calibration cancelled")
     assert not m.waiting_for and events.of("calibration_stopped") == [("Calibration cancelled",)]
@@ -462,15 +457,16 @@ def test_the_waits_and_what_cancel_can_stop(bench: Bench) -> None:
 
 
 def test_a_tuned_load_looks_up_its_calibration_then_measures_it_apart(
-    bench: Bench, monkeypatch: pytest.MonkeyPatch
+    workbench: Bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(calibrate.AUTO_ENV, raising=False)
-    m, events, engine, calibration = bench.model, bench.events, bench.engine, bench.calibration
+    m, events = workbench.model, workbench.events
+    engine, calibration = workbench.engine, workbench.calibration
     state = m.engine_state
     settings = LoadSettings(n_ctx=N_CTX)
     state.load_model(Path("/m.gguf"), settings, tuned=True)
     assert engine.requests == [] and calibration.cancels == [True]  # the sha256 comes first
-    bench.queue.drain()
+    workbench.queue.drain()
     [(path, asked, tune)] = engine.asked("load_tuned")
     assert (path, asked, tune) == ("/m.gguf", settings, TuneSpec(SHA, trials=()))
     state.on_status("Calibrating…")  # only the cache is asked: nothing is measured
@@ -490,25 +486,25 @@ def test_a_tuned_load_looks_up_its_calibration_then_measures_it_apart(
     assert events.of("calibration_offered") == [(Path("/m.gguf"), found)]
     assert events.said()[-1] == Message(Notice.TUNED_READY)
     m.close()
-    assert bench.plans.closed
+    assert workbench.plans.closed
 
 
-def test_the_line_of_work_follows_a_deletion_made_in_the_history(bench: Bench) -> None:
-    m, repo = bench.model, bench.repo
+def test_the_line_of_work_follows_a_deletion_made_in_the_history(workbench: Bench) -> None:
+    m, repo = workbench.model, workbench.repo
     assert repo is not None
-    bench.open()
-    bench.load()
+    workbench.open()
+    workbench.load()
     for n in (8, 9):
         m.run_job(JobChoices(max_tokens=n))
-        bench.queue.drain()
+        workbench.queue.drain()
         m.on_job_done(outcome("head", max_tokens=n))
-        bench.queue.drain()
+        workbench.queue.drain()
     v1, v2 = repo.history()
     assert v2.parent == v1.id and m.current_version == v2.id
     store = history.History(repo)
     m.on_history_changed(history.delete(store, versions=[v2.id]))  # what the panel reports
-    bench.queue.drain()
+    workbench.queue.drain()
     assert (m.current_session, m.current_version) == (v1.session, v1.id)
     m.on_history_changed(history.delete(store, sessions=[v1.session]))
-    bench.queue.drain()
+    workbench.queue.drain()
     assert (m.current_session, m.current_version) == (None, None)  # the next Run starts one

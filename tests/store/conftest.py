@@ -32,11 +32,6 @@ def open_repo(tmp_path: Path) -> Iterator[Callable[[str], Repository]]:
         db.close()
 
 
-@pytest.fixture
-def repo(open_repo: Callable[[str], Repository]) -> Repository:
-    return open_repo("x.db")
-
-
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> Good:
     folder = tmp_path_factory.mktemp("good")

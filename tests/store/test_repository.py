@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,15 +15,6 @@ from app.store.db import open_database
 from app.store.repository import Entry, Repository, RepositoryError
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    db = open_database(tmp_path / "history.db")
-    r = Repository(db)
-    yield r
-    r.close()
-    db.close()
 
 
 def test_history_is_a_tree_and_editing_an_old_version_branches(repo: Repository) -> None:

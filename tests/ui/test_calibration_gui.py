@@ -10,11 +10,11 @@ the file runs in seconds.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 
 from app.core import calibrate
 from app.core.calibrate import AUTO_ENV, cached, machine_key
@@ -22,6 +22,7 @@ from app.core.default_model import sha256_of
 from app.core.engine.types import LoadSettings
 from app.ui import background_calibration
 from app.ui.main_window import USE_TUNED_KEY, MainWindow
+from tests.ui.windows import Windows
 
 N_CTX = 512
 SLOW = LoadSettings(n_ctx=N_CTX, n_threads=1, n_threads_batch=1, n_batch=32, n_ubatch=32)
@@ -32,10 +33,12 @@ Factory = Callable[[], MainWindow]
 
 
 @pytest.fixture
-def open_window(
-    qtbot, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Factory]:
-    """Windows sharing one settings file and one calibration cache, with the model selected."""
+def open_calibrating_window(
+    qtbot, make_window: Windows, tmp_path: Path, model_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Factory:  # fmt: skip
+    """Windows that calibrate the model they load (short trials), sharing one settings file and
+    one calibration cache, each with the model selected and a history of its own."""
     monkeypatch.setenv("CONTEXTLENS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv(AUTO_ENV, "1")
     monkeypatch.setattr(calibrate, "PROMPT_TOKENS", 32)  # shorter trials, the same procedure
@@ -43,10 +46,7 @@ def open_window(
     made: list[MainWindow] = []
 
     def make() -> MainWindow:
-        settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-        w = MainWindow(None, None, n_ctx=N_CTX, db_path=tmp_path / f"h{len(made)}.db",
-                       settings=settings)  # fmt: skip
-        qtbot.addWidget(w)
+        w = make_window(None, None, n_ctx=N_CTX, db_path=tmp_path / f"h{len(made)}.db")
         made.append(w)
         w.session.calibration_trials = (SLOW, QUICK)
         with qtbot.waitSignal(w.model_panel.info_ready, timeout=10_000):
@@ -54,7 +54,7 @@ def open_window(
         w.model_panel.n_ctx.setValue(N_CTX)
         return w
 
-    yield make  # qtbot closes the windows
+    return make
 
 
 def progress_texts(w: MainWindow) -> list[str]:
@@ -98,9 +98,9 @@ def measuring(done: int, total: int) -> str:
 
 
 def test_the_first_load_is_usable_at_once_and_its_calibration_is_offered(
-    qtbot, open_window: Factory, model_path: Path
+    qtbot, open_calibrating_window: Factory, model_path: Path
 ) -> None:
-    w = open_window()
+    w = open_calibrating_window()
     assert w.model_panel.tuned_text().startswith("Not calibrated yet")
     w.model_panel.threads.setValue(2)
     mine = w.model_panel.settings()
@@ -133,7 +133,8 @@ def test_the_first_load_is_usable_at_once_and_its_calibration_is_offered(
     w.model_panel.tuning.table_button.click()
     assert w.model_panel.tuning.table.isVisibleTo(w.model_panel)
 
-    again = open_window()  # a later start: the cached choice applies, nothing is measured
+    # a later start: the cached choice applies, nothing is measured
+    again = open_calibrating_window()
     seen, before_load = background_texts(again), progress_texts(again)
     load(qtbot, again)
     assert seen == before_load == [] and again.model_panel.tuning.calibration == cal
@@ -150,7 +151,7 @@ def test_the_first_load_is_usable_at_once_and_its_calibration_is_offered(
 
 
 def test_a_run_starts_while_the_first_calibration_waits(
-    qtbot, open_window: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    qtbot, open_calibrating_window: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     release = threading.Event()  # the calibration holds until the run is done
@@ -162,7 +163,7 @@ def test_a_run_starts_while_the_first_calibration_waits(
 
     monkeypatch.setattr(background_calibration, "calibrate_apart", held)
     request.addfinalizer(release.set)  # a failed test does not keep it waiting
-    w = open_window()
+    w = open_calibrating_window()
     document = tmp_path / "notes.txt"
     document.write_text("The river rose in the spring. " * 8, encoding="utf-8")
     with qtbot.waitSignal(w.plan_shown, timeout=30_000):
@@ -183,9 +184,9 @@ def test_a_run_starts_while_the_first_calibration_waits(
 
 
 def test_cancel_stops_the_background_calibration_and_keeps_the_persons_values(
-    qtbot, open_window: Factory, model_path: Path
+    qtbot, open_calibrating_window: Factory, model_path: Path
 ) -> None:
-    w = open_window()
+    w = open_calibrating_window()
     w.session.calibration_trials = (SLOW, QUICK, SLOW)
     w.model_panel.threads.setValue(1)
     w.model_panel.batch.setValue(128)
@@ -212,9 +213,9 @@ def test_cancel_stops_the_background_calibration_and_keeps_the_persons_values(
 
 
 def test_use_tuned_settings_off_loads_the_panels_values_and_is_remembered(
-    qtbot, open_window: Factory
+    qtbot, open_calibrating_window: Factory
 ) -> None:
-    w = open_window()
+    w = open_calibrating_window()
     assert w.model_panel.use_tuned()
     w.model_panel.tuning.use_tuned.setChecked(False)
     assert w.model_panel.tuned_text().startswith("Tuned settings off: the values above are used")
@@ -227,4 +228,4 @@ def test_use_tuned_settings_off_loads_the_panels_values_and_is_remembered(
     assert seen == behind == [] and loaded_settings(w) == w.model_panel.settings()
     assert not w.session.background.running
     assert w.settings.value(USE_TUNED_KEY, True, type=bool) is False
-    assert not open_window().model_panel.use_tuned()  # the next start remembers it
+    assert not open_calibrating_window().model_panel.use_tuned()  # the next start remembers it

@@ -4,26 +4,13 @@ once (its child process is killed), a refused file is one sentence, and the wind
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-import pytest
-from PySide6.QtCore import QSettings
 
 from app.ui.main_window import MainWindow
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-@pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(None, None, n_ctx=2048, db_path=tmp_path / "h.db", settings=settings)
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.close()
 
 
 def readers() -> list[psutil.Process]:
@@ -40,51 +27,51 @@ def readers() -> list[psutil.Process]:
 
 
 def test_cancel_stops_a_slow_read_and_the_next_file_opens(
-    qtbot, window: MainWindow, slow_page: Path
+    qtbot, empty_window: MainWindow, slow_page: Path
 ) -> None:
-    window.open_document(slow_page)
-    assert "open" in window.waiting_for and window.cancel_action.isEnabled()
+    empty_window.open_document(slow_page)
+    assert "open" in empty_window.waiting_for and empty_window.cancel_action.isEnabled()
     qtbot.waitUntil(lambda: bool(readers()), timeout=30_000)
     child = readers()[0]
     qtbot.wait(300)
     start = time.monotonic()
-    window.cancel()  # what Esc and the status bar's Cancel do
-    assert "open" not in window.waiting_for
+    empty_window.cancel()  # what Esc and the status bar's Cancel do
+    assert "open" not in empty_window.waiting_for
     qtbot.waitUntil(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
                     timeout=3_000)  # fmt: skip
     assert time.monotonic() - start < 3
-    assert window.document_path is None  # the slow file never arrives
-    window.open_document(DATA / "sample.html")
-    qtbot.waitUntil(lambda: window.document_path == DATA / "sample.html", timeout=60_000)
+    assert empty_window.document_path is None  # the slow file never arrives
+    empty_window.open_document(DATA / "sample.html")
+    qtbot.waitUntil(lambda: empty_window.document_path == DATA / "sample.html", timeout=60_000)
     qtbot.wait(500)
-    assert window.document_path == DATA / "sample.html"  # not replaced by the cancelled read
+    assert empty_window.document_path == DATA / "sample.html"  # not replaced by the cancelled read
     assert not readers()
 
 
 def test_opening_another_file_ends_the_read_in_progress(
-    qtbot, window: MainWindow, slow_page: Path
+    qtbot, empty_window: MainWindow, slow_page: Path
 ) -> None:
-    window.open_document(slow_page)
+    empty_window.open_document(slow_page)
     qtbot.waitUntil(lambda: bool(readers()), timeout=30_000)
     child = readers()[0]
-    window.open_document(DATA / "sample.md")
-    qtbot.waitUntil(lambda: window.document_path == DATA / "sample.md", timeout=30_000)
+    empty_window.open_document(DATA / "sample.md")
+    qtbot.waitUntil(lambda: empty_window.document_path == DATA / "sample.md", timeout=30_000)
     qtbot.waitUntil(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
                     timeout=3_000)  # fmt: skip
 
 
 def test_a_hostile_page_is_refused_in_one_sentence_and_the_window_stays(
-    qtbot, window: MainWindow, tmp_path: Path
+    qtbot, empty_window: MainWindow, tmp_path: Path
 ) -> None:
     page = tmp_path / "bold.html"
     page.write_bytes(b"<b>" * 10_000_000)  # before: 432 s and 4.8 GB in the window's process
     start = time.monotonic()
-    with qtbot.waitSignal(window.failed, timeout=60_000) as failed:
-        window.open_document(page)
+    with qtbot.waitSignal(empty_window.failed, timeout=60_000) as failed:
+        empty_window.open_document(page)
     assert time.monotonic() - start < 30
     message = failed.args[0]
     assert message == ("bold.html holds more than 1,000,000 HTML elements, the most ContextLens "
                        "reads from one page.")  # fmt: skip
-    assert "open" not in window.waiting_for and window.isVisible()
-    window.open_document(DATA / "sample.pdf")
-    qtbot.waitUntil(lambda: window.document_path == DATA / "sample.pdf", timeout=60_000)
+    assert "open" not in empty_window.waiting_for and empty_window.isVisible()
+    empty_window.open_document(DATA / "sample.pdf")
+    qtbot.waitUntil(lambda: empty_window.document_path == DATA / "sample.pdf", timeout=60_000)

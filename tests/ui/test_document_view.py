@@ -16,7 +16,6 @@ from PySide6.QtGui import QColor, QHelpEvent, QPalette, QTextCursor, QTextFormat
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from app.core.paths import sample_document
 from app.core.planning.chunking import Chunk
 from app.core.planning.plan import Plan, Span
 from app.core.planning.strategies import Planner, PlanOptions
@@ -41,23 +40,13 @@ BUDGET = 4096
 
 
 @pytest.fixture(scope="module")
-def sample() -> str:
-    return sample_document().read_text(encoding="utf-8")
+def head(sample_planner: Planner) -> Plan:
+    return sample_planner.plan("head", BUDGET)
 
 
 @pytest.fixture(scope="module")
-def planner(sample: str) -> Planner:
-    return Planner(sample, cl100k())
-
-
-@pytest.fixture(scope="module")
-def head(planner: Planner) -> Plan:
-    return planner.plan("head", BUDGET)
-
-
-@pytest.fixture(scope="module")
-def tail(planner: Planner) -> Plan:
-    return planner.plan("tail", BUDGET)
+def tail(sample_planner: Planner) -> Plan:
+    return sample_planner.plan("tail", BUDGET)
 
 
 def make_view(qtbot, text: str | None = None) -> DocumentView:
@@ -76,9 +65,9 @@ def show_offset(view: DocumentView, offset: int) -> None:
     view.reveal(offset)
 
 
-def test_head_then_tail_swaps_kept_and_dropped_on_screen(qtbot, sample, head, tail) -> None:
-    view = make_view(qtbot, sample)
-    start, end = 200, len(sample) - 300
+def test_head_then_tail_swaps_kept_and_dropped_on_screen(qtbot, sample_text, head, tail) -> None:
+    view = make_view(qtbot, sample_text)
+    start, end = 200, len(sample_text) - 300
     assert head.kept[0].start <= start < head.kept[0].end
     assert tail.kept[-1].start <= end < tail.kept[-1].end
 
@@ -121,8 +110,8 @@ def test_dropped_text_is_dimmed_and_kept_tinted_in_light_and_dark_palettes(qtbot
         assert formats[KEPT_A].background() != formats[KEPT_B].background()
 
 
-def test_tooltip_gives_the_reason_and_tokens_of_the_span(qtbot, sample, head) -> None:
-    view = make_view(qtbot, sample)
+def test_tooltip_gives_the_reason_and_tokens_of_the_span(qtbot, sample_text, head) -> None:
+    view = make_view(qtbot, sample_text)
     view.show_plan(head)
     dropped = head.dropped[0]
     text = view.describe(dropped.start + 500)
@@ -132,8 +121,8 @@ def test_tooltip_gives_the_reason_and_tokens_of_the_span(qtbot, sample, head) ->
     assert view.describe(10).startswith("Kept: the start of the document")
 
     # a real tooltip event over a character of the dropped span
-    offset = sample.index("\n\n", dropped.start + 2000) + 2
-    offset = sample.index(" ", offset) - 1  # the middle of a word
+    offset = sample_text.index("\n\n", dropped.start + 2000) + 2
+    offset = sample_text.index(" ", offset) - 1  # the middle of a word
     show_offset(view, offset)
     cursor = QTextCursor(view.text.document())
     cursor.setPosition(view.pane_position(offset))
@@ -158,8 +147,8 @@ def test_tooltip_gives_the_reason_and_tokens_of_the_span(qtbot, sample, head) ->
         pytest.skip("no hover tooltips from mouse moves on this platform plugin")
 
 
-def test_caret_tells_the_span_for_keyboard_users(qtbot, sample, head) -> None:
-    view = make_view(qtbot, sample)
+def test_caret_tells_the_span_for_keyboard_users(qtbot, sample_text, head) -> None:
+    view = make_view(qtbot, sample_text)
     view.show_plan(head)
     assert view.text.focusPolicy() & view.text.focusPolicy().TabFocus
     show_offset(view, head.dropped[0].start + 10)
@@ -168,8 +157,8 @@ def test_caret_tells_the_span_for_keyboard_users(qtbot, sample, head) -> None:
     assert view.caret_info.text().startswith("Kept: the start of the document")
 
 
-def test_histogram_counts_every_chunk_and_marks_the_budget(qtbot, sample, head) -> None:
-    view = make_view(qtbot, sample)
+def test_histogram_counts_every_chunk_and_marks_the_budget(qtbot, sample_text, head) -> None:
+    view = make_view(qtbot, sample_text)
     view.show_plan(head)
     kept = view.kept_bars.opts["height"]
     dropped = view.dropped_bars.opts["height"]
@@ -212,8 +201,8 @@ def test_windows_of_multi_pass_plans_alternate_and_overlaps_stand_out(qtbot) -> 
     assert f"In pass 2 of {len(rolling.windows)}" in view.describe(rolling.windows[1].start + 1)
 
 
-def test_highlight_sources_scrolls_to_the_first_and_clears(qtbot, sample, head) -> None:
-    view = make_view(qtbot, sample)
+def test_highlight_sources_scrolls_to_the_first_and_clears(qtbot, sample_text, head) -> None:
+    view = make_view(qtbot, sample_text)
     view.show_plan(head)
     first, second = (1_000_000, 1_000_040), (1_200_000, 1_200_010)
     assert not is_visible(view, first[0])
@@ -283,8 +272,8 @@ def shows_the_text(view: DocumentView, text: str) -> bool:
     )
 
 
-def test_a_large_text_is_shown_through_a_window_that_follows_the_screen(qtbot, sample) -> None:
-    text = sample * 3
+def test_a_large_text_is_shown_through_a_window_that_follows_the_screen(qtbot, sample_text) -> None:
+    text = sample_text * 3
     view = make_view(qtbot, text)
     assert view.text.document().characterCount() - 1 <= WINDOW_CHARS + LINE_SLACK
     assert view.bar.isVisible() and view.bar.maximum() > len(text) // 2
@@ -345,10 +334,10 @@ def tile_plan(plan: Plan, unit: str, size: int) -> Plan:
     return Plan("head", plan.budget, total, plan.kept, (dropped,), chunks=tuple(chunks))
 
 
-def test_a_100_mb_document_opens_at_once_and_scrolls(qtbot, sample, head) -> None:
+def test_a_100_mb_document_opens_at_once_and_scrolls(qtbot, sample_text, head) -> None:
     size = 100_000_000
-    big = (sample * (size // len(sample) + 1))[:size]
-    plan = tile_plan(head, sample, size)
+    big = (sample_text * (size // len(sample_text) + 1))[:size]
+    plan = tile_plan(head, sample_text, size)
     view = make_view(qtbot)
 
     t = time.perf_counter()

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import (
@@ -41,16 +40,12 @@ CONTROLS = (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox, QAbstractSl
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(None, None, n_ctx=2048, db_path=tmp_path / "h.db", settings=settings)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitExposed(w)
-    w.activateWindow()
-    qtbot.waitUntil(lambda: QApplication.activeWindow() is w, timeout=5000)
-    yield w
-    w.close()
+def active_window(qtbot, empty_window: MainWindow) -> MainWindow:
+    """The empty window, exposed and the active one: the keys go to it."""
+    qtbot.waitExposed(empty_window)
+    empty_window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is empty_window, timeout=5000)
+    return empty_window
 
 
 def _controls(window: MainWindow) -> list[QWidget]:
@@ -71,23 +66,23 @@ def _controls(window: MainWindow) -> list[QWidget]:
     return found
 
 
-def test_every_control_is_in_the_tab_chain(window: MainWindow) -> None:
-    chain, w = [], window.nextInFocusChain()
-    while w is not window and len(chain) < 5000:
+def test_every_control_is_in_the_tab_chain(active_window: MainWindow) -> None:
+    chain, w = [], active_window.nextInFocusChain()
+    while w is not active_window and len(chain) < 5000:
         chain.append(w)
         w = w.nextInFocusChain()
     reachable = {id(w) for w in chain if w.focusPolicy() & Qt.FocusPolicy.TabFocus}
-    controls = _controls(window)
+    controls = _controls(active_window)
     assert len(controls) > 15  # the toolbar, the model panel, the buffers, the history
     missing = [f"{type(w).__name__} {w.accessibleName() or w.objectName()}" for w in controls
                if id(w) not in reachable and w.focusProxy() is None]  # fmt: skip
     assert not missing, f"not reachable with Tab: {missing}"
 
 
-def test_toolbar_actions_have_shortcuts_or_menus(window: MainWindow) -> None:
-    in_menus = {id(a) for menu_action in window.menuBar().actions()
+def test_toolbar_actions_have_shortcuts_or_menus(active_window: MainWindow) -> None:
+    in_menus = {id(a) for menu_action in active_window.menuBar().actions()
                 for a in menu_action.menu().actions()}  # fmt: skip
-    for bar in window.findChildren(QToolBar):
+    for bar in active_window.findChildren(QToolBar):
         for action in bar.actions():
             if action.isSeparator() or not action.text():
                 continue
@@ -106,43 +101,43 @@ def test_toolbar_actions_have_shortcuts_or_menus(window: MainWindow) -> None:
         ("Ctrl+4", "history"),  # its tab comes to the front, the versions take the keys
     ],
 )
-def test_shortcuts_put_the_focus_where_they_say(qtbot, window: MainWindow, keys: str,
+def test_shortcuts_put_the_focus_where_they_say(qtbot, active_window: MainWindow, keys: str,
                                                 where: str) -> None:  # fmt: skip
-    target: QWidget = getattr(window, where)
-    QTest.keySequence(window, keys)
+    target: QWidget = getattr(active_window, where)
+    QTest.keySequence(active_window, keys)
     qtbot.waitUntil(lambda: QApplication.focusWidget() is not None, timeout=2000)
     focused = QApplication.focusWidget()
     assert focused is target or target.isAncestorOf(focused), (keys, focused)
 
 
-def test_ctrl_2_reopens_a_closed_model_panel(qtbot, window: MainWindow) -> None:
-    dock = window.model_panel.parentWidget()
+def test_ctrl_2_reopens_a_closed_model_panel(qtbot, active_window: MainWindow) -> None:
+    dock = active_window.model_panel.parentWidget()
     while dock is not None and not dock.objectName().startswith("dock-"):
         dock = dock.parentWidget()
     assert dock is not None
     dock.close()
-    assert not window.model_panel.isVisible()
-    QTest.keySequence(window, "Ctrl+2")
-    qtbot.waitUntil(window.model_panel.isVisible, timeout=2000)
-    assert window.model_panel.isAncestorOf(QApplication.focusWidget())
+    assert not active_window.model_panel.isVisible()
+    QTest.keySequence(active_window, "Ctrl+2")
+    qtbot.waitUntil(active_window.model_panel.isVisible, timeout=2000)
+    assert active_window.model_panel.isAncestorOf(QApplication.focusWidget())
 
 
 def test_the_theme_menu_switches_light_and_dark_and_is_remembered(
-    qtbot, window: MainWindow
+    qtbot, active_window: MainWindow
 ) -> None:
     app = QApplication.instance()
-    menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&View")
+    menu = next(a.menu() for a in active_window.menuBar().actions() if a.text() == "&View")
     theme = next(a.menu() for a in menu.actions() if a.menu() is not None)
     choices = {a.data(): a for a in theme.actions()}
     assert set(choices) == {"system", "light", "dark"}
     try:
-        window.open_document(sample_document())
-        qtbot.waitUntil(lambda: window.session.document is not None, timeout=60_000)
+        active_window.open_document(sample_document())
+        qtbot.waitUntil(lambda: active_window.session.document is not None, timeout=60_000)
         lightness = {}
         for name in ("dark", "light"):
             choices[name].trigger()
-            assert current_theme(app) == name and window.settings.value("theme") == name
-            pane = window.document_view.text
+            assert current_theme(app) == name and active_window.settings.value("theme") == name
+            pane = active_window.document_view.text
             qtbot.waitUntil(lambda p=pane: p.palette().color(QPalette.ColorRole.Base)
                             == app.palette().color(QPalette.ColorRole.Base))  # fmt: skip
             base = pane.palette().color(QPalette.ColorRole.Base)
@@ -159,12 +154,12 @@ def _mnemonic(text: str) -> str | None:
     return found.group(1).lower() if found else None
 
 
-def test_alt_keys_are_unambiguous(window: MainWindow) -> None:
+def test_alt_keys_are_unambiguous(active_window: MainWindow) -> None:
     """Alt + a letter reaches one thing only: the menus, buttons, labels and tabs of the
     window (its panels included) underline different letters."""
-    texts = [a.text() for a in window.menuBar().actions()]
-    for w in window.findChildren(QWidget):
-        if w.window() is not window:
+    texts = [a.text() for a in active_window.menuBar().actions()]
+    for w in active_window.findChildren(QWidget):
+        if w.window() is not active_window:
             continue  # dialogs have letters of their own
         if isinstance(w, QAbstractButton) or (isinstance(w, QLabel) and w.buddy() is not None):
             texts.append(w.text())
@@ -182,7 +177,7 @@ def test_alt_keys_are_unambiguous(window: MainWindow) -> None:
 
 
 def test_each_menu_underlines_different_letters_in_both_languages(
-    window: MainWindow, compiled: Path
+    active_window: MainWindow, compiled: Path
 ) -> None:
     """Within one menu each entry has a letter of its own, in English and in Chinese ("Go to
     the &History" and "T&heme" shared H in the View menu, and so did their translations)."""
@@ -191,7 +186,7 @@ def test_each_menu_underlines_different_letters_in_both_languages(
     try:
         for language in ("en", "zh_CN"):
             assert i18n.install_translator(app, language, folder=compiled) == language
-            for menu in window.findChildren(QMenu):
+            for menu in active_window.findChildren(QMenu):
                 seen: dict[str, str] = {}
                 for action in menu.actions():
                     text = action.menu().title() if action.menu() else action.text()
@@ -213,33 +208,35 @@ def big_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_esc_cancels_planning_and_the_next_plan_works(qtbot, window: MainWindow,
+def test_esc_cancels_planning_and_the_next_plan_works(qtbot, active_window: MainWindow,
                                                       big_file: Path) -> None:  # fmt: skip
     shown: list[object] = []
-    window.plan_shown.connect(shown.append)
-    window.open_document(big_file)
-    qtbot.waitUntil(lambda: "plan" in window.waiting_for, timeout=30_000)
-    plans = window.session.plans
+    active_window.plan_shown.connect(shown.append)
+    active_window.open_document(big_file)
+    qtbot.waitUntil(lambda: "plan" in active_window.waiting_for, timeout=30_000)
+    plans = active_window.session.plans
     qtbot.waitUntil(lambda: plans.pid is not None, timeout=30_000)
     child = plans.pid
-    assert window.controls.cancel_button.isVisible() and window.cancel_action.isEnabled()
-    QTest.keyClick(window, Qt.Key.Key_Escape)
-    assert "plan" not in window.waiting_for and not window.controls.cancel_button.isVisible()
-    assert "Planning cancelled" in window.statusBar().currentMessage()
+    assert active_window.controls.cancel_button.isVisible()
+    assert active_window.cancel_action.isEnabled()
+    QTest.keyClick(active_window, Qt.Key.Key_Escape)
+    assert "plan" not in active_window.waiting_for
+    assert not active_window.controls.cancel_button.isVisible()
+    assert "Planning cancelled" in active_window.statusBar().currentMessage()
     qtbot.waitUntil(lambda: plans.pid != child, timeout=10_000)  # the child was stopped
     qtbot.wait(300)
     assert shown == []  # nothing half-made is shown
-    with qtbot.waitSignal(window.plan_shown, timeout=120_000) as done:
-        window.strategy_box.setCurrentIndex(window.strategy_box.findData("tail"))
-    assert done.args[0].strategy == "tail" and not window.waiting_for
+    with qtbot.waitSignal(active_window.plan_shown, timeout=120_000) as done:
+        active_window.strategy_box.setCurrentIndex(active_window.strategy_box.findData("tail"))
+    assert done.args[0].strategy == "tail" and not active_window.waiting_for
 
 
-def test_esc_while_a_file_is_read_leaves_the_window_as_it_was(qtbot, window: MainWindow,
+def test_esc_while_a_file_is_read_leaves_the_window_as_it_was(qtbot, active_window: MainWindow,
                                                               big_file: Path) -> None:  # fmt: skip
-    window.open_document(big_file)
-    assert "open" in window.waiting_for
-    QTest.keyClick(window, Qt.Key.Key_Escape)
-    assert not window.waiting_for
+    active_window.open_document(big_file)
+    assert "open" in active_window.waiting_for
+    QTest.keyClick(active_window, Qt.Key.Key_Escape)
+    assert not active_window.waiting_for
     qtbot.wait(2000)  # the read finishes in the background and is dropped
-    assert window.session.document is None and window.windowTitle() == "ContextLens"
-    assert not window.waiting_for
+    assert active_window.session.document is None and active_window.windowTitle() == "ContextLens"
+    assert not active_window.waiting_for

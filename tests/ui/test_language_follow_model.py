@@ -21,7 +21,6 @@ from app.ui.server_box import ServerBox
 from app.ui.tuned_settings import TunedSettingsBox
 from tests.ui.ui_texts import assert_follows_language
 
-BROKEN = b"GGUF\x01\x00\x00\x00" + bytes(32)
 CUDA = "CUDA : ARCHS = 890 | USE_GRAPHS = 1 | CPU : AVX2 = 1 | "
 INFO = ServerInfo("http://gpu-box:8000", "llama-server", "m", 4096, "/props", None,
                   "the server (/tokenize)", False, "the server (/props)", None, "", True,
@@ -34,20 +33,6 @@ def calibration() -> Calibration:
     slow = LoadSettings(n_ctx=512, n_threads=1, n_threads_batch=1, flash_attn=False)
     return Calibration("ab" * 32, "machine", fast,
                        (Trial(slow, 98.2, 68.4), Trial(fast, 239.4, 140.2)))  # fmt: skip
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> QSettings:
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def models_dir(tmp_path: Path, model_path: Path) -> Path:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    (folder / model_path.name).symlink_to(model_path)
-    (folder / "broken.gguf").write_bytes(BROKEN)
-    return folder
 
 
 @pytest.fixture

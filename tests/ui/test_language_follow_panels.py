@@ -5,7 +5,7 @@ results or a plan, each reads exactly as one built in the new language, and back
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner
 from app.core.tokens import cl100k
 from app.services.history import History
-from app.store.db import Database, open_database
+from app.store.db import Database
 from app.store.repository import Entry, Repository
 from app.ui.buffer_panel import BufferPanel
 from app.ui.compare_view import CompareView
@@ -102,21 +102,6 @@ def test_the_buffer_follows_the_language(
 
 
 # ----- the history ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "h.db")
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def repo(db: Database) -> Iterator[Repository]:
-    repository = Repository(db)
-    yield repository
-    QThreadPool.globalInstance().waitForDone(WAIT)  # no read still running on a closed store
-    repository.close()
 
 
 def seed(repo: Repository) -> tuple[int, int, int]:

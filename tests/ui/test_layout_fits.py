@@ -23,18 +23,12 @@ from app.ui import i18n
 from app.ui.main_window import MainWindow
 from app.ui.widgets import ElidedLabel
 from tests.ui.layout_probes import name, problems
-
-
-@pytest.fixture
-def window(qtbot, tmp_path: Path) -> MainWindow:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(None, None, db_path=tmp_path / "h.db", settings=settings)
-    qtbot.addWidget(w)
-    return w
+from tests.ui.windows import Windows
 
 
 @pytest.mark.parametrize("size", [(1024, 700), (1366, 768)])
-def test_the_window_fits_and_nothing_overlaps(window: MainWindow, qtbot, size) -> None:
+def test_the_window_fits_and_nothing_overlaps(make_window: Windows, qtbot, size) -> None:
+    window = make_window()  # no model, no document, not shown: sized first
     width, height = size
     window.fit_to(QRect(0, 0, width, height))
     window.show()
@@ -59,8 +53,9 @@ def test_the_window_fits_and_nothing_overlaps(window: MainWindow, qtbot, size) -
 
 
 def test_a_saved_size_larger_than_the_screen_is_brought_inside_it(
-    window: MainWindow, qtbot
+    make_window: Windows, qtbot
 ) -> None:
+    window = make_window()  # no model, no document, not shown: sized first
     window.resize(1600, 1100)
     window.fit_to(QRect(0, 0, 1024, 700))
     assert window.width() <= 1024 and window.height() <= 700

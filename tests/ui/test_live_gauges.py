@@ -33,7 +33,8 @@ PROMPT = 9_950
 
 
 @pytest.fixture
-def gauges(qtbot, monkeypatch: pytest.MonkeyPatch) -> GaugesPanel:
+def live_gauges(qtbot, monkeypatch: pytest.MonkeyPatch) -> GaugesPanel:
+    """A gauges panel with no context of its own (it shows the loaded model's), no GPU found."""
     monkeypatch.setattr(telemetry, "gpu_state", lambda: GPUState(reason="no GPU found"))
     panel = GaugesPanel()
     qtbot.addWidget(panel)
@@ -59,71 +60,71 @@ def _prompt_reports(n: int = 12) -> list[object]:
     return events
 
 
-def test_the_kv_gauge_moves_while_the_prompt_is_evaluated(qtbot, gauges) -> None:
-    gauges.set_n_ctx(N_CTX)
-    gauges.reset(N_CTX)
-    gauges.start()
+def test_the_kv_gauge_moves_while_the_prompt_is_evaluated(qtbot, live_gauges) -> None:
+    live_gauges.set_n_ctx(N_CTX)
+    live_gauges.reset(N_CTX)
+    live_gauges.start()
     shown: list[str] = []
     for ev in _prompt_reports():
-        gauges.on_event(ev)
+        live_gauges.on_event(ev)
         if isinstance(ev, KVLive):
             qtbot.wait(REDRAW_MS + 20)  # the reports come a few times a second
-            shown.append(gauges.kv_text.text())
-    gauges.on_event(TokenBatch("summary", "Hello", 1, 3, ((0, 40_000),)))
+            shown.append(live_gauges.kv_text.text())
+    live_gauges.on_event(TokenBatch("summary", "Hello", 1, 3, ((0, 40_000),)))
     changes = sum(a != b for a, b in itertools.pairwise(shown))
     assert changes >= 4, shown
     cells = [_cells_shown(text) for text in shown]
     assert all(used <= total == N_CTX for used, total in cells)
-    assert cells[-1][0] == PROMPT and gauges.kv_bar.value() == PROMPT
+    assert cells[-1][0] == PROMPT and live_gauges.kv_bar.value() == PROMPT
     # the prompt row: all of it evaluated, at the engine's rate
-    assert gauges.prompt_text.text() == "9,950 tokens evaluated in 6.0 s (1,658 tokens/s)"
-    assert gauges.prompt_bar.value() == gauges.prompt_bar.maximum() == PROMPT
-    gauges.stop()
+    assert live_gauges.prompt_text.text() == "9,950 tokens evaluated in 6.0 s (1,658 tokens/s)"
+    assert live_gauges.prompt_bar.value() == live_gauges.prompt_bar.maximum() == PROMPT
+    live_gauges.stop()
 
 
-def test_prompt_progress_shows_the_rate_and_the_time_left(qtbot, gauges) -> None:
-    gauges.set_n_ctx(N_CTX)
-    gauges.start()
-    assert gauges.prompt_bar.isHidden() and gauges.pass_bar.isHidden()
-    gauges.on_event(PassStarted("part 2", 2, 5))
-    gauges.on_event(EvalProgress("part 2", 3_000, 9_000, 2.0))
-    qtbot.waitUntil(lambda: gauges.prompt_text.text() != "")
-    assert gauges.prompt_text.text() == "3,000 of 9,000 tokens · 1,500 tokens/s · 4 s left"
-    assert gauges.pass_text.text() == "Window 2 of 5 · part 2"
-    assert (gauges.pass_bar.value(), gauges.pass_bar.maximum()) == (2, 5)
-    assert gauges.prompt_bar.isVisible() and gauges.pass_bar.isVisible()
-    _, rates = gauges.prompt_curve.getData()
+def test_prompt_progress_shows_the_rate_and_the_time_left(qtbot, live_gauges) -> None:
+    live_gauges.set_n_ctx(N_CTX)
+    live_gauges.start()
+    assert live_gauges.prompt_bar.isHidden() and live_gauges.pass_bar.isHidden()
+    live_gauges.on_event(PassStarted("part 2", 2, 5))
+    live_gauges.on_event(EvalProgress("part 2", 3_000, 9_000, 2.0))
+    qtbot.waitUntil(lambda: live_gauges.prompt_text.text() != "")
+    assert live_gauges.prompt_text.text() == "3,000 of 9,000 tokens · 1,500 tokens/s · 4 s left"
+    assert live_gauges.pass_text.text() == "Window 2 of 5 · part 2"
+    assert (live_gauges.pass_bar.value(), live_gauges.pass_bar.maximum()) == (2, 5)
+    assert live_gauges.prompt_bar.isVisible() and live_gauges.pass_bar.isVisible()
+    _, rates = live_gauges.prompt_curve.getData()
     assert rates is not None and list(rates) == [1_500]  # the engine's own rate, one per call
-    gauges.on_event(EvalProgress("part 2", 6_000, 9_000, 4.0))
-    qtbot.waitUntil(lambda: gauges.prompt_text.text().startswith("6,000"))
-    assert len(gauges.prompt_curve.getData()[1]) == 1  # the same call's point, moved
+    live_gauges.on_event(EvalProgress("part 2", 6_000, 9_000, 4.0))
+    qtbot.waitUntil(lambda: live_gauges.prompt_text.text().startswith("6,000"))
+    assert len(live_gauges.prompt_curve.getData()[1]) == 1  # the same call's point, moved
     # a rollback resumed from its KV state evaluates no prompt: the last run's rows go, and
     # stay gone through the redraws that follow
-    gauges.clear_progress()
-    count = gauges.redraw_count
-    qtbot.waitUntil(lambda: gauges.redraw_count > count + 2)
-    assert gauges.prompt_bar.isHidden() and gauges.pass_bar.isHidden()
-    gauges.stop()
+    live_gauges.clear_progress()
+    count = live_gauges.redraw_count
+    qtbot.waitUntil(lambda: live_gauges.redraw_count > count + 2)
+    assert live_gauges.prompt_bar.isHidden() and live_gauges.pass_bar.isHidden()
+    live_gauges.stop()
 
 
-def test_the_gauge_never_shows_more_cells_than_the_context(qtbot, gauges) -> None:
-    gauges.set_n_ctx(2_048)
-    gauges.start()
-    gauges.on_event(KVStats(2_300, 2_048, 0, reported_by="/slots"))  # a server's own count
-    qtbot.waitUntil(lambda: "server" in gauges.kv_text.text())
-    assert _cells_shown(gauges.kv_text.text()) == (2_048, 2_048)
-    gauges.stop()
+def test_the_gauge_never_shows_more_cells_than_the_context(qtbot, live_gauges) -> None:
+    live_gauges.set_n_ctx(2_048)
+    live_gauges.start()
+    live_gauges.on_event(KVStats(2_300, 2_048, 0, reported_by="/slots"))  # a server's own count
+    qtbot.waitUntil(lambda: "server" in live_gauges.kv_text.text())
+    assert _cells_shown(live_gauges.kv_text.text()) == (2_048, 2_048)
+    live_gauges.stop()
 
 
-def test_before_a_run_the_gauge_shows_the_loaded_context(qtbot, gauges) -> None:
-    gauges.start()
-    qtbot.waitUntil(lambda: gauges.kv_text.text() == "no model loaded")
-    gauges.set_n_ctx(2_048)
-    qtbot.waitUntil(lambda: gauges.kv_text.text() == "0 of 2,048 cells · 0 MiB")
-    assert gauges.kv_bar.maximum() == 2_048
-    gauges.set_n_ctx(0)  # unloaded
-    qtbot.waitUntil(lambda: gauges.kv_text.text() == "no model loaded")
-    gauges.stop()
+def test_before_a_run_the_gauge_shows_the_loaded_context(qtbot, live_gauges) -> None:
+    live_gauges.start()
+    qtbot.waitUntil(lambda: live_gauges.kv_text.text() == "no model loaded")
+    live_gauges.set_n_ctx(2_048)
+    qtbot.waitUntil(lambda: live_gauges.kv_text.text() == "0 of 2,048 cells · 0 MiB")
+    assert live_gauges.kv_bar.maximum() == 2_048
+    live_gauges.set_n_ctx(0)  # unloaded
+    qtbot.waitUntil(lambda: live_gauges.kv_text.text() == "no model loaded")
+    live_gauges.stop()
 
 
 @pytest.mark.serial  # its CPU row is checked with a core kept busy: every core, alone
@@ -188,13 +189,13 @@ def test_the_window_shows_the_loaded_context_then_the_cache_filling_during_a_run
     window.close()
 
 
-def test_each_lane_follows_its_cache_while_the_lanes_generate(qtbot, gauges) -> None:
-    gauges.start()
-    gauges.on_event(LanesStarted(lanes=2, windows=5, n_ctx=2_048))
-    gauges.on_event(KVLive("part 1", 700, 2_048, 0, lane=0))
-    gauges.on_event(KVLive("part 2", 650, 2_048, 0, lane=1))
-    qtbot.waitUntil(lambda: [b.value() for b in gauges.lane_bars] == [700, 650])
-    gauges.on_event(KVLive("part 1", 720, 2_048, 0, lane=0))
-    qtbot.waitUntil(lambda: gauges.lane_bars[0].value() == 720)
-    assert "2 lanes: 1,370 of 2 × 2,048 cells" in gauges.kv_text.text()
-    gauges.stop()
+def test_each_lane_follows_its_cache_while_the_lanes_generate(qtbot, live_gauges) -> None:
+    live_gauges.start()
+    live_gauges.on_event(LanesStarted(lanes=2, windows=5, n_ctx=2_048))
+    live_gauges.on_event(KVLive("part 1", 700, 2_048, 0, lane=0))
+    live_gauges.on_event(KVLive("part 2", 650, 2_048, 0, lane=1))
+    qtbot.waitUntil(lambda: [b.value() for b in live_gauges.lane_bars] == [700, 650])
+    live_gauges.on_event(KVLive("part 1", 720, 2_048, 0, lane=0))
+    qtbot.waitUntil(lambda: live_gauges.lane_bars[0].value() == 720)
+    assert "2 lanes: 1,370 of 2 × 2,048 cells" in live_gauges.kv_text.text()
+    live_gauges.stop()

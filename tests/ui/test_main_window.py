@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -20,6 +19,7 @@ from app.core.paths import sample_document
 from app.core.planning.strategies import Planner, plan_for
 from app.ui.main_window import REPLAN_DELAY_MS, MainWindow
 from app.ui.run_status import STEPS
+from tests.ui.windows import Windows
 
 N_CTX = 512
 
@@ -33,16 +33,13 @@ def short_doc(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path, model_path: Path, short_doc: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(model_path, short_doc, n_ctx=N_CTX, db_path=tmp_path / "h.db",
-                   settings=settings)  # fmt: skip
-    qtbot.addWidget(w)
+def window(qtbot, make_window: Windows, model_path: Path, short_doc: Path) -> MainWindow:
+    """The window with the default model loaded and short_doc planned; replies of 8 tokens."""
+    w = make_window(model_path, short_doc, n_ctx=N_CTX)
     with qtbot.waitSignal(w.ready, timeout=120_000):
         w.show()
     w.max_tokens.setValue(8)
-    yield w
-    w.close()
+    return w
 
 
 def _open_brief(qtbot, w: MainWindow, tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from app.core.calibrate import Calibration, Trial
 from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
 from app.ui.model_panel import ModelPanel
 
-BROKEN = b"GGUF\x01\x00\x00\x00" + bytes(32)
 SIZE = r"([\d.,]+ [MG]iB)"
 MEMORY = re.compile(
     rf"^Fits: {SIZE} of {SIZE} free at n_ctx [\d,]+, \w+ KV cache "
@@ -23,16 +22,6 @@ MEMORY = re.compile(
 
 def caps(gpu: bool) -> EngineCapabilities:
     return EngineCapabilities("test", "", gpu, 1)
-
-
-@pytest.fixture
-def models_dir(tmp_path: Path, model_path: Path) -> Path:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    (folder / model_path.name).symlink_to(model_path)
-    (folder / "broken.gguf").write_bytes(BROKEN)
-    (folder / "notes.txt").write_text("not a model")
-    return folder
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
 
 
 @pytest.fixture
-def panel(qtbot, tmp_path: Path, model_path: Path, recorder: Recorder) -> ModelPanel:
+def fit_panel(qtbot, tmp_path: Path, model_path: Path, recorder: Recorder) -> ModelPanel:
     """A panel whose default model has been read, with the fit for its options shown."""
     folder = tmp_path / "models"
     folder.mkdir()
@@ -76,63 +76,63 @@ def settled(qtbot, p: ModelPanel) -> Fit:
 
 
 def test_the_fit_comes_with_the_card_and_is_never_computed_on_the_gui_thread(
-    panel: ModelPanel, recorder: Recorder
+    fit_panel: ModelPanel, recorder: Recorder
 ) -> None:
-    assert recorder.calls == [(False, panel.n_ctx.value())]  # with the file's read, once
-    assert panel.memory.text().startswith("Fits: ")
+    assert recorder.calls == [(False, fit_panel.n_ctx.value())]  # with the file's read, once
+    assert fit_panel.memory.text().startswith("Fits: ")
 
 
 def test_a_rapid_series_of_changes_computes_the_last_one_only(
-    qtbot, panel: ModelPanel, recorder: Recorder
+    qtbot, fit_panel: ModelPanel, recorder: Recorder
 ) -> None:
     recorder.calls.clear()
-    before = panel.memory.text()
+    before = fit_panel.memory.text()
     for n_ctx in range(1024, 8193, 512):  # as fast as a held arrow key, or faster
-        panel.n_ctx.setValue(n_ctx)
-    assert panel.memory.pending() and panel.memory.text() == before  # the last figure stays
+        fit_panel.n_ctx.setValue(n_ctx)
+    assert fit_panel.memory.pending() and fit_panel.memory.text() == before  # the last figure stays
     assert recorder.calls == []  # nothing computed while the changes come
-    fit = settled(qtbot, panel)
-    assert fit.n_ctx == 8192 and "at n_ctx 8,192," in panel.memory.text()
+    fit = settled(qtbot, fit_panel)
+    assert fit.n_ctx == 8192 and "at n_ctx 8,192," in fit_panel.memory.text()
     assert recorder.calls == [(False, 8192)]
 
 
 def test_typing_a_context_size_is_computed_once_it_pauses(
-    qtbot, panel: ModelPanel, recorder: Recorder
+    qtbot, fit_panel: ModelPanel, recorder: Recorder
 ) -> None:
     recorder.calls.clear()
-    panel.n_ctx.lineEdit().selectAll()
-    qtbot.keyClicks(panel.n_ctx.lineEdit(), "6000")  # 6, 60, 600, 6000: four values
-    assert panel.n_ctx.value() == 6000
-    assert settled(qtbot, panel).n_ctx == 6000
+    fit_panel.n_ctx.lineEdit().selectAll()
+    qtbot.keyClicks(fit_panel.n_ctx.lineEdit(), "6000")  # 6, 60, 600, 6000: four values
+    assert fit_panel.n_ctx.value() == 6000
+    assert settled(qtbot, fit_panel).n_ctx == 6000
     assert recorder.calls == [(False, 6000)]
 
 
 def test_an_answer_for_older_options_arriving_late_is_dropped(
-    qtbot, panel: ModelPanel, recorder: Recorder
+    qtbot, fit_panel: ModelPanel, recorder: Recorder
 ) -> None:
     recorder.hold_n_ctx = 1024
-    panel.n_ctx.setValue(1024)
+    fit_panel.n_ctx.setValue(1024)
     qtbot.waitUntil(recorder.held.is_set, timeout=10_000)  # its computation started, and waits
-    panel.n_ctx.setValue(2048)
-    assert settled(qtbot, panel).n_ctx == 2048  # the newer answer, shown first
+    fit_panel.n_ctx.setValue(2048)
+    assert settled(qtbot, fit_panel).n_ctx == 2048  # the newer answer, shown first
     recorder.release.set()
     assert recorder.finished.wait(10)
     qtbot.wait(300)  # the old answer reaches the GUI thread, and is dropped there
-    assert panel.memory.shown() is not None and panel.memory.shown().n_ctx == 2048
-    assert "at n_ctx 2,048," in panel.memory.text()
+    assert fit_panel.memory.shown() is not None and fit_panel.memory.shown().n_ctx == 2048
+    assert "at n_ctx 2,048," in fit_panel.memory.text()
     assert all(not on_gui for on_gui, _n_ctx in recorder.calls)
 
 
 def test_options_that_change_nothing_compute_nothing_and_no_model_needs_no_fit(
-    qtbot, panel: ModelPanel, recorder: Recorder
+    qtbot, fit_panel: ModelPanel, recorder: Recorder
 ) -> None:
     recorder.calls.clear()
-    panel.set_busy(True)  # the options are checked again; they are the same
-    panel.set_busy(False)
-    assert not panel.memory.pending() and recorder.calls == []
-    panel.kv_type.setCurrentText("q8_0")  # turns flash attention on too: one computation
-    fit = settled(qtbot, panel)
-    assert fit.kv_cache_type == "q8_0" and recorder.calls == [(False, panel.n_ctx.value())]
-    panel.models.setCurrentRow(-1)  # nothing selected: said at once, nothing computed
-    assert panel.memory.text() == "KV cache: choose a model to see the memory it takes."
-    assert not panel.memory.pending()
+    fit_panel.set_busy(True)  # the options are checked again; they are the same
+    fit_panel.set_busy(False)
+    assert not fit_panel.memory.pending() and recorder.calls == []
+    fit_panel.kv_type.setCurrentText("q8_0")  # turns flash attention on too: one computation
+    fit = settled(qtbot, fit_panel)
+    assert fit.kv_cache_type == "q8_0" and recorder.calls == [(False, fit_panel.n_ctx.value())]
+    fit_panel.models.setCurrentRow(-1)  # nothing selected: said at once, nothing computed
+    assert fit_panel.memory.text() == "KV cache: choose a model to see the memory it takes."
+    assert not fit_panel.memory.pending()

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.paths import sample_document
 from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner
-from app.core.tokens import cl100k
 from app.ui.plan_index import DROPPED, KEPT_A, KEPT_A_SHARED, KEPT_B, PlanIndex, index_plan
 
 BUDGET = 4096
 
 
-@pytest.fixture(scope="module")
-def planner() -> Planner:
-    return Planner(sample_document().read_text(encoding="utf-8"), cl100k())
-
-
 @pytest.mark.parametrize("strategy", ["head", "middle", "entropy", "map-reduce", "semantic"])
-def test_the_index_answers_for_every_span_and_chunk(planner: Planner, strategy: str) -> None:
-    plan = planner.plan(strategy, BUDGET)
+def test_the_index_answers_for_every_span_and_chunk(sample_planner: Planner, strategy: str) -> None:
+    plan = sample_planner.plan(strategy, BUDGET)
     index = index_plan(plan)
     spans = sorted([(s, True) for s in plan.kept] + [(s, False) for s in plan.dropped],
                    key=lambda item: item[0].start)  # fmt: skip
@@ -37,8 +30,8 @@ def test_the_index_answers_for_every_span_and_chunk(planner: Planner, strategy: 
     assert int(hist.kept.sum() + hist.dropped.sum()) == len(plan.chunks)
 
 
-def test_stretches_tile_the_spans_and_tint_windows(planner: Planner) -> None:
-    for plan in (planner.plan("middle", BUDGET), planner.plan("map-reduce", BUDGET)):
+def test_stretches_tile_the_spans_and_tint_windows(sample_planner: Planner) -> None:
+    for plan in (sample_planner.plan("middle", BUDGET), sample_planner.plan("map-reduce", BUDGET)):
         starts, ends, kinds = index_plan(plan).stretches
         assert starts == sorted(starts) and all(a < b for a, b in zip(starts, ends, strict=True))
         assert all(b <= a for b, a in zip(ends, starts[1:], strict=False))  # disjoint
@@ -47,12 +40,12 @@ def test_stretches_tile_the_spans_and_tint_windows(planner: Planner) -> None:
         for a, kind in zip(starts, kinds, strict=True):
             _, kept = index_plan(plan).span_at(a) or (None, None)
             assert (kind == DROPPED) == (not kept)
-    windowed = index_plan(planner.plan("map-reduce", BUDGET)).stretches[2]
+    windowed = index_plan(sample_planner.plan("map-reduce", BUDGET)).stretches[2]
     assert {KEPT_A, KEPT_B} <= set(windowed)  # consecutive windows alternate their tint
-    assert KEPT_A_SHARED not in index_plan(planner.plan("head", BUDGET)).stretches[2]
+    assert KEPT_A_SHARED not in index_plan(sample_planner.plan("head", BUDGET)).stretches[2]
 
 
-def test_no_plan_is_an_empty_index(planner: Planner) -> None:
+def test_no_plan_is_an_empty_index(sample_planner: Planner) -> None:
     assert index_plan(None) == PlanIndex()
     assert PlanIndex().span_at(0) is None and PlanIndex().histogram is None
     empty = Plan("head", BUDGET, 0, (), ())

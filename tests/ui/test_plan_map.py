@@ -6,24 +6,12 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from app.core.paths import sample_document
 from app.core.planning.strategies import Planner
-from app.core.tokens import cl100k
 from app.ui.document_view import DocumentView
 from app.ui.plan_index import DROPPED, KEPT_A, KEPT_B, index_plan
 from app.ui.plan_map import NOTHING, row_kinds
 
 BUDGET = 4096
-
-
-@pytest.fixture(scope="module")
-def sample() -> str:
-    return sample_document().read_text(encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def planner(sample: str) -> Planner:
-    return Planner(sample, cl100k())
 
 
 def test_rows_follow_the_stretches_and_a_short_kept_span_still_shows() -> None:
@@ -43,15 +31,15 @@ def test_rows_follow_the_stretches_and_a_short_kept_span_still_shows() -> None:
     ("head", (KEPT_A, DROPPED)), ("tail", (DROPPED, KEPT_A)),
 ])  # fmt: skip
 def test_the_map_of_a_real_plan_shows_where_the_kept_text_is(
-    qtbot, sample: str, planner: Planner, strategy: str, ends: tuple[int, int]
+    qtbot, sample_text: str, sample_planner: Planner, strategy: str, ends: tuple[int, int]
 ) -> None:
     view = DocumentView()
     qtbot.addWidget(view)
     view.resize(900, 700)
     view.show()
     qtbot.waitExposed(view)
-    view.set_document(sample)
-    plan = planner.plan(strategy, BUDGET)
+    view.set_document(sample_text)
+    plan = sample_planner.plan(strategy, BUDGET)
     view.show_plan(plan, index_plan(plan))
     rows = view.map.rows()
     assert rows.size == view.map.height() > 100
@@ -62,16 +50,16 @@ def test_the_map_of_a_real_plan_shows_where_the_kept_text_is(
     assert kept_share == pytest.approx(plan.kept_tokens / plan.total_tokens, abs=0.02)
 
 
-def test_a_click_on_the_map_brings_that_place_on_screen(qtbot, sample: str) -> None:
+def test_a_click_on_the_map_brings_that_place_on_screen(qtbot, sample_text: str) -> None:
     view = DocumentView()
     qtbot.addWidget(view)
     view.resize(900, 700)
     view.show()
     qtbot.waitExposed(view)
-    view.set_document(sample)
+    view.set_document(sample_text)
     y = int(view.map.height() * 0.75)
     target = view.map.offset_at(y)
-    assert target == pytest.approx(len(sample) * 0.75, rel=0.02)
+    assert target == pytest.approx(len(sample_text) * 0.75, rel=0.02)
     qtbot.mouseClick(view.map, Qt.MouseButton.LeftButton, pos=QPoint(5, y))
     top, bottom = view._screen()
     assert top <= target <= bottom

@@ -4,23 +4,16 @@ records it, and a rollback puts the version's sampling back and resumes with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import QSettings
 
 from app.core.engine.types import SamplingSettings
 from app.core.paths import sample_document
 from app.core.sampling import BALANCED, CREATIVE, DETERMINISTIC, PRESETS, stored
-from app.ui.main_window import MainWindow
 from app.ui.sampling_box import CUSTOM, SamplingBox
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> QSettings:
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+from tests.ui.windows import Windows
 
 
 def test_presets_fill_the_fields_and_an_edit_makes_it_custom(qtbot, settings: QSettings) -> None:
@@ -57,22 +50,15 @@ def test_the_choice_is_kept_for_the_next_window(qtbot, settings: QSettings) -> N
     assert third.settings() == SamplingSettings()
 
 
-@pytest.fixture
-def window(qtbot, tmp_path: Path, model_path: Path, settings: QSettings) -> Iterator[MainWindow]:
+def test_the_run_samples_with_the_box_and_a_rollback_brings_it_back(
+    qtbot, make_window: Windows, tmp_path: Path, model_path: Path, settings: QSettings
+) -> None:
     doc = tmp_path / "lexicon.txt"
     doc.write_text(sample_document().read_text(encoding="utf-8")[:1500], encoding="utf-8")
-    w = MainWindow(model_path, doc, n_ctx=512, db_path=tmp_path / "h.db", settings=settings)
-    qtbot.addWidget(w)
-    with qtbot.waitSignal(w.ready, timeout=120_000):
-        w.show()
-    w.max_tokens.setValue(12)
-    yield w
-    w.close()
-
-
-def test_the_run_samples_with_the_box_and_a_rollback_brings_it_back(
-    qtbot, window: MainWindow
-) -> None:
+    window = make_window(model_path, doc, n_ctx=512, settings=settings)
+    with qtbot.waitSignal(window.ready, timeout=120_000):
+        window.show()
+    window.max_tokens.setValue(12)
     box = window.sampling_box
     box.set_settings(replace(PRESETS[BALANCED], seed=3))
     chosen = box.settings()

@@ -22,6 +22,7 @@ from tests.ui.session_locks import answer, crash_with, lock_holder
 N_CTX = 512
 WAIT = 120_000
 
+
 def test_the_state_folder_follows_contextlens_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,11 +72,6 @@ def doc(tmp_path: Path) -> Path:
     path = tmp_path / "lexicon.txt"
     path.write_text(sample_document().read_text(encoding="utf-8")[:6_000], encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> QSettings:
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
 
 
 def _window(qtbot, tmp_path: Path, settings: QSettings, model: Path | None = None,

@@ -17,7 +17,6 @@ from app.core.planning.strategies import Planner, plan_for
 from app.core.tokens import cl100k
 from app.services.history import History
 from app.services.workbench.ports import EVENTS
-from app.store.db import open_database
 from app.store.repository import Repository
 from app.ui.session_model import JobChoices, SessionModel, StartedJob
 from tests.conftest import DATA
@@ -25,15 +24,6 @@ from tests.conftest import DATA
 DOC = DATA / "sample.md"  # ~350 tokens: more than the context holds
 N_CTX = 256
 WAIT = 120_000
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    db = open_database(tmp_path / "h.db")
-    repository = Repository(db)
-    yield repository
-    repository.close()
-    db.close()
 
 
 @pytest.fixture

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QMessageBox
 
 from app.cli.main import build_parser
@@ -25,12 +23,12 @@ from app.ui.main import missing_model_message, parse_args, start_options
 from app.ui.main_window import MainWindow
 from app.ui.model_panel import ModelPanel
 from app.ui.session_model import SessionModel
+from tests.ui.windows import Windows
 
 # short: a run evaluates all of it, and the tests are about starting, not about long documents
 TEXT = "The river rose in the spring and the town watched it. " * 4 + "\n\n" + (
     "The town built a wall of stone along the bank. " * 4
 )
-Factory = Callable[[Path | None, Path | None, int], MainWindow]
 
 
 @pytest.fixture
@@ -38,21 +36,6 @@ def document(tmp_path: Path) -> Path:
     path = tmp_path / "river.txt"
     path.write_text(TEXT, encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def make_window(qtbot, tmp_path: Path) -> Factory:
-    """MainWindow(model, document, n_ctx) as main() makes it, with a settings file and a
-    history of its own."""
-
-    def make(model: Path | None, document: Path | None, n_ctx: int) -> MainWindow:
-        settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-        w = MainWindow(model, document, n_ctx=n_ctx, settings=settings,
-                       db_path=tmp_path / "h.db")  # fmt: skip
-        qtbot.addWidget(w)
-        return w
-
-    return make
 
 
 def loaded_n_ctx(w: MainWindow) -> int:
@@ -64,7 +47,7 @@ def loaded_n_ctx(w: MainWindow) -> int:
 
 
 def test_model_n_ctx_and_document_from_the_command_line(
-    qtbot, make_window: Factory, model_path: Path, document: Path
+    qtbot, make_window: Windows, model_path: Path, document: Path
 ) -> None:
     args = parse_args(["--model", str(model_path), "--n-ctx", "2048", str(document)])
     model, n_ctx = start_options(args)
@@ -122,7 +105,7 @@ def test_one_default_context_everywhere(qtbot, capsys: pytest.CaptureFixture[str
 
 
 def test_run_without_a_model_offers_to_load_it_then_runs(
-    qtbot, make_window: Factory, model_path: Path, document: Path
+    qtbot, make_window: Windows, model_path: Path, document: Path
 ) -> None:
     w = make_window(None, document, 512)
     qtbot.waitUntil(lambda: w.document_path == document and w.session.plan is not None,
@@ -140,7 +123,7 @@ def test_run_without_a_model_offers_to_load_it_then_runs(
 
 
 def test_without_the_default_model_the_offer_is_to_get_it(
-    qtbot, make_window: Factory, document: Path, tmp_path: Path,
+    qtbot, make_window: Windows, document: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.setenv("CONTEXTLENS_MODELS", str(tmp_path / "no-models"))
@@ -161,7 +144,7 @@ def test_without_the_default_model_the_offer_is_to_get_it(
 
 
 def test_run_while_the_model_loads_starts_once_it_is_ready(
-    qtbot, make_window: Factory, model_path: Path, document: Path
+    qtbot, make_window: Windows, model_path: Path, document: Path
 ) -> None:
     w = make_window(None, document, 512)
     qtbot.waitUntil(lambda: w.document_path == document, timeout=30_000)

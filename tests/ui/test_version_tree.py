@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings, QThreadPool
+from PySide6.QtCore import QSettings
 from PySide6.QtGui import QFont
 
 from app.core.documents import load_document
@@ -21,7 +21,6 @@ from app.core.jobs.tasks import JobResult, OutputSpan
 from app.core.paths import sample_document
 from app.core.planning.plan import Plan, Span
 from app.services.history import History
-from app.store.db import open_database
 from app.store.repository import Entry, Repository
 from app.ui.history_columns import Column
 from app.ui.history_panel import HistoryPanel
@@ -33,16 +32,6 @@ from tests.ui.history_cells import children, font, row, text, tip, top_level
 DOC = DATA / "sample.md"
 WAIT = 30_000
 PLAN = Plan("head", 100, 300, (Span(0, 50, 12, "head"),), (Span(50, 120, 20, "cut"),))
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    db = open_database(tmp_path / "h.db")
-    repository = Repository(db)
-    yield repository
-    QThreadPool.globalInstance().waitForDone(WAIT)  # no read still running on a closed store
-    repository.close()
-    db.close()
 
 
 def _entry(strategy: str, reply: str, prompt: str = "", max_tokens: int = 8, *,
