@@ -175,8 +175,9 @@ def test_a_server_gets_every_sampling_field_it_knows_or_a_refusal(kind: str) -> 
     dry = replace(chosen, dry_multiplier=0.8, repeat_last_n=256)
     if kind == "llama-server":
         body = remote._body([1], 8, dry, ())
-        assert (body["dry_multiplier"], body["repeat_last_n"], body["dry_penalty_last_n"]) == (
-            0.8, 256, -1)  # fmt: skip
+        assert (body["dry_multiplier"], body["repeat_last_n"]) == (0.8, 256)
+        assert "dry_penalty_last_n" not in body  # -1: the server's default, which it refuses
+        assert remote._body([1], 8, replace(dry, dry_last_n=128), ())["dry_penalty_last_n"] == 128
     else:
         with pytest.raises(UnsupportedRemotelyError, match="DRY sampling needs llama-server"):
             remote._body([1], 8, dry, ())

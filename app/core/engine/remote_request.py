@@ -65,8 +65,9 @@ def sampling_fields(kind: str, url: str, s: SamplingSettings) -> dict[str, Any]:
         fields["repeat_penalty"] = s.repeat_penalty
     if kind == "llama-server":
         fields.update(repeat_last_n=s.repeat_last_n, dry_multiplier=s.dry_multiplier,
-                      dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
-                      dry_penalty_last_n=s.dry_last_n)  # fmt: skip
+                      dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length)  # fmt: skip
+        if s.dry_last_n != -1:  # -1, the whole context, is the server's own default; it
+            fields["dry_penalty_last_n"] = s.dry_last_n  # refuses the value said outright
         return fields
     if s.dry_multiplier > 0:
         raise UnsupportedRemotelyError(
