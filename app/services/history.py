@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.cancelled import Cancelled
 from app.core.default_model import sha256_of
@@ -133,9 +133,13 @@ class Imported(Changes):
     summary: ImportSummary
 
 
-def _made(version: VersionInfo) -> NewVersion:
-    return NewVersion(version=version, versions_added=(version.id,),
-                      sessions_changed=(version.session,), select=version.id)  # fmt: skip
+_New = TypeVar("_New", bound=NewVersion)
+
+
+def _made(version: VersionInfo, kind: type[_New], **more: Any) -> _New:
+    """The change report of an operation that made ``version`` (selected next)."""
+    return kind(version=version, versions_added=(version.id,),
+                sessions_changed=(version.session,), select=version.id, **more)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -181,9 +185,7 @@ def rollback(h: History, version_id: int, *, resume_on: ResumeOn | None = None) 
     spec = _resume_spec(repo, old, resume_on) if resume_on is not None else None
     new = repo.rollback(version_id)
     document = repo.session_info(new.session)["document_sha256"]
-    return RolledBack(version=new, copied=old, resume=spec, document_sha256=document,
-                      versions_added=(new.id,), sessions_changed=(new.session,),
-                      select=new.id)  # fmt: skip
+    return _made(new, RolledBack, copied=old, resume=spec, document_sha256=document)
 
 
 def _resume_spec(repo: Repository, old: VersionInfo, on: ResumeOn) -> ResumeSpec:
@@ -214,7 +216,7 @@ def no_saved_state(version_id: int, model_name: str) -> str:
 def branch(h: History, version_id: int, **changes: Any) -> NewVersion:
     """A new version from ``version_id`` with ``changes`` (prompt, task, strategy, settings...),
     beside the versions made from it before."""
-    return _made(h.repo.branch(version_id, **changes))
+    return _made(h.repo.branch(version_id, **changes), NewVersion)
 
 
 @said

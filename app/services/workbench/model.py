@@ -81,7 +81,6 @@ class WorkbenchModel:
                  index: Callable[[Plan], object] = _no_index) -> None:  # fmt: skip
         """``plans``: the planning child (started on first use); ``index``: what the view
         draws of a plan, worked out on the plan lane with it (the event's second argument)."""
-        self._repo = store.repo if store is not None else None
         self._events = events
         self._engine = engine
         self._scheduler = scheduler
