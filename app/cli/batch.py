@@ -28,6 +28,7 @@ from app.cli.common import (
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
     BadInput,
+    add_task_options,
     db_path,
     fail,
     sentence,
@@ -324,10 +325,8 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser("batch", help="run a job over every document in a folder (resumable)")
     p.add_argument("folder", metavar="DIR")
-    p.add_argument("--task", default="summarize", help="summarize, ask, extract")
     p.add_argument("--strategy", required=True, help=", ".join(STRATEGIES))
-    p.add_argument("--question", action="append", help="for ask (repeatable)")
-    p.add_argument("--instruction", help="for extract: what to do with each part")
+    add_task_options(p)
     p.add_argument("--concurrency", type=int, default=1,
                    help="documents in flight at once (default 1; more needs --engine: set it "
                         "to the server's parallel slots, which it is lowered to when the "

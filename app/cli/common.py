@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from app.core.jobs.options import TASKS
 from app.core.textutil import terminal_safe
 from app.services.errors import BadOption, BadRequest
 
@@ -109,6 +110,45 @@ def sigint_cancels(token: Any) -> Iterator[Callable[[Any], None]]:
         yield engines.append
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def add_task_options(parser: argparse.ArgumentParser) -> None:
+    """``--task``, ``--question`` and ``--instruction``, read by :func:`task_of` (run, compare,
+    plan, batch)."""
+    parser.add_argument("--task",
+                        help="summarize, ask or extract (default: ask when --question is given, "
+                             "extract when --instruction is, else summarize); a --question or "
+                             "--instruction the task would not use is refused")  # fmt: skip
+    parser.add_argument("--question", action="append",
+                        help="a question to ask (repeatable; means --task ask); retrieve plans "
+                             "once per question")  # fmt: skip
+    parser.add_argument(
+        "--instruction", help="for extract: what to do with each part (means --task extract)"
+    )
+
+
+# the text each task reads besides the document: (flag, task, what it is for)
+_TEXTS = (("--question", "ask", "to ask it"), ("--instruction", "extract", "to extract with it"))
+
+
+def task_of(args: argparse.Namespace) -> str:
+    """The job's task: ``--task``, or the one the text given means (a question is asked, an
+    instruction extracts, neither summarizes). A text the named task would drop is refused
+    (BadInput): `--task summarize --question Q` never answered Q."""
+    given = {"--question": any(q.strip() for q in args.question or ()),
+             "--instruction": bool((args.instruction or "").strip())}  # fmt: skip
+    if args.task is None:
+        if all(given.values()):
+            raise BadInput("--question is for ask and --instruction for extract: give one "
+                           "of them")  # fmt: skip
+        return next((task for flag, task, _ in _TEXTS if given[flag]), "summarize")
+    if args.task not in TASKS:
+        return str(args.task)  # JobSpec.check names the tasks
+    for flag, task, purpose in _TEXTS:
+        if given[flag] and args.task != task:
+            raise BadInput(f"--task {args.task} does not use {flag}: use --task {task} "
+                           f"{purpose}, or leave {flag} out")  # fmt: skip
+    return str(args.task)
 
 
 def add_thread_options(parser: argparse.ArgumentParser) -> None:

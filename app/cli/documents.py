@@ -17,7 +17,15 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import EXIT_BAD_INPUT, EXIT_CONTEXT, EXIT_OK, BadInput, fail
+from app.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_CONTEXT,
+    EXIT_OK,
+    BadInput,
+    add_task_options,
+    fail,
+    task_of,
+)
 from app.core.textutil import terminal_safe
 
 
@@ -134,10 +142,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.strategy != "all" and args.strategy not in STRATEGIES:
             raise BadInput(f"unknown strategy {args.strategy!r} (choose one of "
                            f"{', '.join(STRATEGIES)}, or all)")  # fmt: skip
-        spec = JobSpec(args.task, tuple(names), questions=tuple(args.question or ()),
+        spec = JobSpec(task_of(args), tuple(names), questions=tuple(args.question or ()),
                        instruction=args.instruction or "", max_tokens=args.max_tokens)  # fmt: skip
         # `all` under a summary shows retrieve's plan refused with the sentence run would say
-        checked = [n for n in names if args.strategy != "all" or args.task != "summarize"
+        checked = [n for n in names if args.strategy != "all" or spec.task != "summarize"
                    or n not in QUESTION_STRATEGIES]  # fmt: skip
         dataclasses.replace(spec, strategies=tuple(checked)).check()
         if args.n_ctx < 1 or (args.reserve is not None and args.reserve < 0):
@@ -198,8 +206,9 @@ def _print_plan(p: Any, budget: Any, counter: Any) -> None:
         print(f"  for the question: {p.question}")
     if isinstance(counter, LlamaCounter):  # exact but slow: say why, so a long wait is explained
         print(f"  counted by {counter_method(counter)}")
+    kept, total = p.of_document()  # of the whole text's count, as `count` and the window say
     print(
-        f"  kept {p.kept_tokens:,} of {p.total_tokens:,} tokens; peak {p.peak_tokens:,} in "
+        f"  kept {kept:,} of {total:,} tokens; peak {p.peak_tokens:,} in "
         f"context; boundary integrity {p.boundary_integrity:.1%}; planned in {p.seconds:.2f} s"
     )
     if p.refused:
@@ -249,7 +258,6 @@ def cmd_chunk(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register count, plan and chunk on the main parser's subcommands."""
-    from app.core.jobs.options import TASKS
     from app.core.planning.strategies import STRATEGIES
 
     p = sub.add_parser("count", help="count a document's tokens (exact and cl100k)")
@@ -263,10 +271,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--model", help="GGUF model (default: the default model)")
     p.add_argument("--n-ctx", type=int, required=True, help="context size in tokens")
     p.add_argument("--strategy", required=True, help=f"{', '.join(STRATEGIES)}, or all")
-    p.add_argument("--task", default="summarize", help=f"{', '.join(TASKS)}, as for run")
-    p.add_argument("--question", action="append",
-                   help="for ask (repeatable); retrieve plans once per question")  # fmt: skip
-    p.add_argument("--instruction", help="for extract: what to do with each part")
+    add_task_options(p)
     p.add_argument("--max-tokens", type=int, default=256,
                    help="longest reply, as for run (default 256): the reply's room")  # fmt: skip
     p.add_argument("--reserve", type=int,

@@ -28,6 +28,7 @@ from app.cli.common import (
     EXIT_CONTEXT,
     EXIT_ENGINE_CRASHED,
     EXIT_OK,
+    add_task_options,
     add_thread_options,
     db_path,
     done_record,
@@ -35,6 +36,7 @@ from app.cli.common import (
     load_settings,
     sentence,
     sigint_cancels,
+    task_of,
     warn,
 )
 from app.cli.documents import model_path_or_default, read_document
@@ -60,7 +62,7 @@ def job_spec(args: argparse.Namespace, strategies: list[str]) -> JobSpec:
     """The job the flags ask for (run, compare, batch), checked: BadRequest in one sentence."""
     from app.services.jobs import JobSpec
 
-    spec = JobSpec(args.task, tuple(strategies), questions=tuple(args.question or ()),
+    spec = JobSpec(task_of(args), tuple(strategies), questions=tuple(args.question or ()),
                    instruction=args.instruction or "", max_tokens=args.max_tokens,
                    lanes=args.lanes, sampling=sampling_from_args(args),
                    keep_kv=bool(getattr(args, "keep_kv", False)),
@@ -229,18 +231,22 @@ def _report(args: argparse.Namespace, results: list[Any], recorded: Any = None) 
 
 def _report_compare(results: list[Any], as_json: bool,
                     recorded: dict[str, Any] | None = None) -> int:  # fmt: skip
+    from app.core.planning.plan import kept_of_document
+
     rows = [done_record(r) for r in results]
     if as_json:
         print(json.dumps({"type": "done", "results": rows, "recorded": recorded}), flush=True)
     else:
         print(f"\n{'strategy':12s} {'finish':9s} {'prompt':>8s} {'reply':>6s} {'kv peak':>8s} "
               f"{'seconds':>8s}  kept/total tokens")  # fmt: skip
-        for row in rows:
+        for r, row in zip(results, rows, strict=True):
             plan = row["plan"] or {}
-            kept = f"{plan.get('kept_tokens', 0):,}/{plan.get('total_tokens', 0):,}"
+            kept, total = kept_of_document(  # of the document's one total
+                plan.get("kept_tokens", 0), plan.get("total_tokens", 0),
+                plan.get("document_tokens", 0), dropped=r.truncated)  # fmt: skip
             print(f"{row['strategy']:12s} {row['finish_reason']:9s} {row['prompt_tokens']:>8,} "
                   f"{row['completion_tokens']:>6,} {row['kv_peak_cells']:>8,} "
-                  f"{row['seconds']:>8.1f}  {kept}")  # fmt: skip
+                  f"{row['seconds']:>8.1f}  {kept:,}/{total:,}")  # fmt: skip
     if any(r.finish_reason == "cancelled" for r in results):
         return EXIT_CANCELLED
     return EXIT_OK
@@ -259,7 +265,8 @@ def _print_event(ev: object) -> None:
 
     if isinstance(ev, PlanReady):
         asked = f" for {ev.question!r}" if ev.question else ""
-        print(f"plan {ev.strategy}{asked}: {ev.kept_tokens:,} of {ev.total_tokens:,} tokens "
+        kept, total = ev.of_document()  # of the total `count` and `plan` say
+        print(f"plan {ev.strategy}{asked}: {kept:,} of {total:,} tokens "
               f"reach the model in {ev.passes} pass(es) of at most {ev.budget:,} tokens",
               file=sys.stderr)  # fmt: skip
     elif isinstance(ev, LanesStarted):
@@ -281,7 +288,7 @@ def _print_event(ev: object) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    from app.core.jobs.options import DEFAULT_LANES, TASKS
+    from app.core.jobs.options import DEFAULT_LANES
     from app.core.planning.strategies import STRATEGIES
 
     for name in ("run", "compare"):
@@ -292,10 +299,7 @@ def add_commands(sub: Any) -> None:
             p = sub.add_parser("compare", help="the same job under several strategies")
             p.add_argument("--strategies", required=True, help="comma-separated, e.g. head,tail")
         p.add_argument("document")
-        p.add_argument("--task", default="summarize", help=", ".join(TASKS))
-        p.add_argument("--question", action="append",
-                       help="for ask (repeatable); retrieve plans once per question")
-        p.add_argument("--instruction", help="for extract: what to do with each part")
+        add_task_options(p)
         p.add_argument("--model", help="GGUF model (default: the default model)")
         p.add_argument("--n-ctx", type=int,
                        help=f"context size (default {LOCAL_N_CTX}; with --engine: the "

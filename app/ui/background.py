@@ -3,7 +3,9 @@
 Store reads and writes, GGUF inspection, planning a large document, export and import: each is
 a plain function handed to :func:`run_in_background`; its result or its error comes back as a
 signal on the GUI thread, so a handler may touch widgets. An exception is never swallowed: it
-reaches ``on_error`` as one sentence, and is logged with its traceback.
+reaches ``on_error`` as one sentence. A refusal of what the person handed over (a file that is
+not a document, not a model, not an archive) is logged as that sentence, since the person was
+told why; anything else is a bug, logged as an error with its traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from weakref import WeakMethod
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 from shiboken6 import isValid
 
+from app.core.cancelled import Cancelled
+from app.core.documents.model import DocumentError
+from app.core.engine.gguf_reader import GGUFError
+from app.services.errors import ServiceError
+
 log = logging.getLogger(__name__)
+
+# What bad input or the machine's state raises, each said in one sentence: a document, a model
+# file or a request the app refuses, a file the system cannot give, an operation cancelled.
+REFUSALS = (DocumentError, GGUFError, ServiceError, OSError, Cancelled)
 
 
 class Progress:
@@ -64,7 +75,10 @@ class _Job(QRunnable):
         assert fn is not None and relay is not None
         try:
             result = fn()
-        except Exception as exc:  # reported, never swallowed
+        except REFUSALS as exc:  # the person is told; no traceback: nothing to debug
+            log.info("refused: %s", exc)
+            relay.failed.emit(str(exc) or type(exc).__name__)
+        except Exception as exc:  # a bug: reported, never swallowed
             log.exception("background task failed")
             relay.failed.emit(str(exc) or type(exc).__name__)
         else:

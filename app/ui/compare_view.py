@@ -32,10 +32,13 @@ from PySide6.QtWidgets import (
 
 from app.core.jobs.events import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
 from app.ui.i18n import QT_TRANSLATE_NOOP, FollowsLanguage, finish_label, strategy_label
-from app.ui.widgets import fixed_font, plain_label
+from app.ui.widgets import plain_label
 
 MAX_PANES = 4
-MIN_PANE_WIDTH = 220  # px: narrower, a pane's streaming text wraps every few words
+# px: a pane narrower than this wraps its answer every word or two. Three strategies side by side
+# in the three-stage dock at 1366x768 (about 470 px) get about 150 px each: one row, each
+# pane's top in view, rather than a grid whose third pane lies below the fold.
+MIN_PANE_WIDTH = 130
 
 
 class StrategyPane(FollowsLanguage, QGroupBox):
@@ -60,6 +63,7 @@ class StrategyPane(FollowsLanguage, QGroupBox):
         layout.addWidget(self.plan_label)
         layout.addWidget(self.output)
         layout.addWidget(self.figures)
+        layout.addStretch(1)  # panes side by side start their answers at the same height
         # what the pane shows, kept to word it again: the plan and its needle retention, and
         # the finished run's seconds and finish reason
         self._plan: tuple[PlanReady, float | None] | None = None
@@ -91,10 +95,10 @@ class StrategyPane(FollowsLanguage, QGroupBox):
             self.plan_label.setText(self.tr("waiting…"))
             return
         ev, needle_retention = self._plan
-        share = ev.kept_tokens / ev.total_tokens if ev.total_tokens else 1.0
+        kept, total = ev.of_document()  # of the document's one total
+        share = kept / total if total else 1.0
         text = self.tr("{0:,} of {1:,} tokens kept ({2:.0%}), {3} pass(es), boundaries {4:.0%}")
-        text = text.format(ev.kept_tokens, ev.total_tokens, share, ev.passes,
-                           ev.boundary_integrity)  # fmt: skip
+        text = text.format(kept, total, share, ev.passes, ev.boundary_integrity)
         if needle_retention is not None:
             text += self.tr(", needles {0:.0%}").format(needle_retention)
             self.plan_label.setToolTip(self.tr(
@@ -215,15 +219,15 @@ class CompareView(FollowsLanguage, QWidget):
         for name in strategies:
             pane = StrategyPane(name)
             self.panes[name] = pane
-            # the system's fixed font: the family "monospace" may resolve to a proportional one
-            pane.output.setFont(fixed_font())
         self._columns = 0
         self._arrange()
 
     def pane_columns(self) -> int:
-        """Panes per row: as many as the width gives each at least MIN_PANE_WIDTH, so that
-        three strategies in a narrow dock stack rather than shrink to a word per line; four
-        make two rows of two rather than three and one."""
+        """Panes per row: all of them, side by side, where the width gives each at least
+        MIN_PANE_WIDTH (every strategy's answer starts in view, each as tall as its text, the
+        panes scrolling together); fewer only in a dock too narrow for that, where they stack
+        rather than shrink to a word per line; four make two rows of two rather than three
+        and one."""
         n = len(self.panes)
         columns = max(1, min(n, self.width() // MIN_PANE_WIDTH))
         return 2 if n == 4 and columns == 3 else columns
@@ -287,7 +291,8 @@ class CompareView(FollowsLanguage, QWidget):
     def _add_row(self, r: JobResult) -> None:
         plan = self._plans.get(r.strategy)
         needle = self._needles.get(r.strategy)
-        kept = f"{plan.kept_tokens:,} / {plan.total_tokens:,}" if plan else "–"
+        shares = plan.of_document() if plan else None  # of the document's one total
+        kept = f"{shares[0]:,} / {shares[1]:,}" if shares else "–"
         cells = (
             strategy_label(r.strategy), kept, str(plan.passes) if plan else "–",
             f"{plan.boundary_integrity:.0%}" if plan else "–",

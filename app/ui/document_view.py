@@ -536,11 +536,12 @@ class DocumentView(FollowsLanguage, QWidget):
                 self.tr("{0}: refused — {1}").format(plan.strategy, plan.refused)
             )
             return
+        kept, total = plan.of_document()  # the total the summary line above says too
         text = self.tr(
             "{0}: {1:,} of {2:,} tokens reach the model · spans kept/dropped: {3:,}/{4:,} · "
             "{5:,} chunks · cuts on sentence boundaries or better: {6:.0%}"
         ).format(
-            plan.strategy, plan.kept_tokens, plan.total_tokens, len(plan.kept),
+            plan.strategy, kept, total, len(plan.kept),
             len(plan.dropped), len(plan.chunks), plan.boundary_integrity,
         )  # fmt: skip
         if plan.windows:

@@ -88,11 +88,17 @@ class HistoryColumns(QObject):
     # ----- a version's row -----
 
     def version_text(self, v: VersionInfo, run: LastRun | None, state: SavedState | None,
-                     column: Column) -> str | None:  # fmt: skip
+                     column: Column, *, with_strategy: bool = False) -> str | None:  # fmt: skip
+        """``with_strategy``: the version's label names its strategy too (the versions of one
+        compare differ in nothing else, and the Strategy column lies off to the right)."""
         match column:
             case Column.VERSION:
                 cancelled = run is not None and run.cancelled
-                return self.tr("v{0} (cancelled)").format(v.number) if cancelled else f"v{v.number}"
+                label = (self.tr("v{0} (cancelled)").format(v.number) if cancelled
+                         else f"v{v.number}")  # fmt: skip
+                if with_strategy:
+                    label = self.tr("{0} · {1}").format(label, strategy_label(v.strategy))
+                return label
             case Column.CREATED:
                 return v.created.astimezone().strftime("%Y-%m-%d %H:%M")
             case Column.TASK:

@@ -63,6 +63,7 @@ class HistoryTreeModel(QAbstractItemModel):
         self._nodes: list[_Node] = []  # by key
         self._top: list[int] = []  # the keys of the top level, in row order
         self._keys: dict[tuple[Kind, int], int] = {}
+        self._compared: set[int] = set()  # versions labelled with their strategy
         self._current: int | None = None
 
     # ----- what it shows -----
@@ -88,6 +89,7 @@ class HistoryTreeModel(QAbstractItemModel):
             if holder is None:
                 holder = self._keys.get((Kind.SESSION, v.session), _TOP)
             self._add(Kind.VERSION, v.id, holder)
+        self._compared = compared(view.versions)
         self.endResetModel()
 
     def _add(self, kind: Kind, ident: int, parent: int) -> None:
@@ -212,7 +214,8 @@ class HistoryTreeModel(QAbstractItemModel):
         v = self._versions[node.ident]
         run, state = self._view.last_runs.get(v.id), self._view.states.get(v.id)
         if role == Qt.ItemDataRole.DisplayRole:
-            return self.columns.version_text(v, run, state, column)
+            return self.columns.version_text(v, run, state, column,
+                                             with_strategy=v.id in self._compared)  # fmt: skip
         if role == Qt.ItemDataRole.ToolTipRole:
             return self.columns.version_tip(v, run, state, column)
         if role == Qt.ItemDataRole.FontRole:
@@ -232,3 +235,24 @@ class HistoryTreeModel(QAbstractItemModel):
                 and 0 <= section < len(Column)):  # fmt: skip
             return self.columns.header(Column(section))
         return None
+
+
+def compared(versions: list[VersionInfo]) -> set[int]:
+    """The versions of one compare: recorded together (one transaction gives them ids one
+    after the other) beneath one parent, the same job under different strategies, so that
+    only their strategy tells them apart."""
+    out: set[int] = set()
+    run: list[VersionInfo] = []
+    for v in [*sorted(versions, key=lambda v: v.id), None]:
+        if v is not None and run and v.id == run[-1].id + 1 and _job(v) == _job(run[-1]):
+            run.append(v)
+            continue
+        if len({r.strategy for r in run}) > 1:
+            out.update(r.id for r in run)
+        run = [] if v is None else [v]
+    return out
+
+
+def _job(v: VersionInfo) -> tuple[object, ...]:
+    """Where a version stands and what it ran, but its strategy."""
+    return v.session, v.parent, v.task, v.prompt, v.model_sha256, v.settings

@@ -79,7 +79,6 @@ def test_plan_json_prints_scored_spans_one_plan_per_question(planted_file: Path)
         (["plan", "--n-ctx", "2048"], NEEDS_QUESTION),
         (["plan", "--n-ctx", "2048", "--question", "  "], NEEDS_QUESTION),
         (["run"], NEEDS_QUESTION),  # a summary has no question
-        (["run", "--question", "What is a hacker?"], NEEDS_QUESTION),  # ...even given one
         (["run", "--task", "ask"], "ask needs at least one question"),
         (["compare", "--strategies", "head,retrieve"], NEEDS_QUESTION),
     ],

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.engine.threads import describe_change
+from app.core.planning.plan import kept_of_document
 
 if TYPE_CHECKING:  # the events stay plain data: alignment.py brings the word analyzer
     from app.core.jobs.alignment import SentenceSource
@@ -27,6 +28,13 @@ class PlanReady:
     dropped_spans: int
     # the question this plan was made for (`retrieve` plans once per question), else ""
     question: str = ""
+    # the whole text counted as one, the document's one total (planning/plan.py); 0: not known
+    document_tokens: int = 0
+
+    def of_document(self) -> tuple[int, int]:
+        """``(kept, total)`` said of the document (planning.plan.kept_of_document)."""
+        return kept_of_document(self.kept_tokens, self.total_tokens, self.document_tokens,
+                                dropped=self.dropped_spans > 0)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,11 @@ class JobResult:
     # The token ids of the last model call's prompt: with the KV state saved right after the job,
     # a rollback can resume that call without evaluating it again. Not part of as_dict().
     final_prompt: tuple[int, ...] = field(default=(), repr=False)
+    # That prompt's segments in the ring, (kind, first position, tokens, document span or None)
+    # each: kept with the state, so a resumed rollback shows the cache as the job left it.
+    final_layout: tuple[tuple[str, int, int, tuple[int, int] | None], ...] = field(
+        default=(), repr=False
+    )
     # What the job's calls left resident in the KV cache, for a follow-up job on the same engine
     # (app.core.jobs.streaming.ResidentState); None where nothing can be taken up. Not in as_dict.
     resident: Any = field(default=None, repr=False)
@@ -235,8 +248,9 @@ class JobResult:
     def as_dict(self) -> dict[str, Any]:
         # what only this process needs (token ids, the cache's layout, the document) is not
         # copied, nor recorded
-        d = asdict(replace(self, final_prompt=(), resident=None, document_text=""))
-        del d["final_prompt"], d["resident"], d["document_text"]
+        d = asdict(replace(self, final_prompt=(), final_layout=(), resident=None,
+                           document_text=""))  # fmt: skip
+        del d["final_prompt"], d["final_layout"], d["resident"], d["document_text"]
         d["prompt_tokens_evaluated"] = self.evaluated_tokens
         d["evaluated_per_document_token"] = self.evaluated_per_document_token
         d["outputs"] = [

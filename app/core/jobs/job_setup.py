@@ -58,10 +58,11 @@ def planned(
     plan = planner.plan(strategy, budget, PlanOptions(question=question))
     result.plan = {k: v for k, v in plan.as_dict().items() if k not in ("kept", "dropped")}
     result.truncated = result.truncated or bool(plan.dropped)  # any question's plan
-    result.document_tokens = result.document_tokens or plan.total_tokens
+    result.document_tokens = result.document_tokens or plan.of_document()[1]
     passes = max(1, len(plan.windows))
     yield PlanReady(strategy, budget, plan.kept_tokens, plan.total_tokens, passes,
-                    plan.boundary_integrity, len(plan.dropped), plan.question)  # fmt: skip
+                    plan.boundary_integrity, len(plan.dropped), plan.question,
+                    plan.document_tokens)  # fmt: skip
     if plan.refused == NEEDS_QUESTION:  # not a matter of room: said as it is
         result.finish_reason = "error"
         result.refused = plan.refused

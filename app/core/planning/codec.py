@@ -31,6 +31,7 @@ def pack_plan(plan: Plan) -> dict[str, Any]:
         "question": plan.question,
         "budget": plan.budget,
         "total_tokens": plan.total_tokens,
+        "document_tokens": plan.document_tokens,
         "refused": plan.refused,
         "boundary_integrity": plan.boundary_integrity,
         "seconds": plan.seconds,
@@ -88,6 +89,7 @@ def unpack_plan(packed: dict[str, Any]) -> Plan:
         seconds=packed["seconds"],
         chunks=chunks,
         question=packed.get("question") or "",
+        document_tokens=packed.get("document_tokens", 0),
     )
 
 

@@ -63,7 +63,7 @@ class PlanWindow:
 class Plan:
     strategy: str
     budget: int
-    total_tokens: int  # the whole document, as the chunks of this plan
+    total_tokens: int  # the whole document, as the chunks of this plan (what they evaluate)
     kept: tuple[Span, ...]
     dropped: tuple[Span, ...]
     windows: tuple[PlanWindow, ...] = ()
@@ -72,10 +72,17 @@ class Plan:
     seconds: float = field(default=0.0, compare=False)  # how long it took, not what it is
     chunks: tuple[Chunk, ...] = field(default=(), repr=False)
     question: str = ""  # what the document was ranked against (`retrieve`), else ""
+    # the whole text counted as one (the document's count, as its header says it); 0: not known
+    document_tokens: int = 0
 
     @property
     def kept_tokens(self) -> int:
         return sum(s.tokens for s in self.kept)
+
+    def of_document(self) -> tuple[int, int]:
+        """``(kept, total)`` said of the document: see :func:`kept_of_document`."""
+        return kept_of_document(self.kept_tokens, self.total_tokens, self.document_tokens,
+                                dropped=bool(self.dropped))  # fmt: skip
 
     @property
     def multi_pass(self) -> bool:
@@ -122,8 +129,21 @@ class Plan:
             "windows": [asdict(w) for w in self.windows],
             "kept_tokens": self.kept_tokens,
             "total_tokens": self.total_tokens,
+            "document_tokens": self.document_tokens,
             "peak_tokens": self.peak_tokens,
             "boundary_integrity": round(self.boundary_integrity, 4),
             "refused": self.refused,
             "seconds": round(self.seconds, 4),
         }
+
+
+def kept_of_document(kept: int, in_chunks: int, document: int, *, dropped: bool) -> tuple[int, int]:
+    """``(kept, total)`` as said beside the document's count, so that a document has one total.
+
+    ``total`` is the whole text's count ``document`` (the chunks' sum ``in_chunks`` where that
+    is not known, 0). The chunks' sum differs from it by the tokens a cut splits or joins, and
+    that difference goes to the dropped part when there is one (``kept`` stays what the model
+    evaluates, within the budget), else to the kept part: all of the document reaches the model.
+    """
+    total = document or in_chunks
+    return (min(kept, total), total) if dropped else (total, total)

@@ -410,7 +410,7 @@ class Planner:
             dropped = (Span(0, len(text), total, message),) if text else ()
             return Plan(strategy, budget, total, (), dropped, refused=message,
                         boundary_integrity=1.0, seconds=time.perf_counter() - t0,
-                        question=question)  # fmt: skip
+                        question=question, document_tokens=total)  # fmt: skip
         split_at = paragraph_units(strategy)
         unit = unit_tokens(strategy, budget, opts)
         chunks = self.chunks(unit, split_at)
@@ -420,7 +420,8 @@ class Planner:
         draft = STRATEGIES[strategy](chunks, self.text, budget, opts, **extra)
         draft = _drop_oversize(draft, chunks, budget)
         plan = _assemble(strategy, budget, chunks, draft, time.perf_counter() - t0)
-        return replace(plan, question=question) if question else plan
+        # the whole text's count beside the chunks' sum: the one total a face says (plan.py)
+        return replace(plan, question=question, document_tokens=self.count())
 
 
 def plan_for(
