@@ -184,6 +184,8 @@ class ResumeSpec:
     sources: tuple[tuple[int, int], ...] = ()
     sampling: SamplingSettings = field(default_factory=SamplingSettings)  # the version's
     saved_version: int = 0  # the version whose run saved the state
+    # the prompt's segments as the job laid them, (kind, first position, tokens, span) each
+    layout: tuple[tuple[str, int, int, tuple[int, int] | None], ...] = ()
 
 
 @dataclass

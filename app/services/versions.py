@@ -18,6 +18,8 @@ from typing import Any, ParamSpec, TypeVar
 from app.core.documents import Document
 from app.core.engine.types import LoadSettings
 from app.core.history_records import VersionInfo
+from app.core.jobs.resume import RESUMED_STEP
+from app.core.jobs.ring import SegmentKind
 from app.core.jobs.tasks import JobResult
 from app.core.planning.plan import Plan, PlanWindow, Span
 from app.core.sampling import from_version, stored
@@ -27,11 +29,15 @@ from app.store.archive_format import ArchiveError
 from app.store.db import StoreError, default_db_path, open_database
 from app.store.repository import Entry, Repository, RepositoryError
 
+# a KV state's prompt as the job laid it: (kind, first position, tokens, document span) each
+SegmentLayout = tuple[tuple[str, int, int, tuple[int, int] | None], ...]
+
 # the services' history API; the store's types it imports stay here (tests/test_architecture.py)
 __all__ = [
     "History",
     "OpenedVersion",
     "Recorded",
+    "SegmentLayout",
     "Target",
     "Turn",
     "Turned",
@@ -50,6 +56,8 @@ __all__ = [
     "resume_settings",
     "resume_spec",
     "said",
+    "saved_layout",
+    "saved_ring",
     "split_questions",
     "store_errors_said",
     "stored_runs",
@@ -282,7 +290,8 @@ def record_outcome(repo: Repository, doc: Document, outcome: JobOutcome,
             state = outcome.states.get(i) if turn.holds_state else None
             entries.append(Entry(version_content(turn.spec, r.strategy, r.n_ctx, engine),
                                  turn.result, state, len(turn.result.final_prompt),
-                                 follows_previous=n > 0))  # fmt: skip
+                                 follows_previous=n > 0,
+                                 ring=saved_ring(turn.result) if state else None))  # fmt: skip
         ends.append(len(entries) - 1)
     if not entries:
         return Recorded(0, ())
@@ -451,8 +460,11 @@ def thread(repo: Repository, version_id: int) -> list[Turn]:
         answers = {str(o.get("step", "")): str(o.get("text", ""))
                    for o in last.get("outputs") or ()}  # fmt: skip
         finish = str(last.get("finish_reason", "")) if runs else ""
-        for i, question in enumerate(q for q in version.prompt.split("\n") if q.strip()):
+        questions = [q for q in version.prompt.split("\n") if q.strip()]
+        for i, question in enumerate(questions):
             answer = answers.get(f"answer {i + 1}", "")
+            if not answer and i == len(questions) - 1:  # a rollback's reply to the last one,
+                answer = answers.get(RESUMED_STEP, "")  # generated again from its KV state
             turns.append(Turn(version.id, version.number, question, answer, finish,
                               version.strategy))  # fmt: skip
     return turns
@@ -467,7 +479,8 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
                 windows=tuple(PlanWindow(**w) for w in data.get("windows", ())),
                 refused=data.get("refused"),
                 boundary_integrity=float(data.get("boundary_integrity", 1.0)),
-                question=str(data.get("question") or ""))  # fmt: skip
+                question=str(data.get("question") or ""),
+                document_tokens=int(data.get("document_tokens", 0)))  # fmt: skip
 
 
 def record_result(repo: Repository, doc: Document, spec: JobSpec, result: JobResult,
@@ -510,7 +523,39 @@ def resume_spec(repo: Repository, version: VersionInfo, *, model_sha256: str,
     return ResumeSpec(saved.state, saved.prompt_tokens, version.task, version.strategy,
                       max_tokens or int(version.settings.get("max_tokens", 256)),
                       repo.output_sources(saved.version), from_version(version.settings),
-                      saved.version)  # fmt: skip
+                      saved.version, saved_layout(saved.ring, saved.prompt_tokens))  # fmt: skip
+
+
+def saved_ring(result: JobResult) -> dict[str, Any]:
+    """What a KV state keeps of the job's ring: its last prompt's segments (resumed, the KV map
+    shows the chunks, the question and the prefix the job left, not one pinned block)."""
+    return {"layout": [[kind, pos, tokens, list(span) if span else None]
+                       for kind, pos, tokens, span in result.final_layout]}  # fmt: skip
+
+
+def saved_layout(ring: Mapping[str, Any], prompt_tokens: int) -> SegmentLayout:
+    """The prompt's segments a state was kept with, when they are whole: of known kinds, each
+    following the one before from position 0 to the prompt's end, spans in order; () otherwise
+    (kept before segments were, or a damaged or foreign archive's)."""
+    kinds = {k.value for k in SegmentKind}
+    laid: list[tuple[str, int, int, tuple[int, int] | None]] = []
+    at = 0
+    for item in ring.get("layout") or ():
+        if not isinstance(item, list | tuple) or len(item) != 4:
+            return ()
+        kind, pos, tokens, span = item
+        if kind not in kinds or not _whole(pos, tokens) or pos != at or tokens < 1:
+            return ()
+        if span is not None and not (isinstance(span, list | tuple) and len(span) == 2
+                                     and _whole(*span) and 0 <= span[0] < span[1]):  # fmt: skip
+            return ()
+        laid.append((kind, pos, tokens, (span[0], span[1]) if span is not None else None))
+        at = pos + tokens
+    return tuple(laid) if at == prompt_tokens else ()
+
+
+def _whole(*values: object) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
 
 def resume_settings(spec: ResumeSpec) -> LoadSettings:

@@ -10,7 +10,7 @@ import difflib
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,6 +49,7 @@ class SavedKV:
     state: KVState
     prompt_tokens: int
     version: int
+    ring: dict[str, Any] = field(default_factory=dict)  # what the job recorded of its ring
 
 
 _CONTENT = ("task", "prompt", "strategy", "model_path", "model_sha256", "settings")
@@ -350,7 +351,8 @@ class Repository:
         blob = None if session is not None else self._text_blob(doc)
         packed = [
             None if e.state is None
-            else rows.PackedKV.of(e.state, e.content.get("model_sha256", ""), e.prompt_tokens)
+            else rows.PackedKV.of(e.state, e.content.get("model_sha256", ""), e.prompt_tokens,
+                                  e.ring)
             for e in entries
         ]  # fmt: skip
 
@@ -465,7 +467,7 @@ class Repository:
                     state = KVState(unpack_tokens(row.tokens), unpack(row.data), row.n_ctx,
                                     row.cache_type, model_path)  # fmt: skip
                     rows.check_saved(row, state, v.id)
-                    return SavedKV(state, row.prompt_tokens, v.id)
+                    return SavedKV(state, row.prompt_tokens, v.id, dict(row.ring or {}))
                 parent = s.get(PromptVersion, v.parent_id) if v.parent_id is not None else None
                 same = parent is not None and all(
                     getattr(parent, k) == getattr(v, k) for k in _CONTENT
@@ -505,6 +507,7 @@ class Entry:
     state: KVState | None = None
     prompt_tokens: int = 0
     follows_previous: bool = False  # the child of the entry before it, not of the parent given
+    ring: dict[str, Any] | None = None  # kept with the state: its prompt's segments
 
 
 def _reply_lines(runs: list[dict[str, Any]]) -> list[str]:

@@ -54,6 +54,7 @@ from app.core.jobs.events import (
     StrategyStarted,
     TokenBatch,
 )
+from app.core.jobs.ring import SegmentKind
 from app.ui.chunk_queue import ChunkQueueModel, ChunkState
 from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
 from app.ui.kv_bar import BarSegment, KVBar, KVLayout
@@ -221,6 +222,14 @@ class BufferPanel(FollowsLanguage, QWidget):
         for step, text, sources, *aligned in outputs:
             self.output.add_output(step, sources, text, aligned[0] if aligned else ())
 
+    def show_restored(self, layout: Sequence[tuple[str, int, int, Span | None]]) -> None:
+        """A rollback resumes from a saved KV state: the cache as the job left its prompt
+        (``layout``: its segments, kept with the state), its chunks resident in the queue;
+        the reply then grows after it. Without segments (a state kept before they were) the
+        call's measure draws the prompt as one block."""
+        if layout:
+            self._show_cache(layout, restored=True)
+
     def set_sliding_window(self, window: int, windowed_layers: int, layers: int) -> None:
         """The loaded model's attention: ``windowed_layers`` of ``layers`` see the last
         ``window`` positions only (0: full attention). The cache bar hatches what lies behind
@@ -351,9 +360,9 @@ class BufferPanel(FollowsLanguage, QWidget):
                 "{0}: {1:,} of {2:,} tokens kept, budget {3:,}, {4} pass(es), {5} span(s) "
                 "dropped, boundaries {6:.0%}"
             )
-            text = text.format(strategy_label(ev.strategy), ev.kept_tokens, ev.total_tokens,
-                               ev.budget, ev.passes, ev.dropped_spans,
-                               ev.boundary_integrity)  # fmt: skip
+            kept, total = ev.of_document()  # of the total the document's header says
+            text = text.format(strategy_label(ev.strategy), kept, total, ev.budget, ev.passes,
+                               ev.dropped_spans, ev.boundary_integrity)  # fmt: skip
         else:
             text = ev if isinstance(ev, str) else ev()
         self.plan_label.setText(text)
@@ -381,12 +390,29 @@ class BufferPanel(FollowsLanguage, QWidget):
             self.kv_stage.show_kv()
 
     def _on_shifted(self, ev: KVShifted) -> None:
-        """Room made in the ring: the bar shows the cache as it now is, and the next call's
-        text is placed after what stays (not over an emptied bar)."""
+        """Room made in the ring: the cache as it now is."""
+        self._show_cache(ev.layout)
+
+    def _show_cache(self, layout: Sequence[tuple[str, int, int, Span | None]], *,
+                    restored: bool = False) -> None:  # fmt: skip
+        """The bar shows the cache as ``layout`` says, and the next call's text is placed after
+        what stays (not over an emptied bar). Chunks an earlier job left resident (a follow-up
+        reusing the cache, a restored state) are never queued: they join the queue here, in KV,
+        so it shows every chunk of the plan being run."""
         if not self._in_call:
             self._start_call()
         self._evaluated = True
-        self.kv.lay_out(ev.layout)
+        if restored:
+            self.kv.restore(layout)
+        else:
+            self.kv.lay_out(layout)
+        queued = {(start, end) for start, end, _state in self.queue.states()}
+        for kind, _pos, tokens, source in layout:
+            span = (source[0], source[1]) if source else None
+            if kind == SegmentKind.CHUNK.value and span is not None and span not in queued:
+                self.queue.queue(*span, tokens)
+                self.queue.set_state(span, ChunkState.IN_KV)
+                self._call_chunks.append(span)
         self.kv_stage.show_kv()
 
     def _on_tokens(self, ev: TokenBatch) -> None:

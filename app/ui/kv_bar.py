@@ -129,6 +129,18 @@ class KVLayout:
                                     tuple(source) if source else None)  # type: ignore[arg-type]
                          for kind, pos, tokens, source in layout]  # fmt: skip
 
+    def restore(self, layout: Sequence[tuple[str, int, int, Span | None]]) -> None:
+        """A saved state's prompt as its job laid it, drawn as a run draws its call: what follows
+        the last document chunk (the question's text and the reply's turn markers) is one
+        question, as :meth:`measured` places it."""
+        self.lay_out(layout)
+        chunks = [i for i, s in enumerate(self.segments)
+                  if s.kind is SegmentKind.CHUNK and s.source is not None]  # fmt: skip
+        last = chunks[-1] if chunks else -1
+        if 0 <= last < len(self.segments) - 1:
+            start = self.segments[last].end
+            self.segments[last + 1 :] = [BarSegment(SegmentKind.QUESTION, start, self.used - start)]
+
     def evict(self, source: Span) -> bool:
         """Remove the chunk holding ``source``; everything after it moves down (a KV shift)."""
         for i, s in enumerate(self.segments):

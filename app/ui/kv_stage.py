@@ -34,9 +34,14 @@ class _Legend(FollowsLanguage, QWidget):
         self._names: list[QLabel] = []  # in the order of ``colours``
         for i, colour in enumerate(colours):
             swatch = QLabel()
-            pixmap = QPixmap(12, 12)
-            pixmap.fill(colour or self.palette().color(QPalette.ColorRole.Base))
-            swatch.setPixmap(pixmap)
+            if colour is None:  # free: the palette's own, so it follows the theme
+                swatch.setFixedSize(12, 12)
+                swatch.setAutoFillBackground(True)
+                swatch.setBackgroundRole(QPalette.ColorRole.Base)
+            else:
+                pixmap = QPixmap(12, 12)
+                pixmap.fill(colour)
+                swatch.setPixmap(pixmap)
             row, column = divmod(i, self.COLUMNS)
             grid.addWidget(swatch, row, 2 * column)
             self._names.append(QLabel())

@@ -60,7 +60,7 @@ from app.ui.widgets import plain_label, plain_message_box, scrolling
 from app.ui.window_engine import USE_TUNED_KEY, WindowEngine
 from app.ui.window_files import WindowFiles
 from app.ui.window_jobs import REPLAN_DELAY_MS, JobRequests
-from app.ui.window_layout import DEFAULT_SIZE, restore_layout, save_layout
+from app.ui.window_layout import DEFAULT_SIZE, DockShares, restore_layout, save_layout
 from app.ui.window_layout import fit_to as fit_window
 from app.ui.window_status import WindowStatus
 
@@ -107,6 +107,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         self.retranslate()
         self._wire_session()
         restore_layout(self, self.settings, self._view_menu_docks)
+        self.dock_shares = DockShares(self, self._view_menu_docks)  # kept as the window resizes
         self.session.choose(self.choices())
 
         self.model_panel.n_ctx.setValue(n_ctx)  # what Load uses, --n-ctx included
@@ -260,6 +261,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
         s.thread_changed.connect(self.buffers.thread.set_turns)
         self.buffers.thread.open_requested.connect(s.open_version)
         s.version_restored.connect(self._show_version_job)
+        s.version_opened.connect(lambda opened: self._show_version_job(opened.version))
         s.failed.connect(self._on_failed)
         s.ready.connect(self.ready)
         s.ready.connect(self._log_ready)
@@ -371,6 +373,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self.buffers.set_caption(lambda: self.tr(
                 "Resuming v{0} ({1}, {2}) from its saved KV state…").format(
                 v.number, task_label(v.task), strategy_label(v.strategy)))  # fmt: skip
+            self.buffers.show_restored(job.layout)  # the cache as the job left it
         if not job.resumed:
             self.gauges.reset(job.n_ctx)
         else:  # the cache figures stay (the state restored holds them); the prompt is not run
@@ -382,7 +385,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
             self.tabs.setCurrentWidget(self.buffers)
 
     def _show_version_job(self, version: VersionInfo) -> None:
-        """The toolbar takes a version's job (rolled back to, or resumed): its task, prompt,
+        """The toolbar takes a version's job (opened, rolled back to, resumed): its task, prompt,
         strategy and reply size, so what it shows is what runs (and what the next Run asks)."""
         for box, value in ((self.task_box, version.task), (self.strategy_box, version.strategy)):
             index = box.findData(value)

@@ -2,21 +2,25 @@
 
 A busy bar shows while anything runs (a load, a plan, a calibration counting its trials, a run
 filling it as RunStatus says); beside the messages, a run's line says what it is doing
-("Window 3 of 9 · prompt 1,200 of 3,700 tokens · 14 s left"), so a "Cancelling…" or an error
-is never written over. Whether what runs can be cancelled is said (``cancellable``) for the
-toolbar's Cancel and Esc. An error is said in the status bar and in a window-modal message box.
+("Window 3 of 9 · prompt 1,200 of 3,700 tokens · about 2 min left"), so a "Cancelling…" or an
+error is never written over. The line and the bar have fixed widths: a status bar lays out a
+width-ignoring label in a few pixels under the bar (1366 and 1024 px wide windows showed
+"r … k"), and a line that followed its text would lay the window out at every update.
+Whether what runs can be cancelled is said (``cancellable``) for the toolbar's Cancel and Esc.
+An error is said in the status bar and in a window-modal message box.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QMessageBox, QProgressBar, QStatusBar, QWidget
+from PySide6.QtWidgets import QMessageBox, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
 from app.ui.run_status import RunStatus
 from app.ui.session_model import SessionModel
 from app.ui.widgets import ElidedLabel, plain_message_box
 
-RUN_LINE_CHARS = 56  # the run's line is this many average characters wide, never wider
+RUN_LINE_CHARS = 88  # the run's line is this many average characters wide: a whole line
+BAR_CHARS = 24  # the progress bar's width, in average characters
 
 
 class WindowStatus(QObject):
@@ -28,12 +32,14 @@ class WindowStatus(QObject):
     def __init__(self, window: QWidget, bar: QStatusBar, session: SessionModel) -> None:
         super().__init__(window)
         self._window, self._bar, self._session = window, bar, session
+        char = window.fontMetrics().averageCharWidth()
         self.progress = QProgressBar()
-        self.progress.setMaximumWidth(180)
+        self.progress.setFixedWidth(char * BAR_CHARS)
         self.progress.setRange(0, 0)
         self.progress.hide()
-        self.run_line = ElidedLabel()
-        self.run_line.setFixedWidth(window.fontMetrics().averageCharWidth() * RUN_LINE_CHARS)
+        self.run_line = ElidedLabel()  # cut at its end, the whole line in its tooltip
+        self.run_line.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.run_line.setFixedWidth(char * RUN_LINE_CHARS)
         self.run_line.hide()
         self.run_status = RunStatus(window)
         self.run_status.changed.connect(self.show_run_status)
@@ -58,6 +64,7 @@ class WindowStatus(QObject):
             self.show_run_status(*self.run_status.shown)
         else:
             self.progress.setRange(0, 0)  # busy: a load or a plan has no steps to count
+            self.progress.setFormat("%p%")
         self.cancellable.emit(self._session.cancellable)
 
     def show_run_status(self, line: str, value: int, maximum: int) -> None:
@@ -65,11 +72,14 @@ class WindowStatus(QObject):
         self.run_line.show()
         self.progress.setRange(0, maximum)
         self.progress.setValue(value)
+        # a long job's first steps are under 1%: said so, not "0%" beside a line that moves
+        self.progress.setFormat("<1%" if 0 < value * 100 < maximum else "%p%")
 
     def show_steps(self, done: int, total: int) -> None:
         """A wait that counts its steps (a calibration's trials): ``done`` of ``total``."""
         self.progress.setRange(0, total)
         self.progress.setValue(done)
+        self.progress.setFormat("%p%")
 
     def clear(self, message: str) -> None:
         """A wait is over: its "…ing" line goes, unless a newer message replaced it."""

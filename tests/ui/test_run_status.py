@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
 from app.core.jobs.events import (
     ChunkQueued,
     EvalProgress,
+    PartialResult,
     PassStarted,
     StrategyStarted,
     TokenBatch,
@@ -36,9 +37,9 @@ def test_the_line_names_the_phase_and_its_progress(status: RunStatus, monkeypatc
     monkeypatch.setattr(run_status.time, "monotonic", lambda: clock[0])
     assert status.line() == "" and status.bar() == (0, STEPS)  # nothing known yet
     status.on_event(EvalProgress("answer", 1200, 3700, 6.0))  # 200 tokens/s
-    assert status.line() == "prompt 1,200 of 3,700 tokens · 12 s left"
-    value, maximum = status.bar()
-    assert maximum == STEPS and value == round(STEPS * 1200 / 3700 / 2)
+    assert status.line() == "prompt 1,200 of 3,700 tokens"  # no time left before a rate
+    value, maximum = status.bar()  # the prompt's tokens, then the reply's (each weighs two)
+    assert maximum == STEPS and value == round(STEPS * 1200 / (3700 + 2 * 100))
     status.on_event(EvalProgress("answer", 3700, 3700, 18.0))
     assert status.line() == "prompt 3,700 of 3,700 tokens"
     status.on_event(_batch(5))
@@ -47,7 +48,7 @@ def test_the_line_names_the_phase_and_its_progress(status: RunStatus, monkeypatc
     for _ in range(4):
         status.on_event(_batch(5))
     assert status.line() == "reply: 25 tokens · 12 tokens/s"
-    assert status.bar() == (round(STEPS * (1 + 25 / 100) / 2), STEPS)
+    assert status.bar() == (round(STEPS * (3700 + 2 * 25) / (3700 + 2 * 100)), STEPS)
 
 
 def test_a_multi_pass_job_says_its_window_and_fills_the_bar_pass_by_pass(status) -> None:
@@ -62,7 +63,7 @@ def test_a_multi_pass_job_says_its_window_and_fills_the_bar_pass_by_pass(status)
     assert status.line() == "Window 3 of 9"
     status.on_event(EvalProgress("summary", 30, 60, 0.0))  # a call after the passes
     assert status.line() == "summary · prompt 30 of 60 tokens"
-    assert status.bar() == (STEPS // 4, STEPS)  # its own bar
+    assert status.bar() == (round(STEPS * 30 / (60 + 2 * 100)), STEPS)  # its own bar
 
 
 def test_a_compare_says_which_strategy_runs(status) -> None:
@@ -87,6 +88,50 @@ def test_updates_go_out_four_times_a_second_and_only_when_changed(qtbot, status)
     status.on_event(_batch(3))
     qtbot.wait(2 * run_status.SHOW_MS)
     assert len(seen) == 1 and not status.active
+
+
+def test_a_batched_map_phase_fills_the_bar_from_its_first_prompt_slice(status) -> None:
+    """Issue 49 row 2: 241 windows in 4 lanes showed 0% until replies came. Each window's pass
+    starts with its prompt, and the windows in flight fill their shares side by side."""
+    status.on_event(PassStarted("part 1", 1, 241))
+    status.on_event(EvalProgress("part 1", 0, 1700, 0.0))
+    assert status.bar() == (0, 241 * STEPS)
+    status.on_event(EvalProgress("part 1", 128, 1700, 1.0))  # the first slice: it moves
+    assert status.bar()[0] > 0
+    assert status.line() == "Window 1 of 241 · prompt 128 of 1,700 tokens"
+    status.on_event(EvalProgress("part 1", 1700, 1700, 14.0))
+    for i in range(2, 5):  # the next lanes' prompts, the first's half counted still
+        status.on_event(PassStarted(f"part {i}", i, 241))
+        status.on_event(EvalProgress(f"part {i}", 600, 1200, 5.0))
+    assert status.bar() == (round(STEPS * (1700 / 1900 + 3 * 600 / 1400)), 241 * STEPS)
+    for i in range(1, 5):
+        status.on_event(TokenBatch(f"part {i}", "x" * 100, 100, 0, (), lane=i - 1))
+    status.on_event(PartialResult("part 1", "a summary", ()))
+    assert status.bar() == (4 * STEPS, 241 * STEPS)  # whole replies: four windows done
+    status.on_event(PassStarted("part 5", 5, 241))  # the freed lane takes the next window
+    assert status.bar() == (4 * STEPS, 241 * STEPS)
+    assert status.line().startswith("Window 5 of 241")
+
+
+def test_the_time_left_comes_from_the_measured_rate(qtbot, status, monkeypatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(run_status.time, "monotonic", lambda: clock[0])
+    seen: list[str] = []
+    status.changed.connect(lambda line, *_: seen.append(line))
+    status.on_event(PassStarted("part 1", 1, 10))
+    qtbot.wait(2 * run_status.SHOW_MS)
+    status.on_event(EvalProgress("part 1", 100, 2000, 1.0))  # 100 tokens a second
+    qtbot.wait(2 * run_status.SHOW_MS)  # the ticks measure the bar at the clock's time
+    assert "left" not in status.line(), "no estimate until a span was measured"
+    clock[0] += 1.0
+    status.on_event(EvalProgress("part 1", 200, 2000, 2.0))
+    # a pass's work, 2,000 prompt tokens and 100 reply tokens weighing two each, at 100 tokens
+    # a second: 22 s a pass, 218 s for the 9.9 passes left
+    qtbot.waitUntil(lambda: "left" in status.line(), timeout=2_000)
+    assert status.line() == "Window 1 of 10 · prompt 200 of 2,000 tokens · about 4 min left"
+    assert seen[-1] == status.line()  # said in the status bar
+    status.on_event(EvalProgress("summary", 10, 20, 0.0))  # a bar of its own: measured afresh
+    qtbot.waitUntil(lambda: "left" not in status.line(), timeout=2_000)
 
 
 class _LayoutRequests(QObject):

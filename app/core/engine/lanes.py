@@ -33,6 +33,7 @@ from typing import Any
 
 from app.core.engine.decoding import (
     REPORT_S,
+    SHORT_PROMPT,
     DecodeCancelled,
     LlamaHandles,
     ReportGate,
@@ -50,6 +51,7 @@ from app.core.engine.types import (
     LaneCells,
     LaneDelta,
     LaneFinished,
+    LanePrompt,
     LanesFinished,
     LaneStarted,
     SamplingSettings,
@@ -95,7 +97,8 @@ def generate_lanes(
 ) -> None:
     """Reply to ``prefix + suffix`` for every suffix, ``lanes`` at a time.
 
-    Emits :class:`LaneStarted` when a prompt is in its lane's cache, :class:`LaneDelta` text
+    Emits :class:`LanePrompt` as a prompt goes in (from its start, slice by slice),
+    :class:`LaneStarted` when a prompt is in its lane's cache, :class:`LaneDelta` text
     (whole characters), :class:`LaneFinished` per prompt and :class:`LanesFinished` last. Each
     reply is the one the engine's single reply (``LlamaEngine.generate``) would give with
     ``on_full="stop"``: with one lane the very same decodes in the same order (the first prompt
@@ -245,16 +248,23 @@ class _Run:
                              log=llama.log)  # fmt: skip
                 llama.pilot.after(self.ctx.ctx, len(piece), started)
 
-    def _prompt(self, tokens: Sequence[int], start: int, lane: int) -> None:
-        """Evaluate a prompt's tokens into ``lane`` from position ``start``, in the single
-        reply's schedule (schedule.prompt_slices: the last token alone, with its logits)."""
+    def _prompt(self, tokens: Sequence[int], start: int, lane: int, index: int) -> None:
+        """Evaluate prompt ``index``'s tokens into ``lane`` from position ``start``, in the
+        single reply's schedule (schedule.prompt_slices: the last token alone, with its
+        logits); one longer than SHORT_PROMPT says how far it is (:class:`LanePrompt`)."""
         entries = [(t, start + k, lane, False) for k, t in enumerate(tokens)]
         tok, pos, _, _ = entries[-1]
         entries[-1] = (tok, pos, lane, True)
+        total, t0, gate = len(entries), time.perf_counter(), ReportGate()
+        if total > SHORT_PROMPT:
+            self.emit(LanePrompt(index, lane, 0, total, 0.0))
         i = 0
-        for size in prompt_slices(len(entries), self.llama.slice_tokens):
+        for size in prompt_slices(total, self.llama.slice_tokens):
             self._decode(entries[i : i + size], abortable=True)
             i += size
+            now = time.perf_counter()
+            if total > SHORT_PROMPT and gate.ready(now, last=i >= total):
+                self.emit(LanePrompt(index, lane, i, total, now - t0))
 
     # ----- the schedule -----
 
@@ -276,7 +286,7 @@ class _Run:
             index, suffix = waiting.popleft()
             t0 = time.perf_counter()
             if not self.has_prefix:  # the first prompt goes in whole, as a single reply's does
-                self._prompt(prefix + suffix, 0, lane)
+                self._prompt(prefix + suffix, 0, lane, index)
                 evaluated = len(prefix) + len(suffix)
                 self.has_prefix.add(lane)
                 self.prefix_lane = lane
@@ -285,7 +295,7 @@ class _Run:
                     self.lc.llama_memory_seq_cp(self.mem, self.prefix_lane, lane, -1, -1)
                     self.lc.llama_memory_seq_rm(self.mem, lane, self.prefix_len, -1)
                     self.has_prefix.add(lane)
-                self._prompt(suffix, self.prefix_len, lane)
+                self._prompt(suffix, self.prefix_len, lane, index)
                 evaluated = len(suffix)
             held = self.prefix_len + len(suffix)
             llama = self.llama

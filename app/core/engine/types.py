@@ -375,6 +375,19 @@ GenerationEvent = TextDelta | Shifted | PromptProgress | KVUsage | ThreadsChange
 
 
 @dataclass(frozen=True)
+class LanePrompt:
+    """Prompt ``index`` going into sequence ``lane``: ``evaluated`` of its ``total`` tokens
+    (the shared prefix counted for the first prompt only), after ``seconds``. Sent as it
+    starts and after each slice, so a map phase's first replies are never a silent wait."""
+
+    index: int
+    lane: int
+    evaluated: int
+    total: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class LaneStarted:
     """Prompt ``index`` is in the KV cache of sequence ``lane``; its reply begins."""
 
@@ -424,7 +437,7 @@ class LanesFinished:
     finish_reason: FinishReason  # stop: every prompt got its reply; cancelled
 
 
-LaneEvent = LaneStarted | LaneDelta | LaneCells | LaneFinished | LanesFinished
+LaneEvent = LanePrompt | LaneStarted | LaneDelta | LaneCells | LaneFinished | LanesFinished
 OnFull = Literal["stop", "shift"]  # what generation does when the context is full
 
 

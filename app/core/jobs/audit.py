@@ -42,6 +42,16 @@ def chunk_tokens(engine: Engine, text: str) -> list[int]:
     return list(engine.tokenize(text, add_special=False, parse_special=False, continuation=True))
 
 
+def chunks_tokens(engine: Engine, texts: Sequence[str]) -> list[list[int]]:
+    """:func:`chunk_tokens` of each text, in one call where the engine tokenizes many at once
+    (a local engine: one round trip to its process, on all its cores, instead of one a chunk;
+    a map phase's 241 windows spent about 2 s before their first prompt)."""
+    many = getattr(engine, "tokenize_many", None)
+    if many is None or len(texts) < 2:
+        return [chunk_tokens(engine, text) for text in texts]
+    return [list(ids) for ids in many(list(texts), parse_special=False, continuation=True)]
+
+
 class AuditFailed(AssertionError):
     """The audit found what the app showed and what the model saw disagree."""
 

@@ -26,6 +26,7 @@ from app.core.engine.types import (
     LaneCells,
     LaneDelta,
     LaneFinished,
+    LanePrompt,
     LanesFinished,
     LaneStarted,
     PromptProgress,
@@ -33,7 +34,7 @@ from app.core.engine.types import (
     TextDelta,
     ThreadsChanged,
 )
-from app.core.jobs.audit import Audit, CallRecord, LaidSegment, chunk_tokens
+from app.core.jobs.audit import Audit, CallRecord, LaidSegment, chunk_tokens, chunks_tokens
 from app.core.jobs.events import (
     ChunkEvaluated,
     ChunkQueued,
@@ -51,6 +52,7 @@ from app.core.jobs.events import (
 )
 from app.core.jobs.options import CancelToken
 from app.core.jobs.ring import Ring, Segment, SegmentKind
+from app.core.jobs.streaming import layout as ring_layout
 from app.core.jobs.streaming import shift_refusal, windows_stream
 from app.core.planning.chunking import Chunk
 from app.core.planning.frame import (
@@ -163,7 +165,7 @@ class CallRunner:
         laid.append(LaidSegment(question, tuple(frame.after)))
         prompt += frame.after
         sources = tuple(ring.resident_sources())
-        self.result.final_prompt = tuple(prompt)
+        self.result.final_prompt, self.result.final_layout = tuple(prompt), ring_layout(ring)
         return (yield from self.stream(step, prompt, placed, sources, max_tokens, laid=laid))
 
     def _count(self, stats: GenerationStats, cells: int) -> None:
@@ -222,11 +224,13 @@ class CallRunner:
         result = self.result
         suffixes: list[list[int]] = []
         layouts: list[list[tuple[TextSegment, int]]] = []
+        every = chunks_tokens(self.engine, [seg.text for win in windows for seg in win.segments])
+        tokenized = iter(every)
         for win in windows:
             suffix: list[int] = []
             layout = []
             for seg in win.segments:
-                tokens = chunk_tokens(self.engine, seg.text)
+                tokens = next(tokenized)
                 if not tokens:
                     continue
                 layout.append((seg, len(tokens)))
@@ -244,15 +248,23 @@ class CallRunner:
         done: dict[int, OutputSpan] = {}
         lane_free_at: dict[int, float] = {}
         lane_of: dict[int, int] = {}  # window -> the lane it ran in
+        passes: set[int] = set()  # the windows whose PassStarted went out (as their prompt began)
         t0 = time.perf_counter()
         try:
             for ev in self.engine.generate_lanes(frame.before, suffixes, lanes=self.lanes,
                                                  max_tokens=max_tokens,
                                                  sampling=self.sampling):  # fmt: skip
-                if isinstance(ev, LaneStarted):
+                if isinstance(ev, LanePrompt):  # a window's prompt so far: progress from its start
+                    if ev.index not in passes:
+                        passes.add(ev.index)
+                        yield PassStarted(windows[ev.index].step, ev.index + 1, len(windows))
+                    yield EvalProgress(windows[ev.index].step, ev.evaluated, ev.total, ev.seconds)
+                elif isinstance(ev, LaneStarted):
                     i, lane = ev.index, ev.lane
                     lane_of[i] = lane
-                    yield PassStarted(windows[i].step, i + 1, len(windows))
+                    if i not in passes:  # a prompt too short to report (or a server's)
+                        passes.add(i)
+                        yield PassStarted(windows[i].step, i + 1, len(windows))
                     result.ttft_s.append(time.perf_counter() - lane_free_at.get(lane, t0))
                     ring = rings.setdefault(lane, Ring(result.n_ctx))
                     ring.clear()

@@ -14,6 +14,8 @@ from app.core.jobs.job_setup import failed, finish, start_job
 from app.core.jobs.options import CancelToken
 from app.core.jobs.ring import SegmentKind
 
+RESUMED_STEP = "resumed"  # the step of the reply generated again
+
 
 def state_after(engine: ResumableEngine, result: JobResult) -> KVState | None:
     """The KV state right after a job, holding its last prompt (what a rollback resumes), or
@@ -54,7 +56,7 @@ def resume(
         system = runner.ring.append(SegmentKind.SYSTEM, prompt_tokens, pinned=True)
         result.final_prompt = tuple(prompt)
         laid = [LaidSegment(system, tuple(prompt))]
-        yield from runner.stream("resumed", prompt, (), tuple(sources), max_tokens,
+        yield from runner.stream(RESUMED_STEP, prompt, (), tuple(sources), max_tokens,
                                   laid=laid)  # fmt: skip
     except EngineError as exc:
         yield failed(result, runner, exc)

@@ -169,7 +169,7 @@ def _call(
             placed.append((piece, seg))
             yield ChunkQueued(step, source[0], source[1], seg.tokens)
     prompt = held + appended
-    session.result.final_prompt = tuple(prompt)
+    session.result.final_prompt, session.result.final_layout = tuple(prompt), layout(ring)
     sources = tuple(ring.resident_sources())
     order = [LaidSegment(s, laid[s.id]) for s in ring]
     out = yield from session.stream(step, prompt, placed, sources, max_tokens, laid=order)

@@ -73,13 +73,15 @@ class JobChoices:
 class StartedJob:
     """A job about to run, for the panels to make room for: its context, its strategies, side
     by side or not, and whether a rollback resumes it from a saved KV state (``version``: the
-    version being run again, which the toolbar and the buffers show meanwhile)."""
+    version being run again, which the toolbar and the buffers show meanwhile; ``layout``: the
+    restored prompt's segments, for the KV map, () when the state was kept without them)."""
 
     n_ctx: int
     strategies: tuple[str, ...]
     comparing: bool = False
     resumed: bool = False
     version: VersionInfo | None = field(default=None, compare=False)
+    layout: versions.SegmentLayout = ()
 
 
 @dataclass(frozen=True)

@@ -656,7 +656,8 @@ class WorkbenchModel:
         assert self._state.loaded is not None
         self._running, self._comparing = True, False
         self._events.job_started(StartedJob(self._state.loaded.n_ctx, (version.strategy,),
-                                            resumed=True, version=version))  # fmt: skip
+                                            resumed=True, version=version,
+                                            layout=spec.layout))  # fmt: skip
         self._set_running(True)
         self._events.status(Message(Notice.RESUMING), 0)
         self._resuming = version
