@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
-    QListWidget,
     QListWidgetItem,
     QMenu,
     QPushButton,
@@ -35,7 +34,7 @@ from app.services.errors import BadRequest
 from app.services.model_library import Discovery, FoundModel, Source
 from app.ui.i18n import FollowsLanguage
 from app.ui.model_fetch_dialog import HubFetchDialog, ModelFetchDialog
-from app.ui.model_list import DETAILS_ROLE, PATH_ROLE, SOURCE_ROLE, ModelRowDelegate
+from app.ui.model_list import DETAILS_ROLE, PATH_ROLE, SOURCE_ROLE, ModelList, ModelRowDelegate
 from app.ui.model_search import ModelSearch
 from app.ui.model_status import sentence
 from app.ui.widgets import plain_label
@@ -63,7 +62,7 @@ class ModelChooser(FollowsLanguage, QWidget):
         self.fetch_dialog: ModelFetchDialog | None = None
         self.hub_dialog: HubFetchDialog | None = None
 
-        self.models = QListWidget()
+        self.models = ModelList()
         self.models.setAlternatingRowColors(True)
         self.models.setItemDelegate(ModelRowDelegate(self.hover_text, self.models))
         self.models.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -331,11 +330,9 @@ class ModelChooser(FollowsLanguage, QWidget):
         """Lay the list out again, keeping the selected model selected without reading it
         again; when the rows are the same, only their second lines change."""
         groups = self._groups()
-        titled = any(group != OWN for group, _rows in groups)  # the models folder alone: none
         wanted: list[tuple[str, str]] = []
-        for group, rows in groups:
-            if titled:
-                wanted.append((group, ""))
+        for group, rows in groups:  # each source titled, even alone: where its models are
+            wanted.append((group, ""))
             wanted += [("", str(path)) for path, _name, _details in rows]
         shown = [(self.models.item(i).data(SOURCE_ROLE) or "",
                   self.models.item(i).data(PATH_ROLE) or "")
@@ -347,19 +344,20 @@ class ModelChooser(FollowsLanguage, QWidget):
                 if item.data(PATH_ROLE):
                     item.setData(DETAILS_ROLE, lines.get(item.data(PATH_ROLE), ""))
             self.models.doItemsLayout()
+            self.models.updateGeometry()  # a second line makes a row taller
             return
         chosen = self.selected_model()
         self.models.blockSignals(True)
         self.models.clear()
         for group, rows in groups:
-            if titled:
-                self._add_title(group)
+            self._add_title(group)
             for path, name, details in rows:
                 self._add_item(path, name, details)
         row = self._row_of(chosen) if chosen is not None else None
         if row is not None:
             self.models.setCurrentRow(row)
         self.models.blockSignals(False)
+        self.models.updateGeometry()  # as tall as its rows (model_list.ModelList)
 
     def _row_of(self, path: Path) -> int | None:
         path = path.absolute()

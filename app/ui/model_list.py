@@ -1,5 +1,7 @@
-"""How the model panel's list draws its rows: a title per source, and each model's name over a
-dimmer line of what it is (parameters, quantization, size).
+"""How the model panel's list draws its rows: a title per source (even when there is one), and
+each model's name over a dimmer line of what it is (parameters, quantization, size); and how tall
+the list asks to be: its rows, up to ``SHOWN_MODELS`` of them, so that a long list scrolls inside
+itself and leaves the context size, the fit and Load in sight under it.
 
 The list stays a ``QListWidget`` whose items' text is the model's name (what the panel and its
 tests select by); a source's title is an item that cannot be selected or focused. The second
@@ -16,6 +18,7 @@ from PySide6.QtGui import QFont, QHelpEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
+    QListWidget,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
@@ -26,6 +29,7 @@ PATH_ROLE = Qt.ItemDataRole.UserRole  # the model file's path (str); None on a t
 DETAILS_ROLE = Qt.ItemDataRole.UserRole + 1  # the dimmer second line, or ""
 SOURCE_ROLE = Qt.ItemDataRole.UserRole + 2  # a title row's source (str)
 PAD = 3  # pixels above and below a row's text
+SHOWN_MODELS = 4  # the most model rows the list asks room for; more scroll inside it
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -96,3 +100,17 @@ class ModelRowDelegate(QStyledItemDelegate):
                 QToolTip.showText(event.globalPos(), text, view)
                 return True
         return super().helpEvent(event, view, option, index)
+
+
+class ModelList(QListWidget):
+    """A list as tall as its rows, up to ``SHOWN_MODELS`` models (and the titles among them)."""
+
+    def sizeHint(self) -> QSize:
+        height, models = 0, 0
+        for row in range(self.count()):
+            if models == SHOWN_MODELS:
+                break
+            height += self.sizeHintForRow(row)
+            models += bool(self.item(row).data(PATH_ROLE))
+        one_model = self.fontMetrics().height() * 2 + 2 * PAD  # room for a row when empty
+        return QSize(super().sizeHint().width(), max(height, one_model) + 2 * self.frameWidth())

@@ -2,6 +2,12 @@
 sizes, checked as the person changes them, with what they will cost (:mod:`app.ui.model_fit`)
 under the context size and which backends the llama.cpp build runs on.
 
+The context size, its warnings, its offer to reload and the fit are a part of their own
+(:attr:`LoadOptions.context`) that the panel shows next to Load, above the rest: they are what a
+person changes most. A size past the model's trained context is allowed with a warning (llama.cpp
+loads it, and warns again), never cut to the digits that fit; past ``MAX_CTX`` it is refused in
+one sentence.
+
 The speed knobs (threads, batch sizes, flash attention) are the person's; the tuned values
 measured on this machine replace them at load unless "Use tuned settings" is off
 (app/ui/tuned_settings.py shows them).
@@ -19,6 +25,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSlider,
     QSpinBox,
     QWidget,
@@ -31,32 +38,31 @@ from app.ui.model_fit import FitInputs, MemoryFit
 from app.ui.model_status import sentence
 from app.ui.widgets import MessageLine, WrappingCheckBox, plain_label
 
-MAX_CTX = 1_048_576  # the n_ctx ceiling when the model does not say what it was trained on
+MAX_CTX = 1_048_576  # the largest context size loaded; beyond it, one sentence
 MIN_CTX = 16  # llama.cpp's own floor
+TYPED_CTX = 2**31 - 1  # what the field takes, so that a size typed past MAX_CTX is refused whole
 UNQUANTIZED_KV = ("f16", "f32", "bf16")  # the cache types that work without flash attention
 MAX_THREADS = 512
 MAX_BATCH = 65_536
 
 
-def limits(info: ModelInfo | None) -> tuple[int, int]:
-    """The highest context size and number of GPU layers ``info`` allows (the output layer is
-    one more than its blocks)."""
-    top = (info.n_ctx_train if info and info.n_ctx_train else None) or MAX_CTX
+def layer_limit(info: ModelInfo | None) -> int:
+    """The most GPU layers ``info`` allows (the output layer is one more than its blocks)."""
     layers = info.n_layers if info and info.n_layers else 0
-    return top, layers + 1 if layers else 0
+    return layers + 1 if layers else 0
 
 
 def within_limits(settings: LoadSettings, info: ModelInfo) -> LoadSettings:
-    """``settings`` as the options show them once ``info`` sets their limits."""
-    top, layers = limits(info)
-    return replace(settings, n_ctx=min(settings.n_ctx, top),
-                   n_gpu_layers=min(settings.n_gpu_layers, layers))  # fmt: skip
+    """``settings`` as the options show them once ``info`` sets their limits (the context size
+    is the person's: a model bounds only the GPU layers)."""
+    return replace(settings, n_gpu_layers=min(settings.n_gpu_layers, layer_limit(info)))
 
 
 class LoadOptions(FollowsLanguage, QGroupBox):
     """The options a model loads with; ``changed`` after each change the person makes."""
 
     changed = Signal()
+    reload_requested = Signal()  # "Reload with 16,384": load the model again at the size shown
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -65,14 +71,22 @@ class LoadOptions(FollowsLanguage, QGroupBox):
         self._info: ModelInfo | None = None
         self._caps: EngineCapabilities | None = None
         self._error = ""  # why the settings cannot be loaded, or ""
+        self._loaded_ctx: int | None = None  # the loaded engine's n_ctx, when it is this model's
 
         self.n_ctx = QSpinBox()
-        self.n_ctx.setRange(MIN_CTX, MAX_CTX)
+        self.n_ctx.setObjectName("model-context-size")  # the real-display tests find it so
+        self.n_ctx.setRange(MIN_CTX, TYPED_CTX)
         self.n_ctx.setSingleStep(1024)
         self.n_ctx.setGroupSeparatorShown(True)
         self.n_ctx.setKeyboardTracking(True)  # the memory line follows every keystroke
         self.n_ctx.setValue(defaults.n_ctx)
+        self.reload_button = QPushButton()
+        self.reload_button.setObjectName("model-context-reload")
+        self.reload_button.hide()
+        self.reload_button.clicked.connect(self.reload_requested)
+        self.context_note = MessageLine()  # past the trained context (a warning) or MAX_CTX
         self.memory = MemoryFit()
+        self.context = QWidget()  # the size, its note and reload, the fit: placed by the panel
 
         self.gpu_layers = QSlider(Qt.Orientation.Horizontal)
         self.gpu_layers.setRange(0, 0)
@@ -115,6 +129,18 @@ class LoadOptions(FollowsLanguage, QGroupBox):
         self.retranslate()
 
     def _layout(self) -> None:
+        top = QFormLayout(self.context)
+        top.setContentsMargins(0, 0, 0, 0)
+        top.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: fields go under
+        ctx_row = QHBoxLayout()
+        ctx_row.addWidget(self.n_ctx, 1)
+        ctx_row.addWidget(self.reload_button)
+        self._ctx_label = QLabel()
+        self._ctx_label.setBuddy(self.n_ctx)
+        top.addRow(self._ctx_label, ctx_row)
+        top.addRow(self.context_note)
+        top.addRow(self.memory)
+
         form = QFormLayout(self)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: fields go under
 
@@ -124,8 +150,6 @@ class LoadOptions(FollowsLanguage, QGroupBox):
             form.addRow(label, field)
             return label
 
-        self._ctx_label = row(self.n_ctx, self.n_ctx)
-        form.addRow("", self.memory)
         gpu_row = QHBoxLayout()
         gpu_row.addWidget(self.gpu_layers, 1)
         gpu_row.addWidget(self.gpu_layers_value)
@@ -161,19 +185,25 @@ class LoadOptions(FollowsLanguage, QGroupBox):
             "The most CPU threads llama.cpp computes with (the physical cores by default); it "
             "uses fewer while other programs keep cores busy"))  # fmt: skip
         self._batch_label.setText(self.tr("Batch, micro-batch:"))
+        self.reload_button.setToolTip(self.tr("Load the model again with this context size"))
         self._show_capabilities()
         self._show_layers()
+        self._show_context()
 
     # ----- what the options are for -----
 
     def set_model(self, info: ModelInfo | None) -> None:
-        """The model the options are for (None: none chosen): its trained context and layers
-        bound the context size and the GPU layers."""
+        """The model the options are for (None: none chosen): its layers bound the GPU layers;
+        a context size past its trained context is warned of."""
         self._info = info
-        top, layers = limits(info)
-        self.n_ctx.setMaximum(top)
-        self.gpu_layers.setMaximum(layers)
+        self.gpu_layers.setMaximum(layer_limit(info))
         self.check()
+
+    def offer_reload(self, loaded_ctx: int | None) -> None:
+        """The context size the engine holds the chosen model at (None: it is not loaded, or
+        the engine is busy): a different size shown offers "Reload with …" beside the field."""
+        self._loaded_ctx = loaded_ctx
+        self._show_context()
 
     def set_capabilities(self, caps: EngineCapabilities | None) -> None:
         """What the engine build can do; None while that is not known yet."""
@@ -223,6 +253,9 @@ class LoadOptions(FollowsLanguage, QGroupBox):
             if self._error or str(settings.kv_cache_type) in UNQUANTIZED_KV:
                 self.settings_note.clear()
             self._error = ""
+            if settings.n_ctx > MAX_CTX:  # said beside the field (_show_context)
+                self._error = self._too_large()
+        self._show_context()
         self._show_layers()
         info = self._info
         self.memory.request(None if info is None else FitInputs(info, settings, self.gpu_offload()))
@@ -239,6 +272,29 @@ class LoadOptions(FollowsLanguage, QGroupBox):
             self.settings_note.show_message(note.format(cache), error=False)
             return
         self._on_changed()
+
+    def _too_large(self) -> str:
+        return self.tr("A context size can be at most {0:,} tokens.").format(MAX_CTX)
+
+    def _show_context(self) -> None:
+        """Beside the context size: why it is refused, or that it is past the model's trained
+        context; and "Reload with …" while the loaded model holds another size."""
+        n_ctx = self.n_ctx.value()
+        trained = self._info.n_ctx_train if self._info is not None else None
+        if n_ctx > MAX_CTX:
+            self.context_note.show_message(self._too_large())
+        elif trained and n_ctx > trained:
+            self.context_note.show_message(
+                self.tr(
+                    "Above the model's trained context of {0:,} tokens: answers may degrade."
+                ).format(trained)
+            )
+        else:
+            self.context_note.clear()
+        loaded = self._loaded_ctx
+        offer = loaded is not None and n_ctx != loaded and not self._error
+        self.reload_button.setText(self.tr("Reload with {0:,}").format(n_ctx))
+        self.reload_button.setVisible(offer)
 
     def _show_layers(self) -> None:
         layers = self.gpu_layers.maximum()

@@ -14,6 +14,10 @@ The panel is a composition of its parts, each a module of its own:
   pause;
 - :mod:`app.ui.model_status`: Load and Unload, and the window's answers.
 
+What a person changes most comes first, under the list: the context size (with its offer to
+reload at a new size), what it takes, and Load; the card and the other options follow, so that on
+a laptop's screen the fit and Load show without scrolling the panel.
+
 The panel only asks (``load_requested``, ``unload_requested``); the window owns the engine and
 answers with :meth:`ModelPanel.show_loaded`, :meth:`ModelPanel.show_unloaded` or
 :meth:`ModelPanel.show_error`. The panel reads the selected file, and ties the parts together.
@@ -94,7 +98,10 @@ class ModelPanel(FollowsLanguage, QWidget):
 
         self.options = LoadOptions()
         self.options.changed.connect(self._show_state)
+        self.options.reload_requested.connect(self._request_load)
         self.n_ctx = self.options.n_ctx
+        self.reload_button = self.options.reload_button
+        self.context_note = self.options.context_note
         self.memory = self.options.memory
         self.gpu_layers = self.options.gpu_layers
         self.gpu_layers_value = self.options.gpu_layers_value
@@ -126,10 +133,12 @@ class ModelPanel(FollowsLanguage, QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.chooser, 1)
         layout.addWidget(self.file_error)
+        layout.addWidget(self.options.context)
+        layout.addWidget(self.replies)
         layout.addWidget(self.card)
         layout.addWidget(self.options)
         layout.addWidget(self.tuning)
-        layout.addWidget(self.replies)
+        layout.addWidget(self.server)
 
         self.show_unloaded()
         self.refresh_models()
@@ -278,6 +287,15 @@ class ModelPanel(FollowsLanguage, QWidget):
         can = info is not None and not self.options.settings_error()
         self.replies.enable(can)
         self.tuning.set_can_calibrate(can and not self.replies.busy)
+        self.options.offer_reload(self._loaded_ctx())
+
+    def _loaded_ctx(self) -> int | None:
+        """The context size the engine holds the selected model at; None while it holds
+        another model or none, or loads."""
+        loaded, chosen = self.replies.loaded, self.selected_model()
+        if loaded is None or chosen is None or self.replies.busy or self._info is None:
+            return None
+        return loaded.n_ctx if Path(loaded.path).resolve() == chosen.resolve() else None
 
     def _request_load(self) -> None:
         self._request(self.load_requested)

@@ -28,8 +28,9 @@ def sentence(text: str) -> str:
 
 
 class ModelStatus(FollowsLanguage, QWidget):
-    """Load and Unload, the server box between them and the answers, the engine's error and the
-    status line; what is loaded and whether the engine is busy."""
+    """Load and Unload, the engine's error and the status line under them; what is loaded and
+    whether the engine is busy. The server box (laid out by the panel, further down) is told
+    when a server connects or goes."""
 
     def __init__(self, server: ServerBox, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -51,7 +52,6 @@ class ModelStatus(FollowsLanguage, QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
-        layout.addWidget(self.server)
         layout.addWidget(self.engine_error)
         layout.addWidget(self.status)
         self.retranslate()

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.core.calibrate import Calibration, Trial
 from app.core.engine.types import EngineCapabilities, LoadedModel, LoadSettings
+from app.ui.model_list import SOURCE_ROLE
 from app.ui.model_panel import ModelPanel
 
 SIZE = r"([\d.,]+ [MG]iB)"
@@ -63,7 +64,7 @@ def test_the_models_folder_and_the_default_model_card(
     panel: ModelPanel, model_path: Path, qtbot
 ) -> None:
     names = [panel.models.item(i).text() for i in range(panel.models.count())]
-    assert names == [model_path.name, "broken.gguf"]  # only *.gguf, sorted
+    assert names == ["ContextLens models folder", model_path.name, "broken.gguf"]  # *.gguf, sorted
     assert panel.selected_model() == panel._models_dir / model_path.name
     assert panel.card.value("layers") == "30"
     assert panel.card.value("ctx_train") == "8,192"
@@ -71,7 +72,6 @@ def test_the_models_folder_and_the_default_model_card(
     assert panel.card.value("params") == "135 M"
     per_token = int(panel.card.value("kv").split()[0].replace(",", ""))
     assert per_token > 0 and "(f16)" in panel.card.value("kv")
-    assert panel.n_ctx.maximum() == 8192
     assert panel.load_button.isEnabled() and not panel.unload_button.isEnabled()
     assert panel.error_text() == ""
 
@@ -85,7 +85,7 @@ def test_the_real_models_folder_lists_the_default_model(qtbot, model_path: Path)
 
 def test_a_broken_file_is_one_plain_sentence_and_cannot_be_loaded(panel: ModelPanel, qtbot) -> None:
     with qtbot.waitSignal(panel.file_failed, timeout=10_000) as blocker:
-        panel.models.setCurrentRow(1)
+        panel.models.setCurrentRow(2)
     message = blocker.args[0]
     assert message.startswith("broken.gguf cannot be used: GGUF version 1 is obsolete")
     assert panel.error_text() == message
@@ -93,7 +93,7 @@ def test_a_broken_file_is_one_plain_sentence_and_cannot_be_loaded(panel: ModelPa
     assert panel.card.value("arch") == "–"
     # back to a good model: the error goes, Load comes back
     with qtbot.waitSignal(panel.info_ready, timeout=10_000):
-        panel.models.setCurrentRow(0)
+        panel.models.setCurrentRow(1)
     assert panel.error_text() == "" and panel.load_button.isEnabled()
 
 
@@ -199,6 +199,54 @@ def test_load_requests_the_chosen_settings_and_shows_the_answer(panel: ModelPane
     assert panel.load_button.isEnabled()
 
 
+def test_a_context_size_past_the_trained_one_keeps_every_digit_and_warns(
+    panel: ModelPanel, qtbot
+) -> None:
+    """Issue 49 row 3: the field's maximum was the model's trained context (8,192), so typing
+    131072 left 1,310 and 16384 left 1,638, without a word."""
+    for typed, value in (("131072", 131_072), ("16384", 16_384)):
+        type_into(qtbot, panel.n_ctx, typed)
+        assert panel.n_ctx.value() == value and panel.settings().n_ctx == value
+        assert panel.context_note.text() == ("Above the model's trained context of 8,192 "
+                                             "tokens: answers may degrade.")  # fmt: skip
+        assert panel.settings_error() == "" and panel.load_button.isEnabled()
+    type_into(qtbot, panel.n_ctx, "2000000")  # past what ContextLens loads: one sentence
+    assert panel.n_ctx.value() == 2_000_000
+    assert panel.settings_error() == "A context size can be at most 1,048,576 tokens."
+    assert panel.context_note.text() == panel.settings_error()
+    assert not panel.load_button.isEnabled()
+    type_into(qtbot, panel.n_ctx, "4096")
+    assert panel.context_note.text() == "" and panel.load_button.isEnabled()
+
+
+def test_a_new_context_size_offers_to_reload_beside_the_field(panel: ModelPanel, qtbot) -> None:
+    assert panel.reload_button.isHidden()  # nothing loaded: Load, right under the field
+    type_into(qtbot, panel.n_ctx, "1024")
+    path = panel.selected_model()
+    panel.show_loaded(LoadedModel(str(path), 1024, 8192, 49152, 2, 2, 0, False, "f16", True, 0.2))
+    assert panel.reload_button.isHidden()  # the size loaded
+    type_into(qtbot, panel.n_ctx, "16384")
+    assert not panel.reload_button.isHidden()
+    assert panel.reload_button.text() == "Reload with 16,384"
+    with qtbot.waitSignal(panel.load_requested, timeout=1000) as blocker:
+        qtbot.mouseClick(panel.reload_button, Qt.MouseButton.LeftButton)
+    assert blocker.args[0] == path and blocker.args[1].n_ctx == 16_384
+    assert panel.reload_button.isHidden()  # loading
+    panel.show_error("not enough memory")
+    type_into(qtbot, panel.n_ctx, "2000000")  # refused: nothing to offer
+    assert panel.reload_button.isHidden()
+    type_into(qtbot, panel.n_ctx, "1024")
+    assert panel.reload_button.isHidden()
+
+
+def test_one_source_still_shows_its_title(panel: ModelPanel, qtbot) -> None:
+    """Issue 49 row 11: a source's title appeared only once a second source was found."""
+    qtbot.waitUntil(lambda: panel.chooser.library is not None, timeout=20_000)
+    titles = [panel.models.item(i).data(SOURCE_ROLE) for i in range(panel.models.count())]
+    assert titles == ["ContextLens", None, None]  # the models folder alone, titled
+    assert panel.models.item(0).text() == "ContextLens models folder"
+
+
 def _calibration(path: Path) -> Calibration:
     fast = LoadSettings(n_ctx=512, n_threads=2, n_threads_batch=2, n_batch=256, n_ubatch=256,
                         flash_attn=True)  # fmt: skip
@@ -254,4 +302,4 @@ def test_a_relative_path_to_a_listed_model_selects_it(panel: ModelPanel, models_
     monkeypatch.chdir(models_dir.parent)
     count = panel.models.count()
     panel.select_model(Path(models_dir.name) / "broken.gguf")  # as `--model models/x.gguf`
-    assert panel.models.count() == count and panel.models.currentRow() == 1
+    assert panel.models.count() == count and panel.models.currentRow() == 2
