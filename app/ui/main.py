@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,15 +60,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def start_options(args: argparse.Namespace) -> tuple[Path | None, int]:
+def start_options(args: argparse.Namespace,
+                  last: Callable[[Path | None], int | None] = lambda _model: None,
+                  ) -> tuple[Path | None, int]:  # fmt: skip
     """(the model to load at start, or None when its file is missing; the context to load it
-    with): --n-ctx, else the default context bounded by the model's training context."""
+    with): --n-ctx, else ``last(model)`` (the context the last session loaded that model at),
+    else the default context bounded by the model's training context."""
     from app.core.engine.gguf import GGUFError, inspect_model
     from app.core.engine.types import DEFAULT_N_CTX, default_context
 
     model = args.model if args.model is not None and args.model.is_file() else None
-    if args.n_ctx is not None or model is None:
-        return model, args.n_ctx or DEFAULT_N_CTX
+    chosen = args.n_ctx if args.n_ctx is not None else last(model)
+    if chosen is not None or model is None:
+        return model, chosen or DEFAULT_N_CTX
     try:  # the metadata only (~0.1 s); a bad file is the load's to explain
         return model, default_context(inspect_model(model).n_ctx_train)
     except (GGUFError, OSError):
@@ -152,7 +156,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from app.ui import single_instance
     from app.ui.gui_gc import collect_on_gui_thread
     from app.ui.main_window import DEFAULT_SIZE, MainWindow
-    from app.ui.session_guard import SessionGuard
+    from app.ui.session_guard import FIRST_START, SessionGuard, restore_choices
     from app.ui.switch_interval import shorten_switch_interval
     from app.ui.termination import CloseOnSignals
     from app.ui.theme import apply_theme
@@ -181,20 +185,23 @@ def _main(argv: Sequence[str] | None) -> int:
             return 1
         if handover is single_instance.Handover.TAKEN:
             return 0  # the running window opened the files and took the options
-    model, n_ctx = start_options(args)
     scratch = tempfile.TemporaryDirectory() if args.screenshot else None
     guard = None
     if scratch is not None:  # a scripted picture: the default layout and an empty history; the
         # person's own settings and history are left as they are
+        model, n_ctx = start_options(args)
         folder = Path(scratch.name)
         settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
         window = MainWindow(model, args.document, n_ctx=n_ctx, settings=settings,
                             db_path=folder / "history.db")  # fmt: skip
         window.fit_to(QRect(QPoint(0, 0), DEFAULT_SIZE))  # the picture's size, not the screen's
+        restore_choices(window, FIRST_START)
     else:
         guard = SessionGuard(QSettings())  # reads the last session before the window changes it
         guard.start()
+        model, n_ctx = start_options(args, guard.context)  # the last context, unless --n-ctx
         window = MainWindow(model, args.document, n_ctx=n_ctx)
+        restore_choices(window, guard.choices())  # kept before the guard writes over them
     window.show()
     if guard is not None:  # the demo and the command line choose what they open
         guard.attach(window, offer=not (args.demo or args.explicit))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSettings, QSignalBlocker, Qt, Signal
-from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtCore import QObject, QSettings, QSignalBlocker, QSize, Qt, Signal
+from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QPushButton,
     QSpinBox,
+    QStyle,
     QTabWidget,
     QToolBar,
     QToolButton,
@@ -40,6 +41,9 @@ from app.ui.session_model import JobChoices
 from app.ui.theme import apply_theme, current_theme
 
 MAX_RECENT = 8
+# the toolbar fits a 1024-pixel screen with these; wider windows give the question the rest
+QUESTION_MIN_WIDTH = 180
+NEEDLES_MIN_WIDTH = 110
 # a View menu entry that puts the focus into a part of the window: text, keys, part, its dock
 GoTo = tuple[Callable[[], str], str, QWidget, QDockWidget | None]
 
@@ -64,10 +68,12 @@ class MainActions(QObject):
         bar = QToolBar()
         t.set(bar.setWindowTitle, lambda: self.tr("Job"))
         bar.setObjectName("toolbar-job")
+        side = bar.fontMetrics().height()  # an icon no taller than the text beside it
+        bar.setIconSize(QSize(side, side))
         window.addToolBar(bar)
         self._file_menu(bar)
         self._job_controls(bar)
-        self._job_menu(bar)
+        self._job_menu()
         by_name = {d.objectName(): d for d in docks}
         go_to: tuple[GoTo, ...] = (
             (lambda: self.tr("Go to the &Document"), "Ctrl+1", document, None),
@@ -128,6 +134,11 @@ class MainActions(QObject):
         t.set(quit_action.setText, lambda: self.tr("&Quit"))
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         file_menu.addAction(quit_action)
+        # an icon alone in the toolbar (its text is the tooltip): the job's controls need the room
+        style = window.style()
+        self.open_action.setIcon(QIcon.fromTheme(
+            QIcon.ThemeIcon.DocumentOpen,
+            style.standardIcon(QStyle.StandardPixmap.SP_DialogOpenButton)))  # fmt: skip
         bar.addAction(self.open_action)
 
     def _job_controls(self, bar: QToolBar) -> None:
@@ -141,11 +152,11 @@ class MainActions(QObject):
         bar.addWidget(_buddy(t, lambda: self.tr(" &Task "), self.task_box))
         bar.addWidget(self.task_box)
         self.question = QLineEdit()
-        t.set(self.question.setPlaceholderText,
-              lambda: self.tr("Question, or instruction for extract"))  # fmt: skip
+        t.set(self.question.setPlaceholderText, lambda: self.tr("Question or instruction"))
         t.set(self.question.setToolTip, lambda: self.tr(
-            "Several questions: paste them one per line, or use Several…"))  # fmt: skip
-        self.question.setMinimumWidth(240)
+            "A question to ask, or the instruction for extract. Several questions: paste them "
+            "one per line, or use Several…"))  # fmt: skip
+        self.question.setMinimumWidth(QUESTION_MIN_WIDTH)  # wider as the window widens
         self.question.setEnabled(False)
         bar.addWidget(self.question)
         self.several_button = QToolButton()
@@ -178,6 +189,12 @@ class MainActions(QObject):
         t.set(self.run_action.setText, lambda: self.tr("&Run"))
         self.run_action.setShortcut(QKeySequence("Ctrl+R"))
         bar.addAction(self.run_action)
+        self.cancel_action = QAction(window)  # beside Run: the last to go to the toolbar's »
+        t.set(self.cancel_action.setText, lambda: self.tr("&Cancel"))
+        self.cancel_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.cancel_action.setEnabled(False)
+        bar.addAction(self.cancel_action)
+        bar.addSeparator()
 
         self.compare_button = QToolButton()
         t.set(self.compare_button.setText, lambda: self.tr("Com&pare"))
@@ -195,21 +212,17 @@ class MainActions(QObject):
         bar.addWidget(self.compare_button)
 
         self.needles = QLineEdit()
-        t.set(self.needles.setPlaceholderText,
-              lambda: self.tr("Needles: facts to track, separated by |"))  # fmt: skip
+        t.set(self.needles.setPlaceholderText, lambda: self.tr("Needles: a | b"))
         t.set(self.needles.setToolTip, lambda: self.tr(
-            "Texts from the document; Compare shows the share that reaches the model"))  # fmt: skip
+            "Needles: facts to track, texts from the document separated by |; Compare shows "
+            "the share that reaches the model"))  # fmt: skip
+        self.needles.setMinimumWidth(NEEDLES_MIN_WIDTH)  # its placeholder whole, never "Nee…"
         self.needles.setMaximumWidth(220)
         bar.addWidget(self.needles)
 
-    def _job_menu(self, bar: QToolBar) -> None:
-        """Cancel (Esc, the toolbar's and the status bar's), the audit and the lanes."""
+    def _job_menu(self) -> None:
+        """Run and Cancel (Esc; the status bar has a Cancel too), the audit and the lanes."""
         window, t = self._window, self._texts
-        self.cancel_action = QAction(window)
-        t.set(self.cancel_action.setText, lambda: self.tr("&Cancel"))
-        self.cancel_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
-        self.cancel_action.setEnabled(False)
-        bar.addAction(self.cancel_action)
         job_menu = window.menuBar().addMenu("")
         t.set(job_menu.setTitle, lambda: self.tr("&Job"))
         job_menu.addAction(self.run_action)

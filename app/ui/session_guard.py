@@ -1,12 +1,15 @@
-"""Noticing that the last run did not end cleanly, and offering to bring its work back.
+"""What the next start finds of this one: the job's choices and the context size always, and
+after an unclean exit the offer to bring the whole of the last session back.
 
 While the window is open, a lock file in the user state folder names this process (QLockFile:
 pid, program name, host and boot). A clean close removes it; a crash, a kill or a power cut
 leaves it behind, and the next start finds a lock whose process is gone. Meanwhile the window's
 "last session" (document, model and context or the server connected to, task, strategy,
 question, reply size and the history session shown) is kept in its settings under
-``last-session/`` as it changes, so that start can offer to open all of it again through the
-window's own public methods.
+``last-session/`` as it changes. Every start opens on its task, strategy, question and reply
+size and loads the model at its context (:func:`restore_choices`, :meth:`SessionGuard.context`;
+the command line wins); after an unclean exit the start also offers to open the document, the
+model and the history session again through the window's own public methods.
 """
 
 from __future__ import annotations
@@ -84,12 +87,18 @@ class LastSession:
         return not (self.document or self.model or self.server)
 
 
+# A first start opens on what the user guide recommends: a question, answered under retrieve
+FIRST_START = LastSession(task="ask", strategy="retrieve")
+
+
 def capture(window: MainWindow) -> LastSession:
     """The window's last session as it is now."""
     document, model = window.document_path, window.model_path
     history = window.history.session_id() if window.history is not None else None
-    server = window.model_panel.server
-    n_ctx = window.model_panel.n_ctx.value() if model is not None else None
+    server, loaded = window.model_panel.server, window.session.loaded
+    n_ctx = None
+    if model is not None:  # the context loaded, else the one the next Load asks for
+        n_ctx = loaded.n_ctx if loaded is not None else window.model_panel.n_ctx.value()
     if server.connected:
         n_ctx = server.n_ctx.value() or None
     return LastSession(
@@ -110,9 +119,9 @@ def save(window: MainWindow, settings: QSettings | None = None) -> None:
     capture(window).write(settings if settings is not None else window.settings)
 
 
-def restore(window: MainWindow, last: LastSession) -> list[str]:
-    """Open ``last`` again in ``window``; returns one sentence for each part that is gone."""
-    missing: list[str] = []
+def restore_choices(window: MainWindow, last: LastSession) -> None:
+    """The toolbar takes ``last``'s task, strategy, question and reply size (a task or strategy
+    this version does not know is left as it is)."""
     for box, value in ((window.task_box, last.task), (window.strategy_box, last.strategy)):
         index = box.findData(value) if value else -1
         if index >= 0:
@@ -120,6 +129,12 @@ def restore(window: MainWindow, last: LastSession) -> list[str]:
     window.question.setText(last.question)
     if last.max_tokens is not None:
         window.max_tokens.setValue(last.max_tokens)
+
+
+def restore(window: MainWindow, last: LastSession) -> list[str]:
+    """Open ``last`` again in ``window``; returns one sentence for each part that is gone."""
+    missing: list[str] = []
+    restore_choices(window, last)
     if last.history_session is not None and window.history is not None:
         window.history.set_session(last.history_session)
     if last.server:  # an unreachable server says so in the Server box, as a connect does
@@ -221,6 +236,19 @@ class SessionGuard:
     def unclean(self) -> bool:
         return self.lock.unclean
 
+    def choices(self) -> LastSession:
+        """What the toolbar opens on: the last session's choices, or on a first start (none
+        kept yet) FIRST_START."""
+        return self.previous if self.previous.task else FIRST_START
+
+    def context(self, model: Path | None) -> int | None:
+        """The context the last session loaded ``model`` at (None: it had another model, a
+        server, or none): context sizes differ from one model to the next."""
+        last = self.previous
+        if model is None or not last.model or last.server or last.n_ctx is None:
+            return None
+        return last.n_ctx if Path(last.model).resolve() == model.resolve() else None
+
     def attach(self, window: MainWindow, *, offer: bool = True) -> QMessageBox | None:
         """Keep ``window``'s last session and release the lock when it closes. After an
         unclean exit (and with ``offer``), ask whether to restore the previous one: tracking
@@ -281,6 +309,7 @@ class SessionGuard:
             return
         self._save()
         for signal in (window.ready, window.plan_shown, window.job_finished,
+                       window.session.model_loaded,
                        window.task_box.currentIndexChanged,
                        window.strategy_box.currentIndexChanged, window.question.textChanged,
                        window.max_tokens.valueChanged):  # fmt: skip

@@ -14,7 +14,10 @@ from PySide6.QtWidgets import (
     QAbstractButton,
     QDockWidget,
     QLabel,
+    QLineEdit,
     QSplitter,
+    QToolBar,
+    QToolButton,
     QWidget,
 )
 
@@ -143,3 +146,81 @@ def test_no_text_is_cut_at_either_size_in_either_language(
     assert all(not cut for cut in found.values()), found
     assert w.model_panel.browse_button.visibleRegion().boundingRect().width() \
         == w.model_panel.browse_button.width()  # fmt: skip
+
+
+def toolbar_problems(window: MainWindow) -> list[str]:
+    """Each action of the job toolbar that a person does not see whole: moved behind the »
+    extension button, outside the toolbar, narrower than it asks, or a field narrower than its
+    placeholder ("Nee…")."""
+    bar = window.findChild(QToolBar, "toolbar-job")
+    assert bar is not None
+    found = [f"the » button shows: {bar.sizeHint().width()} px wanted of {bar.width()}"
+             for b in bar.findChildren(QToolButton)
+             if b.objectName() == "qt_toolbar_ext_button" and b.isVisible()]  # fmt: skip
+    for action in bar.actions():
+        widget = bar.widgetForAction(action)
+        if action.isSeparator() or widget is None:
+            continue
+        label = action.text() or getattr(widget, "text", lambda: "")() or type(widget).__name__
+        if not widget.isVisible() or not bar.rect().contains(widget.geometry()):
+            found.append(f"{label!r} is not in the toolbar's {bar.width()} px")
+        elif isinstance(widget, QLineEdit):
+            room = widget.width() - 12  # the frame and the text margins
+            needed = widget.fontMetrics().horizontalAdvance(widget.placeholderText())
+            if needed > room:
+                found.append(f"{widget.placeholderText()!r} needs {needed} px, has {room}")
+        elif widget.width() < widget.minimumSizeHint().width():
+            found.append(f"{label!r}: {widget.width()} px of {widget.minimumSizeHint().width()}")
+    return found
+
+
+def test_at_1024_the_toolbar_shows_every_action_whole(make_window: Windows, qtbot) -> None:
+    """At 1024x700 the job toolbar overflowed: Needles shrank to "Nee…" and Cancel went behind
+    the » button. Run and Cancel stay in view, and every other control too."""
+    window = make_window()
+    window.fit_to(QRect(0, 0, 1024, 700))
+    window.show()
+    qtbot.waitExposed(window)
+    qtbot.wait(50)
+    assert toolbar_problems(window) == []
+    bar = window.findChild(QToolBar, "toolbar-job")
+    for action in (window.run_action, window.cancel_action):
+        assert bar.widgetForAction(action).isVisible(), action.text()
+
+
+def test_at_1024_the_document_keeps_its_lines(
+    qtbot, make_window: Windows, model_path: Path, tmp_path: Path
+) -> None:
+    """With a model loaded and a plan shown, the document pane at 1024x700 showed 16 lines of
+    text (12 of the sample's spaced paragraphs): the gauges took a quarter of the height."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text(sample_document().read_text(encoding="utf-8")[:12_000], encoding="utf-8")
+    window = make_window(model_path, doc, 1024)
+    window.fit_to(QRect(0, 0, 1024, 700))
+    with qtbot.waitSignal(window.plan_shown, timeout=120_000):
+        window.show()
+    qtbot.wait(50)
+    pane = window.document_view.text
+    lines = pane.viewport().height() / pane.fontMetrics().lineSpacing()
+    assert lines >= 18.5, lines
+
+
+def test_the_panels_grow_back_when_the_window_is_enlarged(make_window: Windows, qtbot) -> None:
+    """From 1024x700 back to 1366x768 the docks kept their small widths and the document took
+    all the new room: each dock keeps its share of the window instead."""
+    window = make_window()
+    window.fit_to(QRect(0, 0, 1024, 700))
+    window.show()
+    qtbot.waitExposed(window)
+    qtbot.wait(50)
+    docks = {d.objectName(): d for d in window.findChildren(QDockWidget)}
+    small = {name: (d.width(), d.height()) for name, d in docks.items()}
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.width() == 1366)
+    qtbot.wait(50)
+    grown = 1366 / 1024
+    for dock in ("dock-model", "dock-stages"):
+        assert docks[dock].width() >= small[dock][0] * grown - 8, (dock, small[dock])
+    assert docks["dock-gauges"].height() > small["dock-gauges"][1], small["dock-gauges"]
+    document = window.centralWidget().width()
+    assert 1366 / 3 <= document <= 1366 * 0.45, document  # its share, not all the new room

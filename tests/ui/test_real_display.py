@@ -73,9 +73,11 @@ def test_open_summarize_roll_back_and_export_with_real_keys(
         display.focus(window)  # the keys go back to the window once its dialog has closed
         display.shot(shots / "1-opened.png")
 
+        display.key("alt+t", "s", "alt+s", "h")  # summarize under head (a first start opens
+        # on ask under retrieve)
         display.key("alt+l", "ctrl+a")  # the reply's room: 32 tokens keep the test short
         display.type("32")
-        display.key("Return", "ctrl+r")  # Run: summarize, the default task
+        display.key("Return", "ctrl+r")  # Run: summarize
         wait_for(lambda: count(app.db, "runs") == 1, "the summary's run in the history", app, 180)
         display.shot(shots / "2-summarized.png")
 

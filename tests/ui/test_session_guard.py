@@ -15,8 +15,17 @@ from app.core.documents import document_from_text
 from app.core.jobs.tasks import JobResult
 from app.core.paths import project_root, sample_document
 from app.store.repository import Entry
+from app.ui.main import parse_args, start_options
 from app.ui.main_window import MainWindow
-from app.ui.session_guard import LastSession, SessionGuard, SessionLock, restore, state_dir
+from app.ui.session_guard import (
+    FIRST_START,
+    LastSession,
+    SessionGuard,
+    SessionLock,
+    restore,
+    restore_choices,
+    state_dir,
+)
 from tests.ui.session_locks import answer, crash_with, lock_holder
 
 N_CTX = 512
@@ -210,3 +219,41 @@ def test_restoring_files_that_are_gone_says_so_and_changes_nothing_else(
     ]
     assert w.document_path is None and w.model_path is None and not w.waiting_for
     assert w.strategy_box.currentData() == "head"
+
+
+def test_every_start_opens_on_the_last_choices_and_context(
+    qtbot, tmp_path: Path, settings: QSettings, model_path: Path, windows: list[MainWindow]
+) -> None:
+    """A clean restart came back on summarize, head, no question and the default context: the
+    last session was read only after a crash. A first start opens on ask under retrieve (what
+    the guide recommends); later ones on the last choices and the context the model was loaded
+    at, unless the command line names another."""
+    lock_path = tmp_path / "session.lock"
+    first = SessionGuard(settings, SessionLock(lock_path))
+    assert first.start() and first.choices() == FIRST_START
+    assert first.context(model_path) is None  # nothing loaded yet: the model's default
+    w = _window(qtbot, tmp_path, settings, model_path)  # loads it at N_CTX
+    windows.append(w)
+    restore_choices(w, first.choices())
+    assert (w.task_box.currentData(), w.strategy_box.currentData()) == ("ask", "retrieve")
+    first.attach(w)
+    qtbot.waitUntil(lambda: w.session.loaded is not None, timeout=WAIT)
+    _choose(w.task_box, "extract")
+    w.question.setText("every date")
+    _choose(w.strategy_box, "tail")
+    w.max_tokens.setValue(77)
+    w.model_panel.n_ctx.setValue(N_CTX * 2)  # typed but not loaded: the loaded one is kept
+    w.close()
+
+    again = SessionGuard(settings, SessionLock(lock_path))
+    assert again.start() and not again.unclean
+    assert again.context(model_path) == N_CTX
+    assert again.context(tmp_path / "another.gguf") is None  # another model: its own default
+    assert start_options(parse_args([]), again.context) == (model_path, N_CTX)
+    assert start_options(parse_args(["--n-ctx", "1024"]), again.context) == (model_path, 1024)
+    after = _window(qtbot, tmp_path, settings)
+    windows.append(after)
+    restore_choices(after, again.choices())
+    assert (after.task_box.currentData(), after.strategy_box.currentData()) == ("extract", "tail")
+    assert after.question.text() == "every date" and after.max_tokens.value() == 77
+    again.lock.release()
