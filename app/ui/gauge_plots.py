@@ -4,6 +4,11 @@ A redraw must cost the GUI thread a few milliseconds, not a relayout: the rates'
 (now is 0), its y axis moves only in whole steps (Y_STEPS), and neither axis changes its width
 or SI prefix, so pyqtgraph repaints the curves and keeps the axes' pictures. A curve's data and
 the histogram's bars are set only when they changed.
+
+A title is drawn in the panel's own font size and shortened with "…" to the width its plot has,
+the whole title in the plot's tooltip: pyqtgraph's title never wraps nor shortens, and at
+1024x700 the histogram's ran past the plot's edge. Like an ElidedLabel's text(), the title
+label's ``text`` stays the whole title; only its drawing is shortened.
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPalette
 
 from app.core.telemetry import PromptHistogram
 from app.ui.gauge_figures import HISTORY_S, Point
@@ -57,12 +62,18 @@ class GaugePlots(QObject):
         self.hist.addItem(self._hist_bars)
         self.hist.setXRange(-0.6, 10.6, padding=0)
         self._hist_drawn: list[int] = []
+        self._titles: dict[pg.PlotWidget, str] = {}  # each plot's whole title
+        self._shown: dict[pg.PlotWidget, str] = {}  # and what of it is drawn
+        self._viewports = {self.rates.viewport(): self.rates, self.hist.viewport(): self.hist}
+        for plot in (self.rates, self.hist):
+            plot.viewport().installEventFilter(self)  # a new width: the title fitted again
+            plot.getPlotItem().vb.sigResized.connect(lambda _vb, p=plot: self._fit_title(p))
         self.retranslate()
 
     def retranslate(self) -> None:
         """The titles, the axes and the legend in the language now installed; the histogram's
         title, made from its count, is made again at the next draw_histogram."""
-        self.rates.setTitle(self.tr("Tokens per second"))
+        self.set_title(self.rates, self.tr("Tokens per second"))
         self.rates.setLabel("bottom", self.tr("seconds ago"))
         for curve, name in ((self.gen_curve, self.tr("generation")),
                             (self.prompt_curve, self.tr("prompt"))):  # fmt: skip
@@ -95,7 +106,51 @@ class GaugePlots(QObject):
         self.hist.setYRange(0, max(1, *bins), padding=0.05)
         n = sum(bins)
         count = self.tr("1 prompt") if n == 1 else self.tr("{0:,} prompts").format(n)
-        self.hist.setTitle(self.tr("Prompt length, % of n_ctx ({0})").format(count))
+        self.set_title(self.hist, self.tr("Prompt length, % of n_ctx ({0})").format(count))
+
+    def set_title(self, plot: pg.PlotWidget, title: str) -> None:
+        """``plot``'s title, shortened to the width it has (see the module's docstring)."""
+        self._titles[plot] = title
+        self._fit_title(plot)
+
+    def title(self, plot: pg.PlotWidget) -> str:
+        """``plot``'s whole title, as set (the plot may show it shortened)."""
+        return self._titles.get(plot, "")
+
+    def shown_title(self, plot: pg.PlotWidget) -> str:
+        """What of ``plot``'s title fits its width, as drawn."""
+        return self._shown.get(plot, "")
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize and watched in self._viewports:
+            self._fit_title(self._viewports[watched])
+        return False
+
+    def _fit_title(self, plot: pg.PlotWidget, force: bool = False) -> None:
+        """Show as much of the title as fits above the plot's data (the axes take the rest of
+        the plot's width; the text item keeps a margin each side)."""
+        title = self._titles.get(plot, "")
+        if not title:
+            return
+        item = plot.getPlotItem()
+        label = item.titleLabel
+        font = QFont(label.item.font())  # the text item's family, in the panel's size
+        own = plot.font()
+        if own.pointSizeF() > 0:
+            font.setPointSizeF(own.pointSizeF())
+            size = f"{own.pointSizeF():g}pt"
+        else:  # a font sized in pixels
+            font.setPixelSize(own.pixelSize())
+            size = f"{own.pixelSize()}px"
+        margin = 2 * label.item.document().documentMargin()
+        room = plot.viewport().width() - (item.width() - item.vb.width()) - margin
+        shown = QFontMetricsF(font).elidedText(title, Qt.TextElideMode.ElideRight, max(0, room))
+        if force or shown != self._shown.get(plot):
+            self._shown[plot] = shown
+            item.setTitle(shown, size=size)
+        label.text = title
+        if plot.toolTip() != title:
+            plot.setToolTip(title)
 
     def _fit_y(self, top: float) -> None:
         """The y axis ends at the first step above the highest point (with room to spare), so it
@@ -119,10 +174,8 @@ class GaugePlots(QObject):
                 axis = plot.getAxis(side)
                 axis.setPen(pg.mkPen(text))
                 axis.setTextPen(pg.mkPen(text))
-            title = plot.getPlotItem().titleLabel
-            title.setAttr("color", text)
-            if title.text:
-                title.setText(title.text)  # LabelItem applies its colour only when it renders
+            plot.getPlotItem().titleLabel.setAttr("color", text)
+            self._fit_title(plot, force=True)  # LabelItem applies its colour when it renders
         self._legend.setLabelTextColor(text)
         for _sample, label in self._legend.items:
             label.setText(label.text)

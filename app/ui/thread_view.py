@@ -4,6 +4,9 @@ the model answered, oldest first, beside the output buffer.
 Each follow-up question is a version, child of the one before (see services.versions.thread),
 so the thread is read from the history, not kept apart from it: a rollback or an opened version
 shows the thread that leads to it. Clicking a turn opens its version.
+
+The HTML carries the palette's colours (the marked turn's band, the links): Qt writes them into
+the document when it reads the HTML, so the thread is drawn again when the theme changes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from PySide6.QtCore import QUrl, Signal
+from PySide6.QtCore import QEvent, QUrl, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from app.services.versions import Turn
@@ -19,6 +23,7 @@ from app.ui.i18n import FollowsLanguage, finish_label, strategy_label
 from app.ui.widgets import plain_label
 
 SCHEME = "version"  # a turn's link: version:<id>
+OBJECT_NAME = "thread-view"  # the real-display tests find the pane so
 
 
 class ThreadView(FollowsLanguage, QWidget):
@@ -30,8 +35,10 @@ class ThreadView(FollowsLanguage, QWidget):
         super().__init__(parent)
         self._turns: tuple[Turn, ...] = ()
         self._current: int | None = None
+        self.setObjectName(OBJECT_NAME)
         self.heading = plain_label()
         self.browser = QTextBrowser()
+        self.browser.setObjectName(f"{OBJECT_NAME}-text")
         self.browser.setOpenLinks(False)
         self.browser.anchorClicked.connect(self._on_anchor)
         layout = QVBoxLayout(self)
@@ -55,7 +62,18 @@ class ThreadView(FollowsLanguage, QWidget):
         self.browser.setToolTip(self.tr("Click a question to open its version"))
         self._render()
 
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange):
+            bar = self.browser.verticalScrollBar()
+            at = bar.value()
+            self._render()  # the colours written into the HTML are the old theme's
+            bar.setValue(at)
+
     def _render(self) -> None:
+        pal = self.palette()  # the browser hears of a new palette after its parent
+        band = pal.color(QPalette.ColorRole.AlternateBase).name()
+        link = pal.color(QPalette.ColorRole.Link).name()
         n = len(self._turns)
         count = self.tr("1 question") if n == 1 else self.tr("{0} questions").format(n)
         self.heading.setText(self.tr("Thread: {0}").format(count))
@@ -66,9 +84,10 @@ class ThreadView(FollowsLanguage, QWidget):
             question = html.escape(turn.question)
             answer = html.escape(turn.answer).replace("\n", "<br>") or "<i>…</i>"
             finish = finish_label(turn.finish_reason) if turn.finish_reason else ""
-            style = "background-color: palette(alternate-base);" if marked else ""
+            style = f"background-color: {band};" if marked else ""
             parts.append(
-                f'<div style="{style}"><p><a href="{SCHEME}:{turn.version}">'
+                f'<div style="{style}"><p><a href="{SCHEME}:{turn.version}" '
+                f'style="color: {link};">'
                 f"<b>{html.escape(head)}</b></a> — <b>{question}</b></p>"
                 f"<p>{answer}</p><p><small>{html.escape(finish)}</small></p></div><hr>"
             )
