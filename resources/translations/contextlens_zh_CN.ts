@@ -717,6 +717,10 @@ Qt (PySide6) {3}</translation>
         <translation>v{0}（已取消）</translation>
     </message>
     <message>
+        <source>{0} · {1}</source>
+        <translation>{0} · {1}</translation>
+    </message>
+    <message>
         <source>{0} · {1:,} + {2:,} tokens</source>
         <translation>{0} · {1:,} + {2:,} 个 token</translation>
     </message>
@@ -1002,8 +1006,24 @@ Qt (PySide6) {3}</translation>
         <translation>批大小、微批大小：</translation>
     </message>
     <message>
+        <source>Load the model again with this context size</source>
+        <translation>以此上下文大小重新加载模型</translation>
+    </message>
+    <message>
         <source>A quantized KV cache ({0}) needs flash attention, so it was turned on.</source>
         <translation>量化 KV 缓存（{0}）需要 Flash Attention，因此已将其开启。</translation>
+    </message>
+    <message>
+        <source>A context size can be at most {0:,} tokens.</source>
+        <translation>上下文大小最多为 {0:,} 个token。</translation>
+    </message>
+    <message>
+        <source>Above the model&apos;s trained context of {0:,} tokens: answers may degrade.</source>
+        <translation>超过模型训练时的上下文（{0:,} 个token）：回答质量可能下降。</translation>
+    </message>
+    <message>
+        <source>Reload with {0:,}</source>
+        <translation>以 {0:,} 重新加载</translation>
     </message>
     <message>
         <source>all {0}</source>
@@ -1117,12 +1137,12 @@ Qt (PySide6) {3}</translation>
         <translation> 任务(&amp;T) </translation>
     </message>
     <message>
-        <source>Question, or instruction for extract</source>
-        <translation>问题，或提取任务的指令</translation>
+        <source>Question or instruction</source>
+        <translation>问题或指令</translation>
     </message>
     <message>
-        <source>Several questions: paste them one per line, or use Several…</source>
-        <translation>多个问题：每行粘贴一个，或使用“多个…”按钮…</translation>
+        <source>A question to ask, or the instruction for extract. Several questions: paste them one per line, or use Several…</source>
+        <translation>要问的问题，或提取任务的指令。多个问题：每行粘贴一个，或使用“多个…”按钮</translation>
     </message>
     <message>
         <source>Several…</source>
@@ -1161,16 +1181,16 @@ Qt (PySide6) {3}</translation>
         <translation>比较(&amp;C)</translation>
     </message>
     <message>
-        <source>Needles: facts to track, separated by |</source>
-        <translation>针：要追踪的事实，用 | 分隔</translation>
-    </message>
-    <message>
-        <source>Texts from the document; Compare shows the share that reaches the model</source>
-        <translation>取自文档的文本；“比较”会显示其中送入模型的比例</translation>
-    </message>
-    <message>
         <source>&amp;Cancel</source>
         <translation>取消(&amp;C)</translation>
+    </message>
+    <message>
+        <source>Needles: a | b</source>
+        <translation>针：a | b</translation>
+    </message>
+    <message>
+        <source>Needles: facts to track, texts from the document separated by |; Compare shows the share that reaches the model</source>
+        <translation>针：要追踪的事实，取自文档的文本，用 | 分隔；“比较”会显示其中送入模型的比例</translation>
     </message>
     <message>
         <source>&amp;Job</source>
@@ -1877,8 +1897,16 @@ Qt (PySide6) {3}</translation>
         <translation>回复：{0:,} 个token</translation>
     </message>
     <message>
-        <source>prompt {0:,} of {1:,} tokens · {2} left</source>
-        <translation>提示词 {0:,} / {1:,} 个token · 剩余 {2}</translation>
+        <source>about {0} s left</source>
+        <translation>约剩 {0} 秒</translation>
+    </message>
+    <message>
+        <source>about {0} min left</source>
+        <translation>约剩 {0} 分钟</translation>
+    </message>
+    <message>
+        <source>about {0} h {1} min left</source>
+        <translation>约剩 {0} 小时 {1} 分钟</translation>
     </message>
     <message>
         <source>prompt {0:,} of {1:,} tokens</source>
