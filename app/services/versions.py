@@ -444,15 +444,19 @@ def thread(repo: Repository, version_id: int) -> list[Turn]:
     """The questions asked along the line of work that ends at ``version_id`` (its ancestors,
     then itself), oldest first, with their answers: the conversation a follow-up continues.
     Versions of another task (a summary between two questions) are passed over; a version that
-    asked several questions gives a turn for each."""
+    asked several questions gives a turn for each. A version asking what its parent asked (a
+    rollback's copy, a run again) takes its parent's place: the question was asked once."""
     line: list[VersionInfo] = []
     at: int | None = version_id
     while at is not None:
         version = repo.get_version(at)
         line.append(version)
         at = version.parent
+    line.reverse()
+    line = [v for v, child in zip(line, [*line[1:], None], strict=True)
+            if child is None or (child.task, child.prompt) != (v.task, v.prompt)]  # fmt: skip
     turns = []
-    for version in reversed(line):
+    for version in line:
         if version.task != "ask":
             continue
         runs = repo.runs(version.id)

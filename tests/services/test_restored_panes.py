@@ -66,4 +66,5 @@ def test_the_thread_shows_a_reply_resumed_from_the_state(repo: Repository) -> No
                         outputs=[OutputSpan(RESUMED_STEP, "The boats, again.", (), 1, "stop")])
     versions.record_resumed(repo, copy, resumed)
     turns = versions.thread(repo, copy.id)
-    assert [t.answer for t in turns] == ["The boats.", "The boats, again."]  # not "" ("…")
+    # the copy asks what its parent asked: one turn, with the reply made again (not "", "…")
+    assert [t.answer for t in turns] == ["The boats, again."]

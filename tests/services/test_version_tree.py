@@ -131,3 +131,7 @@ def test_the_thread_is_the_questions_along_the_line_of_work(repo: Repository) ->
     assert [t.number for t in turns] == [1, 3, 3] and turns[0].finish_reason == "stop"
     assert [t.question for t in versions.thread(repo, aside)] == ["Where?", "Why?"]
     assert versions.thread(repo, summary)[-1].version == q1
+    # a rollback of q2 asks what q2 asked: its turns take q2's place, not repeat them
+    again = repo.rollback(q2).id
+    assert [(t.version, t.question) for t in versions.thread(repo, again)] == [
+        (q1, "Where?"), (again, "When?"), (again, "Who?")]
