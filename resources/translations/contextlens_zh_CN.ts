@@ -1142,7 +1142,7 @@ Qt (PySide6) {3}</translation>
     </message>
     <message>
         <source>A question to ask, or the instruction for extract. Several questions: paste them one per line, or use Several…</source>
-        <translation>要问的问题，或提取任务的指令。多个问题：每行粘贴一个，或使用“多个…”按钮</translation>
+        <translation>要问的问题，或提取任务的指令。多个问题：每行粘贴一个，或使用多个…</translation>
     </message>
     <message>
         <source>Several…</source>

@@ -137,7 +137,8 @@ def test_a_job_on_the_real_model_is_recorded_and_resumes_from_its_kv_state(
     [resumed] = done.args[0].results
     assert resumed.evaluated_tokens == 1  # the prompt came from the saved state
     assert resumed.text == result.text and restored == [choices.sampling]
-    assert started[-1] == StartedJob(N_CTX, ("head",), resumed=True)
+    assert started[-1] == StartedJob(N_CTX, ("head",), resumed=True, layout=started[-1].layout)
+    assert {kind for kind, *_ in started[-1].layout} >= {"system", "chunk"}  # the cache it left
     assert repo.runs(rolled_back.id)[0]["outputs"][0]["text"] == result.text
 
 
