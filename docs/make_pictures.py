@@ -97,8 +97,8 @@ def main() -> int:
     history = window.history
     if history is not None:  # a rollback of the summary: resumed from its KV state
         window.tabs.setCurrentWidget(history)
-        wait(app, lambda: history.tree.topLevelItemCount() > 0, "the recorded summary")
-        history.tree.setCurrentItem(history.tree.topLevelItem(0))
+        wait(app, lambda: bool(history.versions()), "the recorded summary")
+        history.select_versions(history.versions()[0].id)
         finished.clear()
         history.rollback_button.click()
         wait(app, lambda: bool(finished), "the rollback's reply")
