@@ -30,7 +30,11 @@ class Display:
     def __init__(self, size: str = "1366x768") -> None:
         read, write = os.pipe()
         self._xvfb = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24", "-nolisten", "tcp"],
+            # -noreset: a server whose last client leaves resets, and a client connecting
+            # meanwhile is refused (an app restarted right after the first one quit was told
+            # "could not connect to display")
+            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24", "-nolisten", "tcp",
+             "-noreset"],
             pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         os.close(write)
