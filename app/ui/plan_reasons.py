@@ -22,8 +22,9 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(f"^{pattern}$"), template)
     for pattern, template in (
         ("fits the budget", QT_TRANSLATE_NOOP("PlanReason", "fits the budget")),
-        (f"the document needs {_N} tokens; the budget is {_N}",
-         QT_TRANSLATE_NOOP("PlanReason", "the document needs {0} tokens; the budget is {1}")),
+        (f"the document's chunks need {_N} tokens; the budget is {_N}",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "the document's chunks need {0} tokens; the budget is {1}")),
         (f"after the first {_N} tokens \\(head\\)",
          QT_TRANSLATE_NOOP("PlanReason", "after the first {0} tokens (head)")),
         ("the start of the document", QT_TRANSLATE_NOOP("PlanReason", "the start of the document")),

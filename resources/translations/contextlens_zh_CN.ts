@@ -1700,8 +1700,8 @@ Qt (PySide6) {3}</translation>
         <translation>在预算之内</translation>
     </message>
     <message>
-        <source>the document needs {0} tokens; the budget is {1}</source>
-        <translation>文档需要 {0} 个token；预算为 {1}</translation>
+        <source>the document&apos;s chunks need {0} tokens; the budget is {1}</source>
+        <translation>文档的各块共需 {0} 个token；预算为 {1}</translation>
     </message>
     <message>
         <source>after the first {0} tokens (head)</source>

@@ -117,7 +117,7 @@ def test_refuse_runs_at_the_exact_budget_and_refuses_one_token_past_it(
         return
     assert proc.returncode == 4, proc.stderr
     assert_one_line_error(proc)
-    numbers = f"the document needs {budget + 1:,} tokens; the budget is {budget:,}"
+    numbers = f"the document's chunks need {budget + 1:,} tokens; the budget is {budget:,}"
     assert numbers in done["refused"] and done["refused"] in proc.stderr
     assert done["completion_tokens"] == 0
     edges.add("prompt at the context's edge", "refused")
@@ -133,7 +133,8 @@ def test_plan_refuse_names_the_whole_prompt_and_the_context(
     assert_one_line_error(proc)
     assert proc.stderr.strip() == (  # the prompt is the whole context: no room for the reply
         f"error: refused: prompt needs {N_CTX:,} tokens, context is {N_CTX:,} "
-        f"(reply reserve 1): the document needs {budget + 1:,} tokens; the budget is {budget:,}"
+        f"(reply reserve 1): the document's chunks need {budget + 1:,} tokens; "
+        f"the budget is {budget:,}"
     )
     edges.add("prompt at the context's edge", "refused")
 

@@ -182,7 +182,7 @@ def run_job(
 _PREFLIGHT = re.compile(
     r"prompt needs ([\d,]+) tokens, context is ([\d,]+) \(reply reserve ([\d,]+)\)"
 )
-_REFUSE = re.compile(r"the document needs ([\d,]+) tokens; the budget is ([\d,]+)")
+_REFUSE = re.compile(r"the document's chunks need ([\d,]+) tokens; the budget is ([\d,]+)")
 
 
 def _num(s: str) -> int:
@@ -297,7 +297,7 @@ def test_a_refused_job_names_the_whole_prompt_and_the_context(
 ) -> None:
     """The refuse strategy's refusal says what the preflight says, the whole prompt against
     n_ctx and the reply reserve, as well as the document against the budget. Today a job's
-    refusal reads only "the document needs N tokens; the budget is B": no context size."""
+    refusal reads only "the document's chunks need N tokens; the budget is B": no context size."""
     frame, budget = edge_bench.boundary("summarize", "refuse", 1)
     run = edge_bench.run(edge_bench.doc(budget + 1), "refuse")
     check_refusal(run, N_CTX)
@@ -495,7 +495,7 @@ def test_a_budget_smaller_than_one_sentence_cuts_inside_it_and_says_so(
         check_plan(plan, text)
         if strategy == "refuse":
             assert plan.refused == (
-                f"the document needs {plan.total_tokens:,} tokens; the budget is {budget:,}"
+                f"the document's chunks need {plan.total_tokens:,} tokens; the budget is {budget:,}"
             )
             edges.add("budget under a sentence", "refused")
             continue

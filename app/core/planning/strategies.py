@@ -76,7 +76,9 @@ def _refuse(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions) 
     total = sum(c.tokens for c in chunks)
     if total <= budget:
         return _Draft("fits the budget")
-    message = f"the document needs {total:,} tokens; the budget is {budget:,}"
+    # the chunks' sum (what the model would evaluate) can be a token or two above the whole
+    # text's count shown as the document's total: said as the chunks', not the document's
+    message = f"the document's chunks need {total:,} tokens; the budget is {budget:,}"
     return _Draft("", dict.fromkeys(range(len(chunks)), message), refused=message)
 
 
