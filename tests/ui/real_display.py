@@ -7,6 +7,8 @@ the screen, the history database it writes and the log it keeps.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -99,16 +101,64 @@ class Display:
             self._xvfb.kill()
 
 
+def home_env(display: Display, home: Path) -> dict[str, str]:
+    """``display``'s environment with a home of its own: settings, data, state and cache under
+    ``home``, nothing of the machine's user read or written; no calibration."""
+    return {**display.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
+            "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
+            "XDG_CACHE_HOME": str(home / "cache"), "CONTEXTLENS_CALIBRATE": "0"}  # fmt: skip
+
+
+class ProbeProcess:
+    """A probe module (tests/ui/wheel_probe.py, window_probe.py) run as a process of its own:
+    the real window on a display, answering each command line with one line of JSON."""
+
+    def __init__(self, module: str, args: list[str], env: dict[str, str],
+                 errors: Path | None = None) -> None:  # fmt: skip
+        self.errors = errors
+        with errors.open("wb") if errors is not None else contextlib.nullcontext() as err:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", module, *args], env=env, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                cwd=Path(__file__).parents[2],
+            )  # fmt: skip
+        assert self._answer() == "ready"
+
+    def log(self) -> str:
+        """What the probe wrote to its errors file (the last 3,000 characters), if it has one."""
+        return "" if self.errors is None else self.errors.read_text(errors="replace")[-3000:]
+
+    def _answer(self) -> object:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        assert line, f"the probe ended (exit status {self._process.poll()})\n{self.log()}"
+        return json.loads(line)
+
+    def send(self, command: str) -> object:
+        """``command``'s answer."""
+        assert self._process.stdin is not None
+        self._process.stdin.write(command + "\n")
+        self._process.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        try:
+            assert self._process.stdin is not None
+            self._process.stdin.write("quit\n")
+            self._process.stdin.close()
+            self._process.wait(15)
+        except (OSError, subprocess.TimeoutExpired):
+            self._process.kill()
+            self._process.wait(5)
+
+
 class App:
     """``contextlens`` started with ``args`` on ``display``, with a home of its own."""
 
     def __init__(self, display: Display, home: Path, args: list[str]) -> None:
         self.home = home
         self.db = home / "history.db"
-        env = {**display.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
-               "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
-               "XDG_CACHE_HOME": str(home / "cache"), "CONTEXTLENS_DB": str(self.db),
-               "CONTEXTLENS_CALIBRATE": "0"}  # fmt: skip
+        env = {**home_env(display, home), "CONTEXTLENS_DB": str(self.db)}
         self.output = home / "app-output.txt"
         with self.output.open("wb") as out:
             self._process = subprocess.Popen(

@@ -20,8 +20,6 @@ import json
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from PySide6.QtGui import QImage
 
 from app.core.engine.gguf import inspect_model
 from tests.conftest import DATA
-from tests.ui.real_display import Display, missing_tools
+from tests.ui.real_display import Display, ProbeProcess, home_env, missing_tools
 
 pytestmark = [
     pytest.mark.window,
@@ -53,51 +51,21 @@ DARK = 0.35  # the most the thread pane's median luminance may be in the dark th
 SETTLE_S = 0.3  # between two looks at the field, for the fit line's debounced answer
 
 
-class Probe:
+class Probe(ProbeProcess):
     """The window in a process of its own on ``display`` (tests/ui/window_probe.py)."""
 
     def __init__(self, display: Display, home: Path, model: Path) -> None:
-        env = {**display.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
-               "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
-               "XDG_CACHE_HOME": str(home / "cache"), "CONTEXTLENS_CALIBRATE": "0"}  # fmt: skip
-        self.errors = home / "probe-errors.txt"
-        with self.errors.open("wb") as err:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "tests.ui.window_probe", str(model), str(DOCUMENT),
-                 str(N_CTX), "light"], env=env, text=True, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=err, cwd=Path(__file__).parents[2],
-            )  # fmt: skip
-        assert self._answer() == "ready"
-
-    def _answer(self) -> object:
-        assert self._process.stdout is not None
-        line = self._process.stdout.readline()
-        assert line, f"the probe ended ({self._process.poll()}):\n{self.log()}"
-        return json.loads(line)
+        super().__init__("tests.ui.window_probe",
+                         [str(model), str(DOCUMENT), str(N_CTX), "light"],
+                         home_env(display, home), errors=home / "probe-errors.txt")  # fmt: skip
 
     def ask(self, command: str) -> dict:
-        assert self._process.stdin is not None
-        self._process.stdin.write(command + "\n")
-        self._process.stdin.flush()
-        answer = self._answer()
+        answer = self.send(command)
         assert isinstance(answer, dict | str), answer
         if isinstance(answer, dict):
             assert "error" not in answer, f"the probe could not answer {command!r}: {answer}"
             return answer
         return {"answer": answer}
-
-    def log(self) -> str:
-        return self.errors.read_text(errors="replace")[-3000:]
-
-    def close(self) -> None:
-        try:
-            assert self._process.stdin is not None
-            self._process.stdin.write("quit\n")
-            self._process.stdin.close()
-            self._process.wait(15)
-        except (OSError, subprocess.TimeoutExpired):
-            self._process.kill()
-            self._process.wait(5)
 
 
 def until(condition: Callable[[], object], what: str, probe: Probe, timeout: float) -> object:

@@ -9,16 +9,12 @@ is and what it holds); xdotool turns the wheel as a person's mouse does.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.ui.real_display import Display, missing_tools
+from tests.ui.real_display import Display, ProbeProcess, missing_tools
 
 pytestmark = pytest.mark.skipif(
     bool(missing_tools()),
@@ -29,40 +25,17 @@ WHEEL_DOWN, WHEEL_UP = "5", "4"  # X's buttons for one notch of the wheel
 SETTLE_S = 0.5  # for the window to take the last events xdotool sent before it is asked
 
 
-class Probe:
+class Probe(ProbeProcess):
     def __init__(self, display: Display) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.ui.wheel_probe"], env=display.env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=Path(__file__).parents[2],
-        )  # fmt: skip
-        assert self._answer() == "ready"
-
-    def _answer(self) -> object:
-        assert self._process.stdout is not None
-        line = self._process.stdout.readline()
-        assert line, f"the probe ended (exit status {self._process.poll()})"
-        return json.loads(line)
+        super().__init__("tests.ui.wheel_probe", [], display.env)
 
     def ask(self, command: str) -> object:
-        assert self._process.stdin is not None
-        self._process.stdin.write(command + "\n")
-        self._process.stdin.flush()
-        return self._answer()
+        return self.send(command)
 
     def widgets(self) -> list[dict]:
         answer = self.ask("list")
         assert isinstance(answer, list)
         return answer
-
-    def close(self) -> None:
-        try:
-            assert self._process.stdin is not None
-            self._process.stdin.write("quit\n")
-            self._process.stdin.close()
-            self._process.wait(15)
-        except (OSError, subprocess.TimeoutExpired):
-            self._process.kill()
-            self._process.wait(5)
 
 
 @pytest.fixture
