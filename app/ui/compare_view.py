@@ -2,9 +2,11 @@
 
 Each pane shows its strategy's plan (kept tokens of the total, passes, boundary integrity, needle
 retention when needles are set), its output as it streams, whole (the box grows with the text and
-the panes scroll together), and once done its time and finish reason; a table at the bottom sums
-them up, a column per strategy and a row per figure, so that it fits a narrow dock without
-scrolling sideways. The view only observes the events of a ``compare`` job: a
+the panes scroll together), and once done its time and finish reason. The panes stand side by side
+where the width gives each MIN_PANE_WIDTH; in a narrower dock they become tabs, one per strategy,
+so that every strategy is one click away at the top rather than a pane below the fold. A table at
+the bottom sums them up, a column per strategy and a row per figure, so that it fits a narrow dock
+without scrolling sideways. The view only observes the events of a ``compare`` job: a
 :class:`StrategyStarted` says which pane the events that follow belong to.
 """
 
@@ -17,14 +19,16 @@ from PySide6.QtGui import QResizeEvent, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QFrame,
-    QGridLayout,
     QGroupBox,
+    QHBoxLayout,
     QHeaderView,
     QScrollArea,
     QSizePolicy,
     QSplitter,
+    QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QTextEdit,
     QVBoxLayout,
     QWidget,
@@ -36,8 +40,8 @@ from app.ui.widgets import plain_label
 
 MAX_PANES = 4
 # px: a pane narrower than this wraps its answer every word or two. Three strategies side by side
-# in the three-stage dock at 1366x768 (about 470 px) get about 150 px each: one row, each
-# pane's top in view, rather than a grid whose third pane lies below the fold.
+# in the three-stage dock at 1366x768 (about 470 px) get about 150 px each, in one row; at
+# 1024x700 (about 380 px) they are tabs, each answer the dock's whole width.
 MIN_PANE_WIDTH = 130
 
 
@@ -165,17 +169,23 @@ class CompareView(FollowsLanguage, QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.panes: dict[str, StrategyPane] = {}
-        self._columns = 0  # panes per row, as the width allows
+        self._side_by_side: bool | None = None  # None: the panes are not placed yet
         self._current: StrategyPane | None = None
         self._needles: dict[str, float] = {}
-        self._grid_host = QWidget()
-        self._grid = QGridLayout(self._grid_host)
-        self._grid.setAlignment(Qt.AlignmentFlag.AlignTop)
-        panes = QScrollArea()  # the answers whole, one above the other when the dock is narrow
-        panes.setWidget(self._grid_host)
-        panes.setWidgetResizable(True)
-        panes.setFrameShape(QFrame.Shape.NoFrame)
-        panes.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._row_host = QWidget()
+        self._row = QHBoxLayout(self._row_host)
+        self._row.setAlignment(Qt.AlignmentFlag.AlignTop)
+        side = QScrollArea()  # the answers whole, side by side, scrolling together
+        side.setWidget(self._row_host)
+        side.setWidgetResizable(True)
+        side.setFrameShape(QFrame.Shape.NoFrame)
+        side.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.tabs = QTabWidget()  # a narrow dock: a tab per strategy, each answer full width
+        self.tabs.setObjectName("compare-tabs")
+        self.tabs.setDocumentMode(True)
+        self._panes_stack = QStackedWidget()
+        self._panes_stack.addWidget(side)
+        self._panes_stack.addWidget(self.tabs)
         # a column per strategy, a row per figure (the strategy names the column)
         self.table = QTableWidget(len(self.COLUMNS) - 1, 0)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -189,7 +199,7 @@ class CompareView(FollowsLanguage, QWidget):
         self._fit_table()
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.setObjectName("splitter-compare")  # the window saves where the person put it
-        splitter.addWidget(panes)
+        splitter.addWidget(self._panes_stack)
         splitter.addWidget(self.table)
         splitter.setStretchFactor(0, 3)
         layout = QVBoxLayout(self)
@@ -207,6 +217,10 @@ class CompareView(FollowsLanguage, QWidget):
             header = QTableWidgetItem(self.tr(title))
             header.setToolTip(self.tr(tip))
             self.table.setVerticalHeaderItem(row, header)
+        for i in range(self.tabs.count()):
+            pane = self._tab_pane(i)
+            if pane is not None:
+                self.tabs.setTabText(i, strategy_label(pane.strategy))
         self._fill_table()
 
     def start(self, strategies: Sequence[str], needles: dict[str, float] | None = None) -> None:
@@ -219,28 +233,68 @@ class CompareView(FollowsLanguage, QWidget):
         for name in strategies:
             pane = StrategyPane(name)
             self.panes[name] = pane
-        self._columns = 0
+        self._side_by_side = None
         self._arrange()
 
-    def pane_columns(self) -> int:
-        """Panes per row: all of them, side by side, where the width gives each at least
-        MIN_PANE_WIDTH (every strategy's answer starts in view, each as tall as its text, the
-        panes scrolling together); fewer only in a dock too narrow for that, where they stack
-        rather than shrink to a word per line; four make two rows of two rather than three
-        and one."""
-        n = len(self.panes)
-        columns = max(1, min(n, self.width() // MIN_PANE_WIDTH))
-        return 2 if n == 4 and columns == 3 else columns
+    def side_by_side(self) -> bool:
+        """Whether the panes stand side by side: the width gives each at least MIN_PANE_WIDTH
+        (every strategy's answer starts in view, each as tall as its text, the panes scrolling
+        together). In a narrower dock they are tabs rather than panes a word wide or a grid
+        whose last pane lies below the fold."""
+        return self.width() >= len(self.panes) * MIN_PANE_WIDTH
 
     def _arrange(self) -> None:
-        columns = self.pane_columns()
-        if columns == self._columns:
+        side_by_side = self.side_by_side()
+        if side_by_side == self._side_by_side:
             return
-        self._columns = columns
-        for i, pane in enumerate(self.panes.values()):
-            self._grid.addWidget(pane, i // columns, i % columns)  # moves it if placed before
-        for column in range(MAX_PANES):
-            self._grid.setColumnStretch(column, 1 if column < columns else 0)
+        self._side_by_side = side_by_side
+        shown = self._shown_pane()
+        self._take_panes()
+        for pane in self.panes.values():
+            if side_by_side:
+                self._row.addWidget(pane, 1)
+            else:
+                area = QScrollArea()  # a tab scrolls its answer; the answer's box never does
+                area.setWidgetResizable(True)
+                area.setFrameShape(QFrame.Shape.NoFrame)
+                area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+                area.setWidget(pane)
+                self.tabs.addTab(area, strategy_label(pane.strategy))
+            pane.show()
+        self._panes_stack.setCurrentIndex(0 if side_by_side else 1)
+        shown = shown or self._current  # the tab read before, or the strategy streaming
+        if shown is not None:
+            self.show_pane(shown.strategy)
+
+    def _take_panes(self) -> None:
+        """Every pane out of the row and the tabs, none deleted (they move, or are cleared)."""
+        for pane in self.panes.values():
+            self._row.removeWidget(pane)
+        while self.tabs.count():
+            area = self.tabs.widget(0)
+            self.tabs.removeTab(0)
+            if isinstance(area, QScrollArea):
+                pane = area.takeWidget()
+                if pane is not None:
+                    pane.setParent(self._row_host)
+            area.deleteLater()
+
+    def _tab_pane(self, index: int) -> StrategyPane | None:
+        """The pane in this tab (None past the last tab)."""
+        area = self.tabs.widget(index)
+        pane = area.widget() if isinstance(area, QScrollArea) else None
+        return pane if isinstance(pane, StrategyPane) else None
+
+    def _shown_pane(self) -> StrategyPane | None:
+        """The pane of the tab now shown (None side by side, where all are)."""
+        return self._tab_pane(self.tabs.currentIndex())
+
+    def show_pane(self, strategy: str) -> None:
+        """Bring this strategy's answer into view: its tab when the panes are tabs."""
+        for i in range(self.tabs.count()):
+            pane = self._tab_pane(i)
+            if pane is not None and pane.strategy == strategy:
+                self.tabs.setCurrentIndex(i)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
@@ -248,12 +302,12 @@ class CompareView(FollowsLanguage, QWidget):
 
     def clear(self) -> None:
         """No panes and an empty table (another document was opened)."""
+        self._take_panes()
         for pane in self.panes.values():
-            self._grid.removeWidget(pane)
             pane.hide()
             pane.deleteLater()
         self.panes, self._plans, self._needles, self._current = {}, {}, {}, None
-        self._columns = 0
+        self._side_by_side = None
         self._results = []
         self.table.setColumnCount(0)
 
@@ -268,7 +322,11 @@ class CompareView(FollowsLanguage, QWidget):
 
     def on_event(self, ev: object) -> None:
         if isinstance(ev, StrategyStarted):
+            # follow the run, unless the person chose another tab than the one streaming
+            following = self._current is None or self._shown_pane() in (None, self._current)
             self._current = self.panes.get(ev.strategy)
+            if following:
+                self.show_pane(ev.strategy)  # the tab of the strategy now streaming
         elif self._current is None:
             return
         elif isinstance(ev, PlanReady):

@@ -1,20 +1,21 @@
 """The model card: what a GGUF file is (name, architecture, size, quantization, trained
 context, layers, attention, kind, KV bytes per token) and what is loaded, before a person
 chooses a context size. Filled from :class:`~app.core.engine.gguf.ModelInfo`, read off the GUI
-thread by the panel, and said again in another language from what it was given.
+thread by the panel, and said again in another language from what it was given. Each row is one
+line, cut with "…" to the dock's width and whole in its tooltip: a card whose rows wrap to two or
+three lines in a 300 px dock pushed the load options two scrolls down.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QWidget
 
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.types import LoadedModel
 from app.ui.i18n import FollowsLanguage
-from app.ui.widgets import plain_label
+from app.ui.widgets import ElidedLabel
 
 
 def _mib(n: int) -> str:
@@ -40,8 +41,9 @@ class ModelCard(FollowsLanguage, QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         form = QFormLayout(self)
-        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: fields go under
-        self._fields: dict[str, QLabel] = {}
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self._fields: dict[str, ElidedLabel] = {}
         self._names: dict[str, QLabel] = {}
         # what the card shows, to say it again in another language
         self._info: ModelInfo | None = None
@@ -49,9 +51,7 @@ class ModelCard(FollowsLanguage, QGroupBox):
         self._loaded: LoadedModel | None = None
         self._loaded_shown = False  # show_loaded was called since the last clear
         for key in self._row_names():
-            value = plain_label("–")
-            value.setWordWrap(True)
-            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            value = ElidedLabel("–")  # plain text, one line
             name = QLabel()
             name.setBuddy(value)
             self._fields[key] = value
@@ -71,7 +71,7 @@ class ModelCard(FollowsLanguage, QGroupBox):
             "layers": self.tr("Layers:"),
             "attention": self.tr("Attention:"),
             "kind": self.tr("Kind:"),
-            "kv": self.tr("KV bytes per token:"),
+            "kv": self.tr("KV per token:"),
             "loaded": self.tr("Loaded:"),
         }
 
@@ -115,7 +115,7 @@ class ModelCard(FollowsLanguage, QGroupBox):
             "kind": self.tr("base model: replies continue the text; instructions may be ignored")
             if info.is_base_model
             else self.tr("chat model (it has a chat template)"),
-            "kv": self.tr("{0:,} ({1})").format(per_token, cache_type)
+            "kv": self.tr("{0:,} bytes ({1})").format(per_token, cache_type)
             if per_token is not None
             else self.tr("unknown"),
         }

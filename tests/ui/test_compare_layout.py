@@ -52,24 +52,43 @@ def test_ticking_a_choice_leaves_the_menu_open(qtbot) -> None:
     assert not menu.isVisible()
 
 
-def test_panes_stack_when_the_width_is_short_and_line_up_when_it_is_not(qtbot) -> None:
+def test_panes_line_up_when_the_width_allows_and_are_tabs_when_it_does_not(qtbot) -> None:
+    """Side by side where each pane gets MIN_PANE_WIDTH; in a narrower dock a tab per strategy
+    (every strategy one click away at the top, not a pane below the fold), following the
+    strategy that streams unless the person chose another tab; back side by side when wider."""
     view = CompareView()
     qtbot.addWidget(view)
-    view.resize(2 * MIN_PANE_WIDTH + 10, 600)
-    view.show()
-    view.start(["head", "tail", "middle"])
-    assert view.pane_columns() == 2
     view.resize(3 * MIN_PANE_WIDTH + 10, 600)
+    view.show()
+    strategies = ["head", "tail", "middle"]
+    view.start(strategies)
     qtbot.waitUntil(lambda: len({p.y() for p in view.panes.values()}) == 1, timeout=2_000)
+    assert view.side_by_side() and view.tabs.count() == 0
     widths = {p.width() for p in view.panes.values()}
     assert max(widths) - min(widths) <= 2 and min(widths) >= MIN_PANE_WIDTH - 20  # shared
-    view.resize(MIN_PANE_WIDTH, 600)
-    qtbot.waitUntil(lambda: len({p.x() for p in view.panes.values()}) == 1, timeout=2_000)
-    view.start(["head", "tail", "middle", "entropy"])
+
+    view.resize(3 * MIN_PANE_WIDTH - 10, 600)  # too narrow for three
+    qtbot.waitUntil(view.tabs.isVisible, timeout=2_000)
+    tabs = [view.tabs.tabText(i) for i in range(view.tabs.count())]
+    assert tabs == [strategy_label(s) for s in strategies]
+    assert not view.side_by_side()
+    view.on_event(StrategyStarted("tail"))
+    assert view.tabs.currentIndex() == 1  # the tab of the strategy streaming
+    view.on_event(TokenBatch("answer 1", "From the tail.", 4, 0, ()))
+    tail = view.panes["tail"]
+    assert tail.isVisible() and tail.width() >= view.width() - 40  # the dock's whole width
+    view.tabs.setCurrentIndex(0)  # the person reads head's answer
+    view.on_event(StrategyStarted("middle"))
+    assert view.tabs.currentIndex() == 0  # left where the person put it
+
     view.resize(3 * MIN_PANE_WIDTH + 10, 600)
-    assert view.pane_columns() == 2  # two rows of two, not three and one
+    qtbot.waitUntil(lambda: len({p.y() for p in view.panes.values()}) == 1, timeout=2_000)
+    assert view.tabs.count() == 0 and all(p.isVisible() for p in view.panes.values())
+    assert tail.output.toPlainText() == "From the tail."  # the panes moved, not made again
+    view.start(["head", "tail", "middle", "entropy"])
+    assert not view.side_by_side() and view.tabs.count() == 4  # four need 4 x MIN_PANE_WIDTH
     view.clear()
-    assert view.panes == {} and view.table.columnCount() == 0
+    assert view.panes == {} and view.table.columnCount() == 0 and view.tabs.count() == 0
 
 
 def test_every_figure_of_the_table_says_what_it_means(qtbot) -> None:
@@ -162,6 +181,33 @@ def test_three_strategies_start_in_view_in_the_window_at_1366x768(
         top_right = pane.mapTo(area.viewport(), QPoint(pane.width() - 1, 0))
         where = (pane.strategy, top_left, top_right, seen)
         assert seen.contains(top_left) and seen.contains(top_right), where
+        assert pane.output.verticalScrollBar().maximum() == 0, "the answer scrolls in its box"
+
+
+def test_three_strategies_are_tabs_in_view_in_the_window_at_1024x700(
+    qtbot, make_window: Windows
+) -> None:
+    """At 1024x700 the dock cannot give three panes MIN_PANE_WIDTH (issue 49, row 9: the third
+    lay below the fold): a tab per strategy, every tab's title in view, the shown answer whole
+    at the dock's width."""
+    window = make_window()  # no model, no document: the layout alone
+    window.fit_to(QRect(0, 0, 1024, 700))
+    window.show()
+    qtbot.waitExposed(window)
+    view = window.compare
+    window.tabs.setCurrentWidget(view)
+    strategies = ["head", "retrieve", "entropy"]
+    view.start(strategies)
+    _answer(view, strategies, " ".join(f"Sentence {i} of a long answer." for i in range(40)))
+    qtbot.waitUntil(view.tabs.isVisible, timeout=5_000)
+    bar = view.tabs.tabBar()
+    for i, name in enumerate(strategies):
+        assert view.tabs.tabText(i) == strategy_label(name)
+        assert bar.rect().contains(bar.tabRect(i)), (name, bar.tabRect(i), bar.rect())
+        view.tabs.setCurrentIndex(i)
+        pane = view.panes[name]
+        qtbot.waitUntil(pane.isVisible, timeout=2_000)
+        assert pane.width() >= view.width() - 40, (pane.width(), view.width())
         assert pane.output.verticalScrollBar().maximum() == 0, "the answer scrolls in its box"
 
 

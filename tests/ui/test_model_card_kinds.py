@@ -24,7 +24,7 @@ def test_the_card_and_the_load_line_name_the_window_and_the_base_model(
     qtbot.waitUntil(lambda: panel.card.value("arch") == "gemma3", timeout=10_000)
     assert panel.card.value("attention") == "sliding window of 512 tokens on 15 of 18 layers"
     assert panel.card.value("kind") == BASE_MODEL_NOTE
-    assert panel.card.value("kv") == "18,432 (f16)"
+    assert panel.card.value("kv") == "18,432 bytes (f16)"
 
     warning = f"{BASE_MODEL_NOTE} (it has no chat template)"
     loaded = LoadedModel(str(gemma_path), 8192, 32768, 262144, 2, 2, 0, False, "f16", False,

@@ -55,3 +55,27 @@ def test_at_1366x768_the_fit_and_load_show_without_scrolling(qtbot, make_window:
     assert isinstance(area, QScrollArea) and area.verticalScrollBar().value() == 0
     for part in (panel.n_ctx, panel.memory, panel.load_button):
         assert part.isVisible() and _in_sight(part, area), part
+
+
+def test_at_1024x700_every_row_of_the_card_is_one_line(qtbot, make_window: Windows) -> None:
+    """Issue 49 row 11: in the dock of a small screen the card's name, file, attention and kind
+    wrapped to two or three lines each. Each row is one line now, cut with "…" where the dock
+    is too narrow, the whole text in its tooltip."""
+    window = make_window()
+    window.fit_to(QRect(0, 0, 1024, 700))
+    window.show()
+    qtbot.waitExposed(window)
+    card = window.model_panel.card
+    qtbot.waitUntil(lambda: card.value("arch") != "–", timeout=20_000)
+    qtbot.wait(50)  # the docks settle after the first layout pass
+    line = card.fontMetrics().height()
+    for key, field in card._fields.items():
+        name = card._names[key]
+        assert field.height() < 1.5 * line and name.height() < 1.5 * line, (key, field.height())
+        assert abs(field.y() - name.y()) < line / 2, key  # beside its name, not under it
+    cut = []
+    for key, field in card._fields.items():
+        if field.is_elided():
+            cut.append(key)
+            assert field.toolTip().startswith(field.text()), key  # said whole on hover
+    assert "file" in cut or card.width() > 400, card.width()  # the file's line is long

@@ -14,7 +14,7 @@ from app.core.textutil import MAX_MESSAGE_CHARS
 from app.ui.document_view import DocumentView
 from app.ui.main_window import MainWindow
 from app.ui.model_panel import ModelPanel
-from app.ui.widgets import MessageLine
+from app.ui.widgets import ElidedLabel, MessageLine
 
 MARKUP = '<h1 style="font-size:90px">BIG</h1><img src="file:///etc/passwd">'
 
@@ -44,7 +44,10 @@ def test_labels_that_show_outside_text_are_plain(qtbot, tmp_path: Path) -> None:
     qtbot.addWidget(line)
     outside = [view.summary, view.plan_info, view.caret_info, line.label, panel.memory,
                panel.gpu_reason, panel.backend, panel.status]  # fmt: skip
-    outside += [panel.card._fields[key] for key in ("name", "file", "arch", "kind", "loaded")]
+    for key in ("name", "file", "arch", "kind", "loaded"):  # one line each, drawn as plain text
+        field = panel.card._fields[key]
+        field.setText(MARKUP)
+        assert isinstance(field, ElidedLabel) and field.text() == MARKUP
     for label in outside:
         assert isinstance(label, QLabel)
         label.setText(MARKUP)
