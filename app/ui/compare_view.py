@@ -51,6 +51,7 @@ class StrategyPane(FollowsLanguage, QGroupBox):
     def __init__(self, strategy: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.strategy = strategy
+        self.titled = True  # False in a tab, whose title already names the strategy
         self.plan_label = plain_label()
         self.plan_label.setWordWrap(True)
         self.output = QTextEdit()
@@ -86,7 +87,7 @@ class StrategyPane(FollowsLanguage, QGroupBox):
         self._fit_output()  # another width wraps the text to another height
 
     def retranslate(self) -> None:
-        self.setTitle(strategy_label(self.strategy))
+        self.setTitle(strategy_label(self.strategy) if self.titled else "")
         self._show_plan()
         self._show_figures()
 
@@ -251,6 +252,8 @@ class CompareView(FollowsLanguage, QWidget):
         shown = self._shown_pane()
         self._take_panes()
         for pane in self.panes.values():
+            pane.titled = side_by_side
+            pane.retranslate()
             if side_by_side:
                 self._row.addWidget(pane, 1)
             else:

@@ -72,6 +72,7 @@ def test_panes_line_up_when_the_width_allows_and_are_tabs_when_it_does_not(qtbot
     tabs = [view.tabs.tabText(i) for i in range(view.tabs.count())]
     assert tabs == [strategy_label(s) for s in strategies]
     assert not view.side_by_side()
+    assert all(p.title() == "" for p in view.panes.values())  # the tab names it, once
     view.on_event(StrategyStarted("tail"))
     assert view.tabs.currentIndex() == 1  # the tab of the strategy streaming
     view.on_event(TokenBatch("answer 1", "From the tail.", 4, 0, ()))
@@ -84,6 +85,7 @@ def test_panes_line_up_when_the_width_allows_and_are_tabs_when_it_does_not(qtbot
     view.resize(3 * MIN_PANE_WIDTH + 10, 600)
     qtbot.waitUntil(lambda: len({p.y() for p in view.panes.values()}) == 1, timeout=2_000)
     assert view.tabs.count() == 0 and all(p.isVisible() for p in view.panes.values())
+    assert [p.title() for p in view.panes.values()] == [strategy_label(s) for s in strategies]
     assert tail.output.toPlainText() == "From the tail."  # the panes moved, not made again
     view.start(["head", "tail", "middle", "entropy"])
     assert not view.side_by_side() and view.tabs.count() == 4  # four need 4 x MIN_PANE_WIDTH
