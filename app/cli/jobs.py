@@ -6,6 +6,11 @@ line of type ``done`` with the finish reason, token counts, ``kv_peak_cells`` (f
 ``recorded`` (``{session, versions, parent}``, null when the run was not recorded). ``compare``
 prints a ``result`` line per strategy and a last ``done`` line with all of them.
 
+Over a pool of servers (``--engine`` more than once, ``--engines FILE``), a server lost in the
+middle of the job is said on stderr and, with ``--json``, as a line of type ``server`` (``event``
+"lost", ``reason``, ``moved_to``); the job then runs again from its start on ``moved_to``, whose
+events follow, and only its whole reply is the result.
+
 A run's versions start a new history session, or with ``--session ID`` / ``--parent VERSION``
 join that session's tree (same document) as children of its newest version / of VERSION: one
 child per strategy of a ``compare``.
@@ -80,6 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app.core.jobs.events import (
         JobFinished,
         PartialResult,
+        ServerLost,
         StrategiesFinished,
         StrategyStarted,
         TokenBatch,
@@ -125,7 +131,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                     lost = run.outcome.lost_state
                     print(f"warning: the KV state was not kept: {lost}", file=sys.stderr,
                           flush=True)  # fmt: skip
-                if isinstance(ev, JobFinished):
+                if isinstance(ev, ServerLost):  # the job runs again from its start elsewhere
+                    in_lanes.clear()
+                    _say_lost(ev, args.json)
+                elif isinstance(ev, JobFinished):
                     if args.command == "compare" and args.json:
                         print(json.dumps({**done_record(ev.result), "type": "result"}), flush=True)
                 elif isinstance(ev, StrategiesFinished) or (
@@ -174,6 +183,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return code
     _report_audit(audit, args.json)
     return EXIT_AUDIT if audit.findings else code
+
+
+def _say_lost(ev: Any, as_json: bool) -> None:
+    """A server of the pool was lost mid-job (a ServerLost event): said on stderr, and with
+    ``--json`` as a ``server`` line, the same as ``batch`` says it."""
+    if as_json:
+        print(json.dumps({"type": "server", "server": ev.url, "event": "lost",
+                          "reason": ev.reason, "moved_to": ev.moved_to}), flush=True)  # fmt: skip
+    print(f"\nserver {ev.url} lost ({ev.reason}): running again on {ev.moved_to}",
+          file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _target(args: argparse.Namespace, doc: Any) -> Any:

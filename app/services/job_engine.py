@@ -6,24 +6,32 @@ recover through this one object, so neither face drives llama.cpp's host itself:
 lets a server go and the other way round, a server never keeps KV states and is never audited,
 and after llama.cpp dies a new child loads the same model again. Calls are serial: the owner
 calls from one thread; only :meth:`cancel` may come from another.
+
+A pool of servers (:meth:`JobEngine.connect_pool`) runs each job on one member that is up; when
+that server is lost in the middle of a job, the job runs again from its start on the next member
+up (a :class:`ServerLost` event says so), so a reply cut by a dead server never ends a job.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.calibrate import Calibration, cached, calibrate, candidates, machine_key
 from app.core.default_model import sha256_of
+from app.core.documents import Document
 from app.core.engine.api import Engine
 from app.core.engine.gguf import ModelInfo
 from app.core.engine.host import EngineHost
 from app.core.engine.remote import NO_AUDIT, NO_KV_STATE, RemoteEngine, ServerInfo
-from app.core.engine.remote_http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Connection
+from app.core.engine.remote_http import (
+    Connection,
+    ServerError,
+)
 from app.core.engine.types import (
     EngineCapabilities,
     EngineCrashedError,
@@ -33,9 +41,11 @@ from app.core.engine.types import (
     LoadSettings,
 )
 from app.core.jobs.audit import Audit
+from app.core.jobs.events import ServerLost, StrategiesFinished
 from app.core.jobs.streaming import ResidentState
 from app.core.jobs.tasks import (
     CancelToken,
+    JobError,
     JobFinished,
     JobResult,
     resume,
@@ -46,19 +56,12 @@ from app.core.planning.strategies import Planner
 from app.core.tokens import LlamaCounter, TokenCounter, host_counter
 from app.services.errors import BadRequest
 from app.services.jobs import EngineFacts, JobOutcome, JobRun, JobSpec, ResumeSpec
+from app.services.server_spec import ServerSpec
 
+__all__ = ["JobEngine", "ServerSpec", "connect_remote"]  # ServerSpec: where it always was
 
-@dataclass(frozen=True)
-class ServerSpec:
-    """A server to run jobs on (the key stays in memory, never in settings or the history)."""
-
-    url: str
-    api_key: str | None = field(default=None, repr=False)
-    n_ctx: int | None = None  # None: the server's own
-    model: str | None = None  # the server's model id; None: the first it lists
-    model_path: str | None = None  # the same model's GGUF here, for exact counts and template
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    retries: int = DEFAULT_RETRIES
+if TYPE_CHECKING:  # the pool's members are sessions of this module's JobEngine
+    from app.services.server_pool import PoolMember, PoolSession, ServerPool
 
 
 def connect_remote(spec: ServerSpec, cancelled: Callable[[], bool] | None = None
@@ -92,6 +95,8 @@ class JobEngine:
         self._cancel = CancelToken()
         # what the last job left resident in the cache (JobResult.resident), for a follow-up
         self._resident: ResidentState | None = None
+        self._pool: ServerPool | None = None  # a pool of servers, instead of one
+        self._member: PoolMember | None = None  # the pool's member jobs run on now
 
     def __enter__(self) -> JobEngine:
         return self
@@ -104,17 +109,33 @@ class JobEngine:
 
     @property
     def engine(self) -> Engine:
-        """What the core jobs drive: the engine host, or the server's RemoteEngine."""
+        """What the core jobs drive: the engine host, or the server's RemoteEngine (of a pool:
+        the member's now in use)."""
+        in_use = self._in_use()
+        if in_use is not None:
+            return in_use.engine
         return self._remote if self._remote is not None else self._host
 
     @property
     def counter(self) -> TokenCounter | None:
         """The loaded model's exact token counter (None: nothing loaded)."""
-        return self._counter
+        in_use = self._in_use()
+        return in_use.counter if in_use is not None else self._counter
 
     @property
     def loaded(self) -> LoadedModel | None:
+        """The model loaded, or the server connected (of a pool: the member in use, in the
+        pool's context, with the warnings said at connect)."""
+        in_use = self._in_use()
+        if in_use is not None and in_use.loaded is not None and self._loaded is not None:
+            return replace(in_use.loaded, n_ctx=self._loaded.n_ctx,
+                           warnings=self._loaded.warnings)  # fmt: skip
         return self._loaded
+
+    @property
+    def pool(self) -> ServerPool | None:
+        """The pool of servers jobs run on, or None: one server or the local engine."""
+        return self._pool
 
     @property
     def settings(self) -> LoadSettings | None:
@@ -123,20 +144,28 @@ class JobEngine:
 
     @property
     def server(self) -> ServerInfo | None:
-        """The server jobs run on, or None: the local engine."""
+        """The server jobs run on (of a pool: the member in use), or None: the local engine."""
+        in_use = self._in_use()
+        if in_use is not None:
+            return in_use.server
         return self._remote.info if self._remote is not None else None
 
     @property
     def model_info(self) -> ModelInfo | None:
-        return self._host.model_info if self._remote is None else None
+        return self._host.model_info if self._on_host else None
 
     @property
     def capabilities(self) -> EngineCapabilities | None:
-        return self._host.capabilities if self._remote is None else None
+        return self._host.capabilities if self._on_host else None
 
     @property
     def engine_pid(self) -> int | None:
-        return None if self._remote is not None else self._host.pid
+        return self._host.pid if self._on_host else None
+
+    @property
+    def _on_host(self) -> bool:
+        """Jobs run on the local engine (not on a server, nor on a pool)."""
+        return self._remote is None and self._pool is None
 
     @property
     def n_ctx(self) -> int:
@@ -153,6 +182,9 @@ class JobEngine:
         was given as), read once per file (any thread: the window reads it in the background
         right after a load, so a job never waits for it); "" when there is no such file."""
         if path is None:
+            in_use = self._in_use()
+            if in_use is not None:
+                return in_use.model_sha256()
             if self._model is not None:
                 path = self._model[0]
             elif self._remote is not None and self._server_gguf is not None:
@@ -164,7 +196,11 @@ class JobEngine:
         return self._sha[path]
 
     def facts(self) -> EngineFacts:
-        """The engine as the history records it, for the model loaded or the server."""
+        """The engine as the history records it, for the model loaded or the server (of a
+        pool: the member in use)."""
+        in_use = self._in_use()
+        if in_use is not None:
+            return in_use.facts()
         server = self.server
         if server is not None:
             return EngineFacts(f"{server.url} {server.model}", self.model_sha256(), server.url,
@@ -234,6 +270,36 @@ class JobEngine:
                                    info.warnings)  # fmt: skip
         return self._loaded
 
+    def connect_pool(self, specs: Sequence[ServerSpec], *, smallest_context: bool = False,
+                     on_change: Callable[[PoolMember], None] | None = None,
+                     ) -> LoadedModel:  # fmt: skip
+        """Run jobs on a pool of the servers ``specs`` name (app/services/server_pool.py), each
+        job on the first member up, moved to the next when its server is lost mid-job; the
+        local engine's model and any server are let go once the pool answers. BadRequest (one
+        sentence) when the servers disagree on the model, or on the context size unless
+        ``smallest_context``; ``on_change(member)`` when a member is lost or answers again (a
+        probe thread calls it). What is known of the pool's context, as a LoadedModel."""
+        from app.services.server_pool import ServerPool  # noqa: PLC0415 (it builds on this module)
+
+        t0 = time.perf_counter()
+        token = self._cancel = CancelToken()  # cancel() stops the connecting too
+        pool = ServerPool(specs, new_session=JobEngine, smallest_context=smallest_context,
+                          on_change=on_change)  # fmt: skip
+        try:
+            warnings = pool.connect(token.is_set)
+            member = _first_up(pool)
+        except BaseException:
+            pool.close()
+            raise
+        self._replace_host()
+        self._disconnect()
+        self._pool, self._member, self._model, self._server_gguf = pool, member, None, None
+        loaded = member.session.loaded if member.session is not None else None
+        assert loaded is not None
+        self._loaded = replace(loaded, n_ctx=pool.n_ctx, warnings=tuple(warnings),
+                               load_seconds=time.perf_counter() - t0)  # fmt: skip
+        return self._loaded
+
     def unload(self) -> None:
         """No model and no server: a fresh engine child waits."""
         self._replace_host()
@@ -241,19 +307,23 @@ class JobEngine:
         self._model = self._counter = self._loaded = None
 
     def count(self, text: str) -> int:
-        if self._counter is None:
+        counter = self.counter
+        if counter is None:
             raise BadRequest("load a model or connect to a server first")
-        return self._counter.count(text)
+        return counter.count(text)
 
     # ----- jobs -----
 
     def cancel(self) -> None:
         """Stop the running job at once (any thread): the job at its next step, the engine now."""
         self._cancel.set()
+        in_use = self._in_use()
         remote = self._remote
-        if remote is not None:
+        if in_use is not None:
+            in_use.cancel()
+        elif remote is not None:
             remote.cancel()
-        else:
+        elif self._pool is None:
             self._host.cancel()
 
     def run(self, text: str, spec: JobSpec, *, planner: Planner | None = None,
@@ -263,6 +333,8 @@ class JobEngine:
         by jobs run side by side on a server (a batch), which :meth:`cancel` then stops together.
         A server keeps no KV state (``keep_kv`` is dropped) and cannot be audited (BadRequest)."""
         spec.check()
+        if self._pool is not None:
+            return self._run_on_pool(self._pool, text, spec, planner, cancel)
         counter, remote = self._counter, self._remote
         if counter is None or self._loaded is None:
             raise BadRequest("load a model or connect to a server first")
@@ -288,6 +360,94 @@ class JobEngine:
         return JobRun(self._keeping_resident(events), outcome,
                       lambda result: self._state_after(result, outcome))  # fmt: skip
 
+    def _run_on_pool(self, pool: ServerPool, text: str, spec: JobSpec, planner: Planner | None,
+                     cancel: CancelToken | None) -> JobRun:  # fmt: skip
+        """``spec`` on the pool's member in use (the first up when it was lost since): checked
+        now (BadRequest), run as its events are asked for (:meth:`_failing_over`)."""
+        member = self._member
+        session = member.session if member is not None else None
+        if member is None or session is None:
+            member = self._member = _first_up(pool)
+            session = member.session
+            if session is None:  # lost again meanwhile
+                raise ServerError(member.reason or "no server of the pool answers")
+        self._cancel = cancel = cancel if cancel is not None else CancelToken()
+        first = session.run(text, spec, planner=planner, cancel=cancel)  # its checks: now
+        outcome = JobOutcome(first.outcome.spec, engine=session.facts())
+        doc = planner.doc if planner is not None else text
+        events = self._failing_over(pool, member, first, doc=doc, outcome=outcome, cancel=cancel)
+        return JobRun(events, outcome, lambda _result: None)  # a server keeps no KV state
+
+    def _failing_over(self, pool: ServerPool, member: PoolMember, run: JobRun, *,
+                      doc: Document | str, outcome: JobOutcome, cancel: CancelToken
+                      ) -> Iterator[Any]:  # fmt: skip
+        """The events of ``run`` on ``member``; when its server is lost mid-job, the strategy
+        it was running (and those after it) run again from their start on the next member up,
+        after a :class:`ServerLost`. What the lost server generated is never a result: its
+        JobError and JobFinished are held back, and the StrategiesFinished at the end holds
+        every strategy's whole result. With no member left, the error goes out as it came."""
+        strategies = outcome.spec.strategies
+        done: list[JobResult] = []  # results that stand, in the order of ``strategies``
+        while True:
+            reason = yield from self._until_lost(pool, member, run, done, cancel)
+            if not reason:
+                return
+            lost, member = member, _next_up(pool, member, reason)
+            lost.moved += 1
+            self._member = member
+            session = member.session
+            if session is None:  # lost too, meanwhile
+                raise ServerError(f"no server of the pool answers: {member.reason or reason}")
+            outcome.engine = session.facts()
+            yield ServerLost(lost.url, reason, member.url)
+            rest = replace(outcome.spec, strategies=strategies[len(done) :])
+            counter = session.counter
+            assert counter is not None
+            run = session.run(doc if isinstance(doc, str) else doc.text, rest,
+                              planner=Planner(doc, counter), cancel=cancel)  # fmt: skip
+
+    def _until_lost(self, pool: ServerPool, member: PoolMember, run: JobRun,
+                    done: list[JobResult], cancel: CancelToken
+                    ) -> Generator[Any, None, str]:  # fmt: skip
+        """``run``'s events until it ends ("" returned) or ``member``'s server is lost while
+        another member is up (why, returned; the events of the strategy cut are left out from
+        its JobError on). A finished result that stands is added to ``done``."""
+        events = iter(run)
+        held: JobError | None = None  # said only once the job is known not to move
+        try:
+            while True:
+                try:
+                    ev = next(events)
+                except StopIteration:
+                    if held is not None:
+                        yield held
+                    return ""
+                except (EngineError, ValueError) as exc:  # the job itself broke off
+                    if _moves(pool, member, str(exc), cancel):
+                        return str(exc)
+                    raise
+                if isinstance(ev, JobError):
+                    held = ev
+                    continue
+                if (
+                    isinstance(ev, JobFinished)
+                    and ev.result.error
+                    and _moves(pool, member, ev.result.error, cancel)
+                ):
+                    return ev.result.error
+                if held is not None:
+                    yield held
+                    held = None
+                if isinstance(ev, JobFinished):
+                    done.append(ev.result)
+                elif isinstance(ev, StrategiesFinished):  # this server's share, and before it
+                    ev = StrategiesFinished(tuple(done))
+                yield ev
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
     def _keeping_resident(self, events: Iterator[Any]) -> Iterator[Any]:
         """The job's events; what its last job left resident in the cache is kept for the
         next ask (the core job takes it up only where the cache still holds it)."""
@@ -299,7 +459,7 @@ class JobEngine:
     def resume(self, spec: ResumeSpec) -> JobRun:
         """Generate a version's reply again from its saved KV state, without evaluating its
         prompt (the local engine only)."""
-        if self._remote is not None:
+        if not self._on_host:
             raise BadRequest(f"a rollback cannot resume instantly on a server: {NO_KV_STATE}")
         self._cancel = cancel = CancelToken()
         job = JobSpec(spec.task, (spec.strategy,), max_tokens=spec.max_tokens,
@@ -341,11 +501,57 @@ class JobEngine:
     def _replace_host(self) -> None:
         self._host.close()
         self._host = EngineHost()
-        if self._remote is None:
+        if self._on_host:
             self._loaded = None
 
     def _disconnect(self) -> None:
         remote, self._remote = self._remote, None
+        pool, self._pool, self._member = self._pool, None, None
         if remote is not None:
             remote.close()
             self._loaded = self._counter = None
+        if pool is not None:
+            pool.close()
+            self._loaded = self._counter = None
+
+    def _in_use(self) -> PoolSession | None:
+        """The session of the pool's member jobs run on now; when it was lost since, the first
+        member's up (the next job runs there). None: no pool, or no member answers."""
+        pool, member = self._pool, self._member
+        if pool is None or member is None:
+            return None
+        session = member.session
+        if session is None:
+            up = pool.up()
+            session = up[0].session if up else None
+        return session
+
+
+def _first_up(pool: ServerPool) -> PoolMember:
+    """The first member of ``pool`` that is up; ServerError when none is."""
+    up = pool.up()
+    if not up:
+        reasons = "; ".join(f"{m.url}: {m.reason}" for m in pool.members if m.reason)
+        raise ServerError(f"no server of the pool answers ({reasons})" if reasons
+                          else "no server of the pool answers")  # fmt: skip
+    return up[0]
+
+
+def _moves(pool: ServerPool, member: PoolMember, reason: str, cancel: CancelToken) -> bool:
+    """Whether a job that failed on ``member`` (``reason``) moves: it was not cancelled, the
+    server no longer answers (it is then marked lost) and another member is up."""
+    if cancel.is_set() or pool.answers(member):
+        return False
+    pool.lost(member, reason)
+    return bool(pool.up())
+
+
+def _next_up(pool: ServerPool, lost: PoolMember, reason: str) -> PoolMember:
+    """The member a job lost with ``lost`` runs on next: the first up after it in the pool's
+    order (wrapping round), else the first up; ServerError (``reason``) when none is."""
+    up = pool.up()
+    if not up:
+        raise ServerError(reason)
+    index = pool.members.index(lost)
+    after = [m for m in pool.members[index + 1 :] + pool.members[:index] if m in up]
+    return after[0] if after else up[0]

@@ -7,13 +7,44 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.core.engine.remote_http import Client, ServerError
 from app.core.tokens import TiktokenCounter, probe_text, scrub
 
 COUNT_WORKERS = 8  # token counts asked of the server at once
+
+
+def _map_in_daemons(count: Callable[[str], int], texts: Sequence[str], workers: int) -> list[int]:
+    """``count`` over ``texts`` on up to ``workers`` daemon threads, in order; the first error
+    is raised. Not a ThreadPoolExecutor: its threads are joined when the interpreter exits, so a
+    request left waiting on a hung server held a finished batch's exit for its whole reply
+    timeout."""
+    results: list[int] = [0] * len(texts)
+    errors: list[BaseException] = []
+    next_index = iter(range(len(texts)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not errors:
+            with lock:
+                i = next(next_index, None)
+            if i is None:
+                return
+            try:
+                results[i] = count(texts[i])
+            except BaseException as exc:  # handed to the caller's thread
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, name="remote-count", daemon=True)
+               for _ in range(min(workers, len(texts)))]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 class ServerTokenizer:
@@ -95,8 +126,7 @@ class RemoteCounter:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         if len(texts) < 2:
             return [self.count(t) for t in texts]
-        with ThreadPoolExecutor(COUNT_WORKERS, thread_name_prefix="remote-count") as pool:
-            return list(pool.map(self.count, texts))
+        return _map_in_daemons(self.count, texts, COUNT_WORKERS)
 
     def count_special(self, text: str) -> int:
         return len(self._tokenizer.encode(scrub(text), True)) if text else 0

@@ -289,6 +289,17 @@ class StrategyStarted:
 
 
 @dataclass(frozen=True)
+class ServerLost:
+    """The server ``url`` of a pool stopped answering in the middle of the job (``reason``): what
+    it generated is dropped and the job runs again from its start on ``moved_to``, whose events
+    follow. A face clears the reply it was streaming; the result that ends the job is whole."""
+
+    url: str
+    reason: str
+    moved_to: str
+
+
+@dataclass(frozen=True)
 class StrategiesFinished:
     """Every strategy of the job has finished: their results, in order."""
 
