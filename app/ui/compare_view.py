@@ -34,7 +34,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.jobs.events import JobFinished, JobResult, PlanReady, StrategyStarted, TokenBatch
+from app.core.jobs.events import (
+    JobFinished,
+    JobResult,
+    PlanReady,
+    ServerLost,
+    StrategyStarted,
+    TokenBatch,
+)
 from app.ui.i18n import QT_TRANSLATE_NOOP, FollowsLanguage, finish_label, strategy_label
 from app.ui.widgets import plain_label
 
@@ -277,10 +284,11 @@ class CompareView(FollowsLanguage, QWidget):
             area = self.tabs.widget(0)
             self.tabs.removeTab(0)
             if isinstance(area, QScrollArea):
-                pane = area.takeWidget()
-                if pane is not None:
-                    pane.setParent(self._row_host)
-            area.deleteLater()
+                taken = area.takeWidget()
+                if taken is not None:
+                    taken.setParent(self._row_host)
+            if area is not None:
+                area.deleteLater()
 
     def _tab_pane(self, index: int) -> StrategyPane | None:
         """The pane in this tab (None past the last tab)."""
@@ -337,6 +345,8 @@ class CompareView(FollowsLanguage, QWidget):
             self._current.show_plan(ev, self._needles.get(ev.strategy))
         elif isinstance(ev, TokenBatch):
             self._current.append(ev.text)
+        elif isinstance(ev, ServerLost):  # a pool's server lost: the strategy runs again
+            self._current.output.clear()
         elif isinstance(ev, JobFinished):
             r = ev.result
             self._current.finish(r.seconds, r.refused or r.error or r.finish_reason, r.text)

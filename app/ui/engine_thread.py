@@ -7,14 +7,18 @@ answers with signals that Qt delivers back on the GUI thread. Job events are sen
 most every 50 ms, and at once at the end of each model call) so a fast stream never floods the
 event loop. If llama.cpp dies, the driver says so and the session starts a fresh engine process
 with the same model: the window and its work survive.
+
+A pool of servers connects here too (:meth:`EngineDriver.connect_pool`); its members change on
+the pool's probe threads, and the driver sends a copy of them (:class:`PoolServer`) as a
+signal, which Qt queues to the window.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +32,33 @@ from app.core.tokens import TokenCounter
 from app.services.errors import BadRequest
 from app.services.job_engine import JobEngine, ServerSpec
 from app.services.jobs import JobOutcome, JobRun, JobSpec, ResumeSpec
+from app.services.server_pool import UP, PoolMember, ServerPool
 from app.services.workbench.ports import JobRequest, TuneSpec
 
 log = logging.getLogger(__name__)
 
 BATCH_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class PoolServer:
+    """A server of the pool as the window shows it: a copy, since the pool's own member
+    changes on its probe threads."""
+
+    url: str
+    up: bool
+    reason: str = ""  # why it was lost
+    slots: int = 1  # requests it serves at once
+    in_use: bool = False  # the next job runs here (the last one did, unless it was lost since)
+
+
+def pool_servers(pool: ServerPool | None, in_use: ServerInfo | None) -> list[PoolServer]:
+    """A copy of each member of ``pool`` ([]: none); ``in_use``: the server jobs run on."""
+    if pool is None:
+        return []
+    url = in_use.url if in_use is not None else None
+    return [PoolServer(m.url, m.state == UP, m.reason, m.slots, m.url == url)
+            for m in pool.members]  # fmt: skip
 
 
 class EngineDriver(QObject):
@@ -41,6 +67,8 @@ class EngineDriver(QObject):
     model_loaded = Signal(object, object, object)  # ModelInfo, LoadedModel, EngineCapabilities
     server_connected = Signal(object, object)  # ServerInfo, LoadedModel (its context, warnings)
     server_failed = Signal(str)  # a connection that could not be made; one sentence
+    # the pool's servers (list of PoolServer; []: none), at connect and each time one changes
+    pool_changed = Signal(list)
     unloaded = Signal()
     tokens_counted = Signal(int, int)  # tokens, characters
     job_events = Signal(list)  # core job events, in order, batched
@@ -139,7 +167,36 @@ class EngineDriver(QObject):
             self.server_failed.emit(str(exc))
             return
         assert self.session.server is not None
+        self.pool_changed.emit([])
         self.server_connected.emit(self.session.server, loaded)
+
+    @Slot(object, bool)
+    def connect_pool(self, specs: Sequence[ServerSpec], smallest_context: bool) -> None:
+        """Run jobs on a pool of the servers ``specs`` name (each job on the first that
+        answers); servers that disagree on the model, or on the context size unless
+        ``smallest_context``, are refused in one sentence."""
+        self.status.emit(self.tr("Connecting to {0} servers…").format(len(specs)))
+        try:
+            loaded = self.session.connect_pool(specs, smallest_context=smallest_context,
+                                               on_change=self._member_changed)  # fmt: skip
+        except BadRequest as exc:
+            self.server_failed.emit(_capitalized(str(exc)))
+            return
+        except (EngineError, ValueError, OSError) as exc:
+            self.server_failed.emit(str(exc))
+            return
+        info = self.session.server
+        assert info is not None
+        self.pool_changed.emit(pool_servers(self.session.pool, info))
+        # what the pool said at connect (a server that does not answer, each one's warnings)
+        self.server_connected.emit(replace(info, warnings=loaded.warnings), loaded)
+
+    def _member_changed(self, member: PoolMember) -> None:
+        """A probe thread's news of ``member``: a copy of every member, queued to the window
+        (none when the pool it belongs to is no longer the one in use)."""
+        pool = self.session.pool
+        if pool is not None and any(m is member for m in pool.members):
+            self.pool_changed.emit(pool_servers(pool, self.session.server))
 
     @Slot(str)
     def count_tokens(self, text: str) -> None:
@@ -239,6 +296,7 @@ class EngineThread(QObject):
     request_job = Signal(object)  # JobRequest
     request_resume = Signal(object)  # ResumeSpec
     request_connect = Signal(object)  # ServerSpec
+    request_connect_pool = Signal(object, bool)  # tuple of ServerSpec, the smallest context
     _request_shutdown = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -254,6 +312,7 @@ class EngineThread(QObject):
         self.request_job.connect(self.driver.run_job)
         self.request_resume.connect(self.driver.resume_state)
         self.request_connect.connect(self.driver.connect_server)
+        self.request_connect_pool.connect(self.driver.connect_pool)
         self._request_shutdown.connect(self.driver.shutdown)
         self.qthread.start()
 
@@ -270,6 +329,9 @@ class EngineThread(QObject):
 
     def connect_server(self, spec: ServerSpec) -> None:
         self.request_connect.emit(spec)
+
+    def connect_pool(self, specs: Sequence[ServerSpec], smallest_context: bool) -> None:
+        self.request_connect_pool.emit(tuple(specs), smallest_context)
 
     def unload(self) -> None:
         self.request_unload.emit()

@@ -4,7 +4,8 @@ Events only store numbers (app/ui/gauge_figures.py, which says where each figure
 10 Hz QTimer redraws from the latest values (the idea of pyqtgraph's SignalProxy: a steady
 refresh rate, never a redraw per token). While no job runs the gauges redraw once a second, for
 memory. This module draws the rows of bars and samples what no event carries; the two plots
-(tokens per second, prompt lengths) are app/ui/gauge_plots.py.
+(tokens per second, prompt lengths) are app/ui/gauge_plots.py, and a pool's servers, one row
+each, app/ui/server_gauges.py.
 
 - RAM: resident memory of this process and of the engine child (``telemetry.process_rss``,
   psutil), four times a second while a job runs and once a second otherwise, against the
@@ -37,6 +38,7 @@ from app.ui.background import run_in_background
 from app.ui.gauge_figures import HISTORY_S, LLAMA_CPP, REDRAW_MS, GaugeFigures
 from app.ui.gauge_plots import LEGEND_ROOM, Y_STEPS, GaugePlots
 from app.ui.i18n import FollowsLanguage
+from app.ui.server_gauges import ServerRows
 
 # Names callers import from here, with this module's own.
 __all__ = ["GPU_REASONS", "HISTORY_S", "LEGEND_ROOM", "REDRAW_MS", "Y_STEPS", "GaugesPanel",
@@ -143,6 +145,8 @@ class GaugesPanel(FollowsLanguage, QWidget):
             grid.addWidget(text, row, 2)
             self._progress_rows.append((label, bar, text))
 
+        self.servers = ServerRows()  # a pool's servers, one row each (hidden without a pool)
+
         self.plots = GaugePlots(self)
         self.rates, self.hist = self.plots.rates, self.plots.hist
         self.gen_curve, self.prompt_curve = self.plots.gen_curve, self.plots.prompt_curve
@@ -153,6 +157,7 @@ class GaugesPanel(FollowsLanguage, QWidget):
         plots.addWidget(self.hist, 2)
         layout = QVBoxLayout(self)
         layout.addLayout(grid)
+        layout.addWidget(self.servers)
         layout.addLayout(plots, 1)
         layout.addWidget(self.job_text)
         self.retranslate()
@@ -209,6 +214,7 @@ class GaugesPanel(FollowsLanguage, QWidget):
 
     def on_event(self, ev: object) -> None:
         """Store the numbers an event carries; drawing waits for the timer."""
+        self.servers.on_event(ev)  # a pool's server lost mid-job
         if not self.figures.on_event(ev, time.monotonic()):
             return
         if isinstance(ev, JobFinished):

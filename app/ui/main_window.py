@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.core.documents import Document
 from app.core.engine.types import DEFAULT_N_CTX, LoadSettings
-from app.core.jobs.events import JobFinished
+from app.core.jobs.events import JobFinished, ServerLost
 from app.core.paths import models_dir, sample_document
 from app.core.planning.plan import Plan
 from app.core.textutil import clip_message
@@ -182,6 +182,7 @@ class MainWindow(FollowsLanguage, QMainWindow):
                    Qt.DockWidgetArea.BottomDockWidgetArea)  # fmt: skip
         self.gauges.start()  # redraws ~10 times a second while shown
         st = self.window_status = WindowStatus(self, self.statusBar(), self.session)
+        self.gauges.servers.said.connect(self.statusBar().showMessage)  # a pool's server lost
         self.progress, self.run_line, self.run_status = st.progress, st.run_line, st.run_status
 
         # loads and connections asked for in the panels, and the engine's state across them
@@ -398,6 +399,8 @@ class MainWindow(FollowsLanguage, QMainWindow):
 
     def _on_job_events(self, events: list[object]) -> None:
         for ev in events:
+            if isinstance(ev, ServerLost):  # the job runs again from its start on another server
+                self._restart_shown_job()
             self.buffers.on_event(ev)
             self.gauges.on_event(ev)
             self.run_status.on_event(ev)
@@ -406,6 +409,12 @@ class MainWindow(FollowsLanguage, QMainWindow):
             if isinstance(ev, JobFinished) and (resumed := self.session.resuming) is not None:
                 self._resumed(resumed, ev.result.evaluated_tokens)
         self.job_events.emit(events)
+
+    def _restart_shown_job(self) -> None:
+        """A pool's server was lost mid-job: what it streamed is dropped (the job's result will
+        be the next server's, whole), so the stages and the compared panes start again."""
+        self.buffers.clear()
+        self.run_status.start(self.max_tokens.value())
 
     def _resumed(self, v: VersionInfo, evaluated: int) -> None:
         """The "Resuming…" caption says the resume is over, and what it cost."""

@@ -99,6 +99,12 @@ class ModelStatus(FollowsLanguage, QWidget):
         self.busy = False
         self.engine_error.clear()
         self.server.show_connected(info)
+        pool = len(self.server.pool)
+        if pool:
+            self.say(lambda: self.tr("Connected to a pool of {0} servers: model {1}, "
+                                     "context {2:,} tokens.").format(
+                pool, info.model, info.n_ctx))  # fmt: skip
+            return
         self.say(lambda: self.tr("Connected to {0}: model {1}, context {2:,} tokens.").format(
             info.url, info.model, info.n_ctx))  # fmt: skip
 

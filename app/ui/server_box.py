@@ -5,11 +5,17 @@ It only asks and shows; the engine thread connects (app/core/engine/remote.py). 
 remembered in the window's settings; an API key only in the system keyring, and only when the
 person asks for it (app/core/credentials.py). What the server reports, and what it does not, is
 listed once connected.
+
+More servers with the same model make a pool (app/ui/server_addresses.py holds their
+addresses): one address connects as always, several go to the pool, which refuses servers that
+disagree on the model, or on the context size unless the smallest is asked for. A typed key goes
+to every server of the pool; otherwise each gets the one the keyring keeps for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 from PySide6.QtCore import QSettings, Signal
 from PySide6.QtWidgets import (
@@ -28,14 +34,18 @@ from app.core.engine.remote import ServerInfo
 from app.core.engine.remote_http import key_in_clear, normalize_url
 from app.ui.engine_thread import ServerSpec
 from app.ui.i18n import FollowsLanguage
+from app.ui.server_addresses import ServerAddresses
 from app.ui.widgets import MessageLine, WrappingCheckBox, plain_label
 
 URL_KEY = "server/url"
+MORE_URLS_KEY = "server/more_urls"  # the pool's further addresses
 MAX_CTX = 1 << 24
 
 
 class ServerBox(FollowsLanguage, QGroupBox):
     connect_requested = Signal(object, bool)  # ServerSpec, count with the selected GGUF
+    # several servers: tuple of ServerSpec, use the smallest context, count with the GGUF
+    pool_requested = Signal(object, bool, bool)
     disconnect_requested = Signal()
 
     def __init__(self, settings: QSettings, parent: QWidget | None = None) -> None:
@@ -45,10 +55,16 @@ class ServerBox(FollowsLanguage, QGroupBox):
         self._key_notes: list[str] = []  # said before connecting, kept when connected
         self._key_kept = False  # the keyring keeps a key for the address typed
         self._info: ServerInfo | None = None  # the server last connected to, for its details
+        self._pool: tuple[str, ...] = ()  # the addresses of the pool asked for (): one server
         self.url = QLineEdit(str(settings.value(URL_KEY, "")))
+        self.url.setObjectName("serverAddress-1")
         self.url.textChanged.connect(self._on_url_changed)
         self.url.editingFinished.connect(self._show_kept_key)
         self.url.returnPressed.connect(self._request)
+        self.more = ServerAddresses()
+        self.more.set_texts(kept_addresses(settings))
+        self.more.changed.connect(self._on_addresses_changed)
+        self.more.submitted.connect(self._request)
         self.key = QLineEdit()
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.returnPressed.connect(self._request)
@@ -58,9 +74,13 @@ class ServerBox(FollowsLanguage, QGroupBox):
         self.n_ctx.setRange(0, MAX_CTX)
         self.n_ctx.setSingleStep(1024)
         self.use_local = WrappingCheckBox()
+        self.smallest_context = WrappingCheckBox()  # shown with more than one address
+        self.smallest_context.setObjectName("smallestContext")
         self.connect_button = QPushButton()
+        self.connect_button.setObjectName("serverConnect")
         self.connect_button.clicked.connect(self._request)
         self.disconnect_button = QPushButton()
+        self.disconnect_button.setObjectName("serverDisconnect")
         self.disconnect_button.clicked.connect(self.disconnect_requested)
         self.disconnect_button.setEnabled(False)
         self.details = plain_label()
@@ -79,11 +99,13 @@ class ServerBox(FollowsLanguage, QGroupBox):
             return label
 
         self._url_label = row(self.url)
+        form.addRow("", self.more)
         self._key_label = row(self.key)
         form.addRow("", self.remember)
         self._model_label = row(self.model)
         self._ctx_label = row(self.n_ctx)
         form.addRow("", self.use_local)
+        form.addRow("", self.smallest_context)
         buttons = QHBoxLayout()
         buttons.addWidget(self.connect_button)
         buttons.addWidget(self.disconnect_button)
@@ -92,6 +114,7 @@ class ServerBox(FollowsLanguage, QGroupBox):
         form.addRow(self.details)
         form.addRow(self.message)
         self._on_url_changed(self.url.text())
+        self._on_addresses_changed()
         self._show_kept_key()
         self.retranslate()
 
@@ -110,6 +133,10 @@ class ServerBox(FollowsLanguage, QGroupBox):
         self.use_local.setText(self.tr("Count with the selected GGUF (the same model)"))
         self.use_local.setToolTip(self.tr("Exact counts here and the model's own chat template; "
                                           "checked against the server's tokenizer"))  # fmt: skip
+        self.smallest_context.setText(self.tr("Use the smallest context of the servers"))
+        self.smallest_context.setToolTip(self.tr(
+            "Servers that report different context sizes are refused unless every job is "
+            "planned for the smallest of them"))  # fmt: skip
         self.connect_button.setText(self.tr("Connect"))
         self.disconnect_button.setText(self.tr("Disconnect"))
         self._url_label.setText(self.tr("Add&ress:"))
@@ -122,6 +149,10 @@ class ServerBox(FollowsLanguage, QGroupBox):
 
     def _on_url_changed(self, text: str) -> None:
         self.connect_button.setEnabled(bool(text.strip()) and not self._connected)
+
+    def _on_addresses_changed(self) -> None:
+        """The smallest-context choice matters only for a pool: shown while there is one."""
+        self.smallest_context.setVisible(bool(self.more.fields))
 
     def _show_kept_key(self) -> None:
         """Say whether a key is kept for this address (without showing it). Asked of the
@@ -138,10 +169,14 @@ class ServerBox(FollowsLanguage, QGroupBox):
             self.tr("kept in the system keyring") if self._key_kept else self.tr("none")
         )
 
-    def connect_to(self, url: str, *, n_ctx: int | None = None, model: str | None = None) -> None:
-        """Connect to ``url`` as if typed here (the last session brought back): the key is
-        the one the keyring keeps for it, if any."""
+    def connect_to(self, url: str, *, n_ctx: int | None = None, model: str | None = None,
+                   more: Sequence[str] | None = None) -> None:  # fmt: skip
+        """Connect to ``url`` (and the pool's ``more`` addresses; None: the further lines as
+        they are, the pool last connected to, remembered in the settings) as if typed here
+        (the last session brought back): the key is the one the keyring keeps for each."""
         self.url.setText(url)
+        if more is not None:
+            self.more.set_texts(list(more))
         self.n_ctx.setValue(n_ctx or 0)
         self.model.setText(model or "")
         self._show_kept_key()
@@ -151,31 +186,56 @@ class ServerBox(FollowsLanguage, QGroupBox):
         if self._connected or not self.connect_button.isEnabled():
             return  # Enter in a field while connected, or while connecting
         self.message.clear()
-        try:
-            url = normalize_url(self.url.text())
-        except ValueError as exc:
-            self.message.show_message(str(exc))
+        urls = self._addresses()
+        if not urls:
             return
         typed = self.key.text().strip()
         if typed and self.remember.isChecked():
             try:
-                save_api_key(url, typed)
+                for url in urls:
+                    save_api_key(url, typed)
             except CredentialError as exc:  # still connects, with the key for this time only
                 self.message.show_message(str(exc))
-        self._settings.setValue(URL_KEY, url)
-        key = typed or api_key(url)
-        notes = [key_in_clear(url, key), None if typed else env_key_note(url)]
+        self._settings.setValue(URL_KEY, urls[0])
+        keep_addresses(self._settings, urls[1:])
+        keys = [typed or api_key(url) for url in urls]
+        notes = [note for url, key in zip(urls, keys, strict=True)
+                 for note in (key_in_clear(url, key),
+                              None if typed else env_key_note(url))]  # fmt: skip
         self._key_notes = [note for note in notes if note]
         if self._key_notes:  # before the key goes anywhere; a warning's icon, not a note's
             self.message.show_message(" ".join([self.message.text(), *self._key_notes]).strip())
-        spec = ServerSpec(url, key, self.n_ctx.value() or None,
-                          self.model.text().strip() or None)  # fmt: skip
+        n_ctx, model = self.n_ctx.value() or None, self.model.text().strip() or None
+        specs = tuple(ServerSpec(url, key, n_ctx, model)
+                      for url, key in zip(urls, keys, strict=True))  # fmt: skip
+        self._pool = tuple(urls) if len(urls) > 1 else ()
         self.set_busy(True)
-        self.connect_requested.emit(spec, self.use_local.isChecked())
+        if len(specs) == 1:
+            self.connect_requested.emit(specs[0], self.use_local.isChecked())
+        else:
+            self.pool_requested.emit(specs, self.smallest_context.isChecked(),
+                                     self.use_local.isChecked())  # fmt: skip
+
+    def _addresses(self) -> list[str]:
+        """Every address typed, checked; [] when one is not an address or comes twice (said
+        in the message line)."""
+        urls: list[str] = []
+        for text in [self.url.text(), *self.more.texts()]:
+            try:
+                url = normalize_url(text)
+            except ValueError as exc:
+                self.message.show_message(str(exc))
+                return []
+            if url in urls:
+                self.message.show_message(self.tr("{0} is listed twice").format(url))
+                return []
+            urls.append(url)
+        return urls
 
     def set_busy(self, busy: bool) -> None:
         self.connect_button.setEnabled(not busy and not self._connected)
         self.url.setEnabled(not busy and not self._connected)
+        self.more.set_editable(not busy and not self._connected)
 
     def show_connected(self, info: ServerInfo) -> None:
         self._connected = True
@@ -193,7 +253,11 @@ class ServerBox(FollowsLanguage, QGroupBox):
     def _show_details(self, info: ServerInfo) -> None:
         """What the server reported, and what it does not, in the language in effect."""
         unreported = self.tr("not reported by this server")
+        pool = [self.tr("A pool of {0} servers; jobs run on the first that answers, and "
+                        "the gauges show each").format(len(self._pool))
+                ] if self._pool else []  # fmt: skip
         lines = [
+            *pool,
             self.tr("{0} at {1}, model {2}").format(info.kind, info.url, info.model),
             self.tr("Context: {0:,} tokens ({1})").format(info.n_ctx, info.n_ctx_source),
             self.tr("Token counts: {0}").format(info.tokenizer) + (
@@ -221,3 +285,24 @@ class ServerBox(FollowsLanguage, QGroupBox):
     @property
     def connected(self) -> bool:
         return self._connected
+
+    @property
+    def pool(self) -> tuple[str, ...]:
+        """The addresses of the pool asked for last (): one server)."""
+        return self._pool
+
+
+def kept_addresses(settings: QSettings) -> list[str]:
+    """The pool's further addresses remembered in ``settings`` (an INI file gives one back as
+    a string, none as nothing)."""
+    value = settings.value(MORE_URLS_KEY, [])
+    if isinstance(value, str):
+        return [value] if value else []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def keep_addresses(settings: QSettings, urls: Sequence[str]) -> None:
+    if urls:
+        settings.setValue(MORE_URLS_KEY, list(urls))
+    else:
+        settings.remove(MORE_URLS_KEY)

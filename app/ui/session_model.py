@@ -86,6 +86,7 @@ class SessionModel(QObject):
     model_loaded = Signal(object, object, object)  # ModelInfo, LoadedModel, capabilities or None
     server_connected = Signal(object)  # ServerInfo: jobs run there now
     server_failed = Signal(str)  # a connection that could not be made; one sentence
+    pool_changed = Signal(list)  # the pool's servers (list of PoolServer; []: none) as they are
     model_unloaded = Signal()  # no model and no server any more
     calibration_progress = Signal(int, int)  # settings tried, settings to try
     calibrated = Signal(object, bool)  # Calibration, measured now (False: from the cache)
@@ -161,7 +162,7 @@ class SessionModel(QObject):
             (w.calibration_progress, e.on_calibration_progress),
             (w.calibrated, e.on_calibrated), (w.calibration_stopped, e.on_calibration_stopped),
             (b.progress, e.on_background_progress), (b.finished, e.on_background_finished),
-            (b.stopped, e.on_background_stopped),
+            (b.stopped, e.on_background_stopped), (w.pool_changed, self.pool_changed.emit),
         ):  # fmt: skip
             signal.connect(_Queued(self, target).call)
 
@@ -209,6 +210,10 @@ class SessionModel(QObject):
 
     def connect_server(self, spec: ServerSpec, local: Path | None = None) -> None:
         self._model.engine_state.connect_server(spec, local)
+
+    def connect_pool(self, specs: tuple[ServerSpec, ...], smallest_context: bool = False,
+                     local: Path | None = None) -> None:  # fmt: skip
+        self._model.engine_state.connect_pool(specs, smallest_context, local)
 
     def unload(self) -> None:
         self._model.engine_state.unload()

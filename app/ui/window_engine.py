@@ -3,12 +3,14 @@
 A load or a connection is asked for in the model panel, the no-model banner, a later launch or
 a test, and reaches the session model from here with the panel's choices (tuned settings or
 not, the local model beside a server). What comes back is shown across the panels: the model
-panel's state, the KV stage's sliding window, the gauges' engine process, context and threads,
-and the banner that says what to do first while there is no model.
+panel's state, the KV stage's sliding window, the gauges' engine process, context and threads
+(and a pool's servers, each in a row), and the banner that says what to do first while there is
+no model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings
@@ -44,6 +46,7 @@ class WindowEngine(QObject):
         p.model_fetched.connect(self.load_fetched)
         p.models_listed.connect(self.show_models_listed)
         p.server.connect_requested.connect(self.connect_server)
+        p.server.pool_requested.connect(self.connect_pool)
         p.server.disconnect_requested.connect(s.unload)
         p.calibrate_requested.connect(self.calibrate_model)
         p.calibration_cancel_requested.connect(s.cancel_calibration)
@@ -56,6 +59,8 @@ class WindowEngine(QObject):
         s.model_loaded.connect(self.show_loaded)
         s.server_connected.connect(self.show_server)
         s.server_failed.connect(p.server.show_error)
+        s.pool_changed.connect(gauges.servers.set_servers)
+        s.running_changed.connect(gauges.servers.set_running)
         s.model_unloaded.connect(self.show_unloaded)
         s.calibration_progress.connect(p.show_calibrating)
         s.calibrated.connect(self.show_calibrated)
@@ -81,6 +86,13 @@ class WindowEngine(QObject):
         the model panel (the same model) gives exact counts and its chat template."""
         local = self._model_panel.selected_model() if use_local_model else None
         self._session.connect_server(spec, local)
+
+    def connect_pool(self, specs: Sequence[ServerSpec], smallest_context: bool = False,
+                     use_local_model: bool = False) -> None:  # fmt: skip
+        """Run jobs on a pool of the servers ``specs`` name (the same model on each);
+        ``smallest_context``: plan for the smallest context when they report different ones."""
+        local = self._model_panel.selected_model() if use_local_model else None
+        self._session.connect_pool(tuple(specs), smallest_context, local)
 
     def calibrate_model(self, path: Path, settings: LoadSettings) -> None:
         """Measure the candidates anew ("Calibrate again"), then load the fastest."""
@@ -118,6 +130,7 @@ class WindowEngine(QObject):
         if caps is not None:
             panel.set_capabilities(caps)
         self._gauges.set_engine_pid(self._session.engine.driver.engine_pid)
+        self._gauges.servers.set_servers([])  # the pool, if any, is let go
         self._gauges.set_n_ctx(loaded.n_ctx)
         self._gauges.set_threads(max(loaded.n_threads, loaded.n_threads_batch))
 
@@ -134,6 +147,7 @@ class WindowEngine(QObject):
         self._model_panel.show_unloaded()
         self._buffers.set_sliding_window(0, 0, 0)
         self._gauges.set_engine_pid(None)
+        self._gauges.servers.set_servers([])
         self._gauges.set_n_ctx(0)
         self._gauges.set_threads(0)
 

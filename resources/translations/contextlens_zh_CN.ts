@@ -329,6 +329,10 @@
         <translation>正在连接 {0}…</translation>
     </message>
     <message>
+        <source>Connecting to {0} servers…</source>
+        <translation>正在连接 {0} 台服务器…</translation>
+    </message>
+    <message>
         <source>Counting tokens…</source>
         <translation>正在统计 token…</translation>
     </message>
@@ -1386,10 +1390,6 @@ Qt (PySide6) {3}</translation>
         <translation>类型：</translation>
     </message>
     <message>
-        <source>KV bytes per token:</source>
-        <translation>每 token 的 KV 字节数：</translation>
-    </message>
-    <message>
         <source>Loaded:</source>
         <translation>已加载：</translation>
     </message>
@@ -1398,16 +1398,16 @@ Qt (PySide6) {3}</translation>
         <translation>{0}（{1} MiB，GGUF v{2}）</translation>
     </message>
     <message>
-        <source>{0:,} ({1})</source>
-        <translation>{0:,}（{1}）</translation>
-    </message>
-    <message>
         <source>base model: replies continue the text; instructions may be ignored</source>
         <translation>基础模型：回复会续写文本，可能不会遵循指令</translation>
     </message>
     <message>
         <source>chat model (it has a chat template)</source>
         <translation>对话模型（带有对话模板）</translation>
+    </message>
+    <message>
+        <source>{0:,} bytes ({1})</source>
+        <translation>{0:,} 字节（{1}）</translation>
     </message>
     <message>
         <source>unknown</source>
@@ -1420,6 +1420,10 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>sliding window of {0:,} tokens on {1} of {2} layers</source>
         <translation>{2} 层中有 {1} 层使用 {0:,} token 的滑动窗口</translation>
+    </message>
+    <message>
+        <source>KV per token:</source>
+        <translation>每个 token 的 KV：</translation>
     </message>
     <message>
         <source>full attention on all {0} layers</source>
@@ -1645,6 +1649,10 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Loading…</source>
         <translation>正在加载…</translation>
+    </message>
+    <message>
+        <source>Connected to a pool of {0} servers: model {1}, context {2:,} tokens.</source>
+        <translation>已连接到由 {0} 台服务器组成的池：模型 {1}，上下文 {2:,} 个 token。</translation>
     </message>
     <message>
         <source>Connected to {0}: model {1}, context {2:,} tokens.</source>
@@ -2068,6 +2076,33 @@ Qt (PySide6) {3}</translation>
     </message>
 </context>
 <context>
+    <name>ServerAddresses</name>
+    <message>
+        <source>Add a server</source>
+        <translation>添加服务器</translation>
+    </message>
+    <message>
+        <source>Another server with the same model and context size: each job runs on the first that answers, and again from its start on the next when that one stops answering</source>
+        <translation>另一台模型和上下文大小相同的服务器：每个任务在第一台应答的服务器上运行，若该服务器停止应答，则在下一台上从头重新运行</translation>
+    </message>
+    <message>
+        <source>another server&apos;s address</source>
+        <translation>另一台服务器的地址</translation>
+    </message>
+    <message>
+        <source>Address {0}</source>
+        <translation>地址 {0}</translation>
+    </message>
+    <message>
+        <source>Remove</source>
+        <translation>移除</translation>
+    </message>
+    <message>
+        <source>Remove this server from the pool</source>
+        <translation>从池中移除此服务器</translation>
+    </message>
+</context>
+<context>
     <name>ServerBox</name>
     <message>
         <source>Server</source>
@@ -2106,6 +2141,14 @@ Qt (PySide6) {3}</translation>
         <translation>在本地精确计数并使用模型自己的聊天模板；已与服务器的分词器核对</translation>
     </message>
     <message>
+        <source>Use the smallest context of the servers</source>
+        <translation>使用各服务器中最小的上下文</translation>
+    </message>
+    <message>
+        <source>Servers that report different context sizes are refused unless every job is planned for the smallest of them</source>
+        <translation>报告不同上下文大小的服务器会被拒绝，除非每个任务都按其中最小的上下文规划</translation>
+    </message>
+    <message>
         <source>Connect</source>
         <translation>连接</translation>
     </message>
@@ -2138,8 +2181,16 @@ Qt (PySide6) {3}</translation>
         <translation>无</translation>
     </message>
     <message>
+        <source>{0} is listed twice</source>
+        <translation>{0} 被列出了两次</translation>
+    </message>
+    <message>
         <source>not reported by this server</source>
         <translation>此服务器不报告</translation>
+    </message>
+    <message>
+        <source>A pool of {0} servers; jobs run on the first that answers, and the gauges show each</source>
+        <translation>由 {0} 台服务器组成的池；任务在第一台应答的服务器上运行，仪表显示每一台的状态</translation>
     </message>
     <message>
         <source>{0} at {1}, model {2}</source>
@@ -2172,6 +2223,57 @@ Qt (PySide6) {3}</translation>
     <message>
         <source>Not over HTTP: saving KV states (instant rollback), shifting the cache, the faithfulness audit</source>
         <translation>无法通过 HTTP 进行：保存 KV 状态（即时回滚）、移动缓存、忠实度审计</translation>
+    </message>
+</context>
+<context>
+    <name>ServerRows</name>
+    <message>
+        <source>Server {0} answers again</source>
+        <translation>服务器 {0} 重新应答</translation>
+    </message>
+    <message>
+        <source>Server {0} stopped answering: the job runs again from its start on {1}</source>
+        <translation>服务器 {0} 停止应答：任务在 {1} 上从头重新运行</translation>
+    </message>
+    <message>
+        <source>Server {0} does not answer; it is probed again now and then</source>
+        <translation>服务器 {0} 没有应答；会不时再次探测</translation>
+    </message>
+    <message>
+        <source>up</source>
+        <translation>在线</translation>
+    </message>
+    <message>
+        <source>{0} request(s) at once</source>
+        <translation>同时 {0} 个请求</translation>
+    </message>
+    <message>
+        <source>lost</source>
+        <translation>失联</translation>
+    </message>
+    <message>
+        <source>Probed again with a growing pause; used again when it answers and still serves the same model</source>
+        <translation>以逐渐加长的间隔再次探测；当它应答且仍提供同一模型时重新使用</translation>
+    </message>
+    <message>
+        <source>its job runs again on {0}</source>
+        <translation>其任务在 {0} 上重新运行</translation>
+    </message>
+    <message>
+        <source>its job ran again on {0}</source>
+        <translation>其任务已在 {0} 上重新运行</translation>
+    </message>
+    <message>
+        <source>running the job, moved from {0}</source>
+        <translation>正在运行任务，从 {0} 移来</translation>
+    </message>
+    <message>
+        <source>running the job</source>
+        <translation>正在运行任务</translation>
+    </message>
+    <message>
+        <source>idle</source>
+        <translation>空闲</translation>
     </message>
 </context>
 <context>

@@ -89,6 +89,9 @@ class Engine:
     def connect_server(self, spec: object) -> None:
         self._ask("connect_server", spec)
 
+    def connect_pool(self, specs: object, smallest_context: bool) -> None:
+        self._ask("connect_pool", specs, smallest_context)
+
     def unload(self) -> None:
         self._ask("unload")
 

@@ -97,6 +97,22 @@ class EngineState:
         self._waits.set("load", True, Message(Notice.CONNECTING, (spec.url,)))
         self._engine.connect_server(spec)
 
+    def connect_pool(self, specs: tuple[ServerSpec, ...], smallest_context: bool = False,
+                     local: Path | None = None) -> None:  # fmt: skip
+        """Run jobs on a pool of the servers ``specs`` name (each job on the first that
+        answers, moved to the next when that one is lost); ``smallest_context`` plans every
+        job for the smallest context of servers that report different ones; ``local`` as for
+        one server."""
+        if local is not None:
+            specs = tuple(replace(spec, model_path=str(local)) for spec in specs)
+        self.model_sha256 = ""
+        if local is not None:
+            sha256 = self._engine.model_sha256
+            self._scheduler.submit(lambda: sha256(local), self._set_sha, lambda _m: None)
+        urls = ", ".join(spec.url for spec in specs)
+        self._waits.set("load", True, Message(Notice.CONNECTING, (urls,)))
+        self._engine.connect_pool(specs, smallest_context)
+
     def unload(self) -> None:
         """Unload the model, or let the server go."""
         self._engine.unload()
