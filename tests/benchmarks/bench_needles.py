@@ -1,7 +1,8 @@
 """Needles in a long document: which strategy keeps a planted fact, and does the model answer it.
 
 Run with ``python tests/benchmarks/bench_needles.py [--needles 20] [--seed 0] [--n-ctx 2048]
-[--tokens 400000] [--multi-pass] [--quick] [--json PATH]`` (or ``make bench``). The Jargon File
+[--tokens 400000] [--multi-pass] [--model PATH] [--only-multi-fact | --no-multi-fact] [--quick]
+[--json PATH]`` (or ``make bench``). The Jargon File
 sample (resources/samples), repeated or cut to ``--tokens`` tokens of the default model (counted
 with the engine's exact counter), gets ``--needles`` invented facts ("needles"), each a paragraph
 of its own at a seeded random depth (two near 300k tokens when the document is that long), each
@@ -27,9 +28,15 @@ for the budget the model's chat frame leaves in ``--n-ctx``):
 
 With ``--fill``, `retrieve` also runs under its earlier rule (``retrieve-fill``: the budget
 filled with further matches and their neighbours) beside the default (what scores close to the
-best match, with its paragraph). The multi-fact row plants three facts about one invented
-thing at three depths of the same base text and asks one question that needs all three: how
-many of the three reach the model, and how many of their values the reply names.
+best match, with its paragraph).
+
+Multi-fact questions, reported apart (``--only-multi-fact`` runs them alone, in a minute or two):
+each set of :data:`MULTI_SETS` puts three facts about one invented thing, one sentence each, at
+seeded depths of the base text (one in each third), and asks one question that needs all three
+in other words. Per set: how many facts lie whole in the `retrieve` plan, how many values the
+reply names, and the prompt tokens of the call; and the control, the three facts alone as the
+document, with the values it names and its prompt tokens. The goal (issue 51): `retrieve` names
+as many facts as the control, with at most 3x its prompt tokens.
 
 Goals (issues: a `retrieve` strategy, a needle benchmark; answers as good as the text kept):
 `retrieve` keeps >= 90 % of the needles with a 2,048 context on a ~400k-token document (>= 95 %
@@ -181,17 +188,57 @@ NEEDLES: tuple[Needle, ...] = (
 )  # fmt: skip
 
 
-# Three facts about one invented thing, far apart, and one question that needs all three
-MULTI_FACTS: tuple[Needle, ...] = (
-    Needle("The first of the three Harrowgate lanterns was forged by a smith named Oskel Vantry.",
-           "", ("Vantry",)),
-    Needle("The second Harrowgate lantern was made in the hill village of Mirrowby.", "",
-           ("Mirrowby",)),
-    Needle("The third Harrowgate lantern is lit only on the night of the Saltmoon fair.", "",
-           ("Saltmoon",)),
+@dataclass(frozen=True)
+class FactSet:
+    """Three facts about one invented thing, each a sentence of its own with a value the base
+    text does not hold, and one question that asks for all three in other words."""
+
+    topic: str
+    facts: tuple[Needle, ...]
+    question: str
+
+
+MULTI_SETS: tuple[FactSet, ...] = (
+    FactSet("Harrowgate lanterns", (
+        Needle("The first of the three Harrowgate lanterns was forged by a smith named Oskel "
+               "Vantry.", "", ("Vantry",)),
+        Needle("The second Harrowgate lantern was made in the hill village of Mirrowby.", "",
+               ("Mirrowby",)),
+        Needle("The third Harrowgate lantern is lit only on the night of the Saltmoon fair.", "",
+               ("Saltmoon",))),
+        "Which smith made the earliest of Harrowgate's lamps, in what settlement was the next one "
+        "produced, and at which festival is the last one kindled?"),
+    FactSet("Quarrendale observatory", (
+        Needle("The Quarrendale observatory was paid for by a salt merchant called Ivo Brennart.",
+               "", ("Brennart",)),
+        Needle("The great telescope of the Quarrendale observatory has a mirror cast from Telvish "
+               "glass.", "", ("Telvish",)),
+        Needle("Visitors reach the Quarrendale observatory by climbing 1,482 stone steps.", "",
+               ("1,482", "1482", "1 482"))),
+        "Who funded the stargazing tower at Quarrendale, what kind of glass went into its big "
+        "instrument, and how many stairs lead up to it?"),
+    FactSet("schooner Mallory Wren", (
+        Needle("The captain of the schooner Mallory Wren is a former whaler called Tobiah "
+               "Fenwright.", "", ("Fenwright",)),
+        Needle("The schooner Mallory Wren sails from the fishing town of Gullsreach.", "",
+               ("Gullsreach",)),
+        Needle("Sailors on the schooner Mallory Wren call the blue of its hull drownberry.", "",
+               ("drownberry",))),
+        "Who commands the Mallory Wren, out of which harbour does that ship put to sea, and what "
+        "name does its crew give to the colour of the vessel?"),
+    FactSet("inventor Barnaby Quist", (
+        Needle("The inventor Barnaby Quist was born in the river town of Elderspool.", "",
+               ("Elderspool",)),
+        Needle("The calculating engine of Barnaby Quist is kept today at the Harkmoor museum.", "",
+               ("Harkmoor",)),
+        Needle("Barnaby Quist gave his favourite machine the name Tollivant.", "",
+               ("Tollivant",))),
+        "Where did Quist come into the world, in which collection can his reckoning device be "
+        "seen now, and what did he call the contraption he loved most?"),
 )  # fmt: skip
-MULTI_QUESTION = ("Who forged the first of the Harrowgate lanterns, where was the second made, "
-                  "and on which night is the third lit?")  # fmt: skip
+# The first set, under the names the single multi-fact row had
+MULTI_FACTS: tuple[Needle, ...] = MULTI_SETS[0].facts
+MULTI_QUESTION: str = MULTI_SETS[0].question
 
 
 # ----- the document and its needles ------------------------------------------------------------
@@ -498,37 +545,163 @@ def control(host: EngineHost, planted: Planted, counter: TokenCounter, *, n_ctx:
     return out
 
 
-@dataclass
-class MultiFact:
-    """The multi-fact row: facts kept whole in the plan, values named in the reply."""
-
-    kept: int
-    named: int
-    kept_tokens: int
-    reply: str
-
-
-def multi_fact(host: EngineHost, base: Base, counter: TokenCounter, model: Path, *, n_ctx: int,
-               max_tokens: int) -> MultiFact:  # fmt: skip
-    """:data:`MULTI_FACTS` planted at 15 %, 50 % and 85 % of ``base``, :data:`MULTI_QUESTION`
-    planned and asked under `retrieve` (a reply of twice ``max_tokens``: three values)."""
-    depths = [int(base.tokens * d) for d in (0.15, 0.5, 0.85)]
-    planted = plant(base, MULTI_FACTS, depths, counter)
-    planner = Planner(planted.text, counter)
-    instruction, reserve = planning("ask", "retrieve", counter, max_tokens=2 * max_tokens,
-                                    questions=[MULTI_QUESTION])  # fmt: skip
-    plan = plan_for(planner, "retrieve", model, instruction=instruction, n_ctx=n_ctx,
-                    reserve=reserve, question=MULTI_QUESTION)  # fmt: skip
-    kept = retained(plan, planted.spans)
+def ask_once(host: EngineHost, text: str, counter: TokenCounter, question: str, strategy: str,
+             *, n_ctx: int, max_tokens: int,
+             planner: Planner | None = None) -> JobResult | None:  # fmt: skip
+    """One ``ask`` job with one question, from an empty cache: its result (None if none came)."""
     host.reset()
     result = None
-    for ev in ask(host, planted.text, counter, questions=[MULTI_QUESTION], strategy="retrieve",
-                  n_ctx=n_ctx, max_tokens=2 * max_tokens, planner=planner):  # fmt: skip
+    for ev in ask(host, text, counter, questions=[question], strategy=strategy, n_ctx=n_ctx,
+                  max_tokens=max_tokens, planner=planner):  # fmt: skip
         if isinstance(ev, JobFinished):
             result = ev.result
+    return result
+
+
+@dataclass
+class MultiFact:
+    """One multi-fact question: under `retrieve` on the long document, facts kept whole in the
+    plan and values named in the reply; and the control, the three facts alone as the
+    document. Prompt tokens are the whole prompt of the one model call (frame, text, question)."""
+
+    facts: FactSet
+    depths: tuple[int, ...]  # tokens before each fact's paragraph, in the set's order
+    kept_each: tuple[bool, ...]  # per fact, in the set's order
+    named_each: tuple[bool, ...]
+    kept_tokens: int
+    prompt_tokens: int
+    reply: str
+    control_each: tuple[bool, ...]
+    control_prompt_tokens: int
+    control_reply: str
+
+    @property
+    def topic(self) -> str:
+        return self.facts.topic
+
+    @property
+    def kept(self) -> int:
+        return sum(self.kept_each)
+
+    @property
+    def named(self) -> int:
+        return sum(self.named_each)
+
+    @property
+    def control_named(self) -> int:
+        return sum(self.control_each)
+
+    def values(self, which: Sequence[bool]) -> str:
+        """The first value of each fact ``which`` marks, or "none"."""
+        got = [f.answers[0] for f, w in zip(self.facts.facts, which, strict=True) if w]
+        return ", ".join(got) or "none"
+
+
+def multi_depths(total: int, rng: random.Random) -> list[int]:
+    """Three token depths, one in each third of a ``total``-token document (2 % clear of the
+    thirds' edges), in a seeded order: the facts stay far apart whatever the seed."""
+    depths = [rng.randint(int(total * (i / 3 + 0.02)), int(total * ((i + 1) / 3 - 0.02)))
+              for i in range(3)]  # fmt: skip
+    rng.shuffle(depths)
+    return depths
+
+
+def multi_fact(host: EngineHost, base: Base, counter: TokenCounter, model: Path, facts: FactSet,
+               *, depths: Sequence[int], n_ctx: int, max_tokens: int) -> MultiFact:  # fmt: skip
+    """``facts`` planted at ``depths`` of ``base``, its question planned and asked under
+    `retrieve`, then asked with the facts alone as the document (a reply of twice
+    ``max_tokens`` both times: three values)."""
+    planted = plant(base, facts.facts, depths, counter)
+    planner = Planner(planted.text, counter)
+    instruction, reserve = planning("ask", "retrieve", counter, max_tokens=2 * max_tokens,
+                                    questions=[facts.question])  # fmt: skip
+    plan = plan_for(planner, "retrieve", model, instruction=instruction, n_ctx=n_ctx,
+                    reserve=reserve, question=facts.question)  # fmt: skip
+    kept = retained(plan, planted.spans)
+    result = ask_once(host, planted.text, counter, facts.question, "retrieve", n_ctx=n_ctx,
+                      max_tokens=2 * max_tokens, planner=planner)  # fmt: skip
+    alone = ask_once(host, "\n\n".join(f.fact for f in facts.facts), counter, facts.question,
+                     "head", n_ctx=n_ctx, max_tokens=2 * max_tokens)  # fmt: skip
     reply = result.text if result is not None else ""
-    named = sum(f.answered(reply) for f in MULTI_FACTS)
-    return MultiFact(sum(kept), named, plan.kept_tokens, reply)
+    control_reply = alone.text if alone is not None else ""
+    return MultiFact(
+        facts, planted.depths, tuple(kept), tuple(f.answered(reply) for f in facts.facts),
+        plan.kept_tokens, result.prompt_tokens if result is not None else 0, reply,
+        tuple(f.answered(control_reply) for f in facts.facts),
+        alone.prompt_tokens if alone is not None else 0, control_reply)  # fmt: skip
+
+
+def multi_facts(host: EngineHost, base: Base, counter: TokenCounter, model: Path, *, seed: int,
+                n_ctx: int, max_tokens: int) -> list[MultiFact]:  # fmt: skip
+    """Every set of :data:`MULTI_SETS` in a document of its own, at depths seeded by ``seed``."""
+    rng = random.Random(seed)
+    out = []
+    for facts in MULTI_SETS:
+        got = multi_fact(host, base, counter, model, facts, depths=multi_depths(base.tokens, rng),
+                         n_ctx=n_ctx, max_tokens=max_tokens)  # fmt: skip
+        print(f"multi-fact {got.topic}: retrieve kept {got.kept}/3, named {got.named}/3 "
+              f"({got.prompt_tokens:,} prompt tokens); control named {got.control_named}/3 "
+              f"({got.control_prompt_tokens:,})", flush=True)  # fmt: skip
+        out.append(got)
+    return out
+
+
+def _short(reply: str, n: int = 90) -> str:
+    return repr(" ".join(reply.split())[:n])
+
+
+def multi_report(results: Sequence[MultiFact]) -> list[str]:
+    """The multi-fact table, per set and in total, with the goal's two figures."""
+    head = (f"{'multi-fact set':24s} {'depths of facts 1-3':>26s} {'kept':>5s} {'named':>6s} "
+            f"{'prompt':>7s} {'control named':>14s} {'prompt':>7s}")  # fmt: skip
+    lines = [head, "-" * len(head)]
+    for r in results:
+        depths = ", ".join(f"{d:,}" for d in r.depths)
+        lines.append(f"{r.topic:24s} {depths:>26s} {r.kept:>3d}/3 {r.named:>4d}/3 "
+                     f"{r.prompt_tokens:>7,} {r.control_named:>12d}/3 "
+                     f"{r.control_prompt_tokens:>7,}")  # fmt: skip
+    n = 3 * len(results)
+    named = sum(r.named for r in results)
+    control = sum(r.control_named for r in results)
+    prompt = sum(r.prompt_tokens for r in results)
+    control_prompt = sum(r.control_prompt_tokens for r in results)
+    ratio = prompt / max(control_prompt, 1)
+    lines.append(f"multi-fact: retrieve kept {sum(r.kept for r in results)} of {n} facts and named "
+                 f"{named} of {n}, control named {control} of {n}; prompt tokens retrieve/control "
+                 f"{prompt:,}/{control_prompt:,} = {ratio:.2f}x")  # fmt: skip
+    met = named >= control and ratio <= 3
+    lines.append(f"retrieve names as many facts as the control with at most 3x its prompt tokens: "
+                 f"{'met' if met else 'not met'}")  # fmt: skip
+    for r in results:
+        lines.append(f"  {r.topic}: retrieve kept {r.values(r.kept_each)} "
+                     f"({r.kept_tokens:,} document tokens), named {r.values(r.named_each)}: "
+                     f"{_short(r.reply)}")  # fmt: skip
+        lines.append(f"  {'':{len(r.topic)}s}  control named {r.values(r.control_each)}: "
+                     f"{_short(r.control_reply)}")  # fmt: skip
+    return lines
+
+
+def multi_rows(results: Sequence[MultiFact], note: str) -> list[Row]:
+    """The multi-fact figures as JSON rows: facts kept, facts named against the control (a
+    control that names none counts as 1, so naming none is never met), prompt tokens against
+    the control's."""
+    n = 3 * len(results)
+    kept = sum(r.kept for r in results)
+    named = sum(r.named for r in results)
+    control = sum(r.control_named for r in results)
+    prompt = sum(r.prompt_tokens for r in results)
+    control_prompt = sum(r.control_prompt_tokens for r in results)
+    return [
+        row("retrieve, multi-fact questions: facts kept whole in the plan",
+            f"{n} facts planted", kept / n * 100, kept / n, ">= 0.90", unit="%", note=note),
+        row("retrieve, multi-fact questions: facts named",
+            f"the facts alone as the document ({control} of {n})", named / n * 100,
+            named / max(control, 1), ">= 1.0", unit="%", note=note),
+        row("retrieve, multi-fact questions: prompt tokens per question",
+            f"the facts alone as the document ({control_prompt / len(results):,.0f})",
+            prompt / len(results), prompt / max(control_prompt, 1), "<= 3", unit="tokens",
+            note=note),
+    ]  # fmt: skip
 
 
 # ----- the report ------------------------------------------------------------------------------
@@ -602,8 +775,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="0: the engine's default")
     parser.add_argument("--fill", action="store_true",
                         help="also run retrieve under its earlier rule (the budget filled)")
-    parser.add_argument("--no-multi-fact", action="store_true", help="skip the multi-fact row")
+    parser.add_argument("--no-multi-fact", action="store_true",
+                        help="skip the multi-fact questions")
+    parser.add_argument("--only-multi-fact", action="store_true",
+                        help="only the multi-fact questions (retrieve against the facts alone)")
     args = parse_args(parser, {"tokens": 40_000, "needles": 8})
+    if args.only_multi_fact and args.no_multi_fact:
+        parser.error("--only-multi-fact and --no-multi-fact exclude each other")
     if not 1 <= args.needles <= len(NEEDLES):
         parser.error(f"--needles must be between 1 and {len(NEEDLES)}")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -618,6 +796,8 @@ def main() -> int:
         host.load(args.model, settings)
         counter = host_counter(args.model, host)
         base = base_document(counter, args.tokens)
+        if args.only_multi_fact:
+            return only_multi_facts(host, base, counter, args, t_start)
         rng = random.Random(args.seed)
         needles = rng.sample(NEEDLES, args.needles)
         planted = plant(base, needles, needle_depths(base.tokens, args.needles, rng), counter)
@@ -653,12 +833,10 @@ def main() -> int:
                 print(f"asked {fig.strategy}: accuracy {fig.accuracy:.0%} in {fig.job_s:,.1f} s",
                       flush=True)  # fmt: skip
         alone = control(host, planted, counter, n_ctx=args.n_ctx, max_tokens=args.max_tokens)
-        multi = None
+        multi: list[MultiFact] = []
         if "retrieve" in strategies and not args.no_multi_fact:
-            multi = multi_fact(host, base, counter, args.model, n_ctx=args.n_ctx,
-                               max_tokens=args.max_tokens)  # fmt: skip
-            print(f"multi-fact: {multi.kept} of 3 facts kept, {multi.named} of 3 named",
-                  flush=True)  # fmt: skip
+            multi = multi_facts(host, base, counter, args.model, seed=args.seed,
+                                n_ctx=args.n_ctx, max_tokens=args.max_tokens)  # fmt: skip
         print(f"control: the model answers {sum(alone)} of {n} questions with the fact alone as "
               f"the document", flush=True)  # fmt: skip
         if any(f.strategy in MULTI_PASS for f in figs):
@@ -685,10 +863,6 @@ def main() -> int:
         print(line)
     print(f"{'(control)':11s} {'':>10s} {sum(alone) / n:>9.0%} {'':>24s}  the fact alone as the "
           f"document: the most this model answers")  # fmt: skip
-    if multi is not None:
-        print(f"{'3 facts':11s} {multi.kept:>9d}/3 {multi.named:>7d}/3 {'':>24s}  retrieve, one "
-              f"question needing three facts at 15/50/85% depth ({multi.kept_tokens:,} tokens "
-              f"kept); reply: {' '.join(multi.reply.split())[:100]!r}")  # fmt: skip
     print("* multi-pass: every chunk reaches the model, in one pass or another; retention counts "
           "the needles that lie whole in one pass")
     print("planning: the first question chunks and counts the document (retrieve also builds its "
@@ -768,8 +942,35 @@ def main() -> int:
                         ratio, "<= 0.05", unit="ms", note=setting))  # fmt: skip
         print(f"retrieve plans a later question in {retrieve_fig.later_ms:,.2f} ms against "
               f"{retrieve_fig.first_ms:,.0f} ms for the first ({ratio:.4f})")  # fmt: skip
+    if multi:
+        print()
+        for line in multi_report(multi):
+            print(line)
+        rows.extend(multi_rows(multi, f"{multi_setting(args, base)}, {args.model.name}"))
     print(f"whole run: {time.perf_counter() - t_start:,.0f} s")
     write_rows(args.json, "needles", rows)
+    return 0
+
+
+def multi_setting(args: argparse.Namespace, base: Base) -> str:
+    return (f"n_ctx {args.n_ctx:,}, {base.tokens:,}-token document, {len(MULTI_SETS)} sets of 3 "
+            f"facts, seed {args.seed}")  # fmt: skip
+
+
+def only_multi_facts(host: EngineHost, base: Base, counter: TokenCounter,
+                     args: argparse.Namespace, t_start: float) -> int:  # fmt: skip
+    """``--only-multi-fact``: the multi-fact questions alone, their table and rows."""
+    print(f"model {args.model.name}, n_ctx {args.n_ctx:,}; the Jargon File cut to "
+          f"{base.tokens:,} tokens, {len(MULTI_SETS)} multi-fact questions (seed {args.seed}), "
+          f"replies of {2 * args.max_tokens} tokens, greedy", flush=True)  # fmt: skip
+    multi = multi_facts(host, base, counter, args.model, seed=args.seed, n_ctx=args.n_ctx,
+                        max_tokens=args.max_tokens)  # fmt: skip
+    print()
+    for line in multi_report(multi):
+        print(line)
+    print(f"whole run: {time.perf_counter() - t_start:,.0f} s")
+    write_rows(args.json, "needles", multi_rows(multi, f"{multi_setting(args, base)}, "
+                                                       f"{args.model.name}"))  # fmt: skip
     return 0
 
 

@@ -14,8 +14,10 @@ from app.core.planning.retrieve import terms
 from app.core.tokens import TiktokenCounter
 from tests.benchmarks.bench_needles import (
     DEEP,
+    MULTI_SETS,
     NEEDLES,
     Base,
+    FactSet,
     Needle,
     Planted,
     absent_values,
@@ -100,6 +102,7 @@ def test_values_are_absent_from_the_jargon_file(
     sample_text: str, base: Base, gguf_counter: TiktokenCounter
 ) -> None:
     assert absent_values(sample_text, NEEDLES) == []
+    assert absent_values(sample_text, [f for s in MULTI_SETS for f in s.facts]) == []
     # and a document that holds one is refused
     needle = NEEDLES[0]
     spoilt = measure(f"{base.text}\n\nIt was kept in a {needle.answers[0].upper()}.", gguf_counter)
@@ -147,6 +150,18 @@ def test_retention_of_multi_pass_plans() -> None:
 
 
 # ----- the questions -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("facts", MULTI_SETS, ids=lambda s: s.topic)
+def test_a_multi_fact_question_asks_for_every_fact_in_other_words(facts: FactSet) -> None:
+    """The question of a set names what it is about and asks for three things, without copying
+    a fact or giving away an answer: retrieve must find each fact by what it means."""
+    assert len(facts.facts) == 3
+    for fact in facts.facts:
+        assert shared_terms(fact.fact, facts.question) <= 0.5, fact.fact
+        assert shared_run(fact.fact, facts.question) == "", fact.fact
+        assert len(set(terms(facts.question)) & set(terms(fact.fact))) >= 1  # the same thing
+        assert not any(v.lower() in facts.question.lower() for v in fact.answers), fact.fact
 
 
 @pytest.mark.parametrize("needle", NEEDLES, ids=lambda n: n.answers[0])
