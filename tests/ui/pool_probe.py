@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QRect, QSettings, QSocketNotifier
@@ -37,6 +36,7 @@ from app.services.jobs import JobOutcome
 from app.ui.gui_gc import collect_on_gui_thread
 from app.ui.main_window import MainWindow
 from app.ui.widgets import install_wheel_guard
+from tests.ui.probe_window import serve
 
 
 def _screen_rect(widget: QWidget) -> QRect:
@@ -148,17 +148,14 @@ def main(argv: list[str]) -> int:
     app = QApplication(sys.argv[:1])
     collect_on_gui_thread(app)  # as the app's entry point does (app/ui/main.py)
     install_wheel_guard(app)
-    with config.using(), tempfile.TemporaryDirectory() as tmp:
-        settings = QSettings(str(Path(tmp) / "s.ini"), QSettings.Format.IniFormat)
-        window = MainWindow(None, document, db_path=Path(tmp) / "h.db", settings=settings)
+
+    def open_window(settings: QSettings, db: Path) -> MainWindow:
+        window = MainWindow(None, document, db_path=db, settings=settings)
         window.resize(1366, 768)
-        probe = Probe(window)
-        window.show()
-        print(json.dumps("ready"), flush=True)
-        app.exec()
-        del probe
-        window.close()
-    return 0
+        return window
+
+    with config.using():
+        return serve(app, open_window, Probe)
 
 
 if __name__ == "__main__":

@@ -152,6 +152,17 @@ class ProbeProcess:
             self._process.wait(5)
 
 
+def until(condition: Callable[[], object], what: str, probe: ProbeProcess,
+                timeout: float) -> object:  # fmt: skip
+    """Poll ``condition`` until it is true; fail with the probe's errors when it never is."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if value := condition():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} after {timeout:.0f} s:\n{probe.log()}")
+
+
 class App:
     """``contextlens`` started with ``args`` on ``display``, with a home of its own."""
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.core.paths import sample_document
 from tests.llama_servers import NO_LLAMA_SERVER, have_llama_server, llama_servers
-from tests.ui.real_display import Display, ProbeProcess, home_env, missing_tools
+from tests.ui.real_display import Display, ProbeProcess, home_env, missing_tools, until
 
 pytestmark = [
     pytest.mark.window,
@@ -69,15 +69,6 @@ class Probe(ProbeProcess):
         answer = self.ask("rows")
         assert isinstance(answer, list)
         return answer
-
-
-def until(condition: Callable[[], object], what: str, probe: Probe, timeout: float) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout:.0f} s:\n{probe.log()}")
 
 
 @pytest.fixture

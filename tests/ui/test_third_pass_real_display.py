@@ -21,7 +21,7 @@ import re
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from PySide6.QtGui import QImage
 
 from app.core.engine.gguf import inspect_model
 from tests.conftest import DATA
-from tests.ui.real_display import Display, ProbeProcess, home_env, missing_tools
+from tests.ui.real_display import Display, ProbeProcess, home_env, missing_tools, until
 
 pytestmark = [
     pytest.mark.window,
@@ -66,16 +66,6 @@ class Probe(ProbeProcess):
             assert "error" not in answer, f"the probe could not answer {command!r}: {answer}"
             return answer
         return {"answer": answer}
-
-
-def until(condition: Callable[[], object], what: str, probe: Probe, timeout: float) -> object:
-    """Poll ``condition`` until it is true; fail with the probe's errors when it never is."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout:.0f} s:\n{probe.log()}")
 
 
 @dataclass

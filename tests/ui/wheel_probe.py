@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QSocketNotifier
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QScroll
 
 from app.ui.main_window import MainWindow
 from app.ui.widgets import install_wheel_guard
+from tests.ui.probe_window import serve
 
 
 def _name(widget: QWidget) -> str:
@@ -70,18 +70,17 @@ class Probe:
 def main() -> int:
     app = QApplication(sys.argv[:1])
     install_wheel_guard(app)  # as the app's entry point does
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = QSettings(str(Path(tmp) / "s.ini"), QSettings.Format.IniFormat)
-        window = MainWindow(None, None, db_path=Path(tmp) / "h.db", settings=settings)
+
+    def open_window(settings: QSettings, db: Path) -> MainWindow:
+        window = MainWindow(None, None, db_path=db, settings=settings)
         window.setWindowTitle("wheel probe")
-        window.show()
+        return window
+
+    def probe(window: MainWindow) -> Probe:
         window.document_view.setFocus()
-        probe = Probe(window)
-        print(json.dumps("ready"), flush=True)
-        app.exec()
-        del probe
-        window.close()
-    return 0
+        return Probe(window)
+
+    return serve(app, open_window, probe)
 
 
 if __name__ == "__main__":

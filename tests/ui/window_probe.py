@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QPoint, QRect, QSettings, QSocketNotifier, Qt
@@ -47,6 +46,7 @@ from app.ui.gui_gc import collect_on_gui_thread
 from app.ui.main_window import MainWindow
 from app.ui.theme import apply_theme, current_theme
 from app.ui.widgets import install_wheel_guard
+from tests.ui.probe_window import serve
 
 NEAR_PX = 160  # a text or button this close above or below the field is "beside" it
 
@@ -193,17 +193,12 @@ def main(argv: list[str]) -> int:
     collect_on_gui_thread(app)  # as the app's entry point does (app/ui/main.py)
     install_wheel_guard(app)
     apply_theme(app, theme)
-    with config.using(), tempfile.TemporaryDirectory() as tmp:
-        settings = QSettings(str(Path(tmp) / "s.ini"), QSettings.Format.IniFormat)
-        window = MainWindow(model, document, n_ctx=n_ctx, db_path=Path(tmp) / "h.db",
-                            settings=settings)  # fmt: skip
-        probe = Probe(app, window)  # the load reports back once the event loop runs
-        window.show()
-        print(json.dumps("ready"), flush=True)
-        app.exec()
-        del probe
-        window.close()
-    return 0
+
+    def open_window(settings: QSettings, db: Path) -> MainWindow:
+        return MainWindow(model, document, n_ctx=n_ctx, db_path=db, settings=settings)
+
+    with config.using():  # the probe reports the load back once the event loop runs
+        return serve(app, open_window, lambda window: Probe(app, window))
 
 
 if __name__ == "__main__":
