@@ -158,14 +158,11 @@ def test_a_short_answer_has_no_scroll_bar_of_its_own(qtbot) -> None:
         assert not bar.isVisible() and bar.maximum() == 0, pane.strategy
 
 
-def test_three_strategies_start_in_view_in_the_window_at_1366x768(
-    qtbot, make_window: Windows
-) -> None:
-    """The compare tab of the three-stage dock at 1366x768: three long answers side by side,
-    each pane's top in the panel's view without scrolling it (the third is not below the
-    first), none cut off at the right."""
-    window = make_window()  # no model, no document: the layout alone
-    window.fit_to(QRect(0, 0, 1366, 768))
+def _three_long_answers(qtbot, make_window: Windows, screen: QRect) -> CompareView:
+    """The compare tab of a window fitted to ``screen`` (no model, no document: the layout
+    alone), three strategies each with a long answer."""
+    window = make_window()
+    window.fit_to(screen)
     window.show()
     qtbot.waitExposed(window)
     view = window.compare
@@ -173,6 +170,16 @@ def test_three_strategies_start_in_view_in_the_window_at_1366x768(
     strategies = ["head", "retrieve", "entropy"]
     view.start(strategies)
     _answer(view, strategies, " ".join(f"Sentence {i} of a long answer." for i in range(40)))
+    return view
+
+
+def test_three_strategies_start_in_view_in_the_window_at_1366x768(
+    qtbot, make_window: Windows
+) -> None:
+    """The compare tab of the three-stage dock at 1366x768: three long answers side by side,
+    each pane's top in the panel's view without scrolling it (the third is not below the
+    first), none cut off at the right."""
+    view = _three_long_answers(qtbot, make_window, QRect(0, 0, 1366, 768))
     area = view.findChild(QScrollArea)
     # the panes have grown with their answers, taller than the panel: it scrolls, once
     qtbot.waitUntil(lambda: area.verticalScrollBar().maximum() > 0 and all(
@@ -192,15 +199,8 @@ def test_three_strategies_are_tabs_in_view_in_the_window_at_1024x700(
     """At 1024x700 the dock cannot give three panes MIN_PANE_WIDTH (issue 49, row 9: the third
     lay below the fold): a tab per strategy, every tab's title in view, the shown answer whole
     at the dock's width."""
-    window = make_window()  # no model, no document: the layout alone
-    window.fit_to(QRect(0, 0, 1024, 700))
-    window.show()
-    qtbot.waitExposed(window)
-    view = window.compare
-    window.tabs.setCurrentWidget(view)
-    strategies = ["head", "retrieve", "entropy"]
-    view.start(strategies)
-    _answer(view, strategies, " ".join(f"Sentence {i} of a long answer." for i in range(40)))
+    view = _three_long_answers(qtbot, make_window, QRect(0, 0, 1024, 700))
+    strategies = list(view.panes)
     qtbot.waitUntil(view.tabs.isVisible, timeout=5_000)
     bar = view.tabs.tabBar()
     for i, name in enumerate(strategies):
