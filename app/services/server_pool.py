@@ -141,8 +141,6 @@ class ServerPool:
         self._identity: _Identity | None = None
         self._model_sha256 = ""
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._changes = 0
         self._closed = threading.Event()
         self._probing: set[int] = set()  # members (by index) a probe thread looks after
 
@@ -260,8 +258,6 @@ class ServerPool:
             member.state, member.reason = LOST, reason
             member.lost += 1
             session, member.session = member.session, None
-            self._changes += 1
-            self._changed.notify_all()
         if session is not None:
             session.close()  # its replies still streaming end now
         self._notify(member)
@@ -273,18 +269,10 @@ class ServerPool:
         hung one lets it time out."""
         return _answers(member.spec)
 
-    def wait_for_change(self, timeout: float) -> None:
-        """Block until some member is lost or comes back, or ``timeout`` seconds pass."""
-        with self._changed:
-            seen = self._changes
-            self._changed.wait_for(lambda: self._changes != seen or self._closed.is_set(),
-                                   timeout=timeout)  # fmt: skip
-
     def close(self) -> None:
         """Close every session; the probes stop."""
         self._closed.set()
-        with self._changed:
-            self._changed.notify_all()
+        with self._lock:
             sessions = [m.session for m in self.members if m.session is not None]
             for member in self.members:
                 member.session = None
@@ -326,8 +314,6 @@ class ServerPool:
                         return
                     member.session, member.state, member.reason = session, UP, ""
                     member.slots = _slots(session)
-                    self._changes += 1
-                    self._changed.notify_all()
                 self._notify(member)
                 return
         finally:
