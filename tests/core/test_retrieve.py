@@ -27,20 +27,20 @@ from app.core.jobs.job_setup import question_text
 from app.core.jobs.tasks import JobFinished, PlanReady, ask, extract, planning, summarize
 from app.core.paths import sample_document
 from app.core.planning.cache import PlanCache
-from app.core.planning.chunking import Boundary
 from app.core.planning.codec import pack_plan, unpack_plan
 from app.core.planning.frame import ASK
 from app.core.planning.plan import Plan, Span
 from app.core.planning.process import PlanProcess
 from app.core.planning.retrieve import (
+    BLANK,
     CLOSE,
     MOST_MATCHES,
     NEEDS_QUESTION,
     NO_MATCH,
-    PASSAGE_PARTS,
     analyze,
     is_title,
     question_terms,
+    sentences,
     terms,
 )
 from app.core.planning.strategies import QUESTION_UNIT, Planner, PlanOptions, plan_for
@@ -73,6 +73,9 @@ FACTS = [
      "Which word served as the console password of the Halvorsen mainframe for almost two "
      "decades?"),
 ]  # fmt: skip
+# a sentence that holds the question's rarest word says so, and in how many parts it occurs
+RAREST = (r"(; '[^']+'(, '[^']+')*: (the question's rarest words?|the names? the question asks "
+          r"about) \(in [\d,]+ parts?\))?")
 SPAN_REASONS = [
     re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d; terms: [\w, ]+\)"),
     re.compile(r"next to the part ranked [\d,]+ \(context\)"),
@@ -84,7 +87,25 @@ SPAN_REASONS = [
     re.compile(re.escape(NO_MATCH)),
     re.compile("fits the budget"),
     re.compile(r"a single character here needs [\d,]+ tokens, over the budget"),
+    # sentence-precise context: a match's sentences, those they lean on, the rest of the match
+    re.compile(r"sentence [\d,]+ of the part ranked [\d,]+ \(score \d+\.\d\d\): holds "
+               r"'[^']+'(, '[^']+')*" + RAREST),
+    re.compile(r"the sentence before, for the part ranked [\d,]+: the next starts with '\w+'"),
+    re.compile(r"the sentence after, for the part ranked [\d,]+: it starts with '\w+'"),
+    re.compile(re.escape(BLANK)),
+    re.compile(r"the sentence after, for the part ranked [\d,]+: the one before (it ends in a "
+               r"colon \(what it introduces follows\)|it reads as a heading)"),
+    re.compile(r"the text under the heading ranked [\d,]+ starts here"),
+    re.compile(r"the rest of the part ranked [\d,]+: no sentence here scores 50% of its best"),
+    re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d\): no sentence scores "
+               r"70% of the best sentence"),
+    re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d\): no sentence holds "
+               r"'[^']+'(, '[^']+')* \(the question's rarest\) or two of its words"),
+    re.compile(r"rank [\d,]+ of [\d,]+ matching parts \(score \d+\.\d\d\): no sentence names "
+               r"'[^']+'(, '[^']+')* \(what the question asks about\)"),
 ]
+SENTENCE = re.compile(r"sentence [\d,]+ of the part ranked ([\d,]+) \(score (\d+\.\d\d)\): "
+                      r"holds ('[^']+'(?:, '[^']+')*)" + RAREST)
 
 
 @pytest.fixture(scope="module")
@@ -140,20 +161,29 @@ def _check(plan: Plan, text: str) -> None:
         assert any(p.fullmatch(s.reason) for p in SPAN_REASONS), s.reason
         assert s.score is not None and s.score >= 0
         assert (s.rank is None) == (s.score == 0) == (not s.terms)
-        if SPAN_REASONS[-1].fullmatch(s.reason):  # one character of more tokens than the budget
+        sentence = SENTENCE.fullmatch(s.reason)
+        if SPAN_REASONS[8].fullmatch(s.reason):  # one character of more tokens than the budget
             assert s in plan.dropped
+        elif sentence:  # a sentence of a match: its part's rank and score, its own words
+            assert s in plan.kept and s.next_to is None
+            assert sentence[1] == f"{s.rank:,}" and sentence[2] == f"{s.score:.2f}"
+            assert sentence[3] == ", ".join(f"'{w}'" for w in s.terms)
+        elif s.reason.startswith("the rest of the part ranked"):
+            assert s in plan.dropped and s.rank is None
         elif s.next_to is not None:
-            assert s in plan.kept and s.reason in (
+            assert s in plan.kept and (s.reason in (
                 f"next to the part ranked {s.next_to:,} (context)",
-                f"the paragraph of the part ranked {s.next_to:,} goes on here")
+                f"the paragraph of the part ranked {s.next_to:,} goes on here",
+                f"the text under the heading ranked {s.next_to:,} starts here")
+                or f", for the part ranked {s.next_to:,}: " in s.reason)
         elif s.rank is not None:
             assert f"rank {s.rank:,} of " in s.reason and f"(score {s.score:.2f}" in s.reason
             if s in plan.kept:
                 assert s.reason.endswith(f"terms: {', '.join(s.terms)})")
         elif s in plan.kept:
             assert s.reason == "fits the budget"  # the whole document did
-        else:
-            assert s.reason == NO_MATCH
+        else:  # no match, or the blank space a first excerpt would start with
+            assert s.reason == NO_MATCH or (s.reason == BLANK and not text[s.start : s.end].strip())
 
 
 # ----- the analyzer --------------------------------------------------------------------------
@@ -195,21 +225,24 @@ def test_the_best_parts_are_kept_in_document_order_and_say_why(
     # the budget is a ceiling, not a target: the matches close to the best, and their paragraphs
     assert 0 < plan.kept_tokens <= plan.budget // 2
     own = [s for s in plan.kept if s.next_to is None]
-    ranks = sorted(s.rank for s in own if s.rank is not None)
+    ranks = sorted({s.rank for s in own if s.rank is not None})  # a part's sentences share it
     assert ranks == list(range(1, len(ranks) + 1)) and len(ranks) <= MOST_MATCHES  # the best
-    best = next(s for s in own if s.rank == 1)
-    assert "kludge" in best.terms and "kludge" in text[best.start : best.end].lower()
+    best = next(s for s in own if s.rank == 1 and "kludge" in s.terms)
+    assert "kludge" in text[best.start : best.end].lower()
     assert set(itertools.chain.from_iterable(s.terms for s in plan.kept)) <= {"word", "kludge",
                                                                                "mean"}
     # every match kept for its own rank scores at least CLOSE of the best; every dropped one
     # less (or it did not fit what the budget had left, or MOST_MATCHES were kept)
     top = best.score or 0.0
     assert all((s.score or 0) >= CLOSE * top for s in own if s.rank is not None)
+    # (or none of its sentences scored close to the best sentence of all)
     dropped = [s for s in plan.dropped if s.rank is not None]
+    weak = [s for s in dropped if "no sentence scores 70% of the best" in s.reason]
     assert dropped and all("under 70% of the best" in s.reason or "past the budget" in s.reason
-                           or "after the 12 best kept" in s.reason for s in dropped)  # fmt: skip
+                           or "after the 12 best kept" in s.reason or s in weak
+                           for s in dropped)  # fmt: skip
     assert all((s.score or 0) < CLOSE * top for s in dropped if "under 70%" in s.reason)
-    assert min(s.rank for s in dropped) > len(ranks)  # type: ignore[type-var]
+    assert min(s.rank or 0 for s in dropped if s not in weak) > len(ranks) + len(weak)
     as_json = plan.as_dict()
     assert as_json["question"] == question
     assert all({"score", "rank", "terms", "next_to"} <= set(s) for s in as_json["kept"])
@@ -238,43 +271,70 @@ def test_neighbours_widen_the_context_around_a_kept_match(
 
 
 @pytest.mark.unit
-def test_a_match_cut_mid_paragraph_keeps_the_rest_of_its_paragraph_only(
-    planted_planner: Planner
+def test_sentences_cover_a_part_and_a_number_or_word_class_opens_the_next() -> None:
+    text = "1. n. A Rube Goldberg device, e.g. the one here. It works.\n   Or not: see {kluge}."
+    cut = sentences(text, 0, len(text))
+    assert cut[0][0] == 0 and cut[-1][1] == len(text)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(cut))
+    said = [text[a:b].strip() for a, b in cut]
+    assert said == ["1. n. A Rube Goldberg device, e.g. the one here.",
+                    "It works.\n   Or not: see {kluge}."]  # fmt: skip
+    cjk = "其一。其二是这样。它很短。"  # a sentence of two characters opens the next
+    assert [cjk[a:b] for a, b in sentences(cjk, 0, len(cjk))] == ["其一。其二是这样。", "它很短。"]
+
+
+# A paragraph of one invented survey, planted among the sample's: its sentences say different
+# things, some lean on the one before (a pronoun) or introduce the one after (a colon).
+SURVEY = ("The Corrimund survey began in the spring thaw. Dr. Ilse Varga sounded Lake Corrimund "
+          "with a weighted silk line. It reached 2,964 metres at the deepest point. The rowing "
+          "boats were hired from the ferrymen of Osk. Varga's notebook listed three "
+          "instruments:\n\n   A silk line, a lead weight and a brass reel.\n\n   The party "
+          "went home before the first snow.")  # fmt: skip
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("question", "own", "lean"), [
+    # a name the question writes: every sentence that holds it, and the one after that goes on
+    # about it
+    ("Who sounded Lake Corrimund?", ("Dr. Ilse Varga sounded", "The Corrimund survey began"),
+     (("It reached 2,964", "it starts with 'It'"),)),
+    ("How many metres down did it reach at the deepest point?", ("It reached 2,964",),
+     (("Dr. Ilse Varga sounded", "the next starts with 'It'"),)),
+    ("Which instruments did the notebook list?", ("three instruments:",),
+     (("A silk line, a lead weight", "it ends in a colon"),)),
+])  # fmt: skip
+def test_a_match_keeps_its_sentences_and_those_they_lean_on(
+    gguf_counter: TiktokenCounter, sample_text: str, question: str, own: tuple[str, ...],
+    lean: tuple[tuple[str, str], ...],
 ) -> None:
-    """Precise: a part kept as context continues the paragraph of a kept neighbour (the cut
-    between them is weaker than a paragraph's end) or the section of a kept heading (every part
-    between them kept, none of them a heading), at most PASSAGE_PARTS parts from a match; a
-    paragraph's end is crossed for context only in a heading's section. Parts are paragraphs or
-    pieces of one."""
-    options = PlanOptions(question="hacker ethic and free software")
-    plan = planted_planner.plan("retrieve", 1_800, options)
-    chunks = plan.chunks
-    kept = {c.index for c in chunks if any(s.start <= c.start < s.end for s in plan.kept)}
-    context = {c.index for c in chunks
-               if any(s.start <= c.start < s.end and s.next_to is not None for s in plan.kept)}
-    assert context, "a long paragraph was kept in pieces"
-
-    def title(j: int) -> bool:
-        return is_title(planted_planner.text[chunks[j].start : chunks[j].end])
-
-    def in_section(i: int) -> bool:  # a kept heading above, the parts between kept, none a title
-        for h in range(i - 1, max(-1, i - 1 - PASSAGE_PARTS), -1):
-            if h not in kept:
-                return False
-            if title(h):
-                return True
-        return False
-
-    for i in context:
-        left = i > 0 and i - 1 in kept and chunks[i - 1].boundary < Boundary.PARAGRAPH
-        right = i + 1 in kept and chunks[i].boundary < Boundary.PARAGRAPH
-        assert left or right or in_section(i), f"part {i} is kept across a paragraph's end"
-        near = [j for j in kept - context if abs(j - i) <= PASSAGE_PARTS]
-        assert near, f"part {i} is further than {PASSAGE_PARTS} parts from any match"
-    for c in chunks[:-1]:  # no part holds a paragraph's end and more text after it
-        assert "\n\n" not in planted_planner.text[c.start : c.end].strip()
-    assert plan.kept_tokens < 1_800
-
+    """Precise context keeps the sentences of a match that hold the question's terms (or the
+    name it asks about), the one before a sentence that points back, the one after a sentence
+    that introduces it, and no other sentence of the part or its paragraph; each kept sentence
+    says why, and reaches the model as a segment of its own, counted exactly."""
+    at = sample_text.index("\n\n", 30_000) + 1
+    text = f"{sample_text[:at]}\n   {SURVEY}\n{sample_text[at:60_000]}"
+    plan = Planner(text, gguf_counter).plan("retrieve", 600, PlanOptions(question=question))
+    _check(plan, text)
+    survey = text.index(SURVEY)
+    here = [s for s in plan.kept if survey <= s.start < survey + len(SURVEY)]
+    said = {text[s.start : s.end].strip(): s for s in here}
+    match = next(s for t, s in said.items() if own[0] in t)
+    assert match.rank == 1 and match.reason.startswith("sentence ") and match.next_to is None
+    for words in own[1:]:
+        also = next(s for t, s in said.items() if words in t)
+        assert also.reason.startswith("sentence ") and also.next_to is None
+    for words, why in lean:  # the sentences it leans on, and why
+        leaned = next(s for t, s in said.items() if words in t)
+        assert leaned.next_to == 1 and why in leaned.reason
+    assert len(here) == len(own) + len(lean), "only the sentences that carry or lean"
+    assert not any("rowing boats" in t or "first snow" in t for t in said)
+    rest = [text[s.start : s.end] for s in plan.dropped
+            if s.reason.startswith("the rest of the part ranked 1")]  # fmt: skip
+    assert any("rowing boats" in t for t in rest)
+    segments = plan.kept_chunks()
+    assert sum(c.tokens for c in segments) == plan.kept_tokens
+    assert all(c.tokens == gguf_counter.count(text[c.start : c.end]) for c in segments)
+    assert {(s.start, s.end) for s in here} <= {(c.start, c.end) for c in segments}
 
 @pytest.mark.unit
 def test_a_heading_that_matches_brings_its_text(planted_planner: Planner) -> None:

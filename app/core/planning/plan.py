@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from app.core.planning.chunking import Chunk
+from app.core.planning.chunking import Boundary, Chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,8 @@ class Plan:
         """The chunks inside kept spans, in document order (the segments a pass evaluates).
 
         One pass over both (spans and chunks are in document order): a 5 MB document has tens of
-        thousands of chunks, and an entropy plan thousands of kept spans.
+        thousands of chunks, and an entropy plan thousands of kept spans. A span kept inside a
+        chunk (`retrieve`'s sentences) is a segment of its own, with that chunk's index.
         """
         out: list[Chunk] = []
         spans, i = self.kept, 0
@@ -108,13 +109,21 @@ class Plan:
                 i += 1
             if i < len(spans) and spans[i].start <= c.start and c.end <= spans[i].end:
                 out.append(c)
+                continue
+            j = i
+            while j < len(spans) and spans[j].start < c.end:
+                s = spans[j]
+                if c.start <= s.start and s.end <= c.end:
+                    edge = c.boundary if s.end == c.end else Boundary.SENTENCE
+                    out.append(Chunk(c.index, s.start, s.end, s.tokens, edge))
+                j += 1
         return out
 
     def needle_retention(self, needles: Sequence[tuple[int, int]]) -> float:
         """Share of ``needles`` (character ranges) that reach the model whole in one pass."""
         if not needles:
             return 1.0
-        spans = [(w.start, w.end) for w in self.windows] or [(s.start, s.end) for s in self.kept]
+        spans = [(w.start, w.end) for w in self.windows] or _joined(self.kept)
         hit = sum(any(a <= s and e <= b for a, b in spans) for s, e in needles)
         return hit / len(needles)
 
@@ -135,6 +144,18 @@ class Plan:
             "refused": self.refused,
             "seconds": round(self.seconds, 4),
         }
+
+
+def _joined(spans: Sequence[Span]) -> list[tuple[int, int]]:
+    """``spans`` (in document order) with adjacent ones joined: a fact kept sentence by
+    sentence reaches the model whole."""
+    out: list[tuple[int, int]] = []
+    for s in spans:
+        if out and out[-1][1] == s.start:
+            out[-1] = (out[-1][0], s.end)
+        else:
+            out.append((s.start, s.end))
+    return out
 
 
 def kept_of_document(kept: int, in_chunks: int, document: int, *, dropped: bool) -> tuple[int, int]:

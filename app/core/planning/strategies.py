@@ -26,7 +26,7 @@ from app.core.planning.cache import CacheStats, PlanCache, doc_id, text_id
 from app.core.planning.chunking import Boundary, Chunk, chunk_document, sliding_windows
 from app.core.planning.frame import Budget, FrameSource, document_budget
 from app.core.planning.plan import Plan, PlanWindow, Span
-from app.core.planning.retrieve import ANALYZER, NEEDS_QUESTION, Index, select
+from app.core.planning.retrieve import ANALYZER, NEEDS_QUESTION, Index, Piece, select
 from app.core.tokens import TokenCounter, counter_fingerprint
 
 
@@ -66,6 +66,8 @@ class _Draft:
     window_ends_are_cuts: bool = True  # False for rolling: the next chunk follows at once
     keep_reasons: dict[int, str] = field(default_factory=dict)  # a kept chunk's own reason
     notes: dict[int, _Note] = field(default_factory=dict)  # scored chunks' figures
+    # chunks kept in part (`retrieve`'s sentences): their pieces, each a span of its own
+    pieces: dict[int, list[Piece]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,11 +138,12 @@ def _entropy(chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions)
 
 
 def _retrieve(
-    chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions,
-    index: Index | None = None,
+    chunks: Sequence[Chunk], text: str, budget: int, opts: PlanOptions, *,
+    index: Index | None = None, counter: TokenCounter | None = None,
 ) -> _Draft:  # fmt: skip
     """The chunks that best match ``opts.question`` (see retrieve.py); ``index``: the chunks'
-    BM25 index, as the planner caches it (built here when not given)."""
+    BM25 index, as the planner caches it (built here when not given); ``counter``: counts the
+    sentences kept of a match (without it, matches are kept whole)."""
     question = opts.question.strip()
     if not question:
         return _Draft("", dict.fromkeys(range(len(chunks)), NEEDS_QUESTION),
@@ -148,7 +151,8 @@ def _retrieve(
     if index is None:
         index = Index.build([text[c.start : c.end] for c in chunks])
     draft = _Draft("")
-    chosen = select(chunks, index, question, budget, fill=opts.fill, text=text)
+    chosen = select(chunks, index, question, budget, fill=opts.fill, text=text, counter=counter)
+    draft.pieces = chosen.pieces
     for c, v in zip(chunks, chosen.verdicts, strict=True):
         if v.kept:
             draft.keep_reasons[c.index] = v.reason
@@ -416,9 +420,10 @@ class Planner:
         split_at = paragraph_units(strategy)
         unit = unit_tokens(strategy, budget, opts)
         chunks = self.chunks(unit, split_at)
-        extra = {}
+        extra: dict[str, Index | TokenCounter] = {}
         if strategy in QUESTION_STRATEGIES and question:
             extra["index"] = self.index(unit, split_at)
+            extra["counter"] = self.counter
         draft = STRATEGIES[strategy](chunks, self.text, budget, opts, **extra)
         draft = _drop_oversize(draft, chunks, budget)
         plan = _assemble(strategy, budget, chunks, draft, time.perf_counter() - t0)
@@ -489,6 +494,9 @@ def _drop_oversize(draft: _Draft, chunks: Sequence[Chunk], budget: int) -> _Draf
     return draft
 
 
+_APART = _Note(float("nan"), None, (), None)  # equal to no note (NaN): nothing merges with a piece
+
+
 def _assemble(
     strategy: str, budget: int, chunks: Sequence[Chunk], draft: _Draft, seconds: float
 ) -> Plan:
@@ -497,6 +505,12 @@ def _assemble(
     notes: dict[int, _Note] = draft.notes
     last_note: list[_Note | None] = [None, None]  # of the last kept and the last dropped span
     for c in chunks:  # merge runs of chunks with the same fate, reason and figures into one span
+        if c.index in draft.pieces:  # kept in part: each piece a span, merged with none
+            for p in draft.pieces[c.index]:
+                (kept if p.kept else dropped).append(Span(
+                    p.start, p.end, p.tokens, p.reason, p.score, p.rank, p.terms, p.next_to))
+            last_note = [_APART, _APART]
+            continue
         reason = draft.drop.get(c.index)
         side = 0 if reason is None else 1
         target = kept if reason is None else dropped
