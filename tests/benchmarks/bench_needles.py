@@ -321,10 +321,15 @@ def absent_values(base: str, needles: Sequence[Needle]) -> list[str]:
     return [v for n in needles for v in (*n.answers, n.fact) if v.lower() in low]
 
 
+_SENTENCE_GAP = re.compile(r"(?<=[a-z][.!?]) (?=[A-Z])")  # between two sentences of a paragraph
+
+
 def plant(base: Base, needles: Sequence[Needle], depths: Sequence[int],
-          counter: TokenCounter) -> Planted:  # fmt: skip
+          counter: TokenCounter, *, inside: bool = False) -> Planted:  # fmt: skip
     """Each needle as a paragraph of its own at the paragraph end nearest its depth (each at
-    another one). Raises ValueError when the base text holds a needle's value or fact already,
+    another one); ``inside``: as a sentence in the middle of the paragraph that ends there
+    (after the sentence end nearest its middle; at its end when it has none), as facts sit in
+    a long text. Raises ValueError when the base text holds a needle's value or fact already,
     or has fewer paragraph ends than needles."""
     if len(needles) != len(depths):
         raise ValueError("one depth per needle")
@@ -341,17 +346,23 @@ def plant(base: Base, needles: Sequence[Needle], depths: Sequence[int],
         k = next(k for k in order if k not in used)
         used.add(k)
         where.append(k)
-    inserts = ["\n\n" + n.fact for n in needles]
+    # where each goes, and the text around it: its own paragraph, a sentence before the next
+    # one of a paragraph, or the paragraph's last sentence
+    at_of = {i: (_middle(base, k) if inside else base.cuts[k]) for i, k in enumerate(where)}
+    inserts = [("\n\n" + n.fact if not inside else
+                " " + n.fact if at_of[i] == base.cuts[where[i]] else n.fact + " ")
+               for i, n in enumerate(needles)]  # fmt: skip
     sizes = counter.count_many(inserts)
     pieces: list[str] = []
     spans: list[tuple[int, int]] = [(0, 0)] * len(needles)
     depth_of: list[int] = [0] * len(needles)
     pos = prev = added = 0
     for k, i in sorted(zip(where, range(len(needles)), strict=True)):
-        at = base.cuts[k]
+        at = at_of[i]
         pieces.append(base.text[prev:at])
         pos += at - prev
-        spans[i] = (pos + 2, pos + 2 + len(needles[i].fact))
+        lead = inserts[i].index(needles[i].fact)
+        spans[i] = (pos + lead, pos + lead + len(needles[i].fact))
         depth_of[i] = base.tokens_at[k] + added
         pieces.append(inserts[i])
         pos += len(inserts[i])
@@ -359,6 +370,18 @@ def plant(base: Base, needles: Sequence[Needle], depths: Sequence[int],
         prev = at
     pieces.append(base.text[prev:])
     return Planted("".join(pieces), tuple(needles), tuple(spans), tuple(depth_of), base.tokens)
+
+
+def _middle(base: Base, k: int) -> int:
+    """Where a sentence starts nearest the middle of the paragraph that ends at cut ``k``
+    (the cut itself, as " " + fact, when the paragraph has one sentence)."""
+    end = base.cuts[k]
+    start = base.text.rfind("\n\n", 0, end) + 2
+    gaps = [m.end() for m in _SENTENCE_GAP.finditer(base.text, start, end)]
+    if not gaps:
+        return end
+    mid = (start + end) // 2
+    return min(gaps, key=lambda g: abs(g - mid))
 
 
 # ----- retention, paraphrase -------------------------------------------------------------------
@@ -614,7 +637,8 @@ def multi_depths(total: int, rng: random.Random) -> list[int]:
 
 
 def multi_fact(host: EngineHost, base: Base, counter: TokenCounter, model: Path, facts: FactSet,
-               *, depths: Sequence[int], n_ctx: int, max_tokens: int) -> MultiFact:  # fmt: skip
+               *, depths: Sequence[int], n_ctx: int, max_tokens: int,
+               inside: bool = False) -> MultiFact:  # fmt: skip
     """``facts`` planted at ``depths`` of ``base``, its question planned and asked under
     `retrieve`, then asked with the facts alone as the document (a reply of twice
     ``max_tokens`` each time: three values): the control, in the order they stand in the
@@ -623,7 +647,7 @@ def multi_fact(host: EngineHost, base: Base, counter: TokenCounter, model: Path,
     A small model names more facts when they come in the order the question asks for them
     (SmolLM2 on these sets: 9 of 12 so, 4 to 8 in the five other orders), and the order of the
     document's facts is the seed's: the control follows the document, as `retrieve` does."""
-    planted = plant(base, facts.facts, depths, counter)
+    planted = plant(base, facts.facts, depths, counter, inside=inside)
     planner = Planner(planted.text, counter)
     instruction, reserve = planning("ask", "retrieve", counter, max_tokens=2 * max_tokens,
                                     questions=[facts.question])  # fmt: skip
@@ -649,13 +673,14 @@ def multi_fact(host: EngineHost, base: Base, counter: TokenCounter, model: Path,
 
 
 def multi_facts(host: EngineHost, base: Base, counter: TokenCounter, model: Path, *, seed: int,
-                n_ctx: int, max_tokens: int) -> list[MultiFact]:  # fmt: skip
-    """Every set of :data:`MULTI_SETS` in a document of its own, at depths seeded by ``seed``."""
+                n_ctx: int, max_tokens: int, inside: bool = False) -> list[MultiFact]:  # fmt: skip
+    """Every set of :data:`MULTI_SETS` in a document of its own, at depths seeded by ``seed``
+    (``inside``: each fact a sentence inside a paragraph, see :func:`plant`)."""
     rng = random.Random(seed)
     out = []
     for facts in MULTI_SETS:
         got = multi_fact(host, base, counter, model, facts, depths=multi_depths(base.tokens, rng),
-                         n_ctx=n_ctx, max_tokens=max_tokens)  # fmt: skip
+                         n_ctx=n_ctx, max_tokens=max_tokens, inside=inside)  # fmt: skip
         print(f"multi-fact {got.topic}: retrieve kept {got.kept}/3, named {got.named}/3 "
               f"({got.prompt_tokens:,} prompt tokens); control named {got.control_named}/3 "
               f"({got.control_prompt_tokens:,}), in the question's order {got.asked_named}/3",
@@ -800,6 +825,9 @@ def main() -> int:
                         help="skip the multi-fact questions")
     parser.add_argument("--only-multi-fact", action="store_true",
                         help="only the multi-fact questions (retrieve against the facts alone)")
+    parser.add_argument("--inside", action="store_true",
+                        help="plant each fact as a sentence inside a paragraph, not a paragraph "
+                             "of its own")  # fmt: skip
     args = parse_args(parser, {"tokens": 40_000, "needles": 8})
     if args.only_multi_fact and args.no_multi_fact:
         parser.error("--only-multi-fact and --no-multi-fact exclude each other")
@@ -821,11 +849,13 @@ def main() -> int:
             return only_multi_facts(host, base, counter, args, t_start)
         rng = random.Random(args.seed)
         needles = rng.sample(NEEDLES, args.needles)
-        planted = plant(base, needles, needle_depths(base.tokens, args.needles, rng), counter)
+        planted = plant(base, needles, needle_depths(base.tokens, args.needles, rng), counter,
+                        inside=args.inside)  # fmt: skip
         n = len(needles)
         print(f"model {args.model.name}, n_ctx {args.n_ctx:,}, threads {settings.n_threads}; "
-              f"the Jargon File cut to {base.tokens:,} tokens, {n} needles (seed {args.seed}), "
-              f"replies of {args.max_tokens} tokens, greedy")  # fmt: skip
+              f"the Jargon File cut to {base.tokens:,} tokens, {n} needles (seed {args.seed}"
+              f"{', each inside a paragraph' if args.inside else ''}), replies of "
+              f"{args.max_tokens} tokens, greedy")  # fmt: skip
         for i in sorted(range(n), key=lambda i: planted.depths[i]):
             print(f"  needle at {planted.depths[i]:>9,} tokens: {needles[i].answers[0]!r:14s} "
                   f"{needles[i].question}")  # fmt: skip
@@ -857,7 +887,8 @@ def main() -> int:
         multi: list[MultiFact] = []
         if "retrieve" in strategies and not args.no_multi_fact:
             multi = multi_facts(host, base, counter, args.model, seed=args.seed,
-                                n_ctx=args.n_ctx, max_tokens=args.max_tokens)  # fmt: skip
+                                n_ctx=args.n_ctx, max_tokens=args.max_tokens,
+                                inside=args.inside)  # fmt: skip
         print(f"control: the model answers {sum(alone)} of {n} questions with the fact alone as "
               f"the document", flush=True)  # fmt: skip
         if any(f.strategy in MULTI_PASS for f in figs):
@@ -975,7 +1006,7 @@ def main() -> int:
 
 def multi_setting(args: argparse.Namespace, base: Base) -> str:
     return (f"n_ctx {args.n_ctx:,}, {base.tokens:,}-token document, {len(MULTI_SETS)} sets of 3 "
-            f"facts, seed {args.seed}")  # fmt: skip
+            f"facts, seed {args.seed}{', inside paragraphs' if args.inside else ''}")  # fmt: skip
 
 
 def only_multi_facts(host: EngineHost, base: Base, counter: TokenCounter,
@@ -985,7 +1016,7 @@ def only_multi_facts(host: EngineHost, base: Base, counter: TokenCounter,
           f"{base.tokens:,} tokens, {len(MULTI_SETS)} multi-fact questions (seed {args.seed}), "
           f"replies of {2 * args.max_tokens} tokens, greedy", flush=True)  # fmt: skip
     multi = multi_facts(host, base, counter, args.model, seed=args.seed, n_ctx=args.n_ctx,
-                        max_tokens=args.max_tokens)  # fmt: skip
+                        max_tokens=args.max_tokens, inside=args.inside)  # fmt: skip
     print()
     for line in multi_report(multi):
         print(line)
