@@ -18,6 +18,7 @@ from app.ui.i18n import QT_TRANSLATE_NOOP
 _N = r"([\d,]+)"  # a figure as the planner writes it (1,755), kept as written
 _P = r"(\d+%)"
 _F = r"(\d+\.\d+)"  # a score (12.41)
+_WORDS = r"'[^']+'(?:, '[^']+')*"  # the question's words a sentence holds: 'lantern', 'forged'
 SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(f"^{pattern}$"), template)
     for pattern, template in (
@@ -81,6 +82,56 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (f"a single character here needs {_N} tokens, over the budget",
          QT_TRANSLATE_NOOP("PlanReason",
                            "a single character here needs {0} tokens, over the budget")),
+        # retrieve's sentence-precise context: a match's sentences and those they lean on
+        (f"sentence {_N} of the part ranked {_N} \\(score {_F}\\): holds ({_WORDS})",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "sentence {0} of the part ranked {1} (score {2}): holds {3}")),
+        (f"sentence {_N} of the part ranked {_N} \\(score {_F}\\): holds ({_WORDS}); "
+         f"the question asks about ({_WORDS}) \\(in {_N} of the parts\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "sentence {0} of the part ranked {1} (score {2}): "
+                                         "holds {3}; the question asks about {4} (in {5} of the "
+                                         "parts)")),
+        (f"sentence {_N} of the part ranked {_N} \\(score {_F}\\): holds ({_WORDS}); "
+         f"the question's rarest: ({_WORDS}) \\(in {_N} of the parts\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "sentence {0} of the part ranked {1} (score {2}): "
+                                         "holds {3}; the question's rarest: {4} (in {5} of the "
+                                         "parts)")),
+        (f"the sentence before, for the part ranked {_N}: the next starts with '(\\w+)'",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "the sentence before, for the part ranked {0}: the next starts with "
+                           "'{1}'")),
+        (f"the sentence after, for the part ranked {_N}: the one before it ends in a colon "
+         "\\(what it introduces follows\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "the sentence after, for the part ranked {0}: the one "
+                                         "before it ends in a colon (what it introduces "
+                                         "follows)")),
+        (f"the sentence after, for the part ranked {_N}: the one before it reads as a heading",
+         QT_TRANSLATE_NOOP("PlanReason", "the sentence after, for the part ranked {0}: the one "
+                                         "before it reads as a heading")),
+        (f"the sentence after, for the part ranked {_N}: it starts with '(\\w+)'",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "the sentence after, for the part ranked {0}: it starts with '{1}'")),
+        (f"the text under the heading ranked {_N} starts here",
+         QT_TRANSLATE_NOOP("PlanReason", "the text under the heading ranked {0} starts here")),
+        (f"the rest of the part ranked {_N}: no sentence here scores 50% of its best",
+         QT_TRANSLATE_NOOP("PlanReason",
+                           "the rest of the part ranked {0}: no sentence here scores 50% of its "
+                           "best")),
+        (f"rank {_N} of {_N} matching parts \\(score {_F}\\): no sentence names ({_WORDS}) "
+         "\\(what the question asks about\\)",
+         QT_TRANSLATE_NOOP("PlanReason", "rank {0} of {1} matching parts (score {2}): no "
+                                         "sentence names {3} (what the question asks about)")),
+        (f"rank {_N} of {_N} matching parts \\(score {_F}\\): no sentence holds ({_WORDS}) "
+         "\\(the question's rarest\\) or two of its words",
+         QT_TRANSLATE_NOOP("PlanReason", "rank {0} of {1} matching parts (score {2}): no "
+                                         "sentence holds {3} (the question's rarest) or two of "
+                                         "its words")),
+        (f"rank {_N} of {_N} matching parts \\(score {_F}\\): no sentence holds the question's "
+         "words",
+         QT_TRANSLATE_NOOP("PlanReason", "rank {0} of {1} matching parts (score {2}): no "
+                                         "sentence holds the question's words")),
+        ("blank space before the first excerpt",
+         QT_TRANSLATE_NOOP("PlanReason", "blank space before the first excerpt")),
     )
 )  # fmt: skip
 

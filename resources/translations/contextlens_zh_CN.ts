@@ -1811,6 +1811,58 @@ Qt (PySide6) {3}</translation>
         <source>a single character here needs {0} tokens, over the budget</source>
         <translation>此处单个字符需要 {0} 个token，超出预算</translation>
     </message>
+    <message>
+        <source>sentence {0} of the part ranked {1} (score {2}): holds {3}</source>
+        <translation>排名第 {1} 的片段中的第 {0} 句（得分 {2}）：含有 {3}</translation>
+    </message>
+    <message>
+        <source>sentence {0} of the part ranked {1} (score {2}): holds {3}; the question asks about {4} (in {5} of the parts)</source>
+        <translation>排名第 {1} 的片段中的第 {0} 句（得分 {2}）：含有 {3}；问题所问的是 {4}（出现在 {5} 个片段中）</translation>
+    </message>
+    <message>
+        <source>sentence {0} of the part ranked {1} (score {2}): holds {3}; the question&apos;s rarest: {4} (in {5} of the parts)</source>
+        <translation>排名第 {1} 的片段中的第 {0} 句（得分 {2}）：含有 {3}；问题中最少见的词：{4}（出现在 {5} 个片段中）</translation>
+    </message>
+    <message>
+        <source>the sentence before, for the part ranked {0}: the next starts with &apos;{1}&apos;</source>
+        <translation>前一句，为排名第 {0} 的片段保留：下一句以 &apos;{1}&apos; 开头</translation>
+    </message>
+    <message>
+        <source>the sentence after, for the part ranked {0}: the one before it ends in a colon (what it introduces follows)</source>
+        <translation>后一句，为排名第 {0} 的片段保留：前一句以冒号结尾（其引出的内容在后面）</translation>
+    </message>
+    <message>
+        <source>the sentence after, for the part ranked {0}: the one before it reads as a heading</source>
+        <translation>后一句，为排名第 {0} 的片段保留：前一句是标题</translation>
+    </message>
+    <message>
+        <source>the sentence after, for the part ranked {0}: it starts with &apos;{1}&apos;</source>
+        <translation>后一句，为排名第 {0} 的片段保留：它以 &apos;{1}&apos; 开头</translation>
+    </message>
+    <message>
+        <source>the text under the heading ranked {0} starts here</source>
+        <translation>排名第 {0} 的标题下的正文从这里开始</translation>
+    </message>
+    <message>
+        <source>the rest of the part ranked {0}: no sentence here scores 50% of its best</source>
+        <translation>排名第 {0} 的片段的其余部分：这里没有句子达到该片段最佳句子得分的 50%</translation>
+    </message>
+    <message>
+        <source>rank {0} of {1} matching parts (score {2}): no sentence names {3} (what the question asks about)</source>
+        <translation>匹配片段中排名第 {0}（共 {1} 个；得分 {2}）：没有句子提到 {3}（问题所问的对象）</translation>
+    </message>
+    <message>
+        <source>rank {0} of {1} matching parts (score {2}): no sentence holds {3} (the question&apos;s rarest) or two of its words</source>
+        <translation>匹配片段中排名第 {0}（共 {1} 个；得分 {2}）：没有句子含有 {3}（问题中最少见的词）或问题中的两个词</translation>
+    </message>
+    <message>
+        <source>rank {0} of {1} matching parts (score {2}): no sentence holds the question&apos;s words</source>
+        <translation>匹配片段中排名第 {0}（共 {1} 个；得分 {2}）：没有句子含有问题中的词</translation>
+    </message>
+    <message>
+        <source>blank space before the first excerpt</source>
+        <translation>第一段摘录之前的空白</translation>
+    </message>
 </context>
 <context>
     <name>QuestionPlansView</name>

@@ -715,6 +715,10 @@ _WHOLE = re.compile(r"""[.!?…。！？][)"'\]»”’」』）]*\s*$""")
 # A line that ends on a symbol (a table's row, a box's edge) ends there, whatever follows
 _ROW_END = re.compile(r"""[^\w\s,;:()'"‘’“”.!?…-](?=[ \t]*\n)""")
 _FIRST_WORD = re.compile(r"[^\W\d_]+")
+# A full stop after a title or an initial does not end a sentence ("sounded by Dr. Ilse Varga",
+# "J. R. Hartley"): the name goes on.
+_TITLES = "Mr|Mrs|Ms|Mx|Dr|Prof|St|Mt|Jr|Sr|Fr|Rev|Gen|Col|Capt|Lt|Sgt|Gov|Sen|Rep|Hon|No|Vol|Fig"
+_TITLE_BEFORE = re.compile(rf"(?<![^\W\d_])(?:{_TITLES}|[A-Z])\.$")
 
 
 def sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -724,7 +728,8 @@ def sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
     :data:`SENTENCE_WORDS` words joins the next one, a last one the one before."""
     out: list[tuple[int, int]] = []
     a = start
-    marks = [m.end() for m in _SENTENCE_CUT.finditer(text, start, end)]
+    marks = [m.end() for m in _SENTENCE_CUT.finditer(text, start, end)
+             if not _TITLE_BEFORE.search(text, max(start, m.start() - 6), m.start() + 1)]
     lines = [m.end() for m in _ROW_END.finditer(text, start, end)]
     for b in sorted({*marks, *lines}):
         if b < end and _words(text[a:b]) >= SENTENCE_WORDS:
@@ -841,18 +846,16 @@ def weak_reason(rank: int, matching: int, score: float, rarest: Sequence[str] = 
         return (f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}): no sentence "
                 f"holds {held} (the question's rarest) or two of its words")  # fmt: skip
     return (f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}): no sentence "
-            f"scores {SENTENCE_CLOSE:.0%} of the best sentence")  # fmt: skip
+            f"holds the question's words")  # fmt: skip
 
 
 def anchor_reason(k: int, rank: int, score: float, words: Sequence[str], *, rare: Sequence[str],
                   parts: int, name: bool = False) -> str:  # fmt: skip
     held = ", ".join(f"'{w}'" for w in words)
     named = ", ".join(f"'{w}'" for w in rare)
-    plural = "s" if len(rare) > 1 else ""
-    what = (f"the name{plural} the question asks about" if name
-            else f"the question's rarest word{plural}")  # fmt: skip
+    what = "the question asks about" if name else "the question's rarest:"
     return (f"sentence {k:,} of the part ranked {rank:,} (score {score:.2f}): holds {held}; "
-            f"{named}: {what} (in {parts:,} part{'s' if parts != 1 else ''})")  # fmt: skip
+            f"{what} {named} (in {parts:,} of the parts)")  # fmt: skip
 
 
 def follow_reason(rank: int, word: str) -> str:
