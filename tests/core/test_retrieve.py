@@ -285,8 +285,8 @@ def test_sentences_cover_a_part_and_a_number_or_word_class_opens_the_next() -> N
 
 @pytest.mark.unit
 def test_a_title_or_an_initial_does_not_end_a_sentence() -> None:
-    text = ("The tarn was sounded by Dr. Ilse Varga. Then J. R. Hartley wrote it down (see Fig. 3). "
-            "He met Bob. It is the USA. Then it ended.")
+    text = ("The tarn was sounded by Dr. Ilse Varga. Then J. R. Hartley wrote it down (see "
+            "Fig. 3). He met Bob. It is the USA. Then it ended.")
     said = [text[a:b].strip() for a, b in sentences(text, 0, len(text))]
     assert said == ["The tarn was sounded by Dr. Ilse Varga.",
                     "Then J. R. Hartley wrote it down (see Fig. 3).", "He met Bob.",
