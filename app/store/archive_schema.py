@@ -176,6 +176,10 @@ class TimingsModel(Open):
     ttft_s: list[Seconds] | None = None
     evaluated_tokens: Count | None = None
     lanes: Count | None = None
+    threads: Count | None = None
+    # {"step", "from", "to", "cause", "reason", "others", "figure", "at_s"[, "took_s",
+    # "expected_s"]}: absent from files written before runs kept them
+    thread_changes: list[dict[str, str | int | float]] | None = None
 
 
 MAX_PLAN_TEXT = 100_000  # a plan's question or refusal

@@ -126,7 +126,9 @@ def save_run(s: OrmSession, version_id: int, data: dict[str, Any]) -> int:
               completion_tokens=data["completion_tokens"], kv_peak_cells=data["kv_peak_cells"],
               timings={"seconds": data["seconds"], "ttft_s": data["ttft_s"],
                        "evaluated_tokens": data["evaluated_tokens"],
-                       "lanes": data.get("lanes")},
+                       "lanes": data.get("lanes"), "threads": data.get("threads"),
+                       # every change of llama.cpp's thread count, its cause and figure
+                       "thread_changes": data.get("thread_changes") or []},
               finish_reason=data["finish_reason"], truncated=data["truncated"],
               error=data.get("error"), refused=data.get("refused"))  # fmt: skip
     s.add(run)

@@ -378,10 +378,16 @@ class GaugesPanel(FollowsLanguage, QWidget):
             text = self.tr("{0} → {1} threads: {2}").format(
                 ch.before, ch.after, why.get(ch.cause, ch.reason)
             )
-        _set_text(self.threads_text, text, self.tr(
+        why_fewer = self.tr(
             "llama.cpp computes on fewer threads while other programs keep cores busy: its "
             "threads wait for each other at every step, and one that has to share a core "
-            "holds up the rest"))  # fmt: skip
+            "holds up the rest")  # fmt: skip
+        if ch is not None:  # the measurement behind the last change, first in the tooltip
+            figure = (self.tr("A decode took {0:.2f} s where {1:.2f} s was expected.").format(
+                ch.took_s, ch.expected_s) if ch.cause == "slow" else
+                self.tr("Other programs used {0:.1f} cores.").format(ch.others))  # fmt: skip
+            why_fewer = f"{figure}\n\n{why_fewer}"
+        _set_text(self.threads_text, text, why_fewer)
 
     def _draw_progress(self) -> None:
         """The prompt being evaluated (of its total, at the engine's rate, time left) and the

@@ -506,6 +506,14 @@
         <translation>其他程序占用核心时，llama.cpp 会减少计算线程：它的线程在每一步都互相等待，一个需要与别的程序共用核心的线程会拖慢其余所有线程</translation>
     </message>
     <message>
+        <source>A decode took {0:.2f} s where {1:.2f} s was expected.</source>
+        <translation>一次解码用时 {0:.2f} 秒，预期为 {1:.2f} 秒。</translation>
+    </message>
+    <message>
+        <source>Other programs used {0:.1f} cores.</source>
+        <translation>其他程序占用了 {0:.1f} 个核心。</translation>
+    </message>
+    <message>
         <source>{0:,} tokens evaluated in {1:.1f} s ({2:,.0f} tokens/s)</source>
         <translation>{1:.1f} 秒内评估了 {0:,} 个token（每秒 {2:,.0f} 个）</translation>
     </message>

@@ -81,7 +81,8 @@ def test_a_busy_program_costs_a_thread_and_changes_nothing_else(make_host: Hosts
     for ch in changes:
         assert ch.after < ch.before and ch.cause in ("busy", "slow"), ch
         assert ch.reason and ch.others >= 0
-        assert ch.describe() == f"{ch.before} → {ch.after} threads: {ch.reason}"
+        assert ch.describe().startswith(f"{ch.before} → {ch.after} threads: {ch.reason} (")
+        assert ch.describe().endswith(" cores)") or "was expected" in ch.describe()
     assert text == before  # the same greedy reply on one thread as on all
 
     time.sleep(SETTLE_S)
@@ -155,3 +156,30 @@ def test_the_cli_reports_the_thread_count(model_path: Path, tmp_path: Path) -> N
     done = lines[-1]
     assert done["type"] == "done" and done["threads"] == 1
     assert not [ln for ln in lines if ln["type"] == "threads_changed"]  # fixed: never moves
+
+
+def test_a_rolling_job_on_a_quiet_machine_changes_no_thread_without_cause(
+    make_host: Hosts, model_path: Path
+) -> None:
+    """A rolling summary of a document ten times the context, with nothing else asked of the
+    machine: no decode is taken for a collapse ("slow"), and any other change is one the meter
+    measured (another program above BUSY_AT of a core, or under QUIET_AT again), with its
+    figure in the record. On an idle machine that is no change at all; beside a light program
+    (the suite on a shared machine) a burst it measured may still take a thread, and says so."""
+    host = make_host(n_ctx=384)  # default threads: adaptive
+    whole = sample_document().read_text(encoding="utf-8")
+    start = whole.index("\n\n", 100_000) + 2
+    text = whole[start : whole.index("\n\n", start + 17_000)]  # about ten contexts
+    counter = exact_counter(model_path, host_tokenize(host))
+    host.reset()
+    result = next(ev.result for ev in summarize(
+        host, text, counter, strategy="rolling", n_ctx=384, max_tokens=16,
+        sampling=SamplingSettings(stop_on_repetition=False)) if isinstance(ev, JobFinished))
+    assert result.error is None and result.evaluated_tokens > 10 * 300, result
+    changes = result.thread_changes
+    assert not [c for c in changes if c["cause"] == "slow"], changes
+    for c in changes:
+        assert c["figure"].startswith("other programs used"), c
+        assert c["others"] >= BUSY_AT if c["cause"] == "busy" else c["others"] < QUIET_AT, c
+    # so with no other program (others 0), no change at all: a busy one needs one measured,
+    # and a quiet one follows a busy one

@@ -219,3 +219,90 @@ def test_the_pilot_sets_a_context_s_threads_only_when_they_change() -> None:
     pilot.before(ctx)
     assert lc.calls[-1] == (ctx, 1, 1)
     assert [(c.before, c.after) for c in seen] == [(2, 1)]
+
+
+def _quiet_rolling_job(gov: ThreadGovernor, m: Machine, meter: CpuMeter) -> None:
+    """The decodes of a rolling summary on a quiet machine, as a machine with many cores times
+    them: 128-token slices whose cost per token grows with the positions already in the cache,
+    the prompt's last short slice (a few tokens cost almost what a full slice does on many
+    threads: 6x per token here), and single-token replies as the cache fills and is cut back."""
+
+    def decode(tokens: int, n_past: int) -> None:
+        per = 0.0008 * (1 + n_past / 1024)  # attention's share grows with the cache
+        if tokens < 32:  # a short batch uses the threads badly
+            per *= 6 if tokens > 1 else 8
+        m.run(per * tokens, others=0.0)
+        meter.tick()
+        gov.before_decode()
+        gov.after_decode(tokens, per * tokens, n_past)
+
+    for _ in range(10):  # ten windows: the document ten times the context
+        n_past = 0
+        for _ in range(15):
+            decode(128, n_past)
+            n_past += 128
+        decode(7, n_past)  # the prompt's short last slice
+        n_past += 7
+        for _ in range(64):
+            decode(1, n_past)
+            n_past += 1
+
+
+def test_a_quiet_machine_keeps_every_thread_through_a_job_of_mixed_decodes() -> None:
+    """No thread is taken without cause: slices deep in a full cache and a prompt's short last
+    slice are slower per token for their own reasons, and are compared with the same work."""
+    m = Machine()
+    gov, meter = governor(m)
+    settle(m, meter, others=0.0)
+    _quiet_rolling_job(gov, m, meter)
+    assert not gov.changes and gov.current == 2
+
+
+def test_against_every_slice_alike_the_same_job_lost_threads() -> None:
+    """The same job against one pace for every prompt slice (the rule before): the short last
+    slice reads as a collapse. What the test above guards against, shown on the old key."""
+    m = Machine()
+    gov, meter = governor(m)
+    settle(m, meter, others=0.0)
+    old = gov.after_decode
+
+    def one_pace(tokens: int, seconds: float, n_past: int = 0) -> Change | None:
+        return old(2 if tokens > 1 else 1, seconds * 2 / tokens if tokens > 1 else seconds, 0)
+
+    gov.after_decode = one_pace  # type: ignore[method-assign]
+    _quiet_rolling_job(gov, m, meter)
+    assert [c.cause for c in gov.changes][:1] == ["slow"]
+
+
+def test_a_slow_decode_says_its_time_against_the_time_expected() -> None:
+    m = Machine()
+    gov, meter = governor(m)
+    settle(m, meter, others=0.0)
+    assert gov.after_decode(128, 0.10, 512) is None
+    change = gov.after_decode(128, 0.50, 600)  # the same work, 5x slower: a collapse
+    assert change is not None and change.cause == "slow"
+    assert (change.took_s, change.expected_s) == (0.5, 0.1)
+    assert change.figure() == "a decode took 0.500 s where 0.100 s was expected"
+    busy = Change(2, 1, "busy", 1.02)
+    assert busy.figure() == "other programs used 1.02 cores"
+
+
+def test_a_change_made_between_requests_is_kept_for_the_next_one() -> None:
+    """A chunk evaluated on its own (no request listening) can cost a thread; the change waits
+    and the next request reports it first, so the record has every change, down and up."""
+    m = Machine()
+    gov, meter = governor(m)
+    pilot = ThreadPilot(_Llama(), gov, n_threads=2, n_threads_batch=2)
+    ctx = object()
+    settle(m, meter, others=1.0)  # another program took a core before the request
+    started = pilot.before(ctx)
+    pilot.after(ctx, 128, started, 0)
+    assert [(c.before, c.after, c.cause) for c in pilot.pending] == [(2, 1, "busy")]
+    seen: list[Change] = []
+    for change in pilot.take_pending():  # what a request does first (llama_base._reporting)
+        seen.append(change)
+    pilot.on_change = seen.append
+    settle(m, meter, others=0.0)
+    pilot.before(ctx)
+    assert [(c.before, c.after, c.cause) for c in seen] == [(2, 1, "busy"), (1, 2, "quiet")]
+    assert not pilot.pending

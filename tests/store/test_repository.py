@@ -144,10 +144,20 @@ def test_runs_and_kv_states_round_trip(repo: Repository) -> None:
     out = OutputSpan("summary", "Short.", ((0, 100),), 3, "stop")
     result = JobResult("summarize", "head", "stop", 512, prompt_tokens=400,
                        completion_tokens=20, kv_peak_cells=420, ttft_s=[1.5],
-                       outputs=[out])  # fmt: skip
+                       outputs=[out], threads=2)  # fmt: skip
+    # every change of the thread count is kept with the run, down and up, with its figure
+    down = {"step": "summary", "from": 2, "to": 1, "cause": "slow",
+            "reason": "decoding became much slower than before", "others": 0.0,
+            "figure": "a decode took 0.500 s where 0.100 s was expected", "at_s": 1.2,
+            "took_s": 0.5, "expected_s": 0.1}  # fmt: skip
+    up = {"step": "summary", "from": 1, "to": 2, "cause": "quiet",
+          "reason": "the machine is quiet again", "others": 0.05,
+          "figure": "other programs used 0.05 cores", "at_s": 5.3}  # fmt: skip
+    result.thread_changes = [down, up]
     repo.save_run(v.id, result)
     [run] = repo.runs(v.id)
     assert run["kv_peak_cells"] == 420 and run["outputs"][0]["source_spans"] == [[0, 100]]
+    assert run["timings"]["thread_changes"] == [down, up] and run["timings"]["threads"] == 2
     state = KVState((1, 2, 3, 70000), b"\x01\x02" * 1000, 512, "f16", "/m.gguf")
     repo.save_kv_state(v.id, state, "abc", prompt_tokens=3, ring={"capacity": 512})
     got = repo.kv_state(v.id, model_sha256="abc", n_ctx=512, cache_type="f16", model_path="/m.gguf")

@@ -198,10 +198,16 @@ def test_the_thread_count_and_why_it_changed(qtbot, gauges) -> None:
     qtbot.waitUntil(lambda: gauges.threads_text_shown()
                     == "2 → 1 threads: another program is using a core")  # fmt: skip
     assert gauges.threads_bar.value() == 1
-    assert "share a core" in gauges.threads_text.toolTip()
+    tip = gauges.threads_text.toolTip()  # the figure behind the change first
+    assert tip.startswith("Other programs used 1.0 cores.") and "share a core" in tip
     gauges.on_event(ThreadsSet("summary", 1, 2, "quiet", "the machine is quiet again", 0.0))
     qtbot.waitUntil(lambda: gauges.threads_text_shown()
                     == "1 → 2 threads: the machine is quiet again")  # fmt: skip
+    gauges.on_event(ThreadsSet("summary", 2, 1, "slow", "decoding became much slower than "
+                               "before", 0.0, 0.5, 0.1))  # fmt: skip
+    qtbot.waitUntil(lambda: gauges.threads_text.toolTip().startswith(
+        "A decode took 0.50 s where 0.10 s was expected."))
+    gauges.on_event(ThreadsSet("summary", 1, 2, "quiet", "the machine is quiet again", 0.0))
     result = JobResult("summarize", "head", "stop", N_CTX, threads=1)
     gauges.on_event(JobFinished(result))  # the job's own figure at its end
     qtbot.waitUntil(lambda: gauges.threads_bar.value() == 1)

@@ -137,6 +137,9 @@ class ThreadPilot:
         self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
         self.on_change: Callable[[Change], None] | None = None
         self._applied: tuple[int, int] | None = None  # (id of the context, count) last set
+        # changes made while no request listened (a chunk evaluated on its own, the frame's
+        # prefix): the next request reports them first, so the record misses none
+        self.pending: list[Change] = []
 
     @property
     def current(self) -> int:
@@ -150,8 +153,17 @@ class ThreadPilot:
             self._applied = (id(ctx), n)
 
     def _changed(self, change: Change | None) -> None:
-        if change is not None and self.on_change is not None:
+        if change is None:
+            return
+        if self.on_change is not None:
             self.on_change(change)
+        else:
+            self.pending.append(change)
+
+    def take_pending(self) -> list[Change]:
+        """The changes no request has reported yet, oldest first (and forgets them)."""
+        out, self.pending = self.pending, []
+        return out
 
     def before(self, ctx: Any) -> float:
         """Set ``ctx``'s thread count for the decode about to start; returns the start time."""
@@ -159,9 +171,10 @@ class ThreadPilot:
         self._apply(ctx)
         return time.perf_counter()
 
-    def after(self, ctx: Any, tokens: int, started: float) -> None:
-        """The decode of ``tokens`` begun at ``started`` (``before``'s answer) is over."""
-        change = self.governor.after_decode(tokens, time.perf_counter() - started)
+    def after(self, ctx: Any, tokens: int, started: float, n_past: int = 0) -> None:
+        """The decode of ``tokens`` after ``n_past`` positions, begun at ``started``
+        (``before``'s answer), is over."""
+        change = self.governor.after_decode(tokens, time.perf_counter() - started, n_past)
         if change is not None:
             self._apply(ctx)
             self._changed(change)

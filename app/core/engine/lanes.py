@@ -246,7 +246,8 @@ class _Run:
                 started = llama.pilot.before(self.ctx.ctx)
                 decode_batch(lc, self.ctx.ctx, b, armed=abortable, stopped=llama.stopped,
                              log=llama.log)  # fmt: skip
-                llama.pilot.after(self.ctx.ctx, len(piece), started)
+                llama.pilot.after(self.ctx.ctx, len(piece), started,
+                                  max(pos for _, pos, _, _ in piece))  # fmt: skip
 
     def _prompt(self, tokens: Sequence[int], start: int, lane: int, index: int) -> None:
         """Evaluate prompt ``index``'s tokens into ``lane`` from position ``start``, in the

@@ -187,7 +187,7 @@ class LlamaBase:
                     self._node_hook = None
                 if abortable and len(piece) <= n_ubatch and self._nodes:
                     self._nodes_per_graph = self._nodes
-                pilot.after(llm.ctx, len(piece), started)
+                pilot.after(llm.ctx, len(piece), started, n_past)
                 self.tokens.extend(piece)
                 i += len(piece)
                 if progress is not None:
@@ -247,8 +247,10 @@ class LlamaBase:
 
         def changed(ch: Change) -> None:
             emit(ThreadsChanged(ch.before, ch.after, ch.cause, ch.reason, ch.others,
-                                time.perf_counter() - t0))  # fmt: skip
+                                time.perf_counter() - t0, ch.took_s, ch.expected_s))  # fmt: skip
 
+        for ch in pilot.take_pending():  # made between requests: reported first
+            changed(ch)
         pilot.on_change = changed
         try:
             yield

@@ -46,9 +46,12 @@ QUIET_AT = 0.3
 METER_PERIOD_S = 0.1
 METER_WINDOW_S = 0.5
 SUSTAINED_S = 0.2
-# A decode this many times slower per token than the recent ones at the same thread count is a
-# collapse (another program's bursts); the thread count then stays lower for HOLD_S, doubled at
-# each repeat up to HOLD_MAX_S.
+# A decode this many times slower per token than the recent ones that did the same work (as many
+# tokens, give or take a factor of two, after about as many positions in the cache, at the same
+# thread count) is a collapse (another program's bursts); the thread count then stays lower for
+# HOLD_S, doubled at each repeat up to HOLD_MAX_S. Against every prompt slice alike, the last
+# short slice of a prompt and a slice deep in a full cache cost more per token for their own
+# reasons, and a quiet machine lost its second thread four or five times a job.
 SLOW_FACTOR = 3.0
 HOLD_S, HOLD_MAX_S = 4.0, 64.0
 
@@ -89,12 +92,15 @@ def describe_change(before: int, after: int, reason: str) -> str:
 @dataclass(frozen=True)
 class Change:
     """The thread count moved from ``before`` to ``after`` because of ``cause``; ``others`` is
-    the CPU the rest of the machine used then, in cores."""
+    the CPU the rest of the machine used then, in cores; for "slow", ``took_s`` is the decode's
+    time and ``expected_s`` the time of the same work at the recent pace."""
 
     before: int
     after: int
     cause: Cause
     others: float
+    took_s: float = 0.0
+    expected_s: float = 0.0
 
     @property
     def reason(self) -> str:
@@ -102,6 +108,17 @@ class Change:
 
     def describe(self) -> str:
         return describe_change(self.before, self.after, self.reason)
+
+    def figure(self) -> str:
+        """The measurement behind it, in words: others' cores, or the slow decode's time."""
+        return change_figure(self.cause, self.others, self.took_s, self.expected_s)
+
+
+def change_figure(cause: str, others: float, took_s: float = 0.0, expected_s: float = 0.0) -> str:
+    """"other programs used 1.02 cores" or "a decode took 0.420 s where 0.120 s was expected"."""
+    if cause == "slow":
+        return f"a decode took {took_s:.3f} s where {expected_s:.3f} s was expected"
+    return f"other programs used {others:.2f} cores"
 
 
 _BUSY = ("user", "nice", "system", "irq", "softirq", "steal")
@@ -231,7 +248,8 @@ class ThreadGovernor:
         self.cores = cores or usable_cores()
         self.current = self.ceiling
         self._clock = clock
-        self._pace: dict[tuple[bool, int], float] = {}  # (prompt slice?, threads) -> s/token
+        # (tokens' size class, cache fill class, threads) -> recent seconds per token
+        self._pace: dict[tuple[int, int, int], float] = {}
         self._hold_until = 0.0
         self._hold_s = HOLD_S
         self.changes: deque[Change] = deque(maxlen=100)  # the latest changes, oldest first
@@ -262,12 +280,13 @@ class ThreadGovernor:
         self.changes.append(change)
         return change
 
-    def after_decode(self, tokens: int, seconds: float) -> Change | None:
-        """A decode of ``tokens`` took ``seconds`` at ``self.current`` threads; a Change when it
-        was slow enough to take a thread away now."""
+    def after_decode(self, tokens: int, seconds: float, n_past: int = 0) -> Change | None:
+        """A decode of ``tokens`` after ``n_past`` positions in the cache took ``seconds`` at
+        ``self.current`` threads; a Change when it was slow enough against the recent pace of
+        the same work to take a thread away now."""
         if not self.adaptive or tokens < 1 or seconds <= 0:
             return None
-        key = (tokens > 1, self.current)
+        key = (tokens.bit_length(), max(0, n_past).bit_length(), self.current)
         per = seconds / tokens
         pace = self._pace.get(key)
         if pace is None:
@@ -279,7 +298,8 @@ class ThreadGovernor:
             self._hold_s = min(HOLD_MAX_S, self._hold_s * 2) if again else HOLD_S
             self._hold_until = now + self._hold_s
             assert self.meter is not None
-            change = Change(self.current, self.current - 1, "slow", round(self.meter.others(), 2))
+            change = Change(self.current, self.current - 1, "slow", round(self.meter.others(), 2),
+                            round(seconds, 4), round(pace * tokens, 4))  # fmt: skip
             self.current -= 1
             self.changes.append(change)
             return change

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from app.core.engine.kv_alloc import BufferAlloc, KVCacheAlloc
-from app.core.engine.threads import default_threads, describe_change
+from app.core.engine.threads import change_figure, default_threads, describe_change
 
 # "repetition": the reply ended in a loop and was stopped (app/core/engine/repetition.py)
 FinishReason = Literal["stop", "length", "cancelled", "error", "repetition"]
@@ -356,10 +356,14 @@ class ThreadsChanged:
     cause: str
     reason: str  # the cause in words, English ("another program is using a core")
     others: float  # cores' worth of CPU other programs used over the last half second
-    seconds: float  # since the request began
+    seconds: float  # since the request began (0.0: made before it, reported at its start)
+    took_s: float = 0.0  # "slow": the decode's seconds, and the same work's at the recent pace
+    expected_s: float = 0.0
 
     def describe(self) -> str:
-        return describe_change(self.before, self.after, self.reason)
+        """The change and the figure behind it, in words (the CLI's note)."""
+        figure = change_figure(self.cause, self.others, self.took_s, self.expected_s)
+        return f"{describe_change(self.before, self.after, self.reason)} ({figure})"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from app.core.engine.api import Engine
 from app.core.engine.chat_template import ChatTemplateError
+from app.core.engine.threads import change_figure
 from app.core.engine.types import (
     EngineError,
     Finished,
@@ -182,12 +183,15 @@ class CallRunner:
         """The engine's change of thread count as the job's event, recorded in its result."""
         result = self.result
         result.threads = ev.after
-        result.thread_changes.append({
-            "step": step, "from": ev.before, "to": ev.after, "cause": ev.cause,
-            "reason": ev.reason, "others": ev.others,
-            "at_s": round(time.perf_counter() - self.started, 3),
-        })  # fmt: skip
-        return ThreadsSet(step, ev.before, ev.after, ev.cause, ev.reason, ev.others)
+        change = {"step": step, "from": ev.before, "to": ev.after, "cause": ev.cause,
+                  "reason": ev.reason, "others": ev.others,
+                  "figure": change_figure(ev.cause, ev.others, ev.took_s, ev.expected_s),
+                  "at_s": round(time.perf_counter() - self.started, 3)}  # fmt: skip
+        if ev.cause == "slow":
+            change |= {"took_s": ev.took_s, "expected_s": ev.expected_s}
+        result.thread_changes.append(change)
+        return ThreadsSet(step, ev.before, ev.after, ev.cause, ev.reason, ev.others, ev.took_s,
+                          ev.expected_s)  # fmt: skip
 
     def map(
         self, instruction: str, windows: Sequence[CallWindow], max_tokens: int

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from app.core.engine.threads import describe_change
+from app.core.engine.threads import change_figure, describe_change
 from app.core.planning.plan import kept_of_document
 
 if TYPE_CHECKING:  # the events stay plain data: alignment.py brings the word analyzer
@@ -145,9 +145,13 @@ class ThreadsSet:
     cause: str
     reason: str
     others: float
+    took_s: float = 0.0  # "slow": the decode's seconds, and the same work's at the recent pace
+    expected_s: float = 0.0
 
     def describe(self) -> str:
-        return describe_change(self.before, self.after, self.reason)
+        """The change and the figure behind it, in words (the CLI's note)."""
+        figure = change_figure(self.cause, self.others, self.took_s, self.expected_s)
+        return f"{describe_change(self.before, self.after, self.reason)} ({figure})"
 
 
 @dataclass(frozen=True)
