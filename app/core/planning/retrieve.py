@@ -420,11 +420,10 @@ def select(
     at a time, best match first, until nothing more fits. The plan lays them out in document
     order, as any other plan.
 
-    With ``counter`` (and ``text``), precise context is sentence-precise: of each match only the
-    sentences that hold the question's terms are kept (:data:`SENTENCE_SHARE`), with the
-    sentence before one that points back and the one after one that introduces it, and a
-    heading's first sentence; no paragraph around them. The chunks kept in part are in
-    :attr:`Selection.pieces`.
+    With ``counter`` (and ``text``), precise context is sentence-precise: every part that holds
+    the question's subject (:func:`_anchor`) is a match too, and of each match only the
+    sentences that carry the evidence are kept (:func:`_takes`), with those they lean on; no
+    paragraph around them. The chunks kept in part are in :attr:`Selection.pieces`.
     """
     wanted = question_terms(question)
     scores = index.scores(wanted)
@@ -614,7 +613,6 @@ def _anchor(question: str, ranked: Sequence[int], holds: dict[int, set[str]],
         if here:
             return here, False
     return frozenset(), False
-
 
 
 def _named(question: str) -> set[str]:
