@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +140,7 @@ class ThreadPilot:
         self._applied: tuple[int, int] | None = None  # (id of the context, count) last set
         # changes made while no request listened (a chunk evaluated on its own, the frame's
         # prefix): the next request reports them first, so the record misses none
-        self.pending: list[Change] = []
+        self.pending: deque[Change] = deque(maxlen=100)
 
     @property
     def current(self) -> int:
@@ -162,7 +163,8 @@ class ThreadPilot:
 
     def take_pending(self) -> list[Change]:
         """The changes no request has reported yet, oldest first (and forgets them)."""
-        out, self.pending = self.pending, []
+        out = list(self.pending)
+        self.pending.clear()
         return out
 
     def before(self, ctx: Any) -> float:

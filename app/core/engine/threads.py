@@ -49,9 +49,10 @@ SUSTAINED_S = 0.2
 # A decode this many times slower per token than the recent ones that did the same work (as many
 # tokens, give or take a factor of two, after about as many positions in the cache, at the same
 # thread count) is a collapse (another program's bursts); the thread count then stays lower for
-# HOLD_S, doubled at each repeat up to HOLD_MAX_S. Against every prompt slice alike, the last
-# short slice of a prompt and a slice deep in a full cache cost more per token for their own
-# reasons, and a quiet machine lost its second thread four or five times a job.
+# HOLD_S, doubled at each repeat up to HOLD_MAX_S. Measured against every prompt slice alike, the
+# last short slice of a prompt and a slice deep in a full cache cost more per token for their own
+# reasons: the likely cause of a quiet machine of another CPU losing its second thread four or
+# five times a job.
 SLOW_FACTOR = 3.0
 HOLD_S, HOLD_MAX_S = 4.0, 64.0
 
