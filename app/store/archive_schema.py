@@ -171,6 +171,9 @@ class OutputModel(Strict):
     alignment: list[SentenceModel] = []  # absent from files written before outputs had it
 
 
+ThreadChanges = Annotated[list[dict[str, str | int | float]], Field(max_length=10_000)]
+
+
 class TimingsModel(Open):
     seconds: Seconds | None = None
     ttft_s: list[Seconds] | None = None
@@ -179,7 +182,7 @@ class TimingsModel(Open):
     threads: Count | None = None
     # {"step", "from", "to", "cause", "reason", "others", "figure", "at_s"[, "took_s",
     # "expected_s"]}: absent from files written before runs kept them
-    thread_changes: list[dict[str, str | int | float]] | None = None
+    thread_changes: ThreadChanges | None = None
 
 
 MAX_PLAN_TEXT = 100_000  # a plan's question or refusal
