@@ -11,8 +11,8 @@ from app.core.tokens import cl100k
 from app.ui.document_view import DROPPED, KEPT_A, DocumentView
 from tests.ui.text_probes import block_at
 
-# One paragraph on one line, planted in the sample: three sentences, one about the question's
-# subject (a name it writes), one that goes on about it, one about something else.
+# One paragraph on one line, planted in the sample: four sentences, one about the question's
+# subject (a name it writes), one that goes on about it, two about something else.
 PARAGRAPH = ("The boats of the survey were hired in the spring from the ferrymen. The Vellmoor "
              "tarn was sounded by Dr. Ilse Varga with a weighted silk line. It reached 2,964 "
              "metres at the deepest point. The party went home before the first snow.")
