@@ -88,6 +88,23 @@ def test_needles_lie_whole_at_their_depths(
     assert len(set(doc.spans)) == len(doc.needles)
 
 
+def test_inside_plants_each_fact_as_a_sentence_within_a_paragraph(
+    base: Base, gguf_counter: TiktokenCounter
+) -> None:
+    """``--inside``: each fact between two sentences of a paragraph (or after its last one),
+    never a paragraph of its own, and its span is the fact."""
+    rng = random.Random(7)
+    needles = rng.sample(NEEDLES, 6)
+    doc = plant(base, needles, needle_depths(base.tokens, len(needles), rng), gguf_counter,
+                inside=True)  # fmt: skip
+    for needle, (start, end) in zip(doc.needles, doc.spans, strict=True):
+        assert doc.text[start:end] == needle.fact
+        before, after = doc.text[start - 2 : start], doc.text[end : end + 2]
+        assert before[-1] == " " and before != "\n\n"  # after a sentence of its paragraph
+        assert after[:1] == " " or after == "\n\n"  # before the next, or the paragraph's end
+    assert len(doc.text) == len(base.text) + sum(len(n.fact) + 1 for n in needles)
+
+
 def test_depths_are_seeded_and_reach_300k_tokens() -> None:
     a = needle_depths(400_000, 20, random.Random(3))
     assert a == needle_depths(400_000, 20, random.Random(3)) != needle_depths(
