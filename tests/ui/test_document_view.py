@@ -33,7 +33,7 @@ from app.ui.document_view import (
     DocumentView,
 )
 from app.ui.plot_ticks import count_step
-from tests.ui.text_probes import is_visible, kinds_in_block
+from tests.ui.text_probes import is_visible, kinds_in_block, make_view
 
 DATA = Path(__file__).parents[1] / "data"
 BUDGET = 4096
@@ -47,17 +47,6 @@ def head(sample_planner: Planner) -> Plan:
 @pytest.fixture(scope="module")
 def tail(sample_planner: Planner) -> Plan:
     return sample_planner.plan("tail", BUDGET)
-
-
-def make_view(qtbot, text: str | None = None) -> DocumentView:
-    view = DocumentView()
-    qtbot.addWidget(view)
-    view.resize(900, 700)
-    view.show()
-    qtbot.waitExposed(view)
-    if text is not None:
-        view.set_document(text)
-    return view
 
 
 def show_offset(view: DocumentView, offset: int) -> None:

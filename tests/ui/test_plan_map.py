@@ -7,9 +7,9 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from app.core.planning.strategies import Planner
-from app.ui.document_view import DocumentView
 from app.ui.plan_index import DROPPED, KEPT_A, KEPT_B, index_plan
 from app.ui.plan_map import NOTHING, row_kinds
+from tests.ui.text_probes import make_view
 
 BUDGET = 4096
 
@@ -33,12 +33,7 @@ def test_rows_follow_the_stretches_and_a_short_kept_span_still_shows() -> None:
 def test_the_map_of_a_real_plan_shows_where_the_kept_text_is(
     qtbot, sample_text: str, sample_planner: Planner, strategy: str, ends: tuple[int, int]
 ) -> None:
-    view = DocumentView()
-    qtbot.addWidget(view)
-    view.resize(900, 700)
-    view.show()
-    qtbot.waitExposed(view)
-    view.set_document(sample_text)
+    view = make_view(qtbot, sample_text)
     plan = sample_planner.plan(strategy, BUDGET)
     view.show_plan(plan, index_plan(plan))
     rows = view.map.rows()
@@ -51,12 +46,7 @@ def test_the_map_of_a_real_plan_shows_where_the_kept_text_is(
 
 
 def test_a_click_on_the_map_brings_that_place_on_screen(qtbot, sample_text: str) -> None:
-    view = DocumentView()
-    qtbot.addWidget(view)
-    view.resize(900, 700)
-    view.show()
-    qtbot.waitExposed(view)
-    view.set_document(sample_text)
+    view = make_view(qtbot, sample_text)
     y = int(view.map.height() * 0.75)
     target = view.map.offset_at(y)
     assert target == pytest.approx(len(sample_text) * 0.75, rel=0.02)

@@ -9,7 +9,7 @@ from app.core.planning.plan import Plan
 from app.core.planning.strategies import Planner, PlanOptions
 from app.core.tokens import cl100k
 from app.ui.document_view import DROPPED, KEPT_A, DocumentView
-from tests.ui.text_probes import block_at
+from tests.ui.text_probes import block_at, make_view
 
 # One paragraph on one line, planted in the sample: four sentences, one about the question's
 # subject (a name it writes), one that goes on about it, two about something else.
@@ -29,17 +29,6 @@ def planted(sample_text: str) -> tuple[str, Plan]:
     return text, plan
 
 
-def _view(qtbot, text: str, plan: Plan) -> DocumentView:
-    view = DocumentView()
-    qtbot.addWidget(view)
-    view.resize(900, 700)
-    view.show()
-    qtbot.waitExposed(view)
-    view.set_document(text)
-    view.show_plan(plan)
-    return view
-
-
 def _tinted(view: DocumentView, offset: int) -> list[tuple[int, int, int]]:
     """The highlighted ranges of the line holding ``offset``: (kind, start, end) as document
     offsets."""
@@ -56,7 +45,8 @@ def _tinted(view: DocumentView, offset: int) -> list[tuple[int, int, int]]:
 
 def test_the_kept_sentences_are_tinted_inside_their_line_and_say_why(qtbot, planted) -> None:
     text, plan = planted
-    view = _view(qtbot, text, plan)
+    view = make_view(qtbot, text)
+    view.show_plan(plan)
     fact = text.index(FACT)
     view.reveal(fact)
     ranges = _tinted(view, fact)

@@ -12,6 +12,18 @@ from app.ui.buffer_panel import BufferPanel
 from app.ui.document_view import DocumentView
 
 
+def make_view(qtbot, text: str | None = None) -> DocumentView:
+    """A document view as the window sizes it, shown and exposed, holding ``text`` if given."""
+    view = DocumentView()
+    qtbot.addWidget(view)
+    view.resize(900, 700)
+    view.show()
+    qtbot.waitExposed(view)
+    if text is not None:
+        view.set_document(text)
+    return view
+
+
 def block_at(view: DocumentView, offset: int):
     return view.text.document().findBlock(view.pane_position(offset))
 
