@@ -304,18 +304,10 @@ def vocab_repos(folder: Path) -> dict[str, dict[str, bytes]]:
 def keyring_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The tests' file keyring (tests/file_keyring.py) in place of the system's, in this
     process."""
-    import keyring  # noqa: PLC0415
+    from tests.file_keyring import chosen  # noqa: PLC0415
 
-    from tests.file_keyring import FileKeyring  # noqa: PLC0415
-
-    path = tmp_path / "keyring.json"
-    monkeypatch.setenv("CONTEXTLENS_TEST_KEYRING", str(path))
-    before = keyring.get_keyring()
-    keyring.set_keyring(FileKeyring())
-    try:
+    with chosen(tmp_path / "keyring.json", monkeypatch) as path:
         yield path
-    finally:
-        keyring.set_keyring(before)
 
 
 @pytest.fixture
