@@ -127,6 +127,9 @@ def test_a_job_across_thread_changes_is_audited_and_resumed_as_itself(
     audit.raise_if_failed()
     causes = [change["cause"] for change in result.thread_changes]
     assert causes[:1] == ["busy"], result.thread_changes
+    for change in result.thread_changes:  # each with the measurement behind it
+        measured = "a decode took" if change["cause"] == "slow" else "other programs used"
+        assert change["figure"].startswith(measured), change
     if others_now() < QUIET_AT:  # nothing else runs: the thread came back during the job
         assert "quiet" in causes, result.thread_changes
     state = state_after(host, result)
