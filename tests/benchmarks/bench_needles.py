@@ -70,7 +70,6 @@ from app.core.planning.cache import PlanCache  # noqa: E402
 from app.core.planning.chunking import sliding_windows  # noqa: E402
 from app.core.planning.frame import document_budget  # noqa: E402
 from app.core.planning.plan import Plan  # noqa: E402
-from app.core.planning.retrieve import terms  # noqa: E402
 from app.core.planning.strategies import (  # noqa: E402
     MULTI_PASS,
     STRATEGIES,
@@ -78,6 +77,7 @@ from app.core.planning.strategies import (  # noqa: E402
     PlanOptions,
     plan_for,
 )
+from app.core.planning.terms import terms  # noqa: E402
 from app.core.tokens import TokenCounter, host_counter  # noqa: E402
 from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
 

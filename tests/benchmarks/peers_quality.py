@@ -45,7 +45,7 @@ from functools import cache
 
 import Stemmer
 
-from app.core.planning.retrieve import STOP_WORDS
+from app.core.planning.terms import STOP_WORDS
 
 # Words the pipelines' instructions and templates use (ContextLens: "Summarize this part of a
 # longer document"; LangChain: "Write a concise summary of the following"; LlamaIndex: "Context

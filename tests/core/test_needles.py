@@ -10,7 +10,7 @@ import pytest
 
 from app.core.planning.chunking import Boundary, Chunk
 from app.core.planning.plan import Plan, PlanWindow, Span
-from app.core.planning.retrieve import terms
+from app.core.planning.terms import terms
 from app.core.tokens import TiktokenCounter
 from tests.benchmarks.bench_needles import (
     DEEP,

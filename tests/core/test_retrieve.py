@@ -31,19 +31,10 @@ from app.core.planning.codec import pack_plan, unpack_plan
 from app.core.planning.frame import ASK
 from app.core.planning.plan import Plan, Span
 from app.core.planning.process import PlanProcess
-from app.core.planning.retrieve import (
-    BLANK,
-    CLOSE,
-    MOST_MATCHES,
-    NEEDS_QUESTION,
-    NO_MATCH,
-    analyze,
-    is_title,
-    question_terms,
-    sentences,
-    terms,
-)
+from app.core.planning.retrieve import CLOSE, MOST_MATCHES, NEEDS_QUESTION, NO_MATCH
+from app.core.planning.sentences import BLANK, is_title, sentences
 from app.core.planning.strategies import QUESTION_UNIT, Planner, PlanOptions, plan_for
+from app.core.planning.terms import analyze, question_terms, terms
 from app.core.tokens import (
     TiktokenCounter,
     counter_key,

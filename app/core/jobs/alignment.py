@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.planning.retrieve import analyze
+from app.core.planning.terms import analyze
 
 Span = tuple[int, int]
 

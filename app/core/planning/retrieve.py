@@ -17,27 +17,18 @@ fills the budget with further matches and their neighbours, stays as ``fill`` (t
 compares them).
 
 Of each match only the sentences that carry the evidence reach the model (sentence-precise
-context). Where the question names its subject ("Quist", "the Mallory Wren": a rare word it
-writes with a capital), every part that names it is a match whatever its score, and the
-sentences that name it are the evidence: a question that asks three things about one subject
-gets its three sentences, wherever they lie, and nothing that matches only its common words
-("funded", "device"). Otherwise the subject is the rarest word of the best match that holds a
-rare one, and a sentence is evidence when it holds that word or two of the question's words.
-Each keeps the sentence it leans on: the one before where it starts by pointing back ("It",
-"But"), the one after where it ends in a colon or reads as a heading, and after a sentence that
-names the subject, those that go on about it ("Its hull ..."); a heading keeps the first
-sentence of its text. On the needle benchmark (SmolLM2, 400k tokens, 2,048 context) this
-answers 85% of single-fact questions at 51 prompt tokens each (75% at 110 with whole parts and
-their paragraphs), and on the multi-fact questions names as many facts as the facts alone.
-A plan's chunks stay the document's chunking (shared with the cache,
-the index and the other plans); a match kept in part is a run of spans inside its chunk, each
-counted exactly and saying why, and each kept sentence is a segment of its own
-(:meth:`~app.core.planning.plan.Plan.kept_chunks`).
+context, sentences.py). Where the question names its subject ("Quist", "the Mallory Wren": a
+rare word it writes with a capital; terms.py), every part that names it is a match whatever its
+score: a question that asks three things about one subject gets its three sentences, wherever
+they lie, and nothing that matches only its common words ("funded", "device"). On the needle
+benchmark (SmolLM2, 400k tokens, 2,048 context) this answers 85% of single-fact questions at 51
+prompt tokens each (75% at 110 with whole parts and their paragraphs), and on the multi-fact
+questions names as many facts as the facts alone. A plan's chunks stay the document's chunking
+(shared with the cache, the index and the other plans); a match kept in part is a run of spans
+inside its chunk, each counted exactly and saying why, and each kept sentence is a segment of
+its own (:meth:`~app.core.planning.plan.Plan.kept_chunks`).
 
-Terms come from a plain word analyzer rather than the model's tokens: BM25 wants words whose
-forms a question and the document share ("edited" and "editor" both reach "edit"), which
-subword pieces are not. It treats Chinese, Japanese and Korean (no spaces between words) as
-single characters and pairs of characters, and Latin and other spaced scripts as words.
+Terms come from a plain word analyzer (terms.py) rather than the model's tokens.
 
 The index depends on the document's chunking and the analyzer, never on the question: it is
 built once and cached with the plans (:class:`~app.core.planning.cache.PlanCache`, in memory and
@@ -47,25 +38,21 @@ on disk), so a second question on the same document only sums posting lists and 
 from __future__ import annotations
 
 import json
-import re
 import time
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-import Stemmer
 
 from app.core.planning.chunking import Boundary, Chunk
+from app.core.planning.sentences import Piece, Sentences, Titles, pieces, takes, weak_reason
+from app.core.planning.terms import Subject, question_terms, subject, terms
 from app.core.token_counter import TokenCounter
 
 if TYPE_CHECKING:
     import bm25s
 
-# The analyzer's name in cache keys: an index built by an older analyzer is never read.
-ANALYZER = "words-1"
 
 # The sentence a plan without a question is refused with (and a summary under `retrieve`).
 NEEDS_QUESTION = (
@@ -74,7 +61,6 @@ NEEDS_QUESTION = (
 )
 NO_MATCH = "matches no term of the question"
 FITS = "fits the budget"  # a document that fits is kept whole (as `refuse` words it)
-BLANK = "blank space before the first excerpt"  # see _trimmed
 
 # ``fill``: the best matches first, up to this share of the budget; then their neighbours, for
 # the sentence before and after a fact cut at a chunk's edge; then further matches as they fit;
@@ -92,24 +78,6 @@ MOST_MATCHES = 12
 COVER_CANDIDATES = 50
 # Parts of the paragraph a kept match is cut from, kept on each side at most
 PASSAGE_PARTS = 2
-# A title: a line of at most this many words without a sentence's end. A question's words often
-# match a heading best ("3. Revision History"), and the heading alone answers nothing: its
-# section's text continues it.
-TITLE_WORDS = 12
-_SENTENCE_END = re.compile(r"[.!?;:。！？；：…\"'”’)\]]\s*$")
-# ...or one that ends on a word class, as a dictionary's headword does (":cracker: n.",
-# ":grok: /grok/, vt."): after a colon, comma, slash or bracket, a word of at most three letters
-# and its full stop ("It is a cat." stays a sentence).
-_ABBREVIATION_END = re.compile(r"[:,/)\]]\s+[^\W\d_]{1,3}\.$")
-
-
-def is_title(text: str) -> bool:
-    """Whether ``text`` reads as a heading: one short line that does not end a sentence (or
-    ends on an abbreviation)."""
-    line = text.strip()
-    return bool(line) and "\n" not in line and len(line.split()) <= TITLE_WORDS and (
-        not _SENTENCE_END.search(line) or bool(_ABBREVIATION_END.search(line)))  # fmt: skip
-
 
 # A run of at least this many title-like parts in a row (a table of contents, an index, a word
 # list) names subjects whose text is elsewhere. BM25 favours a short part, and a one-word line
@@ -120,24 +88,7 @@ LIST_RUN = 3
 LIST_WEIGHT = 0.2
 
 
-class _Titles:
-    """Whether part ``j`` of ``chunks`` reads as a heading (:func:`is_title`), each part read
-    once however many steps ask; a part outside the chunking, or any part of an unknown text,
-    is none."""
-
-    def __init__(self, chunks: Sequence[Chunk], text: str) -> None:
-        self._chunks, self._text = chunks, text
-        self._seen: dict[int, bool] = {}
-
-    def __call__(self, j: int) -> bool:
-        if j not in self._seen:
-            chunks = self._chunks
-            self._seen[j] = bool(self._text) and 0 <= j < len(chunks) and is_title(
-                self._text[chunks[j].start : chunks[j].end])  # fmt: skip
-        return self._seen[j]
-
-
-def _demote_lists(scores: np.ndarray, title: _Titles) -> np.ndarray:
+def _demote_lists(scores: np.ndarray, title: Titles) -> np.ndarray:
     """``scores`` with the matching parts that are lines of a list (see :data:`LIST_RUN`)
     weighted down; only matches and their neighbours are read, so a question stays fast."""
     out = scores.copy()
@@ -153,74 +104,6 @@ def _demote_lists(scores: np.ndarray, title: _Titles) -> np.ndarray:
         if run >= LIST_RUN:
             out[i] *= LIST_WEIGHT
     return out
-
-# Han, kana, Hangul syllables and their extensions: scripts written without spaces between words
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002ebef"
-_TOKEN = re.compile(f"(?P<cjk>[{_CJK}]+)|(?P<word>[^\\W_{_CJK}]+)")
-
-# English function words (NLTK's list): they match every part of a document and say nothing
-# of what a question is about. Question words are among them.
-_STOP_WORDS = """
-    a about above after again against ain all am an and any are aren arent as at be because been
-    before being below between both but by can couldn couldnt d did didn didnt do does doesn
-    doesnt doing don dont down during each few for from further had hadn hadnt has hasn hasnt
-    have haven havent having he her here hers herself him himself his how i if in into is isn
-    isnt it its itself just ll m ma me mightn mightnt more most mustn mustnt my myself needn
-    neednt no nor not now o of off on once only or other our ours ourselves out over own re s
-    same shan shant she shes should shouldn shouldnt shouldve so some such t than that thatll
-    the their theirs them themselves then there these they this those through to too under until
-    up ve very was wasn wasnt we were weren werent what when where which while who whom why will
-    with won wont wouldn wouldnt y you youd youll your youre yours yourself yourselves youve
-"""
-STOP_WORDS = frozenset(_STOP_WORDS.split())
-
-
-@cache
-def _stemmer() -> Stemmer.Stemmer:
-    """Snowball's English stemmer (C, with its own cache of recent words)."""
-    return Stemmer.Stemmer("english")
-
-
-def analyze(text: str) -> list[tuple[str, str]]:
-    """(term, the word it came from) for each term of ``text``, in order.
-
-    Lowercased (NFKC first, so full-width letters and ligatures read as plain ones); words are
-    Unicode letters and digits; a run of CJK characters gives each character and each pair of
-    neighbours; other words lose English stop words and are stemmed with Snowball's English
-    stemmer, so that a question's paraphrase meets the document's own forms.
-    """
-    text = unicodedata.normalize("NFKC", text).casefold()
-    out: list[tuple[str, str]] = []
-    words: list[str] = []
-    at: list[int] = []  # where each word's term goes in out
-    for m in _TOKEN.finditer(text):
-        run = m.group("cjk")
-        if run is not None:
-            out.extend((ch, ch) for ch in run)
-            out.extend((run[i : i + 2], run[i : i + 2]) for i in range(len(run) - 1))
-            continue
-        word = m.group("word")
-        if word in STOP_WORDS:
-            continue
-        at.append(len(out))
-        words.append(word)
-        out.append(("", word))
-    for i, stem in zip(at, _stemmer().stemWords(words), strict=True):
-        out[i] = (stem, out[i][1])
-    return out
-
-
-def terms(text: str) -> list[str]:
-    """The terms of ``text`` (see :func:`analyze`), repeats kept: what a chunk is indexed as."""
-    return [t for t, _ in analyze(text)]
-
-
-def question_terms(question: str) -> dict[str, str]:
-    """Each distinct term of ``question`` and the first of its words that gave it."""
-    found: dict[str, str] = {}
-    for term, word in analyze(question):
-        found.setdefault(term, word)
-    return found
 
 
 @dataclass(eq=False)
@@ -352,20 +235,6 @@ class Verdict:
     next_to: int | None = None  # kept as context next to the chunk of this rank
 
 
-@dataclass(frozen=True)
-class Piece:
-    """A sentence-precise part of one chunk: kept or dropped, and why (see :func:`select`)."""
-
-    start: int  # character offsets into the document, end exclusive
-    end: int
-    tokens: int  # the exact count of its own text
-    kept: bool
-    reason: str
-    score: float = 0.0
-    rank: int | None = None
-    terms: tuple[str, ...] = ()
-    next_to: int | None = None
-
 
 @dataclass
 class Selection:
@@ -421,13 +290,14 @@ def select(
     order, as any other plan.
 
     With ``counter`` (and ``text``), precise context is sentence-precise: every part that holds
-    the question's subject (:func:`_anchor`) is a match too, and of each match only the
-    sentences that carry the evidence are kept (:func:`_takes`), with those they lean on; no
-    paragraph around them. The chunks kept in part are in :attr:`Selection.pieces`.
+    the question's subject (:func:`~app.core.planning.terms.subject`) is a match too, and of
+    each match only the sentences that carry the evidence are kept
+    (:func:`~app.core.planning.sentences.takes`), with those they lean on; no paragraph around
+    them. The chunks kept in part are in :attr:`Selection.pieces`.
     """
     wanted = question_terms(question)
     scores = index.scores(wanted)
-    title = _Titles(chunks, text)
+    title = Titles(chunks, text)
     if text:
         scores = _demote_lists(scores, title)
     n = len(chunks)
@@ -444,17 +314,16 @@ def select(
                 holds.setdefault(i, set()).add(term)
                 if word not in words.setdefault(i, []):
                     words[i].append(word)
-    anchor: frozenset[str] = frozenset()
-    named_subject = False
+    about = Subject(rarity=rarity)
     if sum(c.tokens for c in chunks) <= budget:
         kept: dict[int, int | None] = dict.fromkeys(range(n))
     elif fill:
         kept = _within(chunks, ranked, rank, budget)
     else:
         precise = counter is not None and bool(text)
-        anchor, named_subject = (_anchor(question, ranked, holds, rarity) if precise
-                                 else (frozenset(), False))  # fmt: skip
-        named = [i for i in ranked if anchor & holds.get(i, set())]
+        if precise:
+            about = subject(question, ranked, holds, rarity)
+        named = [i for i in ranked if about.terms & holds.get(i, set())]
         kept = _precise(chunks, ranked, rank, scores, budget, title=title,
                         covers=_covering(ranked, holds, rarity), first=named,
                         passages=not precise)  # fmt: skip
@@ -486,26 +355,27 @@ def select(
         else:
             out.verdicts.append(Verdict(False, NO_MATCH, 0.0))
     if counter is not None and text and not fill and len(kept) < n:
-        split = _Sentences(chunks, text)
+        split = Sentences(chunks, text)
         idf = {t: float(np.log1p((n - df + 0.5) / (df + 0.5))) for t, df in rarity.items()}
         matches = sorted(kept, key=rank.__getitem__)
-        takes = _takes(matches, rank, scores, split, wanted=wanted, idf=idf, title=title,
-                       anchor=_Anchor(anchor, rarity, name=named_subject))  # fmt: skip
-        out.pieces = _pieces(takes, split, budget, counter, verdicts=out.verdicts, rank=rank)
-        chosen = {t.at[0] for t in takes if t.next_to is None}
+        floor = CLOSE * max((float(scores[h]) for h in matches), default=0.0)
+        taken = takes(matches, rank, scores, split, wanted=wanted, idf=idf, title=title,
+                      subject=about, floor=floor)  # fmt: skip
+        out.pieces = pieces(taken, split, budget, counter, verdicts=out.verdicts, rank=rank)
+        chosen = {t.at[0] for t in taken if t.next_to is None}
         for h in matches:  # a match none of whose sentences scored or fit
             if h not in out.pieces:
                 v = out.verdicts[h]
                 why = (past_budget_reason(rank[h], matching, v.score) if h in chosen else
-                       weak_reason(rank[h], matching, v.score, [wanted[t] for t in anchor],
-                                   name=named_subject))  # fmt: skip
+                       weak_reason(rank[h], matching, v.score,
+                                   [wanted[t] for t in about.terms], name=about.name))
                 out.verdicts[h] = replace(v, kept=False, reason=why)
     return out
 
 
 def _precise(
     chunks: Sequence[Chunk], ranked: Sequence[int], rank: dict[int, int], scores: np.ndarray,
-    budget: int, *, title: _Titles, covers: Sequence[int] = (), first: Sequence[int] = (),
+    budget: int, *, title: Titles, covers: Sequence[int] = (), first: Sequence[int] = (),
     passages: bool = True,
 ) -> dict[int, int | None]:  # fmt: skip
     """The chunks kept of a document over the budget by the evidence (see :func:`select`):
@@ -576,58 +446,6 @@ def _covering(ranked: Sequence[int], holds: dict[int, set[str]],
     return out
 
 
-# A question names what it is about with its rarest word (a place, a person, a coined name): a
-# term in at most this many parts of the document is that word, and every sentence that holds
-# it is evidence (a question that asks for several facts about one thing finds each fact by
-# the thing's name, however few of the question's other words it shares).
-RARE_PARTS = 6
-
-
-def _parts(held: Iterable[str], anchor: _Anchor) -> int:
-    """How many parts hold the rarest of ``held``."""
-    return min((anchor.rarity.get(t, 0) for t in held), default=0)
-
-
-def _rarest(held: set[str], rarity: dict[str, int]) -> frozenset[str]:
-    """The rarest of ``held`` that are rare (in at most :data:`RARE_PARTS` parts), else none."""
-    rare = [t for t in held if 0 < rarity.get(t, 0) <= RARE_PARTS]
-    least = min((rarity[t] for t in rare), default=0)
-    return frozenset(t for t in rare if rarity[t] == least)
-
-
-def _anchor(question: str, ranked: Sequence[int], holds: dict[int, set[str]],
-            rarity: dict[str, int]) -> tuple[frozenset[str], bool]:  # fmt: skip
-    """What the question is about, as rare terms (each in at most :data:`RARE_PARTS` parts),
-    and whether the question writes it as a name; none when every term is common.
-
-    A name the question writes with a capital inside the sentence ("Quist", "the Mallory
-    Wren") is its subject: the rarest such term. Without one, the rarest rare term of the
-    best-ranked match that holds any: the evidence that answers best names the subject. A
-    rarer word alone is often an aside ("the contraption he loved", "his reckoning device"),
-    and a rare word beside the name a common one elsewhere ("smith" beside "Harrowgate")."""
-    names = _rarest(_named(question) & set(rarity), rarity)
-    if names:
-        return names, True
-    for i in ranked:
-        here = _rarest(holds.get(i, set()), rarity)
-        if here:
-            return here, False
-    return frozenset(), False
-
-
-def _named(question: str) -> set[str]:
-    """The terms of the words ``question`` writes with a capital inside a sentence (not its
-    first word, nor one after a full stop): the names it asks about. German, which capitalises
-    every noun, gets its nouns; scripts without case get none."""
-    out: set[str] = set()
-    for sentence in re.split(r"(?<=[.!?])\s+", question.strip()):
-        words = list(re.finditer(r"[^\W\d_][\w'’-]*", sentence))
-        for m in words[1:]:
-            if m.group()[0].isupper():
-                out.update(t for t, _ in analyze(m.group()))
-    return out
-
-
 def _within(
     chunks: Sequence[Chunk], ranked: Sequence[int], rank: dict[int, int], budget: int
 ) -> dict[int, int | None]:
@@ -676,373 +494,3 @@ def _within(
     while widen(hits):
         pass
     return kept
-
-
-# ----- sentence-precise context (the default) ---------------------------------------------------
-#
-# A 128-token part holds a fact in one of its sentences; the rest of the part, and its paragraph,
-# are unrelated text a small model loses the fact in (three facts kept in 1,500 tokens, one
-# named). Inside a match only the sentences that carry the evidence are kept (see _takes), with
-# the sentences a kept one leans on (see _leaning, _following, _under).
-
-# A sentence is kept when it scores at least this share of its part's best sentence: a sentence
-# of the question's common words only ("build", "first") stays out beside one of its rare ones.
-SENTENCE_SHARE = 0.5
-# ...and at least this share of the best sentence of all the matches kept (0: off). At 0.7 a
-# part that ranks close to the best for common words keeps none of its sentences; on the needle
-# benchmark (seed 0) that answered 14 of 20 instead of 13, but the best-ranked part may then
-# keep nothing: left to the rule for questions that ask for several things (issue 51, item 2).
-SENTENCE_CLOSE = 0.0
-# A piece of fewer words is no sentence of its own ("1.", "n.", "Dr."): it opens the next one.
-SENTENCE_WORDS = 3
-# How many sentences back a chain of pointing-back sentences is followed.
-BACK_STEPS = 2
-# First words that point back to the sentence before: pronouns, determiners and connectives.
-_POINTS_BACK = """
-    it its this that these those they them their he she his her him such both either neither
-    which whose but however also so thus therefore then yet and or nor moreover furthermore
-    besides instead still hence meanwhile otherwise likewise similarly consequently accordingly
-    additionally
-"""
-POINTS_BACK = frozenset(_POINTS_BACK.split())
-# A sentence ends at a mark and its closing quotes or brackets, before whitespace and a word
-# that does not start in lower case ("e.g. the" goes on); a CJK full stop ends one anywhere.
-_SENTENCE_CUT = re.compile(r"""[.!?…][)"'\]»”’]*(?=\s+[^\sa-z])|[。！？；][)」』”’）]*""")
-# A whole sentence ends on its mark (and closing quotes or brackets)
-_WHOLE = re.compile(r"""[.!?…。！？][)"'\]»”’」』）]*\s*$""")
-# A line that ends on a symbol (a table's row, a box's edge) ends there, whatever follows
-_ROW_END = re.compile(r"""[^\w\s,;:()'"‘’“”.!?…-](?=[ \t]*\n)""")
-_FIRST_WORD = re.compile(r"[^\W\d_]+")
-# A full stop after a title or an initial does not end a sentence ("sounded by Dr. Ilse Varga",
-# "J. R. Hartley"): the name goes on.
-_TITLES = "Mr|Mrs|Ms|Mx|Dr|Prof|St|Mt|Jr|Sr|Fr|Rev|Gen|Col|Capt|Lt|Sgt|Gov|Sen|Rep|Hon|No|Vol|Fig"
-_TITLE_BEFORE = re.compile(rf"(?<![^\W\d_])(?:{_TITLES}|[A-Z])\.$")
-
-
-def sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """The sentences of ``text[start:end]``, covering it in order. Each is cut after its end
-    mark (or a line that ends on a symbol: a table's row is a sentence of its own), before the
-    whitespace that opens the next (as chunks are cut); a piece of fewer than
-    :data:`SENTENCE_WORDS` words joins the next one, a last one the one before."""
-    out: list[tuple[int, int]] = []
-    a = start
-    marks = [m.end() for m in _SENTENCE_CUT.finditer(text, start, end)
-             if not _TITLE_BEFORE.search(text, max(start, m.start() - 6), m.start() + 1)]
-    lines = [m.end() for m in _ROW_END.finditer(text, start, end)]
-    for b in sorted({*marks, *lines}):
-        if b < end and _words(text[a:b]) >= SENTENCE_WORDS:
-            out.append((a, b))
-            a = b
-    if a < end:
-        if out and _words(text[a:end]) < SENTENCE_WORDS:
-            out[-1] = (out[-1][0], end)
-        else:
-            out.append((a, end))
-    return out
-
-
-def _words(text: str) -> int:
-    """How many words ``text`` holds (a CJK character counts as one)."""
-    n = 0
-    for m in _TOKEN.finditer(text):
-        n += len(m.group("cjk")) if m.group("cjk") else 1
-    return n
-
-
-def _points_back(sentence: str) -> str | None:
-    """The first word of ``sentence`` where it points back to the sentence before, else None."""
-    m = _FIRST_WORD.search(sentence)
-    if m is None or sentence[: m.start()].strip(" \t\n\"'‘“(["):
-        return None
-    return m.group() if m.group().casefold() in POINTS_BACK else None
-
-
-def _leads_on(sentence: str) -> str | None:
-    """Why ``sentence`` needs the one after it, else None."""
-    line = sentence.strip()
-    if line.endswith((":", "：")):
-        return "it ends in a colon (what it introduces follows)"
-    if is_title(line):
-        return "it reads as a heading"
-    return None
-
-
-@dataclass
-class _Sentences:
-    """The sentences of a document's chunks, split as a step asks for them."""
-
-    chunks: Sequence[Chunk]
-    text: str
-    split: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-
-    def of(self, j: int) -> list[tuple[int, int]]:
-        if j not in self.split:
-            c = self.chunks[j]
-            self.split[j] = sentences(self.text, c.start, c.end)
-        return self.split[j]
-
-    def words(self, at: tuple[int, int]) -> str:
-        a, b = self.of(at[0])[at[1]]
-        return self.text[a:b]
-
-    def before(self, at: tuple[int, int]) -> tuple[int, int] | None:
-        """The sentence before ``(chunk, k)`` in its paragraph, else None."""
-        j, k = at
-        if k > 0:
-            return j, k - 1
-        if j > 0 and self.chunks[j - 1].boundary < Boundary.PARAGRAPH:
-            return j - 1, len(self.of(j - 1)) - 1
-        return None
-
-    def after(self, at: tuple[int, int], *, across: bool = False) -> tuple[int, int] | None:
-        """The sentence after ``(chunk, k)`` in its paragraph (``across``: or in the next
-        chunk, as a heading's text follows it), else None."""
-        j, k = at
-        if k + 1 < len(self.of(j)):
-            return j, k + 1
-        if j + 1 < len(self.chunks) and (across or self.chunks[j].boundary < Boundary.PARAGRAPH):
-            return j + 1, 0
-        return None
-
-
-@dataclass(frozen=True)
-class _Take:
-    """A sentence a plan keeps: where, and why in words and figures."""
-
-    at: tuple[int, int]
-    reason: str
-    score: float = 0.0
-    rank: int | None = None
-    terms: tuple[str, ...] = ()
-    next_to: int | None = None
-
-
-def sentence_reason(k: int, rank: int, score: float, words: Sequence[str]) -> str:
-    held = ", ".join(f"'{w}'" for w in words)
-    return f"sentence {k:,} of the part ranked {rank:,} (score {score:.2f}): holds {held}"
-
-
-def before_reason(rank: int, word: str) -> str:
-    return f"the sentence before, for the part ranked {rank:,}: the next starts with '{word}'"
-
-
-def after_reason(rank: int, why: str) -> str:
-    return f"the sentence after, for the part ranked {rank:,}: the one before {why}"
-
-
-def heading_reason(rank: int) -> str:
-    return f"the text under the heading ranked {rank:,} starts here"
-
-
-def weak_reason(rank: int, matching: int, score: float, rarest: Sequence[str] = (), *,
-                name: bool = False) -> str:  # fmt: skip
-    held = ", ".join(f"'{w}'" for w in rarest)
-    if name:
-        return (f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}): no sentence "
-                f"names {held} (what the question asks about)")  # fmt: skip
-    if rarest:
-        return (f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}): no sentence "
-                f"holds {held} (the question's rarest) or two of its words")  # fmt: skip
-    return (f"rank {rank:,} of {matching:,} matching parts (score {score:.2f}): no sentence "
-            f"holds the question's words")  # fmt: skip
-
-
-def anchor_reason(k: int, rank: int, score: float, words: Sequence[str], *, rare: Sequence[str],
-                  parts: int, name: bool = False) -> str:  # fmt: skip
-    held = ", ".join(f"'{w}'" for w in words)
-    named = ", ".join(f"'{w}'" for w in rare)
-    what = "the question asks about" if name else "the question's rarest:"
-    return (f"sentence {k:,} of the part ranked {rank:,} (score {score:.2f}): holds {held}; "
-            f"{what} {named} (in {parts:,} of the parts)")  # fmt: skip
-
-
-def follow_reason(rank: int, word: str) -> str:
-    return f"the sentence after, for the part ranked {rank:,}: it starts with '{word}'"
-
-
-@dataclass(frozen=True)
-class _Anchor:
-    """The question's subject as rare terms (see :func:`_anchor`), whether it is a name the
-    question writes, and how many parts hold each of the question's terms."""
-
-    terms: frozenset[str] = frozenset()
-    rarity: dict[str, int] = field(default_factory=dict)
-    name: bool = False
-
-
-def rest_reason(rank: int) -> str:
-    return (f"the rest of the part ranked {rank:,}: no sentence here scores "
-            f"{SENTENCE_SHARE:.0%} of its best")  # fmt: skip
-
-
-def _takes(
-    matches: Sequence[int], rank: dict[int, int], scores: np.ndarray, split: _Sentences, *,
-    wanted: dict[str, str], idf: dict[str, float], title: _Titles, anchor: _Anchor | None = None,
-) -> list[_Take]:  # fmt: skip
-    """The sentences kept for ``matches`` (best first): theirs first, then those they lean on.
-
-    Where the question names its subject (``anchor.name``), a sentence is evidence when it holds
-    the name, and the sentences after it that refer back to it ("It sails from ..."); nothing
-    else: a sentence of the question's common words beside the facts gave the model a second,
-    unrelated subject, and it answered from that (the needle benchmark). Where the subject is
-    only a rare word, a sentence is evidence when it holds that word, the rarest word of a
-    match close to the best where that is as rare, or two of the question's words. Otherwise a
-    match keeps its sentences that score :data:`SENTENCE_SHARE` of its best; one whose best
-    scores under :data:`SENTENCE_CLOSE` of the best of all keeps none."""
-    anchor = anchor or _Anchor()
-    found = {h: [{t for t in terms(split.words((h, k))) if t in wanted}
-                 for k in range(1 if title(h) else len(split.of(h)))] for h in matches}
-    values = {h: [sum(idf.get(t, 0.0) for t in held) for held in found[h]] for h in matches}
-    top = max((max(v, default=0.0) for v in values.values()), default=0.0)
-    floor = CLOSE * max((float(scores[h]) for h in matches), default=0.0)
-    own: list[_Take] = []
-    leaned: list[_Take] = []
-    for h in matches:
-        r, score = rank[h], float(scores[h])
-        best = max(values[h], default=0.0)
-        # a match close to the best is evidence by its own rarest word too where that is as
-        # rare as the subject ("Mesk", in one part, ranked second behind a part that holds
-        # "sewing", in two): the question may be about either
-        mine = anchor.terms
-        if anchor.terms and not anchor.name and score >= floor:
-            own_rare = _rarest(set().union(*found[h]), anchor.rarity)
-            if own_rare and _parts(own_rare, anchor) <= _parts(anchor.terms, anchor):
-                mine = mine | own_rare
-        for k, value in enumerate(values[h]):
-            rare = mine & found[h][k]
-            if anchor.name:
-                keep = bool(rare)
-            elif anchor.terms:
-                keep = bool(rare) or (len(found[h][k]) >= 2 and value >= SENTENCE_SHARE * best)
-            else:
-                keep = value > 0 and value >= max(SENTENCE_SHARE * best, SENTENCE_CLOSE * top)
-            if not keep:
-                continue
-            held = tuple(w for t, w in wanted.items() if t in found[h][k])
-            named = [wanted[t] for t in wanted if t in rare]
-            why = (anchor_reason(k + 1, r, score, held, rare=named, parts=_parts(rare, anchor),
-                                 name=anchor.name and rare <= anchor.terms)
-                   if rare else sentence_reason(k + 1, r, score, held))  # fmt: skip
-            own.append(_Take((h, k), why, score, r, held))
-            # a heading: the first sentence of its text; a sentence: those it leans on, and
-            # after the subject's name, the sentences that go on about it
-            leaned.extend(_under(h, r, split, title) if title(h) else
-                          _leaning((h, k), r, split))  # fmt: skip
-            if rare and not title(h):
-                leaned.extend(_following((h, k), r, split))
-    return own + leaned
-
-
-def _under(h: int, rank: int, split: _Sentences, title: _Titles) -> list[_Take]:
-    """The sentences that open the text under heading ``h``: up to the first whole sentence
-    (a bracketed etymology or a subtitle is not one), :data:`BACK_STEPS` + 1 at most, never
-    past the next heading."""
-    out: list[_Take] = []
-    at = split.after((h, len(split.of(h)) - 1), across=True)
-    while at is not None and not title(at[0]) and len(out) <= BACK_STEPS:
-        out.append(_Take(at, heading_reason(rank), next_to=rank))
-        if _WHOLE.search(split.words(at)):
-            out.extend(_forward(at, rank, split))  # a colon: what it introduces
-            break
-        at = split.after(at, across=True)
-    return out
-
-
-def _leaning(at: tuple[int, int], rank: int, split: _Sentences) -> list[_Take]:
-    """The sentences the one at ``at`` leans on: those before it while each starts by pointing
-    back (:data:`BACK_STEPS` at most), the one after where it introduces it."""
-    out: list[_Take] = []
-    here = at
-    for _ in range(BACK_STEPS):
-        word = _points_back(split.words(here))
-        prev = split.before(here) if word else None
-        if word is None or prev is None:
-            break
-        out.append(_Take(prev, before_reason(rank, word), next_to=rank))
-        here = prev
-    return out + _forward(at, rank, split)
-
-
-def _following(at: tuple[int, int], rank: int, split: _Sentences) -> list[_Take]:
-    """The sentences after the one at ``at`` in its paragraph while each starts by pointing
-    back ("It", "Its", "He"): they go on about what it names (:data:`BACK_STEPS` at most)."""
-    out: list[_Take] = []
-    here = split.after(at)
-    while here is not None and len(out) < BACK_STEPS:
-        word = _points_back(split.words(here))
-        if word is None:
-            break
-        out.append(_Take(here, follow_reason(rank, word), next_to=rank))
-        here = split.after(here)
-    return out
-
-
-def _forward(at: tuple[int, int], rank: int, split: _Sentences) -> list[_Take]:
-    """The sentence after the one at ``at`` where that one introduces it, else nothing (in
-    the next paragraph too: a list after a colon is often one of its own)."""
-    why = _leads_on(split.words(at))
-    nxt = split.after(at, across=True) if why else None
-    if why is None or nxt is None:
-        return []
-    return [_Take(nxt, after_reason(rank, why), next_to=rank)]
-
-
-def _pieces(
-    takes: Sequence[_Take], split: _Sentences, budget: int, counter: TokenCounter, *,
-    verdicts: Sequence[Verdict], rank: dict[int, int],
-) -> dict[int, list[Piece]]:  # fmt: skip
-    """Each chunk a kept sentence lies in, as pieces: the sentences kept (in ``takes``'s order
-    while they fit ``budget``), the text between them dropped, each counted exactly."""
-    chosen: dict[tuple[int, int], _Take] = {}
-    for t in takes:
-        chosen.setdefault(t.at, t)
-    text = split.text
-    counts = dict(zip(chosen, counter.count_many(
-        [text[a:b] for a, b in (split.of(j)[k] for j, k in chosen)]), strict=True))  # fmt: skip
-    kept: dict[tuple[int, int], _Take] = {}
-    used = 0
-    for at, t in chosen.items():
-        if used + counts[at] <= budget:
-            kept[at] = t
-            used += counts[at]
-    out: dict[int, list[Piece]] = {}
-    for j in sorted({j for j, _ in kept}):
-        runs: list[tuple[int, int, _Take | None]] = []
-        for k, (a, b) in enumerate(split.of(j)):
-            took = kept.get((j, k))
-            if took is None and runs and runs[-1][2] is None:
-                runs[-1] = (runs[-1][0], b, None)
-            else:
-                runs.append((a, b, took))
-        gaps = counter.count_many([text[a:b] for a, b, took in runs if took is None])
-        pieces: list[Piece] = []
-        v = verdicts[j]
-        for a, b, took in runs:
-            if took is not None:
-                pieces.append(Piece(a, b, counts[took.at], True, took.reason, took.score,
-                                    took.rank, took.terms, took.next_to))  # fmt: skip
-            elif j in rank and v.kept:  # the rest of a match
-                pieces.append(Piece(a, b, gaps.pop(0), False, rest_reason(rank[j])))
-            else:  # the rest of a part kept for a neighbour's sake: as the part is
-                pieces.append(Piece(a, b, gaps.pop(0), False, v.reason, v.score, v.rank,
-                                    v.terms))  # fmt: skip
-        out[j] = pieces
-    if out:
-        first = min(out)
-        out[first] = _trimmed(out[first], text, counter)
-    return out
-
-
-def _trimmed(pieces: list[Piece], text: str, counter: TokenCounter) -> list[Piece]:
-    """``pieces`` with the blank space that opens the first kept one dropped: the excerpts
-    start the document's place in the prompt with their first word, as a document does (the
-    blank lines before a paragraph are tokens of their own, and a 135M model answers
-    differently after them: 2 of 12 facts fewer named on the multi-fact questions)."""
-    k = next(i for i, p in enumerate(pieces) if p.kept)
-    p = pieces[k]
-    body = p.start + len(text[p.start : p.end]) - len(text[p.start : p.end].lstrip())
-    if body in (p.start, p.end):
-        return pieces
-    blank = Piece(p.start, body, counter.count(text[p.start : body]), False, BLANK)
-    kept = replace(p, start=body, tokens=counter.count(text[body : p.end]))
-    return [*pieces[:k], blank, kept, *pieces[k + 1 :]]

@@ -26,7 +26,9 @@ from app.core.planning.cache import CacheStats, PlanCache, doc_id, text_id
 from app.core.planning.chunking import Boundary, Chunk, chunk_document, sliding_windows
 from app.core.planning.frame import Budget, FrameSource, document_budget
 from app.core.planning.plan import Plan, PlanWindow, Span
-from app.core.planning.retrieve import ANALYZER, NEEDS_QUESTION, Index, Piece, select
+from app.core.planning.retrieve import NEEDS_QUESTION, Index, select
+from app.core.planning.sentences import Piece
+from app.core.planning.terms import ANALYZER
 from app.core.tokens import TokenCounter, counter_fingerprint
 
 
