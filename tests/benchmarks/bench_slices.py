@@ -12,7 +12,10 @@ same 1,900 tokens of the sample evaluated from an empty cache in slices of 64, P
 256 and 512 tokens, in alternating rounds; the medians are compared.
 
 Goal: slices of PROMPT_SLICE at least 0.95x the rate of 512-token batches on every build and
-model (they cost no more than 5%).
+model (they cost no more than 5%). For the record, the same prompt in slices of PROMPT_SLICE
+with flash attention on against off (the engine's default), and the 32 tokens of a reply
+decoded one at a time after it: which is faster depends on the CPU and the model, so it is the
+calibration's choice (app/core/calibrate.py), not a default.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -37,11 +41,16 @@ from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E4
 BATCH = 512  # llama-cpp-python's n_batch
 GOAL = ">= 0.95"
 PROMPT_TOKENS = 1_900
+GEN_TOKENS = 32
 N_CTX = 2_048
 
 
-def measure(model: str, sizes: list[int], rounds: int) -> dict[str, object]:
-    """In this process, with the llama.cpp build on its path: each slice size's median rate."""
+def measure(model: str, sizes: list[int], rounds: int) -> dict[str, Any]:
+    """In this process, with the llama.cpp build on its path: each slice size's median prompt
+    rate, and with flash attention on and off, the prompt rate in slices of PROMPT_SLICE and the
+    generation rate after the prompt (at 1,900 positions)."""
+    import dataclasses  # noqa: PLC0415
+
     import llama_cpp  # noqa: PLC0415 (the build the parent chose, through PYTHONPATH)
 
     from app.core.engine.schedule import llama_kwargs  # noqa: PLC0415
@@ -51,23 +60,35 @@ def measure(model: str, sizes: list[int], rounds: int) -> dict[str, object]:
 
     threads = default_threads()
     settings = LoadSettings(n_ctx=N_CTX, n_threads=threads)
-    llm = llama_cpp.Llama(**llama_kwargs(model, settings, 0))
+    llms = {flash: llama_cpp.Llama(**llama_kwargs(model, dataclasses.replace(
+        settings, flash_attn=flash), 0)) for flash in (False, True)}  # fmt: skip
     text = sample_document().read_text(encoding="utf-8")[200_000:220_000]
-    tokens = llm.tokenize(text.encode(), add_bos=True)[:PROMPT_TOKENS]
-    rates: dict[int, list[float]] = {s: [] for s in sizes}
+    tokens = llms[False].tokenize(text.encode(), add_bos=True)[:PROMPT_TOKENS]
+    runs = [(False, s) for s in sizes] + [(True, PROMPT_SLICE)]
+    prompt: dict[tuple[bool, int], list[float]] = {run: [] for run in runs}
+    gen: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(rounds):
-        for size in sizes:
+        for flash, size in runs:
+            llm = llms[flash]
             llm.reset()
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
             t0 = time.perf_counter()
             for i in range(0, len(tokens), size):
                 llm.eval(tokens[i : i + size])
-            rates[size].append(len(tokens) / (time.perf_counter() - t0))
+            prompt[(flash, size)].append(len(tokens) / (time.perf_counter() - t0))
+            if size == PROMPT_SLICE:  # a reply's tokens, one decode each, after the prompt
+                t0 = time.perf_counter()
+                for token in tokens[:GEN_TOKENS]:
+                    llm.eval([token])
+                gen[flash].append(GEN_TOKENS / (time.perf_counter() - t0))
     return {"build": str(Path(llama_cpp.__file__).parent), "threads": threads,
-            "rates": {str(s): statistics.median(v) for s, v in rates.items()}}  # fmt: skip
+            "rates": {str(s): statistics.median(prompt[(False, s)]) for s in sizes},
+            "flash_prompt": statistics.median(prompt[(True, PROMPT_SLICE)]),
+            "gen": statistics.median(gen[False]),
+            "flash_gen": statistics.median(gen[True])}  # fmt: skip
 
 
-def in_child(build: str | None, model: str, sizes: list[int], rounds: int) -> dict[str, object]:
+def in_child(build: str | None, model: str, sizes: list[int], rounds: int) -> dict[str, Any]:
     """:func:`measure` in a fresh process, with ``build`` (a folder holding ``llama_cpp``) first
     on its path; None: the installed build."""
     env = child_env()
@@ -76,7 +97,7 @@ def in_child(build: str | None, model: str, sizes: list[int], rounds: int) -> di
     argv = [sys.executable, __file__, "--child", model, "--sizes", ",".join(map(str, sizes)),
             "--rounds", str(rounds)]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800, check=True)
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -99,7 +120,7 @@ def main() -> None:
     for build in [None, *args.build]:
         for model in args.model or [str(default_model_path())]:
             got = in_child(build, model, sizes, args.rounds)
-            rates: dict[str, float] = got["rates"]  # type: ignore[assignment]
+            rates: dict[str, float] = got["rates"]
             name = f"{Path(model).name}, {'installed build' if build is None else build}"
             print(f"{name} ({got['threads']} threads): " + ", ".join(
                 f"{s}: {r:.1f} tok/s" for s, r in rates.items()), flush=True)  # fmt: skip
@@ -107,6 +128,15 @@ def main() -> None:
             rows.append(row(f"{name}: slices of {PROMPT_SLICE}", f"batches of {BATCH}", ours,
                             ours / theirs, GOAL, unit="tok/s",
                             note=f"{BATCH}: {theirs:.1f} tok/s"))  # fmt: skip
+            flash, gen, flash_gen = (float(got[k]) for k in ("flash_prompt", "gen", "flash_gen"))
+            print(f"  flash attention on / off: prompt {flash:.1f} / {ours:.1f} tok/s "
+                  f"({flash / ours:.2f}x), generation after it {flash_gen:.1f} / {gen:.1f} "
+                  f"tok/s ({flash_gen / gen:.2f}x)", flush=True)  # fmt: skip
+            for what, on, off in (("prompt", flash, ours), ("generation", flash_gen, gen)):
+                rows.append(row(f"{name}: {what}, flash attention on", f"{what}, off", on,
+                                on / off, "> 0", unit="tok/s",
+                                note="for the record: which is faster depends on the CPU "
+                                     "and the model (the calibration's business)"))  # fmt: skip
     for r in rows:
         mark = "met" if r["met"] else "NOT met"
         print(f"goal {r['figure']} / {r['baseline']}: {r['ratio']:.3f} ({r['goal']}): {mark}")
