@@ -190,8 +190,9 @@ class Sentences:
 
 
 class _Part(Protocol):
-    """What the plan does with a whole part (retrieve's Verdict): a kept sentence's part keeps
-    it for the pieces that are not sentences of its own."""
+    """What retrieve decided for a whole part (its Verdict), as :func:`pieces` reads it: the
+    text around a kept sentence of a part kept for a neighbour's sake is dropped with the part's
+    own reason and figures."""
 
     @property
     def kept(self) -> bool: ...
@@ -408,34 +409,34 @@ def pieces(
             else:
                 runs.append((a, b, took))
         gaps = counter.count_many([text[a:b] for a, b, took in runs if took is None])
-        pieces: list[Piece] = []
+        cut: list[Piece] = []
         v = verdicts[j]
         for a, b, took in runs:
             if took is not None:
-                pieces.append(Piece(a, b, counts[took.at], True, took.reason, took.score,
+                cut.append(Piece(a, b, counts[took.at], True, took.reason, took.score,
                                     took.rank, took.terms, took.next_to))  # fmt: skip
             elif j in rank and v.kept:  # the rest of a match
-                pieces.append(Piece(a, b, gaps.pop(0), False, rest_reason(rank[j])))
+                cut.append(Piece(a, b, gaps.pop(0), False, rest_reason(rank[j])))
             else:  # the rest of a part kept for a neighbour's sake: as the part is
-                pieces.append(Piece(a, b, gaps.pop(0), False, v.reason, v.score, v.rank,
+                cut.append(Piece(a, b, gaps.pop(0), False, v.reason, v.score, v.rank,
                                     v.terms))  # fmt: skip
-        out[j] = pieces
+        out[j] = cut
     if out:
         first = min(out)
         out[first] = _trimmed(out[first], text, counter)
     return out
 
 
-def _trimmed(pieces: list[Piece], text: str, counter: TokenCounter) -> list[Piece]:
-    """``pieces`` with the blank space that opens the first kept one dropped: the excerpts
+def _trimmed(cut: list[Piece], text: str, counter: TokenCounter) -> list[Piece]:
+    """``cut`` with the blank space that opens the first kept one dropped: the excerpts
     start the document's place in the prompt with their first word, as a document does (the
     blank lines before a paragraph are tokens of their own, and a 135M model answers
     differently after them: 2 of 12 facts fewer named on the multi-fact questions)."""
-    k = next(i for i, p in enumerate(pieces) if p.kept)
-    p = pieces[k]
+    k = next(i for i, p in enumerate(cut) if p.kept)
+    p = cut[k]
     body = p.start + len(text[p.start : p.end]) - len(text[p.start : p.end].lstrip())
     if body in (p.start, p.end):
-        return pieces
+        return cut
     blank = Piece(p.start, body, counter.count(text[p.start : body]), False, BLANK)
     kept = replace(p, start=body, tokens=counter.count(text[body : p.end]))
-    return [*pieces[:k], blank, kept, *pieces[k + 1 :]]
+    return [*cut[:k], blank, kept, *cut[k + 1 :]]
