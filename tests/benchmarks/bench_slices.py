@@ -14,7 +14,8 @@ same 1,900 tokens of the sample evaluated from an empty cache in slices of 64, P
 Goal: slices of PROMPT_SLICE at least 0.95x the rate of 512-token batches on every build and
 model (they cost no more than 5%). For the record, the same prompt in slices of PROMPT_SLICE
 with flash attention on against off (the engine's default), and the 32 tokens of a reply
-decoded one at a time after it: which is faster depends on the CPU and the model, so it is the
+decoded one at a time after it (and after 16 and 256 positions: what a reply costs grows with
+the positions before it): which is faster depends on the CPU and the model, so it is the
 calibration's choice (app/core/calibrate.py), not a default.
 """
 
@@ -42,6 +43,7 @@ BATCH = 512  # llama-cpp-python's n_batch
 GOAL = ">= 0.95"
 PROMPT_TOKENS = 1_900
 GEN_TOKENS = 32
+DEPTHS = (16, 256)  # the reply is also timed after this many positions
 N_CTX = 2_048
 
 
@@ -81,7 +83,20 @@ def measure(model: str, sizes: list[int], rounds: int) -> dict[str, Any]:
                 for token in tokens[:GEN_TOKENS]:
                     llm.eval([token])
                 gen[flash].append(GEN_TOKENS / (time.perf_counter() - t0))
+    shallow: dict[tuple[bool, int], list[float]] = {(f, d): [] for f in llms for d in DEPTHS}
+    for _ in range(rounds):  # the reply after fewer positions, as a calibration may time it
+        for (flash, depth), got in shallow.items():
+            llm = llms[flash]
+            llm.reset()
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+            for i in range(0, depth, PROMPT_SLICE):
+                llm.eval(tokens[i : min(i + PROMPT_SLICE, depth)])
+            t0 = time.perf_counter()
+            for token in tokens[:GEN_TOKENS]:
+                llm.eval([token])
+            got.append(GEN_TOKENS / (time.perf_counter() - t0))
     return {"build": str(Path(llama_cpp.__file__).parent), "threads": threads,
+            "shallow": {f"{d} {int(f)}": statistics.median(v) for (f, d), v in shallow.items()},
             "rates": {str(s): statistics.median(prompt[(False, s)]) for s in sizes},
             "flash_prompt": statistics.median(prompt[(True, PROMPT_SLICE)]),
             "gen": statistics.median(gen[False]),
@@ -132,7 +147,11 @@ def main() -> None:
             print(f"  flash attention on / off: prompt {flash:.1f} / {ours:.1f} tok/s "
                   f"({flash / ours:.2f}x), generation after it {flash_gen:.1f} / {gen:.1f} "
                   f"tok/s ({flash_gen / gen:.2f}x)", flush=True)  # fmt: skip
-            for what, on, off in (("prompt", flash, ours), ("generation", flash_gen, gen)):
+            after = [(f"generation after {d} positions", got["shallow"][f"{d} 1"],
+                      got["shallow"][f"{d} 0"]) for d in DEPTHS]  # fmt: skip
+            print("  " + ", ".join(f"{what}: {on / off:.2f}x" for what, on, off in after))
+            deep = ("generation after 1,900 positions", flash_gen, gen)
+            for what, on, off in (("prompt", flash, ours), deep, *after):
                 rows.append(row(f"{name}: {what}, flash attention on", f"{what}, off", on,
                                 on / off, "> 0", unit="tok/s",
                                 note="for the record: which is faster depends on the CPU "
