@@ -292,9 +292,9 @@ def _trial(host: LocalEngine, settings: LoadSettings, text: str) -> Trial:
     """The prompt's rate, then the reply's after it. A reply decodes after its document, and
     each of its tokens attends to every position before it: timed after a 16-token prompt,
     flash attention made SmolLM2's reply 1.08x faster on an AVX-512 build, after 256 positions
-    0.76x and after 1,900 0.51x (the calibration then chose it, and a window's replies ran at
-    half speed). After the prompt, the reply costs no more to time (the prompt is cached); the
-    prompt leaves the reply room in a small context."""
+    0.76x and after 1,900 0.51x (the calibration then chose it, and a reply after a full
+    context ran at half speed). After the prompt, the reply costs no more to time (the prompt
+    is cached); the prompt leaves the reply room in a small context."""
     room = max(16, settings.n_ctx - GEN_TOKENS - 1)
     tokens = list(host.tokenize(text, add_special=False))[: min(PROMPT_TOKENS, room)]
     host.reset()
