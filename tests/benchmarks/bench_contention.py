@@ -38,7 +38,7 @@ from app.core.child_process import child_env, module_command  # noqa: E402
 from app.core.engine.threads import default_threads  # noqa: E402
 from app.core.paths import sample_document  # noqa: E402
 from tests.benchmarks.busy import busy_core  # noqa: E402
-from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
+from tests.benchmarks.report import Row, parse_args, print_goals, row, write_rows  # noqa: E402
 
 BUSY_GOAL, QUIET_GOAL, FLOOR_GOAL, FIXED_GOAL = "<= 1.7", "<= 1.05", "<= 1.05", "<= 1.03"
 ROLLING_N_CTX = 384
@@ -160,9 +160,7 @@ def main() -> None:
                                 f"{name}: quiet, the earlier default", old_busy,
                                 old_busy / wall["old"], "> 0", unit="s",
                                 note="for the record: the collapse the thread policy ends"))
-    for r_ in rows:
-        mark = "met" if r_["met"] else "NOT met"
-        print(f"goal {r_['figure']} / {r_['baseline']}: {r_['ratio']:.2f} ({r_['goal']}): {mark}")
+    print_goals(rows)
     write_rows(args.json, "bench_contention", rows)
 
 

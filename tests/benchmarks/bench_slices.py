@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from app.core.child_process import child_env  # noqa: E402
 from app.core.default_model import default_model_path  # noqa: E402
 from app.core.engine.schedule import PROMPT_SLICE  # noqa: E402
-from tests.benchmarks.report import Row, parse_args, row, write_rows  # noqa: E402
+from tests.benchmarks.report import Row, parse_args, print_goals, row, write_rows  # noqa: E402
 
 BATCH = 512  # llama-cpp-python's n_batch
 GOAL = ">= 0.95"
@@ -156,9 +156,7 @@ def main() -> None:
                                 on / off, "> 0", unit="tok/s",
                                 note="for the record: which is faster depends on the CPU "
                                      "and the model (the calibration's business)"))  # fmt: skip
-    for r in rows:
-        mark = "met" if r["met"] else "NOT met"
-        print(f"goal {r['figure']} / {r['baseline']}: {r['ratio']:.3f} ({r['goal']}): {mark}")
+    print_goals(rows, digits=3)
     write_rows(args.json, "bench_slices", rows)
 
 

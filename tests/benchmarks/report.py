@@ -63,6 +63,14 @@ def row(figure: str, baseline: str, value: float, ratio: float, goal: str, *,
     return out
 
 
+def print_goals(rows: Iterable[Row], digits: int = 2) -> None:
+    """One line per row: its figure against its baseline, the ratio, the goal, met or not."""
+    for r in rows:
+        mark = "met" if r["met"] else "NOT met"
+        print(f"goal {r['figure']} / {r['baseline']}: {r['ratio']:.{digits}f} ({r['goal']}): "
+              f"{mark}")  # fmt: skip
+
+
 def write_rows(path: str | Path | None, bench: str, rows: Iterable[Row]) -> None:
     """Write the benchmark's rows to ``path`` (nothing when ``path`` is None: no ``--json``)."""
     if path is None:
